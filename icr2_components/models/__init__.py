@@ -1,0 +1,23 @@
+"""Model loading in one place: the resolver (aliases, paths, hub ids) and the process-wide cache."""
+
+from icr2_components.models.cache import MODEL_CACHE, ModelCache, default_device
+from icr2_components.models.resolver import (
+    MINILM_ALIAS,
+    SMOLLM2_ALIAS,
+    ModelResolutionError,
+    cache_dir,
+    is_bundled_alias,
+    resolve_model,
+)
+
+__all__ = [
+    "MODEL_CACHE",
+    "MINILM_ALIAS",
+    "SMOLLM2_ALIAS",
+    "ModelCache",
+    "ModelResolutionError",
+    "cache_dir",
+    "default_device",
+    "is_bundled_alias",
+    "resolve_model",
+]
