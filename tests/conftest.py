@@ -1,0 +1,37 @@
+"""Shared fixtures: the bundled sample (built from ../shared/data), the real SmolLM2 and MiniLM models.
+
+Telemetry and the hub are switched off before anything imports Haystack or transformers.
+"""
+
+import os
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+pytest_plugins = ["tests.es_fixtures"]
+
+
+@pytest.fixture(scope="session")
+def sample_files():
+    """The bundled KILT-format sample corpus and NQ task file (written once into the cache directory)."""
+    from icr2_components.kilt import build_sample
+
+    return build_sample()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct, shared through the model cache: ``(model, tokenizer)``."""
+    from icr2_components.models import MODEL_CACHE
+
+    return MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from icr2_components.models import MODEL_CACHE
+
+    return MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu")

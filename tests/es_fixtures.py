@@ -1,0 +1,1 @@
+"""Placeholder until the Elasticsearch fixtures land (replaced by the real plugin)."""
