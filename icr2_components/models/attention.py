@@ -1,0 +1,375 @@
+"""Attention access for any Hugging Face decoder: chosen query rows per layer and head, without a T x T matrix.
+
+Why not ``output_attentions``: it needs eager attention, which materialises every layer's full
+``heads x T x T`` weights (30 x 9 x 8192^2 floats for SmolLM2 at 8K tokens). Here the model keeps its own
+sdpa / flash kernel; we tap the queries and keys that the attention module hands to that kernel (after the
+rotary embedding and any q/k norm, before grouped-query expansion) and compute only the softmax rows of the
+query positions we need: ``heads x P x T`` per layer, with P the handful of positions that matter.
+
+How the tap is installed: every transformers decoder (Llama, Mistral, Qwen2, GPT-2, ... in transformers 5)
+calls its attention kernel through ``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)``. We
+wrap that entry with a pass-through that, only for attention modules registered by an active
+``attention_taps`` context, first gives the tap an :class:`AttentionCall`. Other models and modules, and all
+calls outside the context, go straight to the original kernel. A tap may observe (row capture, here) or, in a
+later tap, change the call (head suppression) by returning a replacement output.
+
+Usage:
+    >>> from icr2_components.models import MODEL_CACHE
+    >>> from icr2_components.models.attention import query_attention_rows, passage_attention_scores
+    >>> model, tokenizer = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu")
+    >>> ids = tokenizer("The capital of France is Paris.", return_tensors="pt")["input_ids"]
+    >>> rows = query_attention_rows(model, ids, query_positions=[-1])   # (layers, heads, 1, T)
+    >>> scores = passage_attention_scores(model, ids, spans=[(0, 3), (3, 7)])   # (layers, heads, 2)
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import torch
+
+AGGREGATIONS = ("sum", "mean", "max")
+"""How a passage's attention is summarised over its tokens (the paper sums; mean and max are options)."""
+
+
+class AttentionAccessError(ValueError):
+    """The model or the request cannot be served by attention access; the message says what to change."""
+
+
+@dataclass
+class AttentionCall:
+    """One call of an attention module's kernel, as the tap sees it.
+
+    ``query``: (batch, query_heads, q_len, head_dim); ``key``/``value``: (batch, kv_heads, kv_len, head_dim),
+    both after rotary embeddings and before grouped-query expansion. ``attention_mask`` is whatever the model
+    built for its kernel (None for a plain causal sdpa call, a boolean or additive 4-D tensor otherwise).
+    """
+
+    module: torch.nn.Module
+    layer: int
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    attention_mask: torch.Tensor | None
+    scaling: float | None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def query_heads(self) -> int:
+        return int(self.query.shape[1])
+
+    @property
+    def kv_heads(self) -> int:
+        return int(self.key.shape[1])
+
+
+class AttentionTap(Protocol):
+    """Receives each tapped attention call. Return None to let the kernel run unchanged."""
+
+    def __call__(self, call: AttentionCall) -> Any: ...
+
+
+class _StopForward(Exception):
+    """Raised by a tap that has everything it needs, to skip the remaining layers."""
+
+
+# ---- installation of the pass-through wrapper ---------------------------------------------------------------
+
+_LOCK = threading.RLock()
+_TAPS_BY_MODULE: dict[int, tuple[int, AttentionTap]] = {}
+_INSTALLED: dict[str, tuple[Any, Callable]] = {}  # implementation -> (registry, original kernel)
+_INSTALL_COUNTS: dict[str, int] = {}
+
+
+def _attention_registry():
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
+
+
+def _make_wrapper(original: Callable) -> Callable:
+    def tapped_attention(module, query, key, value, attention_mask, *args, **kwargs):
+        entry = _TAPS_BY_MODULE.get(id(module))
+        if entry is not None:
+            layer, tap = entry
+            call = AttentionCall(module, layer, query, key, value, attention_mask, kwargs.get("scaling"), kwargs)
+            replacement = tap(call)
+            if replacement is not None:
+                return replacement
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    tapped_attention.__wrapped__ = original  # type: ignore[attr-defined]
+    return tapped_attention
+
+
+def _install(implementation: str) -> None:
+    with _LOCK:
+        if _INSTALL_COUNTS.get(implementation, 0) == 0:
+            registry = _attention_registry()
+            original = registry[implementation]
+            registry[implementation] = _make_wrapper(original)
+            _INSTALLED[implementation] = (registry, original)
+        _INSTALL_COUNTS[implementation] = _INSTALL_COUNTS.get(implementation, 0) + 1
+
+
+def _uninstall(implementation: str) -> None:
+    with _LOCK:
+        _INSTALL_COUNTS[implementation] -= 1
+        if _INSTALL_COUNTS[implementation] == 0:
+            registry, original = _INSTALLED.pop(implementation)
+            registry[implementation] = original
+            del _INSTALL_COUNTS[implementation]
+
+
+def attention_implementation(model) -> str:
+    """The kernel name the model dispatches to (``sdpa``, ``flash_attention_2``, ``eager``...)."""
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def attention_modules(model) -> list[torch.nn.Module]:
+    """The self-attention modules of a decoder, in layer order.
+
+    A module counts when its class name ends in ``Attention`` and it carries a ``layer_idx`` (every transformers
+    decoder family sets one); cross-attention modules are left out.
+    """
+    found = []
+    for _name, module in model.named_modules():
+        if type(module).__name__.endswith("Attention") and hasattr(module, "layer_idx"):
+            if getattr(module, "is_cross_attention", False):
+                continue
+            found.append(module)
+    if not found:
+        raise AttentionAccessError(
+            f"No attention modules with a layer_idx were found in {type(model).__name__}; attention access "
+            "supports transformers decoders that dispatch through ALL_ATTENTION_FUNCTIONS (Llama, Mistral, "
+            "Qwen2, GPT-2, ...)."
+        )
+    found.sort(key=lambda module: int(module.layer_idx))
+    return found
+
+
+@contextmanager
+def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
+    """Route every attention call of ``model`` through ``tap`` while the context is open.
+
+    Yields the tapped modules in layer order. Not re-entrant for one model: a second tap on the same modules
+    raises. Eager attention is refused (its kernel is family-specific and it already offers
+    ``output_attentions``): load the model with ``attn_implementation="sdpa"``.
+    """
+    implementation = attention_implementation(model)
+    if implementation == "eager":
+        raise AttentionAccessError(
+            f"{type(model).__name__} runs eager attention; attention access taps sdpa/flash kernels. Load the "
+            "model with attn_implementation='sdpa' (MODEL_CACHE.causal_lm(..., attn_implementation='sdpa'))."
+        )
+    modules = attention_modules(model)
+    with _LOCK:
+        busy = [m for m in modules if id(m) in _TAPS_BY_MODULE]
+        if busy:
+            raise AttentionAccessError(
+                "This model's attention is already tapped by another active attention_taps context; "
+                "close it first (or combine both taps into one)."
+            )
+        _install(implementation)
+        for index, module in enumerate(modules):
+            _TAPS_BY_MODULE[id(module)] = (index, tap)
+    try:
+        yield modules
+    finally:
+        with _LOCK:
+            for module in modules:
+                _TAPS_BY_MODULE.pop(id(module), None)
+            _uninstall(implementation)
+
+
+# ---- query-row computation -----------------------------------------------------------------------------------
+
+
+def normalise_positions(query_positions: Sequence[int], length: int) -> list[int]:
+    """Turn possibly negative positions into absolute ones, refusing positions outside ``[0, length)``."""
+    if not query_positions:
+        raise AttentionAccessError("query_positions is empty: give at least one position (e.g. [-1]).")
+    absolute = []
+    for position in query_positions:
+        value = int(position) + length if int(position) < 0 else int(position)
+        if not 0 <= value < length:
+            raise AttentionAccessError(f"Query position {position} is outside a sequence of {length} tokens.")
+        absolute.append(value)
+    return absolute
+
+
+def attention_rows(call: AttentionCall, positions: Sequence[int]) -> torch.Tensor:
+    """Softmax rows of ``positions`` for every query head of one call: (batch, query_heads, P, kv_len), float32.
+
+    Grouped-query attention is handled by viewing the query heads as (kv_heads, group) instead of copying the
+    keys. The mask is the one the model built; when it is None the kernel ran causal, so we apply causality
+    (and the module's sliding window, if it has one) ourselves.
+    """
+    query, key = call.query, call.key
+    batch, query_heads, q_len, head_dim = query.shape
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    if query_heads % kv_heads:
+        raise AttentionAccessError(f"{query_heads} query heads do not group over {kv_heads} key/value heads.")
+    group = query_heads // kv_heads
+    index = torch.as_tensor(list(positions), device=query.device)
+    selected = query.index_select(2, index).float()  # (B, Hq, P, D)
+    scaling = call.scaling if call.scaling is not None else head_dim**-0.5
+    grouped = selected.view(batch, kv_heads, group, len(positions), head_dim)
+    scores = torch.matmul(grouped, key.float().unsqueeze(2).transpose(-1, -2)) * scaling  # (B, Hkv, G, P, T)
+    scores = scores.view(batch, query_heads, len(positions), kv_len)
+    softcap = call.kwargs.get("softcap")
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    # Query position i of this call sits at absolute position offset + i (offset > 0 only with a kv cache).
+    offset = kv_len - q_len
+    absolute = index + offset
+    mask = call.attention_mask
+    if mask is not None and mask.dim() == 4:
+        rows = mask[:, :, index, :kv_len]
+        if rows.dtype == torch.bool:
+            scores = scores.masked_fill(~rows, float("-inf"))
+        else:
+            scores = scores + rows.float()
+    else:
+        keys = torch.arange(kv_len, device=query.device)
+        allowed = keys.unsqueeze(0) <= absolute.unsqueeze(1)  # (P, T)
+        window = getattr(call.module, "sliding_window", None)
+        if window:
+            allowed &= keys.unsqueeze(0) > absolute.unsqueeze(1) - int(window)
+        if mask is not None and mask.dim() == 2:  # flash-attention padding mask (B, T)
+            allowed = allowed.unsqueeze(0) & mask[:, None, :kv_len].bool()
+            scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+        else:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+class QueryRowCapture:
+    """A tap that keeps the softmax rows of chosen query positions, optionally reduced per passage on the fly.
+
+    With ``spans`` the per-layer result is (query_heads, P, passages) instead of (query_heads, P, T), so long
+    inputs never hold more than one layer's rows at a time. ``layers`` restricts capture (and, with
+    ``stop_early``, the forward pass ends after the last of them).
+    """
+
+    def __init__(
+        self,
+        positions: Sequence[int],
+        spans: Sequence[tuple[int, int]] | None = None,
+        aggregate: str = "sum",
+        layers: Sequence[int] | None = None,
+        stop_early: bool = False,
+    ) -> None:
+        if aggregate not in AGGREGATIONS:
+            raise AttentionAccessError(f"aggregate must be one of {AGGREGATIONS}, got {aggregate!r}.")
+        self.positions = list(positions)
+        self.spans = list(spans) if spans is not None else None
+        self.aggregate = aggregate
+        self.layers = set(layers) if layers is not None else None
+        self.stop_early = stop_early and self.layers is not None
+        self.captured: dict[int, torch.Tensor] = {}
+
+    def __call__(self, call: AttentionCall) -> None:
+        if self.layers is not None and call.layer not in self.layers:
+            return None
+        rows = attention_rows(call, self.positions)[0]  # batch of one
+        if self.spans is not None:
+            rows = aggregate_spans(rows, self.spans, self.aggregate)
+        self.captured[call.layer] = rows.cpu()
+        if self.stop_early and self.layers is not None and self.layers.issubset(self.captured):
+            raise _StopForward()
+        return None
+
+
+def aggregate_spans(rows: torch.Tensor, spans: Sequence[tuple[int, int]], aggregate: str = "sum") -> torch.Tensor:
+    """Reduce the last (key) axis of ``rows`` over each ``[start, end)`` token span: (..., len(spans))."""
+    if aggregate not in AGGREGATIONS:
+        raise AttentionAccessError(f"aggregate must be one of {AGGREGATIONS}, got {aggregate!r}.")
+    width = rows.shape[-1]
+    reduced = []
+    for start, end in spans:
+        if not 0 <= start < end <= width:
+            raise AttentionAccessError(f"Token span ({start}, {end}) is empty or outside {width} tokens.")
+        piece = rows[..., start:end]
+        if aggregate == "sum":
+            reduced.append(piece.sum(-1))
+        elif aggregate == "mean":
+            reduced.append(piece.mean(-1))
+        else:
+            reduced.append(piece.amax(-1))
+    return torch.stack(reduced, dim=-1)
+
+
+def _forward(model, input_ids: torch.Tensor, tap: QueryRowCapture) -> None:
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.shape[0] != 1:
+        raise AttentionAccessError(f"Attention access reads one sequence at a time; got a batch of {input_ids.shape[0]}.")
+    with attention_taps(model, tap), torch.inference_mode():
+        try:
+            # logits_to_keep=1: the full-vocabulary logits of every position (T x 49K floats for SmolLM2) are
+            # never needed here.
+            model(input_ids=input_ids.to(model.device), use_cache=False, logits_to_keep=1)
+        except _StopForward:
+            pass
+
+
+def _stack(captured: dict[int, torch.Tensor], layers: Sequence[int]) -> torch.Tensor:
+    missing = [layer for layer in layers if layer not in captured]
+    if missing:
+        raise AttentionAccessError(f"No attention was captured for layers {missing}; the model has fewer layers.")
+    return torch.stack([captured[layer] for layer in layers])
+
+
+def query_attention_rows(
+    model, input_ids: torch.Tensor, query_positions: Sequence[int] = (-1,), layers: Sequence[int] | None = None
+) -> torch.Tensor:
+    """Attention rows of ``query_positions`` over all keys: (layers, query_heads, P, T), float32 on CPU."""
+    length = int(input_ids.shape[-1])
+    positions = normalise_positions(query_positions, length)
+    tap = QueryRowCapture(positions, layers=layers, stop_early=layers is not None)
+    _forward(model, input_ids, tap)
+    return _stack(tap.captured, sorted(tap.captured) if layers is None else sorted(set(layers)))
+
+
+def passage_attention_scores(
+    model,
+    input_ids: torch.Tensor,
+    spans: Sequence[tuple[int, int]],
+    query_positions: Sequence[int] = (-1,),
+    aggregate: str = "sum",
+    layers: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Per-passage attention from the query positions: (layers, query_heads, passages), float32 on CPU.
+
+    Each passage's score is its ``aggregate`` over its token span, averaged over the query positions (with
+    several generated tokens as queries, every one of them votes equally).
+    """
+    if not spans:
+        raise AttentionAccessError("No passage spans were given: there is nothing to score.")
+    length = int(input_ids.shape[-1])
+    positions = normalise_positions(query_positions, length)
+    tap = QueryRowCapture(positions, spans=spans, aggregate=aggregate, layers=layers, stop_early=layers is not None)
+    _forward(model, input_ids, tap)
+    stacked = _stack(tap.captured, sorted(tap.captured) if layers is None else sorted(set(layers)))
+    return stacked.mean(dim=2)
+
+
+def token_spans_from_char_spans(
+    offsets: Sequence[tuple[int, int]], char_spans: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Map character spans of a text to token spans ``[first, last + 1)`` using a fast tokenizer's offsets.
+
+    A token belongs to a span when its characters overlap it. A span that no token covers is an error (the
+    text and the offsets disagree), never a silent empty passage.
+    """
+    token_spans = []
+    for start, end in char_spans:
+        inside = [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+        if not inside:
+            raise AttentionAccessError(f"No token covers characters [{start}, {end}); were the offsets made from this text?")
+        token_spans.append((inside[0], inside[-1] + 1))
+    return token_spans
