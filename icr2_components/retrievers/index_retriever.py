@@ -1,0 +1,78 @@
+"""A retriever component over an index config: BM25, dense or hybrid, on whichever store the config names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from icr2_components.stores.handle import RETRIEVAL_METHODS, IndexHandle, open_index
+
+
+@component
+class IndexRetriever:
+    """
+    Retrieves passages from the index an `indexing/*.yaml` config describes, by BM25, dense or hybrid retrieval.
+
+    The same component serves the embedded in-memory store and Elasticsearch: only the config's `store.type`
+    differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
+    embedding uses the index's own embedding model (shared through the model cache); hybrid retrieval fuses
+    the BM25 and dense lists by reciprocal rank.
+
+    Usage example:
+    ```python
+    from icr2_components.retrievers import IndexRetriever
+
+    retriever = IndexRetriever(index="indexing/kilt-sample.yaml", method="hybrid", top_k=5)
+    retriever.warm_up()   # opens (and on first use builds) the sample index
+    docs = retriever.run(query="who got the first nobel prize in physics")["documents"]
+    ```
+    """
+
+    def __init__(self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None) -> None:
+        """
+        :param index: Path of an index config YAML.
+        :param method: `bm25`, `dense` or `hybrid`.
+        :param top_k: Passages returned per query.
+        :param name: Written into each document's `meta["retriever"]` (defaults to the method), so a corpus
+            builder can tell which retriever found a passage.
+        """
+        if method not in RETRIEVAL_METHODS:
+            raise ValueError(f"method must be one of {RETRIEVAL_METHODS}, got {method!r}.")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}.")
+        if not isinstance(index, str) or not index:
+            raise ValueError("index must be the path of an index config YAML (e.g. indexing/kilt-sample.yaml).")
+        self.index = index
+        self.method = method
+        self.top_k = top_k
+        self.name = name or method
+        self._handle: IndexHandle | None = None
+
+    def warm_up(self) -> None:
+        if self._handle is None:
+            self._handle = open_index(self.index)
+            self._handle.document_store  # noqa: B018 - open (or build) the store now, not on the first query
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, top_k: int | None = None, method: str | None = None) -> dict[str, Any]:
+        """
+        :param query: The query text.
+        :param top_k: Overrides the init value.
+        :param method: Overrides the init value.
+        :returns: `documents`, best first, each with `meta["retriever"]` and `meta["retrieval_rank"]`.
+        """
+        self.warm_up()
+        documents = self._handle.retrieve(query, method=method or self.method, top_k=top_k or self.top_k)
+        tagged = []
+        for rank, document in enumerate(documents, start=1):
+            meta = dict(document.meta, retriever=self.name, retrieval_rank=rank)
+            tagged.append(Document(id=document.id, content=document.content, meta=meta, score=document.score))
+        return {"documents": tagged}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, index=self.index, method=self.method, top_k=self.top_k, name=self.name)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "IndexRetriever":
+        return default_from_dict(cls, data)

@@ -1,0 +1,296 @@
+"""One handle over an index, whichever store holds it: build, open, retrieve (BM25, dense, hybrid), sample.
+
+The same YAML config and the same calls serve the embedded in-memory store on a laptop and Elasticsearch for
+a whole KILT dump; only ``store.type`` changes.
+
+Usage:
+    >>> from icr2_components.stores import open_index
+    >>> index = open_index("indexing/kilt-sample.yaml")        # builds the sample index on first use
+    >>> docs = index.retrieve("who got the first nobel prize in physics", method="hybrid", top_k=10)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from haystack import Document
+from haystack.document_stores.types import DuplicatePolicy
+
+from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
+from icr2_components.kilt.sample import build_sample
+from icr2_components.models.resolver import cache_dir
+from icr2_components.stores.config import IndexConfig, load_index_config
+from icr2_components.stores.embedding import PassageEmbedder
+
+RETRIEVAL_METHODS = ("bm25", "dense", "hybrid")
+
+
+@dataclass
+class IndexReport:
+    """What an indexing run did: counts, skips and timing."""
+
+    store: str
+    index: str
+    passages_streamed: int = 0
+    documents_in_store: int = 0
+    seconds: float = 0.0
+    skips: dict = field(default_factory=dict)
+    resumed_from: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def corpus_path(config: IndexConfig) -> Path:
+    if config.corpus.path == "sample":
+        return build_sample().corpus
+    path = Path(config.corpus.path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"corpus.path {path} does not exist (use 'sample' for the bundled sample).")
+    return path
+
+
+def config_fingerprint(config: IndexConfig) -> str:
+    """Changes whenever the passages or their embeddings would change."""
+    path = corpus_path(config)
+    stat = path.stat()
+    key = {
+        "corpus": str(path.resolve()),
+        "size": stat.st_size,
+        "passage_words": config.corpus.passage_words,
+        "skip_title_paragraph": config.corpus.skip_title_paragraph,
+        "max_articles": config.corpus.max_articles,
+        "embedding": config.embedding.model if config.embedding.enabled else None,
+        "meta_fields_to_embed": config.embedding.meta_fields_to_embed if config.embedding.enabled else None,
+    }
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class IndexHandle:
+    """Build, open and query one index. Obtain one with :func:`open_index`."""
+
+    def __init__(self, config: IndexConfig) -> None:
+        self.config = config.validate()
+        self._store = None
+        self._lock = threading.RLock()
+        self._embedder = (
+            PassageEmbedder(
+                config.embedding.model,
+                batch_size=config.embedding.batch_size,
+                meta_fields=config.embedding.meta_fields_to_embed,
+                device=config.embedding.device,
+            )
+            if config.embedding.enabled
+            else None
+        )
+        self._retrievers: dict[str, Any] = {}
+
+    # -- building -------------------------------------------------------------------------------------------
+
+    @property
+    def is_in_memory(self) -> bool:
+        return self.config.store.type == "in_memory"
+
+    def persist_path(self) -> Path:
+        if self.config.store.persist_path:
+            return Path(self.config.store.persist_path).expanduser()
+        return cache_dir() / "indexes" / f"{self.config.name}-{config_fingerprint(self.config)}.json"
+
+    def documents(self, progress: bool = True) -> tuple[KiltKnowledgeSource, Iterable[Document]]:
+        """The corpus as a stream of documents (embedded when embedding is on)."""
+        source = KiltKnowledgeSource(
+            corpus_path(self.config),
+            passage_words=self.config.corpus.passage_words,
+            skip_title_paragraph=self.config.corpus.skip_title_paragraph,
+            max_articles=self.config.corpus.max_articles,
+        )
+        stream: Iterable[Document] = source.documents()
+        if self._embedder is not None:
+            stream = self._embedder.embed_stream(stream)
+        return source, stream
+
+    def build(self, progress: bool = True) -> IndexReport:
+        """Index the configured corpus into the configured store."""
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        source, stream = self.documents()
+        report = IndexReport(store=self.config.store.type, index=self.config.store.index)
+        if self.is_in_memory:
+            store = self._new_in_memory_store()
+            batch: list[Document] = []
+            for document in tqdm(stream, desc=f"indexing {self.config.name}", unit=" passages", disable=not progress):
+                batch.append(document)
+                if len(batch) >= self.config.writer.batch_size:
+                    store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
+                    report.passages_streamed += len(batch)
+                    batch = []
+            if batch:
+                store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
+                report.passages_streamed += len(batch)
+            path = self.persist_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            store.save_to_disk(str(tmp))
+            os.replace(tmp, path)
+            self._store = store
+        else:
+            from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+
+            writer = ElasticsearchStreamingWriter.from_config(self.config, fingerprint=config_fingerprint(self.config))
+            written = writer.write(stream, progress=progress)
+            report.passages_streamed = written.passages_streamed
+            report.resumed_from = written.resumed_from
+        report.skips = source.skips.as_dict()
+        report.documents_in_store = self.count()
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _new_in_memory_store(self):
+        from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+        # BM25Okapi with Elasticsearch's k1/b so both stores rank alike; cosine like the ES dense_vector index.
+        return InMemoryDocumentStore(
+            bm25_algorithm="BM25Okapi",
+            bm25_parameters={"k1": self.config.store.bm25_k1, "b": self.config.store.bm25_b},
+            embedding_similarity_function="cosine",
+            index=f"{self.config.name}-{config_fingerprint(self.config)}",
+        )
+
+    # -- opening --------------------------------------------------------------------------------------------
+
+    @property
+    def document_store(self):
+        with self._lock:
+            if self._store is None:
+                self._store = self._open_store()
+            return self._store
+
+    def _open_store(self):
+        if self.is_in_memory:
+            path = self.persist_path()
+            if not path.exists():
+                self.build(progress=True)
+                return self._store
+            from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+            # the saved file carries the store's own settings (BM25 parameters, similarity, index name)
+            return InMemoryDocumentStore.load_from_disk(str(path))
+        from icr2_components.stores.elasticsearch_store import build_elasticsearch_store
+
+        return build_elasticsearch_store(self.config.store, embedding_dim=self._embedder.dimension if self._embedder else None)
+
+    def count(self) -> int:
+        return int(self.document_store.count_documents())
+
+    # -- retrieval ------------------------------------------------------------------------------------------
+
+    def _retriever(self, method: str):
+        if method in self._retrievers:
+            return self._retrievers[method]
+        store = self.document_store
+        if self.is_in_memory:
+            from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
+
+            retriever = InMemoryBM25Retriever(store) if method == "bm25" else InMemoryEmbeddingRetriever(store)
+        else:
+            from haystack_integrations.components.retrievers.elasticsearch import (
+                ElasticsearchBM25Retriever,
+                ElasticsearchEmbeddingRetriever,
+            )
+
+            retriever = ElasticsearchBM25Retriever(document_store=store) if method == "bm25" else ElasticsearchEmbeddingRetriever(document_store=store)
+        self._retrievers[method] = retriever
+        return retriever
+
+    def retrieve(self, query: str, method: str = "bm25", top_k: int = 10, filters: dict | None = None) -> list[Document]:
+        """Ranked passages for ``query``; ``method`` is bm25, dense or hybrid (reciprocal-rank fusion)."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("The query must be a non-empty string.")
+        if method not in RETRIEVAL_METHODS:
+            raise ValueError(f"Unknown retrieval method {method!r}; choose one of {RETRIEVAL_METHODS}.")
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}.")
+        if method in ("dense", "hybrid") and self._embedder is None:
+            raise ValueError(f"Index '{self.config.name}' was built without embeddings; set embedding.enabled: true and re-index for {method} retrieval.")
+        if method == "bm25":
+            return self._bm25(query, top_k, filters)
+        if method == "dense":
+            return self._dense(query, top_k, filters)
+        # Fuse deeper lists than asked for, so that documents ranked just below top_k in one list can rise.
+        depth = max(top_k * 2, 20)
+        return reciprocal_rank_fusion([self._bm25(query, depth, filters), self._dense(query, depth, filters)], top_k=top_k)
+
+    def _bm25(self, query: str, top_k: int, filters: dict | None) -> list[Document]:
+        return self._retriever("bm25").run(query=query, top_k=top_k, filters=filters)["documents"]
+
+    def _dense(self, query: str, top_k: int, filters: dict | None) -> list[Document]:
+        embedding = self._embedder.embed_query(query)
+        return self._retriever("dense").run(query_embedding=embedding, top_k=top_k, filters=filters)["documents"]
+
+    def random_documents(self, n: int, seed: int = 0, exclude_ids: Iterable[str] = ()) -> list[Document]:
+        """``n`` passages sampled uniformly with ``seed``, none of them in ``exclude_ids`` (LOFT-style filling)."""
+        if n < 0:
+            raise ValueError("n must be >= 0.")
+        excluded = set(exclude_ids)
+        store = self.document_store
+        if self.is_in_memory:
+            ids = sorted(set(store.storage) - excluded)
+            chosen = random.Random(seed).sample(ids, min(n, len(ids)))
+            return [store.storage[i] for i in chosen]
+        # Elasticsearch: a seeded random_score query, over-fetching to make up for excluded hits
+        response = store.client.search(
+            index=self.config.store.index,
+            size=n + len(excluded),
+            query={"function_score": {"query": {"match_all": {}}, "random_score": {"seed": seed, "field": "_seq_no"}}},
+            source=False,
+        )
+        ids = [hit["_id"] for hit in response["hits"]["hits"] if hit["_id"] not in excluded][:n]
+        if not ids:
+            return []
+        found = {d.id: d for d in store.filter_documents({"field": "id", "operator": "in", "value": ids})}
+        return [found[i] for i in ids if i in found]
+
+
+def reciprocal_rank_fusion(ranked_lists: list[list[Document]], top_k: int, k: int = 60) -> list[Document]:
+    """Fuse ranked lists by reciprocal rank (Cormack et al., k=60); ties broken by id for determinism."""
+    scores: dict[str, float] = {}
+    documents: dict[str, Document] = {}
+    for ranked in ranked_lists:
+        for rank, document in enumerate(ranked, start=1):
+            scores[document.id] = scores.get(document.id, 0.0) + 1.0 / (k + rank)
+            documents.setdefault(document.id, document)
+    order = sorted(scores, key=lambda doc_id: (-scores[doc_id], doc_id))[:top_k]
+    fused = []
+    for doc_id in order:
+        document = documents[doc_id]
+        fused.append(Document(id=document.id, content=document.content, meta=dict(document.meta), score=scores[doc_id], embedding=document.embedding))
+    return fused
+
+
+_HANDLES: dict[str, IndexHandle] = {}
+_HANDLES_LOCK = threading.Lock()
+
+
+def open_index(config: str | os.PathLike | IndexConfig, overrides: dict[str, Any] | None = None) -> IndexHandle:
+    """Open (building on first use, for the in-memory store) the index described by a YAML path or config.
+
+    Handles are cached per process, so components naming the same config share one store and one embedder.
+    """
+    if not isinstance(config, IndexConfig):
+        config = load_index_config(config, overrides=overrides)
+    elif overrides:
+        raise ValueError("overrides apply to a config path, not to an IndexConfig object.")
+    key = json.dumps(config.to_dict(), sort_keys=True)
+    with _HANDLES_LOCK:
+        if key not in _HANDLES:
+            _HANDLES[key] = IndexHandle(config)
+        return _HANDLES[key]
