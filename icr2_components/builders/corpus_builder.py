@@ -1,0 +1,208 @@
+"""ConfounderAwareCorpusBuilder: ICR2's corpus-in-context, gold passages hidden among retrieved confounders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from icr2_components.builders.corpus_assembly import (
+    RESERVED_ORIGINS,
+    CorpusAssembler,
+    validate_budget,
+    validate_ratio,
+)
+from icr2_components.builders.token_counting import PassageTokenCounter
+
+_FIXED_INPUTS = {
+    "query", "answers", "gold_documents", "provenance", "random_documents", "candidates",
+    "confounding_ratio", "budget_tokens", "budget_passages", "seed", "shuffle",
+}
+
+
+@component
+class ConfounderAwareCorpusBuilder:
+    """
+    Builds a corpus-in-context (ICR2, sections 3.1-3.2): pooled retriever confounders, random filling at a
+    confounding ratio p, and in benchmark mode the gold passages, to a budget in reader tokens or passages.
+
+    Candidates arrive as ranked lists, one per retriever: either on the sockets named by `retrievers`
+    (connect `bm25_retriever.documents -> builder.bm25`) or as one `candidates` dict `{name: [Document]}`.
+    Lists are pooled top to bottom across retrievers in turn. A candidate is dropped (and counted in `report`)
+    when it has no text, repeats an earlier candidate, overlaps a gold provenance span (KILT meta
+    `wikipedia_id`, `start_paragraph_id`, ...), contains a normalised answer, or nearly duplicates a kept
+    passage. Retriever and random confounders alternate so that exactly round(p * n) of n confounders come from
+    the retrievers. Filling is next-fit: it stops at the first candidate that does not fit the budget.
+
+    Benchmark mode (`gold_documents` given): every gold passage is kept (a budget too small for them is an
+    error). Production mode: the same pooling, checks and budget, no gold. The result is shuffled with a seed
+    (derived from `seed` and the query) unless `shuffle=False`, which keeps gold first and then pooled order.
+    Each output document is a copy carrying meta `passage_id` ("PSG001"... in output order), `origin`
+    ("gold", the retriever's name or "random") and `rank` (1-based rank in the list it came from).
+
+    Usage example:
+    ```python
+    from icr2_components.builders import ConfounderAwareCorpusBuilder
+
+    builder = ConfounderAwareCorpusBuilder(
+        retrievers=["bm25", "dense"], budget_tokens=4000, tokenizer="smollm2-135m-instruct", confounding_ratio=0.5
+    )
+    result = builder.run(
+        query="where are the giant redwoods located in california",
+        answers=["Humboldt County"],
+        gold_documents=gold_passages,
+        bm25=bm25_documents,
+        dense=dense_documents,
+        random_documents=random_passages,
+    )
+    result["documents"][0].meta  # {..., "passage_id": "PSG001", "origin": "bm25", "rank": 3}
+    result["report"]             # counts of everything dropped, the budget used, the achieved ratio
+    ```
+    """
+
+    def __init__(
+        self,
+        retrievers: list[str] | None = None,
+        confounding_ratio: float = 1.0,
+        budget_tokens: int | None = None,
+        budget_passages: int | None = None,
+        tokenizer: str | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        drop_near_duplicates: bool = True,
+        near_duplicate_threshold: float = 0.8,
+        strict_ratio: bool = True,
+    ) -> None:
+        """
+        :param retrievers: names of the ranked-list input sockets, in pooling order (e.g. `["bm25", "dense"]`).
+        :param confounding_ratio: p in [0, 1]; the share of confounders chosen by retrievers (0: LOFT-style
+            random filling, 1: all retriever-selected).
+        :param budget_tokens: the corpus size in tokens of `tokenizer` (each passage costs its rendered block).
+        :param budget_passages: the corpus size in passages, gold included.
+        :param tokenizer: the reader's tokenizer (bundled alias, local path or HF id); needed for `budget_tokens`.
+        :param seed: seeds the random pool's order and the shuffle (together with the query).
+        :param shuffle: shuffle the corpus (ICR2); False keeps gold first, then pooled order.
+        :param drop_near_duplicates: drop candidates whose 5-gram Jaccard similarity to a kept passage
+            reaches `near_duplicate_threshold`.
+        :param strict_ratio: stop filling when the source a slot needs is exhausted (keeps p exact); False
+            fills from the other source and reports the achieved ratio.
+        """
+        retrievers = list(retrievers or [])
+        for name in retrievers:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"Retriever names become input sockets and must be identifiers, got {name!r}.")
+            if name in _FIXED_INPUTS or name in RESERVED_ORIGINS:
+                raise ValueError(f"Retriever name {name!r} is reserved; choose another (e.g. '{name}_retriever').")
+        if len(set(retrievers)) != len(retrievers):
+            raise ValueError(f"Retriever names repeat: {retrievers}.")
+        validate_ratio(confounding_ratio)
+        validate_budget(budget_tokens, budget_passages)
+        if budget_tokens is not None and not tokenizer:
+            raise ValueError("budget_tokens is counted in the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct').")
+        if not 0.0 < near_duplicate_threshold <= 1.0:
+            raise ValueError(f"near_duplicate_threshold must be in (0, 1], got {near_duplicate_threshold}.")
+        self.retrievers = retrievers
+        self.confounding_ratio = float(confounding_ratio)
+        self.budget_tokens = budget_tokens
+        self.budget_passages = budget_passages
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.shuffle = shuffle
+        self.drop_near_duplicates = drop_near_duplicates
+        self.near_duplicate_threshold = near_duplicate_threshold
+        self.strict_ratio = strict_ratio
+        self._counter: PassageTokenCounter | None = None
+        self._assembler: CorpusAssembler | None = None
+        for name in retrievers:
+            component.set_input_type(self, name, list[Document], default=None)
+
+    def warm_up(self) -> None:
+        if self._assembler is None:
+            if self.tokenizer:
+                self._counter = PassageTokenCounter.for_model(self.tokenizer)
+            self._assembler = CorpusAssembler(
+                count_tokens=self._counter.count_many if self._counter else None,
+                drop_near_duplicates=self.drop_near_duplicates,
+                near_duplicate_threshold=self.near_duplicate_threshold,
+            )
+
+    @component.output_types(documents=list[Document], report=dict)
+    def run(
+        self,
+        query: str,
+        answers: list[str] | None = None,
+        gold_documents: list[Document] | None = None,
+        provenance: list[dict] | None = None,
+        random_documents: list[Document] | None = None,
+        candidates: dict[str, list[Document]] | None = None,
+        confounding_ratio: float | None = None,
+        budget_tokens: int | None = None,
+        budget_passages: int | None = None,
+        seed: int | None = None,
+        shuffle: bool | None = None,
+        **ranked_lists: list[Document] | None,
+    ) -> dict[str, Any]:
+        """
+        :param query: the query (used only to derive the per-query seed; retrieval happened upstream).
+        :param answers: answer strings; candidates containing one (normalised) are dropped.
+        :param gold_documents: the gold passages (benchmark mode); all are kept.
+        :param provenance: KILT provenance dicts whose spans no confounder may overlap (in addition to the
+            spans of `gold_documents`).
+        :param random_documents: the pool random confounders are drawn from (needed when p < 1).
+        :param candidates: ranked lists by retriever name, pooled after the socket lists, in dict order.
+        :param ranked_lists: the ranked lists on the sockets named in `retrievers`.
+        The remaining parameters override the init values for this call.
+        :returns: `documents` (the corpus) and `report` (counts, budget used, achieved ratio, stop reason).
+        """
+        unknown = sorted(set(ranked_lists) - set(self.retrievers))
+        if unknown:
+            raise ValueError(f"Unknown inputs {unknown}; the retriever sockets are {self.retrievers}.")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("ConfounderAwareCorpusBuilder.run needs a non-empty query.")
+        lists: dict[str, list[Document]] = {name: list(ranked_lists.get(name) or []) for name in self.retrievers}
+        for name, docs in (candidates or {}).items():
+            if name in lists:
+                raise ValueError(f"Retriever {name!r} was given both on its socket and in candidates.")
+            lists[name] = list(docs or [])
+        token_budget = budget_tokens if budget_tokens is not None else self.budget_tokens
+        passage_budget = budget_passages if budget_passages is not None else self.budget_passages
+        if budget_tokens is not None or budget_passages is not None:
+            # An override of one unit replaces the init budget of the other unit, unless both are given.
+            token_budget, passage_budget = budget_tokens, budget_passages
+        if token_budget is not None and not self.tokenizer:
+            raise ValueError("budget_tokens needs the builder's tokenizer; set tokenizer in __init__.")
+        self.warm_up()
+        result = self._assembler.assemble(
+            query,
+            lists,
+            answers=answers,
+            gold_documents=gold_documents,
+            provenance=provenance,
+            random_documents=random_documents,
+            confounding_ratio=self.confounding_ratio if confounding_ratio is None else confounding_ratio,
+            budget_tokens=token_budget,
+            budget_passages=passage_budget,
+            seed=self.seed if seed is None else seed,
+            shuffle=self.shuffle if shuffle is None else shuffle,
+            strict_ratio=self.strict_ratio,
+        )
+        return {"documents": result.documents, "report": result.report.as_dict()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            retrievers=self.retrievers,
+            confounding_ratio=self.confounding_ratio,
+            budget_tokens=self.budget_tokens,
+            budget_passages=self.budget_passages,
+            tokenizer=self.tokenizer,
+            seed=self.seed,
+            shuffle=self.shuffle,
+            drop_near_duplicates=self.drop_near_duplicates,
+            near_duplicate_threshold=self.near_duplicate_threshold,
+            strict_ratio=self.strict_ratio,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ConfounderAwareCorpusBuilder":
+        return default_from_dict(cls, data)

@@ -1,0 +1,78 @@
+"""CorpusInContextPromptBuilder: the ICR2 task prompt over a corpus, as chat messages for a reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.builders.templates import TASK_TYPES, get_template, render_cic_prompt
+
+
+@component
+class CorpusInContextPromptBuilder:
+    """
+    Renders the ICR2 corpus-in-context prompt (Table 8) for question answering (`qa`), fact verification
+    (`fact_verification`) or dialogue completion (`dialogue`) as chat messages for `LocalChatReader.messages`.
+
+    Passages appear in the order given, each as `ID: <meta passage_id or PSG<position>>`, `Title:`,
+    `Context:`; the query follows the corpus (and also precedes it with `query_aware=True`, Lost in the
+    Middle section 4.2). The reader's chat template adds the turn markers.
+
+    Usage example:
+    ```python
+    from icr2_components.builders import CorpusInContextPromptBuilder
+
+    prompt_builder = CorpusInContextPromptBuilder(task_type="qa", query_aware=True)
+    messages = prompt_builder.run(query="who wrote hamlet", documents=corpus)["prompt"]
+    reply = reader.run(messages=messages)["replies"][0].text
+    ```
+    """
+
+    def __init__(self, task_type: str = "qa", query_aware: bool = False, system_prompt: str | None = None) -> None:
+        """
+        :param task_type: one of `qa`, `fact_verification`, `dialogue`.
+        :param query_aware: repeat the query before the corpus.
+        :param system_prompt: an optional system message (otherwise the chat template's default).
+        """
+        get_template(task_type)  # raises with the list of task types
+        self.task_type = task_type
+        self.query_aware = query_aware
+        self.system_prompt = system_prompt
+
+    @component.output_types(prompt=list[ChatMessage], passage_ids=list[str])
+    def run(
+        self,
+        query: str,
+        documents: list[Document],
+        task_type: str | None = None,
+        query_aware: bool | None = None,
+    ) -> dict[str, Any]:
+        """
+        :param query: the question, claim or conversation history.
+        :param documents: the corpus, in prompt order; documents without text are an error.
+        :param task_type: overrides the init value (one of `qa`, `fact_verification`, `dialogue`).
+        :param query_aware: overrides the init value.
+        :returns: `prompt` (chat messages) and `passage_ids` (the ids shown, in order).
+        """
+        chosen = task_type or self.task_type
+        if chosen not in TASK_TYPES:
+            raise ValueError(f"Unknown task_type {chosen!r}; choose one of {list(TASK_TYPES)}.")
+        rendered = render_cic_prompt(
+            chosen,
+            query,
+            documents,
+            query_aware=self.query_aware if query_aware is None else query_aware,
+            system_prompt=self.system_prompt,
+        )
+        return {"prompt": rendered.messages, "passage_ids": rendered.passage_ids}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, task_type=self.task_type, query_aware=self.query_aware, system_prompt=self.system_prompt
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CorpusInContextPromptBuilder":
+        return default_from_dict(cls, data)

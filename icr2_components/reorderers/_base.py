@@ -1,0 +1,90 @@
+"""Shared parameters of the position reorderers: an optional budget and where relevance comes from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, default_from_dict, default_to_dict
+
+from icr2_components.builders.token_counting import PassageTokenCounter
+from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
+
+
+class BudgetedReorderer:
+    """Not a component itself: each reorderer subclasses it and adds its own ``run`` and ordering."""
+
+    convention = ""
+
+    def __init__(
+        self,
+        budget_tokens: int | None = None,
+        budget_passages: int | None = None,
+        tokenizer: str | None = None,
+        relevance: str = "input_order",
+    ) -> None:
+        for name, value in (("budget_tokens", budget_tokens), ("budget_passages", budget_passages)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None (no limit), got {value!r}.")
+        if budget_tokens is not None and not tokenizer:
+            raise ValueError("budget_tokens counts the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct').")
+        if relevance not in RELEVANCE_SOURCES:
+            raise ValueError(f"relevance must be one of {RELEVANCE_SOURCES}, got {relevance!r}.")
+        self.budget_tokens = budget_tokens
+        self.budget_passages = budget_passages
+        self.tokenizer = tokenizer
+        self.relevance = relevance
+        self._counter: PassageTokenCounter | None = None
+
+    def warm_up(self) -> None:
+        if self._counter is None and self.tokenizer:
+            self._counter = PassageTokenCounter.for_model(self.tokenizer)
+
+    def _select(
+        self,
+        documents: list[Document],
+        budget_tokens: int | None,
+        budget_passages: int | None,
+        required: list[Document] | None = None,
+    ) -> tuple[list[Document], dict[str, Any]]:
+        """Relevance-ordered documents within the budget, and the report."""
+        for document in documents:
+            if document.content is None:
+                raise ValueError(f"Document {document.id} has no text; a reorderer cannot place or count it.")
+        ids = [d.id for d in documents]
+        if len(set(ids)) != len(ids):
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"Document ids repeat ({repeated[:3]}); de-duplicate upstream (the corpus builder does).")
+        tokens = self.budget_tokens if budget_tokens is None else budget_tokens
+        passages = self.budget_passages if budget_passages is None else budget_passages
+        if tokens is not None and not self.tokenizer:
+            raise ValueError("budget_tokens needs the reorderer's tokenizer; set tokenizer in __init__.")
+        self.warm_up()
+        required = required or []
+        required_ids = {d.id for d in required}
+        ordered = by_relevance([d for d in documents if d.id not in required_ids], self.relevance)
+        kept, dropped, used = select_within_budget(
+            ordered, tokens, passages, self._counter.count_many if self._counter else None, required=required
+        )
+        report = {
+            "input": len(documents),
+            "kept": len(kept),
+            "dropped_over_budget": dropped,
+            "tokens_used": used if tokens is not None else None,
+            "convention": self.convention,
+        }
+        return kept, report
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, **self._init_parameters())
+
+    def _init_parameters(self) -> dict[str, Any]:
+        return {
+            "budget_tokens": self.budget_tokens,
+            "budget_passages": self.budget_passages,
+            "tokenizer": self.tokenizer,
+            "relevance": self.relevance,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        return default_from_dict(cls, data)
