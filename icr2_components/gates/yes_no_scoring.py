@@ -1,0 +1,112 @@
+"""The probability of "yes" for a yes/no prompt: from next-token logits, sequence log-probabilities, or a reply.
+
+For a local causal LM the gate renders the chat template, opens the assistant turn with the answer prefix
+("[", since the prompt asks for "[Yes]" or "[No]") and reads the next-token logits of "Yes" and "No": one
+forward pass, no sampling. P(yes) is renormalised over the two answers. When the tokenizer has no single token
+for an answer, the two full answers are scored as continuations (summed token log-probabilities) in one
+batched forward pass instead.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+NEXT_TOKEN = "next_token"
+SEQUENCE_LOGPROB = "sequence_logprob"
+
+
+@dataclass(frozen=True)
+class YesNoScore:
+    """P(yes) renormalised over yes/no, how it was computed, and the yes+no share of the model's probability."""
+
+    p_yes: float
+    scoring: str
+    answer_mass: float
+
+
+def continuation_ids(tokenizer, prompt_text: str, answer: str) -> list[int]:
+    """Token ids ``answer`` adds after ``prompt_text``, tokenized in context when the prompt ids are a prefix."""
+    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    full_ids = tokenizer(prompt_text + answer, add_special_tokens=False)["input_ids"]
+    if full_ids[: len(prompt_ids)] == prompt_ids and len(full_ids) > len(prompt_ids):
+        return list(full_ids[len(prompt_ids):])
+    return list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+
+
+def single_token_answers(tokenizer, prompt_text: str, yes_answer: str, no_answer: str) -> tuple[int, int] | None:
+    """``(yes_id, no_id)`` when each answer is exactly one (distinct) token after the prompt, else None."""
+    yes_ids = continuation_ids(tokenizer, prompt_text, yes_answer)
+    no_ids = continuation_ids(tokenizer, prompt_text, no_answer)
+    if len(yes_ids) == 1 and len(no_ids) == 1 and yes_ids != no_ids:
+        return yes_ids[0], no_ids[0]
+    return None
+
+
+def two_way_probability(yes_logprob: float, no_logprob: float) -> float:
+    """P(yes) among {yes, no} from two log-probabilities (a numerically stable two-way softmax)."""
+    top = max(yes_logprob, no_logprob)
+    yes, no = math.exp(yes_logprob - top), math.exp(no_logprob - top)
+    return yes / (yes + no)
+
+
+def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer: str) -> YesNoScore:
+    """P(yes) for ``prompt_text`` (already chat-rendered, ending with the answer prefix)."""
+    import torch
+
+    single = single_token_answers(tokenizer, prompt_text, yes_answer, no_answer)
+    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    if not prompt_ids:
+        raise ValueError("The gate prompt tokenized to nothing; check the chat template and the prompt.")
+    device = model.device
+    with torch.inference_mode():
+        if single is not None:
+            input_ids = torch.tensor([prompt_ids], device=device)
+            logits = model(input_ids=input_ids).logits[0, -1].float()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            yes_lp, no_lp = float(logprobs[single[0]]), float(logprobs[single[1]])
+            return YesNoScore(two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp))
+        yes_ids = continuation_ids(tokenizer, prompt_text, yes_answer)
+        no_ids = continuation_ids(tokenizer, prompt_text, no_answer)
+        if not yes_ids or not no_ids:
+            raise ValueError(f"The answers {yes_answer!r}/{no_answer!r} tokenize to nothing; choose non-empty answers.")
+        yes_lp, no_lp = _sequence_logprobs(model, prompt_ids, [yes_ids, no_ids], tokenizer.pad_token_id)
+        return YesNoScore(two_way_probability(yes_lp, no_lp), SEQUENCE_LOGPROB, math.exp(yes_lp) + math.exp(no_lp))
+
+
+def _sequence_logprobs(model, prompt_ids: list[int], answers: list[list[int]], pad_id: int | None) -> list[float]:
+    """Summed log-probabilities of each answer after the prompt, all answers in one right-padded batch."""
+    import torch
+
+    pad_id = 0 if pad_id is None else pad_id
+    rows = [prompt_ids + answer for answer in answers]
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long, device=model.device)
+    attention = torch.zeros((len(rows), width), dtype=torch.long, device=model.device)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row, device=model.device)
+        attention[index, : len(row)] = 1
+    logprobs = torch.log_softmax(model(input_ids=input_ids, attention_mask=attention).logits.float(), dim=-1)
+    totals = []
+    start = len(prompt_ids)
+    for index, answer in enumerate(answers):
+        # Token t of the answer is predicted at position start + t - 1.
+        positions = torch.arange(start - 1, start - 1 + len(answer), device=model.device)
+        targets = torch.tensor(answer, device=model.device)
+        totals.append(float(logprobs[index, positions, targets].sum()))
+    return totals
+
+
+_YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
+
+
+def parse_yes_no_reply(reply: str) -> bool | None:
+    """True for a reply that says yes ("[Yes]", "Yes, ..."), False for no, None when it says neither.
+
+    The first yes/no word wins, so "No, I don't need to retrieve; yes I know it" is a no.
+    """
+    match = _YES_NO.search(reply or "")
+    if match is None:
+        return None
+    return match.group(1).lower() == "yes"

@@ -1,0 +1,178 @@
+"""Pure parts of the adaptive-retrieval gate: prompts, reply parsing, pools, metrics, record reading, validation."""
+
+import datetime as dt
+import math
+import json
+from pathlib import Path
+
+import pytest
+
+from icr2_components.evaluation.answer_match import answer_match, normalize_answer
+from icr2_components.evaluation.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
+from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
+from icr2_components.gates import TimeAwareRetrievalGate
+from icr2_components.gates.demonstrations import default_pool_path, load_demonstration_pool, rank_by_similarity
+from icr2_components.gates.prompts import (
+    GATE_INSTRUCTION,
+    Demonstration,
+    interleave_demonstrations,
+    render_ta_are_prompt,
+    render_vanilla_prompt,
+)
+from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, two_way_probability
+
+BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
+
+
+def test_vanilla_prompt_is_the_papers_figure_5():
+    prompt = render_vanilla_prompt("Who won?")
+    assert prompt.startswith("Given a question, determine whether you need to retrieve external resources")
+    assert prompt.endswith('Only answer "[Yes]" or "[No]".\n\nQuestion: Who won?\n\nAnswer:')
+    assert "Today is" not in prompt
+
+
+def test_ta_are_prompt_holds_date_and_demonstrations_before_the_question():
+    demos = [Demonstration("Who won Eurovision 2024?", True), Demonstration("What is the capital of Spain?", False)]
+    prompt = render_ta_are_prompt("Who won?", dt.date(2025, 6, 1), demos)
+    assert prompt.startswith(f"Today is 2025-06-01. {GATE_INSTRUCTION}")
+    assert "Question: Who won Eurovision 2024?\nAnswer: [Yes]" in prompt
+    assert "Question: What is the capital of Spain?\nAnswer: [No]" in prompt
+    assert prompt.index("[No]\n") < prompt.rindex("Question: Who won?")
+    # the paper's ablations: no date, no demonstrations
+    assert "Today is" not in render_ta_are_prompt("Who won?", None, demos)
+    assert "Here are some examples" not in render_ta_are_prompt("Who won?", dt.date(2025, 6, 1), [])
+
+
+def test_interleave_alternates_labels_and_keeps_leftovers():
+    yes = [Demonstration(f"y{i}", True) for i in range(3)]
+    no = [Demonstration("n0", False)]
+    assert [d.question for d in interleave_demonstrations(yes, no)] == ["y0", "n0", "y1", "y2"]
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [("[Yes]", True), ("[No]", False), ("Yes, I need to search.", True), ("no.", False),
+     ("No, yes", False), ("I don't know", None), ("Not sure, maybe later", None), ("", None), ("Yesterday", None)],
+)
+def test_parse_yes_no_reply(reply, expected):
+    assert parse_yes_no_reply(reply) is expected
+
+
+def test_two_way_probability_is_a_stable_softmax():
+    assert two_way_probability(-1.0, -1.0) == pytest.approx(0.5)
+    assert two_way_probability(-1000.0, -1001.0) == pytest.approx(1 / (1 + math.exp(-1)))
+    assert two_way_probability(0.0, -50.0) > 0.999
+
+
+def test_pool_with_broken_lines_counts_every_skip(tmp_path):
+    path = tmp_path / "pool.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"question": "Who won the 2024 Tour de France?", "source": "new_world"}),
+        '{"question": "unterminated',
+        json.dumps(["not", "an", "object"]),
+        json.dumps({"answers": ["x"]}),
+        json.dumps({"question": "   "}),
+        json.dumps({"question": "who won the 2024 tour de france"}),
+        "",
+        json.dumps({"question": "Which network aired The Alcoa Hour?"}),
+    ]) + "\n")
+    pool, skips = load_demonstration_pool(path, needs_retrieval=True)
+    assert [d.question for d in pool] == ["Who won the 2024 Tour de France?", "Which network aired The Alcoa Hour?"]
+    assert all(d.needs_retrieval for d in pool)
+    assert dict(skips.counts) == {
+        "malformed JSON": 1, "not a JSON object": 1, "missing or empty question": 2, "duplicate question": 1,
+    }
+    assert skips.examples["malformed JSON"][0].startswith("line 2")
+
+
+def test_default_pools_load_cleanly_and_share_no_question_with_the_bench_set():
+    yes, yes_skips = load_demonstration_pool(default_pool_path(True), True)
+    no, no_skips = load_demonstration_pool(default_pool_path(False), False)
+    assert yes and no and yes_skips.total == 0 and no_skips.total == 0
+    bench = {normalize_answer(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()}
+    pools = {normalize_answer(d.question) for d in yes + no}
+    assert not bench & pools
+
+
+def test_rank_by_similarity_is_stable_and_skips_excluded_rows():
+    import numpy as np
+
+    pool = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.6, 0.8]])
+    query = np.array([1.0, 0.0])
+    assert rank_by_similarity(query, pool, [False] * 4) == [0, 2, 3, 1]
+    assert rank_by_similarity(query, pool, [True, False, False, False]) == [2, 3, 1]
+
+
+def test_answer_match_normalises_like_squad():
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffel tower"
+    assert answer_match("It is the Philadelphia Eagles.", ["Philadelphia Eagles"])
+    assert not answer_match("I don't know", ["Anora"])
+    assert not answer_match("anything", ["", "  "])
+
+
+def test_retrieval_decision_scores_by_hand():
+    decisions = [True, True, False, False, True]
+    labels = [True, False, False, True, None]
+    scores = score_retrieval_decisions(decisions, labels)
+    assert scores.count == 5 and scores.labelled == 4
+    assert scores.retrieval_rate == pytest.approx(3 / 5)
+    assert scores.retrieval_accuracy == pytest.approx(2 / 4)
+    # retrieve class: P = 1/2, R = 1/2; no-retrieve class: P = 1/2, R = 1/2
+    assert scores.precision == pytest.approx(0.5) and scores.recall == pytest.approx(0.5) and scores.f1 == pytest.approx(0.5)
+    only_positive = score_retrieval_decisions([True, False, True, True], [True] * 4)
+    assert only_positive.retrieval_accuracy == pytest.approx(0.75) and only_positive.precision == pytest.approx(1.0)
+    assert score_retrieval_decisions([True], None).retrieval_accuracy is None
+    with pytest.raises(ValueError, match="one label"):
+        score_retrieval_decisions([True], [True, False])
+
+
+def test_summarize_rows_uses_the_branch_the_mode_takes():
+    rows = [
+        GateEvalRow("q1", "s", True, retrieve=True, p_yes=0.9, closed_book_match=False, context_match=True),
+        GateEvalRow("q2", "s", False, retrieve=True, p_yes=0.6, closed_book_match=True, context_match=False),
+    ]
+    summary = summarize_rows(rows)
+    assert summary["adaptive"]["match"] == pytest.approx(0.5)
+    assert summary["always"]["match"] == pytest.approx(0.5)
+    assert summary["never"]["match"] == pytest.approx(0.5)
+    assert summary["never"]["retrieval_rate"] == 0 and summary["always"]["retrieval_rate"] == 1
+    assert summary["adaptive"]["retrieval_accuracy"] == pytest.approx(0.5)
+
+
+def test_read_retrievalqa_counts_empty_questions_and_missing_answers(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join([
+        json.dumps({"question": "Who won?", "ground_truth": ["A"], "context": [{"title": "T", "text": "A won."}],
+                    "param_knowledge_answerable": 0, "data_source": "realtimeqa"}),
+        json.dumps({"question": "", "ground_truth": ["A"]}),
+        json.dumps({"question": "No answers?", "ground_truth": []}),
+        json.dumps({"question": "Capital of France?", "ground_truth": "Paris", "needs_retrieval": False}),
+    ]))
+    records, skips = read_retrievalqa_jsonl(path)
+    assert [r.question for r in records] == ["Who won?", "Capital of France?"]
+    assert records[0].needs_retrieval is True and records[0].context == ("T\nA won.",) and records[0].source == "realtimeqa"
+    assert records[1].ground_truth == ("Paris",) and records[1].needs_retrieval is False
+    assert skips.counts["empty question"] == 1 and skips.counts["no ground_truth answer"] == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"method": "sometimes"}, "method must be one of"), ({"n_yes": -1}, "n_yes"), ({"threshold": 1.5}, "threshold"),
+     ({"today": "June 1st"}, "ISO date"), ({"on_unparsed": "guess"}, "on_unparsed"), ({"model": ""}, "needs a model"),
+     ({"yes_pool": "/no/such/pool.jsonl"}, "does not exist"), ({"yes_answer": "No"}, "two different"),
+     ({"chat_generator": object()}, "ChatGenerator")],
+)
+def test_init_rejects_bad_parameters_with_what_to_do(kwargs, message):
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        TimeAwareRetrievalGate(**kwargs)
+
+
+def test_always_and_never_route_without_a_model_and_reject_empty_questions():
+    always = TimeAwareRetrievalGate(method="always", model=None)
+    never = TimeAwareRetrievalGate(method="never", model=None)
+    assert always.run(query=" Who won? ")["retrieve"] == "Who won?"
+    result = never.run(query="Who won?")
+    assert "retrieve" not in result and result["no_retrieval"] == "Who won?" and result["decision"]["p_yes"] == 0.0
+    for bad in ("", "   "):
+        with pytest.raises(ValueError, match="empty question"):
+            always.run(query=bad)
