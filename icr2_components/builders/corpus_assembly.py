@@ -50,6 +50,10 @@ Span = tuple[tuple[int, int], tuple[int, int]]
 TokenCounter = Callable[[list[Document]], list[int]]
 
 
+class BudgetTooSmallError(ValueError):
+    """The gold passages alone exceed the budget (benchmark mode keeps every gold passage)."""
+
+
 def round_half_up(value: float) -> int:
     return int(value + 0.5 + 1e-9)
 
@@ -271,12 +275,12 @@ class CorpusAssembler:
             costs = self.count_tokens(gold_unique) if budget_tokens is not None else [1] * len(gold_unique)
             gold_cost = sum(costs)
             if budget_tokens is not None and gold_cost > budget_tokens:
-                raise ValueError(
+                raise BudgetTooSmallError(
                     f"The {len(gold_unique)} gold passage(s) need {gold_cost} tokens but budget_tokens={budget_tokens}; "
                     "raise the budget (every gold passage is always included in benchmark mode)."
                 )
             if budget_passages is not None and len(gold_unique) > budget_passages:
-                raise ValueError(
+                raise BudgetTooSmallError(
                     f"There are {len(gold_unique)} gold passages but budget_passages={budget_passages}; raise the budget."
                 )
             used_tokens += gold_cost if budget_tokens is not None else 0
