@@ -1,0 +1,98 @@
+"""The embedded (in-memory) store: config validation, building the sample index, retrieving gold passages."""
+
+import pytest
+import yaml
+
+from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
+from icr2_components.pipeline_loading import loads_pipeline
+from icr2_components.retrievers import IndexRetriever
+from icr2_components.stores import ConfigError, index_config_from_dict, load_index_config, open_index, reciprocal_rank_fusion
+
+SAMPLE_CONFIG = "indexing/kilt-sample.yaml"
+
+
+@pytest.fixture(scope="module")
+def sample_index():
+    return open_index(SAMPLE_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def nq_tasks_with_gold(sample_index, sample_files):
+    span_index = PassageSpanIndex.from_documents(sample_index.document_store.storage.values())
+    tasks = list(read_kilt_tasks(sample_files.tasks, limit=60))
+    return [(task, set(span_index.gold_passage_ids(task.provenance))) for task in tasks]
+
+
+def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['batchsize'\] in section 'writer'"):
+        index_config_from_dict({"writer": {"batchsize": 10}})
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['stores'\]"):
+        index_config_from_dict({"stores": {}})
+    with pytest.raises(ConfigError, match="store.type"):
+        index_config_from_dict({"store": {"type": "faiss"}})
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"corpus": {"passage_words": 0}}))
+    with pytest.raises(ConfigError, match="passage_words"):
+        load_index_config(path)
+
+
+def test_sample_index_holds_every_passage_with_embeddings(sample_index):
+    store = sample_index.document_store
+    count = store.count_documents()
+    assert count > 3000
+    doc = next(iter(store.storage.values()))
+    assert len(doc.embedding) == 384
+    assert {"wikipedia_id", "title", "start_paragraph_id", "end_paragraph_id", "start_character", "end_character"} <= set(doc.meta)
+
+
+@pytest.mark.parametrize("method,minimum_recall", [("bm25", 0.7), ("dense", 0.85), ("hybrid", 0.85)])
+def test_retrieval_finds_the_gold_passage_of_nq_questions(sample_index, nq_tasks_with_gold, method, minimum_recall):
+    hits = 0
+    for task, gold in nq_tasks_with_gold:
+        assert gold, f"{task.id} maps to no passage"
+        ids = [d.id for d in sample_index.retrieve(task.input, method=method, top_k=10)]
+        assert len(ids) == 10 and len(set(ids)) == 10
+        hits += bool(gold & set(ids))
+    recall = hits / len(nq_tasks_with_gold)
+    print(f"{method}: gold recall@10 on {len(nq_tasks_with_gold)} NQ questions = {recall:.2f}")
+    assert recall >= minimum_recall
+
+
+def test_reciprocal_rank_fusion_rewards_agreement():
+    from haystack import Document
+
+    a, b, c = (Document(id=i, content=i) for i in "abc")
+    fused = reciprocal_rank_fusion([[a, b, c], [b, c, a]], top_k=3)
+    assert [d.id for d in fused] == ["b", "a", "c"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_retrieval_rejects_bad_requests(sample_index):
+    with pytest.raises(ValueError, match="non-empty"):
+        sample_index.retrieve("  ")
+    with pytest.raises(ValueError, match="Unknown retrieval method"):
+        sample_index.retrieve("x", method="splade")
+    with pytest.raises(ValueError, match="top_k"):
+        sample_index.retrieve("x", top_k=0)
+
+
+def test_random_documents_are_seeded_and_respect_exclusions(sample_index):
+    first = [d.id for d in sample_index.random_documents(20, seed=3)]
+    assert first == [d.id for d in sample_index.random_documents(20, seed=3)]
+    assert first != [d.id for d in sample_index.random_documents(20, seed=4)]
+    excluded = set(first[:10])
+    assert not excluded & {d.id for d in sample_index.random_documents(50, seed=3, exclude_ids=excluded)}
+
+
+def test_index_retriever_runs_in_a_yaml_pipeline():
+    from haystack import Pipeline
+
+    pipeline = Pipeline()
+    pipeline.add_component("retriever", IndexRetriever(index=SAMPLE_CONFIG, method="bm25", top_k=3, name="bm25"))
+    loaded = loads_pipeline(pipeline.dumps())
+    documents = loaded.run({"retriever": {"query": "who got the first nobel prize in physics"}})["retriever"]["documents"]
+    assert documents[0].meta["title"] == "List of Nobel laureates in Physics"
+    assert [d.meta["retrieval_rank"] for d in documents] == [1, 2, 3]
+    assert {d.meta["retriever"] for d in documents} == {"bm25"}
+    with pytest.raises(ValueError, match="method"):
+        IndexRetriever(method="colbert")
