@@ -1,0 +1,90 @@
+"""The model resolver, the shared cache and the local reader, on the real bundled models."""
+
+import os
+from pathlib import Path
+
+import pytest
+from haystack import Pipeline
+from haystack.components.builders import ChatPromptBuilder
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.models import MODEL_CACHE, ModelResolutionError, resolve_model
+from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
+from icr2_components.readers import LocalChatReader
+
+
+def test_bundled_aliases_resolve_to_loadable_folders():
+    smollm2 = Path(resolve_model("smollm2-135m-instruct"))
+    assert (smollm2 / "config.json").exists() and (smollm2 / "model.safetensors").exists()
+    assert (smollm2 / "tokenizer.json").exists()
+    minilm = Path(resolve_model("All-MiniLM-L6-v2"))  # aliases are case-insensitive
+    assert (minilm / "config.json").exists()
+
+
+def test_paths_and_hub_ids_pass_through_and_bad_names_fail_clearly(tmp_path):
+    assert resolve_model(str(tmp_path)) == str(tmp_path.resolve())
+    assert resolve_model("mistralai/Mistral-7B-Instruct-v0.2") == "mistralai/Mistral-7B-Instruct-v0.2"
+    with pytest.raises(ModelResolutionError, match="does not exist"):
+        resolve_model("./no/such/model")
+    with pytest.raises(ModelResolutionError, match="non-empty string"):
+        resolve_model("")
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    with pytest.raises(ModelResolutionError, match="config.json"):
+        resolve_model(str(tmp_path / "weights.bin"))
+
+
+def test_cache_shares_one_copy_per_model_and_settings(smollm2):
+    model, tokenizer = smollm2
+    again, _ = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu")
+    assert again is model
+    by_path, _ = MODEL_CACHE.causal_lm(resolve_model("smollm2-135m-instruct"), dtype="float32", device="cpu")
+    assert by_path is model  # an alias and its path are the same model
+    assert model.config.num_hidden_layers == 30 and model.config.num_attention_heads == 9
+    assert model.config.num_key_value_heads == 3
+    with pytest.raises(ValueError, match="dtype"):
+        MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float8")
+
+
+def test_local_chat_reader_answers_and_shares_the_cached_model(smollm2):
+    reader = LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=12, dtype="float32", device="cpu")
+    reply = reader.run(messages=[ChatMessage.from_user("What is the capital of France?")])["replies"][0]
+    assert "Paris" in reply.text
+    assert reply.meta["prompt_tokens"] > 5 and 0 < reply.meta["completion_tokens"] <= 12
+    assert reader._model is smollm2[0]
+
+
+def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smollm2):
+    reader = LocalChatReader(max_new_tokens=8, max_input_tokens=64, dtype="float32", device="cpu")
+    with pytest.raises(ValueError, match=r"accepts 56 "):
+        reader.run(messages=[ChatMessage.from_user("word " * 200)])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        LocalChatReader(max_new_tokens=0)
+    with pytest.raises(ValueError, match="at least one message"):
+        reader.run(messages=[])
+
+
+def test_reader_pipeline_round_trips_through_yaml_on_the_allowlist():
+    pipeline = Pipeline()
+    pipeline.add_component("prompt", ChatPromptBuilder(template=[ChatMessage.from_user("Answer briefly: {{question}}")], required_variables=["question"]))
+    pipeline.add_component("reader", LocalChatReader(max_new_tokens=10, dtype="float32", device="cpu"))
+    pipeline.connect("prompt.prompt", "reader.messages")
+    loaded = loads_pipeline(pipeline.dumps())
+    reply = loaded.run({"prompt": {"question": "What is the capital of Italy?"}})["reader"]["replies"][0]
+    assert "Rome" in reply.text
+
+
+def test_modules_outside_the_allowlist_are_refused():
+    yaml_text = """
+components:
+  evil:
+    type: os.system
+    init_parameters: {}
+connections: []
+"""
+    with pytest.raises(PipelineLoadError, match="allowlist|allowed|icr2_components"):
+        loads_pipeline(yaml_text, source="evil.yaml")
+
+
+def test_telemetry_is_off_in_this_process():
+    assert os.environ["HAYSTACK_TELEMETRY_ENABLED"] == "False"
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
