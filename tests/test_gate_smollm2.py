@@ -5,11 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from haystack import Pipeline
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.gates import TimeAwareRetrievalGate, parse_yes_no_reply
 from icr2_components.gates.demonstrations import default_pool_path, load_demonstration_pool
-from icr2_components.pipeline_loading import load_pipeline
+from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 from icr2_components.readers import LocalChatReader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +123,10 @@ def test_chat_generator_path_parses_a_real_smollm2_reply(smollm2):
         assert decision["parsed"] is False and "retrieve" in result
     else:
         assert decision["parsed"] is True and decision["retrieve"] is parsed and decision["p_yes"] == float(parsed)
-    restored = TimeAwareRetrievalGate.from_dict(gate.to_dict())
+    # the nested generator round-trips through YAML under the project's deserialization allowlist
+    pipeline = Pipeline()
+    pipeline.add_component("gate", gate)
+    restored = loads_pipeline(pipeline.dumps()).get_component("gate")
     assert isinstance(restored.chat_generator, LocalChatReader) and restored.chat_generator.max_new_tokens == 6
     assert restored.to_dict() == gate.to_dict()
 

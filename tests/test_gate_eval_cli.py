@@ -1,0 +1,60 @@
+"""`icr2 eval-gate` end to end on real SmolLM2 with two questions from the bench set (plus a broken line)."""
+
+import json
+from pathlib import Path
+
+from icr2_components.cli import main
+from icr2_components.evaluation.answer_match import answer_match
+
+BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
+
+
+def _two_questions_and_an_empty_one(tmp_path) -> Path:
+    rows = [json.loads(line) for line in BENCH_SET.read_text().splitlines() if line.strip()]
+    new_world = next(r for r in rows if r["data_source"] == "new_world")
+    answerable = next(r for r in rows if r["data_source"] == "answerable")
+    answerable["context"] = ["Paris is the capital and largest city of France."]
+    path = tmp_path / "mini.jsonl"
+    lines = [json.dumps(new_world), json.dumps({"question": " ", "ground_truth": ["x"]}), json.dumps(answerable)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, minilm, capsys):
+    data = _two_questions_and_an_empty_one(tmp_path)
+    output = tmp_path / "report.json"
+    code = main(["eval-gate", str(data), "--today", "2025-12-01", "--max-new-tokens", "12", "--device", "cpu",
+                 "--output", str(output)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "eval-gate" in printed and "adaptive" in printed and "skipped 1 (1 empty question)" in printed
+    report = json.loads(output.read_text())
+    assert report["input_skips"]["counts"] == {"empty question": 1}
+    assert [row["source"] for row in report["rows"]] == ["new_world", "answerable"]
+    summary = report["summary"]
+    assert set(summary) == {"new_world", "answerable", "all"}
+    assert summary["all"]["always"]["retrieval_rate"] == 1.0 and summary["all"]["never"]["retrieval_rate"] == 0.0
+    retrieved = [row["retrieve"] for row in report["rows"]]
+    assert summary["all"]["adaptive"]["retrieval_rate"] == sum(retrieved) / 2
+    labels = [True, False]
+    assert summary["all"]["adaptive"]["retrieval_accuracy"] == sum(r == l for r, l in zip(retrieved, labels)) / 2
+    rows = report["rows"]
+    truths = [json.loads(line)["ground_truth"] for line in data.read_text().splitlines() if json.loads(line)["question"].strip()]
+    for row, truth in zip(rows, truths):
+        assert row["closed_book_match"] == answer_match(row["closed_book_answer"], truth)
+        assert row["context_match"] == answer_match(row["context_answer"], truth)
+        assert row["question"] not in row["demonstrations"] and len(row["demonstrations"]) == 4
+    never = sum(r["closed_book_match"] for r in rows) / 2
+    assert summary["all"]["never"]["match"] == never
+    adaptive = sum((r["context_match"] if r["retrieve"] else r["closed_book_match"]) for r in rows) / 2
+    assert summary["all"]["adaptive"]["match"] == adaptive
+
+
+def test_eval_gate_decisions_only_needs_no_reader(tmp_path, smollm2, minilm):
+    data = _two_questions_and_an_empty_one(tmp_path)
+    output = tmp_path / "decisions.json"
+    assert main(["eval-gate", str(data), "--method", "vanilla", "--decisions-only", "--device", "cpu", "--output", str(output)]) == 0
+    report = json.loads(output.read_text())
+    assert all(row["closed_book_answer"] is None for row in report["rows"])
+    assert report["summary"]["all"]["adaptive"]["match"] is None
+    assert report["gate"]["method"] == "vanilla" and report["gate"]["stats"]["decisions"] == 2
