@@ -133,7 +133,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    console = Console()
+    # A wide console when piped or captured, so the table is not squeezed into 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     records, skips = read_retrievalqa_jsonl(args.data)
     console.print(skips.summary())
     latency = measure_latency(records, args.today, args.latency_questions)

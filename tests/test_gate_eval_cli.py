@@ -26,7 +26,7 @@ def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, m
     code = main(["eval-gate", str(data), "--today", "2025-12-01", "--max-new-tokens", "12", "--device", "cpu",
                  "--output", str(output)])
     assert code == 0
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps lines at the captured width
     assert "eval-gate" in printed and "adaptive" in printed and "skipped 1 (1 empty question)" in printed
     report = json.loads(output.read_text())
     assert report["input_skips"]["counts"] == {"empty question": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from icr2_components.gates import TimeAwareRetrievalGate
     from icr2_components.readers import LocalChatReader
 
-    console = Console()
+    # A wide console when piped or captured, so the table is not squeezed into 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     records, record_skips = read_retrievalqa_jsonl(args.data, limit=args.limit)
     console.print(record_skips.summary())
     if not records:
