@@ -1,0 +1,153 @@
+"""Per-passage attention of a reader over a corpus-in-context prompt, for every layer and head.
+
+The prompt is the CiC prompt the reader itself would see (``render_cic_prompt`` with the reader's chat
+template), so the heads are probed and used on exactly the input they answer from. Query positions:
+
+- ``last_prompt_token``: the row of the last prompt token (the one that predicts the first answer token);
+- ``generated_tokens``: a short greedy generation, then one forward over prompt + generated tokens, taking the
+  rows of the generated positions (ICR2 F.2: RTA retrieves with all tokens of its retrieval step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from haystack import Document
+
+from icr2_components.models.attention import passage_attention_scores, token_spans_from_char_spans
+
+QUERY_POSITION_MODES = ("last_prompt_token", "generated_tokens")
+
+
+class ContextTooLongError(ValueError):
+    """The passages do not fit the reader's context window."""
+
+
+@dataclass
+class EncodedCiCPrompt:
+    """A CiC prompt as token ids, with each passage's token span ``[start, end)`` in passage order."""
+
+    input_ids: torch.Tensor  # (1, T)
+    passage_ids: list[str]
+    token_spans: list[tuple[int, int]]
+    text: str
+
+
+@dataclass
+class PassageScores:
+    """Attention of every (layer, head) to every passage: ``scores[layer, head, passage]``."""
+
+    passage_ids: list[str]
+    scores: torch.Tensor  # (layers, heads, passages), float32
+    prompt_tokens: int
+    query_positions: list[int]
+
+
+def context_limit(model, max_context_tokens: int | None = None) -> int:
+    """The most tokens the reader takes: ``max_context_tokens`` if given, else the model's position limit."""
+    if max_context_tokens:
+        return int(max_context_tokens)
+    config = model.config
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    return 1 << 30
+
+
+def encode_cic_prompt(
+    tokenizer,
+    task_type: str,
+    query: str,
+    documents: Sequence[Document],
+    query_aware: bool = False,
+) -> EncodedCiCPrompt:
+    """Render the CiC prompt with the reader's chat template and map each passage to its token span."""
+    from icr2_components.builders.templates import render_cic_prompt
+
+    if not documents:
+        raise ValueError("There are no passages to score: give at least one document.")
+    rendered = render_cic_prompt(task_type, query, documents, tokenizer=tokenizer, query_aware=query_aware)
+    # The chat template already wrote the special tokens as text; the tokenizer must not add them twice.
+    encoded = tokenizer(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    char_spans = [rendered.passage_char_spans[pid] for pid in rendered.passage_ids]
+    token_spans = token_spans_from_char_spans(encoded["offset_mapping"], char_spans)
+    input_ids = torch.tensor([encoded["input_ids"]], dtype=torch.long)
+    return EncodedCiCPrompt(input_ids, list(rendered.passage_ids), token_spans, rendered.text)
+
+
+def check_fits(prompt_tokens: int, limit: int, reserved: int, model_name: str) -> None:
+    if prompt_tokens + reserved > limit:
+        raise ContextTooLongError(
+            f"The passages make a {prompt_tokens}-token prompt, but {model_name} takes at most {limit} tokens"
+            + (f" ({reserved} kept free for generated tokens)" if reserved else "")
+            + ". Give fewer or shorter passages (a smaller corpus budget)."
+        )
+
+
+def greedy_continuation(model, tokenizer, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """Greedy tokens after the prompt (without it), stopping at end of sequence: (1, G)."""
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids.to(model.device),
+            attention_mask=torch.ones_like(input_ids).to(model.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    generated = output[:, input_ids.shape[1]:].cpu()
+    eos = tokenizer.eos_token_id
+    if eos is not None and generated.shape[1]:
+        hits = (generated[0] == eos).nonzero()
+        if len(hits):
+            generated = generated[:, : int(hits[0])]
+    return generated
+
+
+def score_passages(
+    model,
+    tokenizer,
+    encoded: EncodedCiCPrompt,
+    query_position_mode: str = "last_prompt_token",
+    aggregate: str = "sum",
+    layers: Sequence[int] | None = None,
+    generation_tokens: int = 16,
+    max_context_tokens: int | None = None,
+    model_name: str = "the reader",
+) -> PassageScores:
+    """Score every passage of ``encoded`` by each head's attention from the chosen query positions."""
+    if query_position_mode not in QUERY_POSITION_MODES:
+        raise ValueError(f"query_position_mode must be one of {QUERY_POSITION_MODES}, got {query_position_mode!r}.")
+    limit = context_limit(model, max_context_tokens)
+    prompt_tokens = int(encoded.input_ids.shape[1])
+    reserved = generation_tokens if query_position_mode == "generated_tokens" else 0
+    check_fits(prompt_tokens, limit, reserved, model_name)
+    input_ids = encoded.input_ids
+    positions: list[int] = [prompt_tokens - 1]
+    if query_position_mode == "generated_tokens":
+        generated = greedy_continuation(model, tokenizer, input_ids, generation_tokens)
+        if generated.shape[1]:
+            input_ids = torch.cat([input_ids, generated], dim=1)
+            positions = list(range(prompt_tokens, int(input_ids.shape[1])))
+        # An empty continuation (immediate end of sequence) leaves the last prompt token as the query.
+    scores = passage_attention_scores(
+        model, input_ids, encoded.token_spans, query_positions=positions, aggregate=aggregate, layers=layers
+    )
+    return PassageScores(encoded.passage_ids, scores, prompt_tokens, positions)
+
+
+def model_signature(model) -> dict[str, Any]:
+    """What must match for heads probed on one model to mean anything on another."""
+    config = model.config
+    return {
+        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
+        "num_layers": int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")),
+        "num_heads": int(getattr(config, "num_attention_heads", None) or getattr(config, "n_head")),
+        "hidden_size": int(getattr(config, "hidden_size", None) or getattr(config, "n_embd")),
+        "vocab_size": int(config.vocab_size),
+    }

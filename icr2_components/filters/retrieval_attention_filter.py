@@ -1,0 +1,180 @@
+"""RetrievalAttentionFilter: keep the passages the reader's retrieval heads attend to (ICR2 RAP, section 4.2)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from icr2_components.filters.head_artifact import RetrievalHeadArtifact
+from icr2_components.filters.head_probing import top_m_indices
+from icr2_components.filters.passage_scoring import QUERY_POSITION_MODES, encode_cic_prompt, model_signature, score_passages
+from icr2_components.models.cache import MODEL_CACHE
+
+logger = logging.getLogger(__name__)
+
+
+def head_name(layer: int, head: int) -> str:
+    return f"L{layer}H{head}"
+
+
+def union_of_top_m(head_scores: dict[str, list[float]], m: int) -> tuple[list[int], dict[int, list[str]]]:
+    """Indices (ascending) of the passages in any head's top-M, and which heads chose each."""
+    import torch
+
+    chosen: dict[int, list[str]] = {}
+    for name, scores in head_scores.items():
+        for index in top_m_indices(torch.tensor(scores), m).tolist():
+            chosen.setdefault(int(index), []).append(name)
+    return sorted(chosen), chosen
+
+
+@component
+class RetrievalAttentionFilter:
+    """
+    Replaces a long corpus-in-context by the passages the reader's retrieval heads attend to: one forward
+    pass of the reader over the CiC prompt, each probed head's top-M passages, united (ICR2 RAP).
+
+    The heads come from an artifact written by `icr2 probe-heads` for this reader, prompt template and
+    query-position mode. The reader is taken from the shared `MODEL_CACHE` with the same name, dtype, device
+    and sdpa attention as `LocalChatReader`, so a RAP pipeline holds one copy of the weights. The forward pass
+    stops after the deepest selected head's layer, and no T x T attention matrix is built.
+
+    Kept documents are copies, in their input order, with meta `rap_score` (the summed attention of the
+    selected heads), `rap_head_scores` (`{"L17H2": attention}`) and `rap_selected_by` (the heads whose top-M
+    held them).
+
+    Usage example:
+    ```python
+    from icr2_components.filters import RetrievalAttentionFilter
+
+    rap = RetrievalAttentionFilter(artifact="bench/results/rap_heads_smollm2.json", top_m=1, num_heads=4)
+    rap.warm_up()
+    result = rap.run(documents=corpus, query="who wrote the declaration of independence")
+    short_corpus, report = result["documents"], result["report"]
+    ```
+    """
+
+    def __init__(
+        self,
+        artifact: str,
+        model: str | None = None,
+        top_m: int | None = None,
+        num_heads: int | None = None,
+        dtype: str = "auto",
+        device: str | None = None,
+        max_context_tokens: int | None = None,
+        generation_tokens: int = 16,
+    ) -> None:
+        """
+        :param artifact: Path of the retrieval-head JSON written by `icr2 probe-heads`.
+        :param model: The reader (alias, path or HF id); defaults to the artifact's model. Must be the model
+            the heads were probed on.
+        :param top_m: M, passages kept per head (defaults to the artifact's M).
+        :param num_heads: Q, heads used (defaults to the artifact's Q; at most the heads the artifact ranks).
+        :param dtype: As for `LocalChatReader` (use the same value to share the loaded model).
+        :param device: As for `LocalChatReader`.
+        :param max_context_tokens: Refuse prompts longer than this (default: the model's context length).
+        :param generation_tokens: Tokens generated first in the `generated_tokens` query-position mode.
+        """
+        loaded = RetrievalHeadArtifact.load(artifact)  # raises FileNotFoundError naming `icr2 probe-heads`
+        if top_m is not None and top_m < 1:
+            raise ValueError(f"top_m (M) must be >= 1, got {top_m}.")
+        if num_heads is not None:
+            if num_heads < 1:
+                raise ValueError(f"num_heads (Q) must be >= 1, got {num_heads}.")
+            loaded.top_heads(num_heads)  # raises when the artifact ranks fewer heads
+        if max_context_tokens is not None and max_context_tokens < 1:
+            raise ValueError("max_context_tokens must be positive or None.")
+        if generation_tokens < 1:
+            raise ValueError(f"generation_tokens must be >= 1, got {generation_tokens}.")
+        if loaded.query_position_mode not in QUERY_POSITION_MODES:
+            raise ValueError(f"{artifact} uses an unknown query-position mode {loaded.query_position_mode!r}.")
+        self.artifact = artifact
+        self.model = model or loaded.model
+        self.top_m = top_m
+        self.num_heads = num_heads
+        self.dtype = dtype
+        self.device = device
+        self.max_context_tokens = max_context_tokens
+        self.generation_tokens = generation_tokens
+        self._artifact = loaded
+        self._model = None
+        self._tokenizer = None
+
+    def warm_up(self) -> None:
+        if self._model is None:
+            model, tokenizer = MODEL_CACHE.causal_lm(self.model, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
+            self._artifact.check_model(self.model, model_signature(model))
+            self._model, self._tokenizer = model, tokenizer
+
+    @component.output_types(documents=list[Document], report=dict)
+    def run(
+        self,
+        documents: list[Document],
+        query: str,
+        top_m: int | None = None,
+        num_heads: int | None = None,
+    ) -> dict[str, Any]:
+        """
+        :param documents: The corpus in context, in prompt order (meta `passage_id` as set by the corpus builder,
+            else ids by position).
+        :param query: The question the reader will answer.
+        :param top_m: Overrides M for this call.
+        :param num_heads: Overrides Q for this call.
+        :returns: `documents`: the kept passages; `report`: counts in and out, M and Q used, the prompt length,
+            whether M was clamped to the number of passages.
+        """
+        artifact = self._artifact
+        m = top_m or self.top_m or artifact.m
+        heads = artifact.top_heads(num_heads or self.num_heads or artifact.q)
+        report: dict[str, Any] = {"passages_in": len(documents), "top_m": m, "heads": [head_name(*h) for h in heads],
+                                  "m_clamped": False, "prompt_tokens": 0}
+        if not documents:
+            logger.warning("RetrievalAttentionFilter got no documents; nothing to filter.")
+            report.update(passages_out=0, empty_input=True)
+            return {"documents": [], "report": report}
+        if m >= len(documents):
+            # Every passage would be kept: say so rather than pretend the filter chose.
+            logger.warning("M=%d is not smaller than the %d passages given; all are kept.", m, len(documents))
+            report["m_clamped"] = True
+            m = len(documents)
+        self.warm_up()
+        encoded = encode_cic_prompt(self._tokenizer, artifact.task_type, query, documents, artifact.query_aware)
+        layers = sorted({layer for layer, _ in heads})
+        scored = score_passages(
+            self._model, self._tokenizer, encoded, artifact.query_position_mode, artifact.aggregate,
+            layers=layers, generation_tokens=self.generation_tokens,
+            max_context_tokens=self.max_context_tokens, model_name=self.model,
+        )
+        row_of_layer = {layer: row for row, layer in enumerate(layers)}
+        head_scores = {head_name(l, h): scored.scores[row_of_layer[l], h].tolist() for l, h in heads}
+        kept, chosen_by = union_of_top_m(head_scores, m)
+        output = []
+        for index in kept:
+            document = documents[index]
+            per_head = {name: float(scores[index]) for name, scores in head_scores.items()}
+            meta = {**(document.meta or {}), "rap_score": sum(per_head.values()), "rap_head_scores": per_head,
+                    "rap_selected_by": chosen_by[index]}
+            output.append(replace(document, meta=meta))
+        report.update(passages_out=len(output), prompt_tokens=scored.prompt_tokens, empty_input=False)
+        return {"documents": output, "report": report}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            artifact=self.artifact,
+            model=self.model,
+            top_m=self.top_m,
+            num_heads=self.num_heads,
+            dtype=self.dtype,
+            device=self.device,
+            max_context_tokens=self.max_context_tokens,
+            generation_tokens=self.generation_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RetrievalAttentionFilter":
+        return default_from_dict(cls, data)
