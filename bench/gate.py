@@ -2,11 +2,13 @@
 
     .venv/bin/python bench/gate.py [--latency-questions 12] [--today 2025-12-01] [--threads N]
 
-1. Decision latency: the single-forward-pass gate (next-token logits of "Yes"/"No") against a gate that
-   generates its answer with the same model and the same TA-ARE prompt (the ChatGenerator path over
-   LocalChatReader, greedy, 5 new tokens) and parses it. Same run, calls interleaved; ratio printed.
-2. Retrieval accuracy of TA-ARE against vanilla prompting (and the calibration baseline: vanilla P(yes) >= t)
-   on bench/data/gate_eval.jsonl, per data source; macro P/R/F1 over all labelled questions.
+1. Decision latency: the single-forward-pass gate (next-token logits of "Yes"/"No") against the same gate
+   generating its answer (`local_scoring="generate"`: greedy, same model, same rendered TA-ARE prompt with
+   the "[" answer prefix, stops at end of turn, at most 8 new tokens) and parsing it. Same run, calls
+   interleaved (the machine is shared); ratio printed.
+2. Retrieval accuracy of TA-ARE (both demonstration orders) against vanilla prompting and the calibration
+   baseline (vanilla P(yes) >= t) on bench/data/gate_eval.jsonl, per data source; macro P/R/F1 and the AUROC
+   of P(yes) over all labelled questions.
 
 Writes bench/results/gate.json and bench/results/gate.png.
 """
@@ -33,9 +35,8 @@ from rich.table import Table  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from icr2_components.evaluation.gate_eval import read_retrievalqa_jsonl  # noqa: E402
-from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions  # noqa: E402
+from icr2_components.evaluation.retrieval_decisions import retrieval_auroc, score_retrieval_decisions  # noqa: E402
 from icr2_components.gates import TimeAwareRetrievalGate  # noqa: E402
-from icr2_components.readers import LocalChatReader  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "gate_eval.jsonl"
 RESULTS = ROOT / "bench" / "results"
@@ -44,15 +45,14 @@ CPU = {"dtype": "float32", "device": "cpu"}
 
 def measure_latency(records, today: str, count: int) -> dict:
     single = TimeAwareRetrievalGate(method="ta_are", today=today, **CPU)
-    generating = TimeAwareRetrievalGate(
-        method="ta_are", today=today, chat_generator=LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=5, **CPU)
-    )
+    generating = TimeAwareRetrievalGate(method="ta_are", today=today, local_scoring="generate", max_new_tokens=8, **CPU)
     single.warm_up()
     generating.warm_up()
     single.run(query=records[0].question)  # untimed: first-call allocations
     generating.run(query=records[0].question)
     timings = {"single_forward": [], "generate": []}
     agreement = 0
+    replies = []
     questions = [r.question for r in records[1 : count + 1]]
     for index, question in enumerate(tqdm(questions, desc="latency", unit="q")):
         order = [("single_forward", single), ("generate", generating)]
@@ -64,29 +64,38 @@ def measure_latency(records, today: str, count: int) -> dict:
             decisions[name] = gate.run(query=question)["decision"]
             timings[name].append(time.perf_counter() - start)
         agreement += decisions["single_forward"]["retrieve"] == decisions["generate"]["retrieve"]
+        replies.append(decisions["generate"]["reply"])
     summary = {name: {"mean_s": statistics.mean(v), "median_s": statistics.median(v)} for name, v in timings.items()}
     summary["ratio_mean"] = summary["single_forward"]["mean_s"] / summary["generate"]["mean_s"]
     summary["ratio_median"] = summary["single_forward"]["median_s"] / summary["generate"]["median_s"]
     summary["questions"] = len(questions)
     summary["decision_agreement"] = agreement / len(questions)
     summary["unparsed_generated_replies"] = generating.stats["unparsed_replies"]
+    summary["generated_replies"] = replies
     summary["timings_s"] = timings
     return summary
 
 
 def measure_accuracy(records, today: str) -> dict:
-    ta_are = TimeAwareRetrievalGate(method="ta_are", today=today, **CPU)
-    vanilla = TimeAwareRetrievalGate(method="vanilla", **CPU)
+    gates = {
+        "vanilla": TimeAwareRetrievalGate(method="vanilla", **CPU),
+        "ta_are": TimeAwareRetrievalGate(method="ta_are", today=today, **CPU),
+        "ta_are no_first": TimeAwareRetrievalGate(method="ta_are", today=today, demonstration_order="no_first", **CPU),
+    }
     rows = []
     for record in tqdm(records, desc="decisions", unit="q"):
-        a = ta_are.run(query=record.question)["decision"]
-        v = vanilla.run(query=record.question)["decision"]
-        rows.append({"question": record.question, "source": record.source, "needs_retrieval": record.needs_retrieval,
-                     "ta_are_p_yes": a["p_yes"], "vanilla_p_yes": v["p_yes"],
-                     "ta_are_demonstrations": [d["question"] for d in a["demonstrations"]]})
-    methods = {"vanilla": lambda r: r["vanilla_p_yes"] >= 0.5, "ta_are": lambda r: r["ta_are_p_yes"] >= 0.5}
+        row = {"question": record.question, "source": record.source, "needs_retrieval": record.needs_retrieval}
+        for name, gate in gates.items():
+            decision = gate.run(query=record.question)["decision"]
+            row[f"{name} p_yes"] = decision["p_yes"]
+            if name == "ta_are":
+                row["ta_are demonstrations"] = [d["question"] for d in decision["demonstrations"]]
+        rows.append(row)
+    methods = {name: (lambda r, name=name: r[f"{name} p_yes"] >= 0.5) for name in gates}
+    scores_of = {name: f"{name} p_yes" for name in gates}
     for t in (0.25, 0.5, 0.75):
-        methods[f"threshold t={t}"] = lambda r, t=t: r["vanilla_p_yes"] >= t
+        methods[f"threshold t={t}"] = lambda r, t=t: r["vanilla p_yes"] >= t
+        scores_of[f"threshold t={t}"] = "vanilla p_yes"
     groups = {"needs retrieval (all)": [r for r in rows if r["needs_retrieval"]]}
     for source in sorted({r["source"] for r in rows}):
         groups[source] = [r for r in rows if r["source"] == source]
@@ -95,8 +104,10 @@ def measure_accuracy(records, today: str) -> dict:
     for group, members in groups.items():
         scores[group] = {}
         for name, decide in methods.items():
-            result = score_retrieval_decisions([decide(r) for r in members], [r["needs_retrieval"] for r in members])
-            scores[group][name] = result.as_dict()
+            labels = [r["needs_retrieval"] for r in members]
+            result = score_retrieval_decisions([decide(r) for r in members], labels).as_dict()
+            result["auroc"] = retrieval_auroc([r[scores_of[name]] for r in members], labels)
+            scores[group][name] = result
     return {"scores": scores, "rows": rows}
 
 
@@ -150,16 +161,18 @@ def main() -> None:
                   f"{latency['ratio_median']:.2f}")
     console.print(table)
     console.print(f"decisions agree on {100 * latency['decision_agreement']:.0f}% of questions; "
-                  f"{latency['unparsed_generated_replies']} generated replies said neither yes nor no")
+                  f"{latency['unparsed_generated_replies']} generated replies said neither yes nor no; "
+                  f"replies seen: {sorted(set(latency['generated_replies']))}")
 
     table = Table(title="retrieval decisions on bench/data/gate_eval.jsonl (%)")
-    for column in ("group", "method", "n", "retrieval rate", "retrieval acc", "macro P", "macro R", "F1"):
+    for column in ("group", "method", "n", "retrieval rate", "retrieval acc", "macro P", "macro R", "F1", "AUROC"):
         table.add_column(column, justify="left" if column in ("group", "method") else "right")
     for group, methods in accuracy["scores"].items():
         for method, s in methods.items():
             pct = lambda v: "-" if v is None else f"{100 * v:.1f}"  # noqa: E731
             table.add_row(group, method, str(s["count"]), pct(s["retrieval_rate"]), pct(s["retrieval_accuracy"]),
-                          pct(s["precision"]), pct(s["recall"]), pct(s["f1"]))
+                          pct(s["precision"]), pct(s["recall"]), pct(s["f1"]),
+                          "-" if s["auroc"] is None else f"{s['auroc']:.3f}")
     console.print(table)
     needs = accuracy["scores"]["needs retrieval (all)"]
     console.print(f"TA-ARE vs vanilla retrieval accuracy on questions that need retrieval: "

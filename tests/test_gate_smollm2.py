@@ -158,3 +158,16 @@ def test_adaptive_rag_yaml_routes_each_query_to_exactly_one_branch(smollm2, mini
     skipped = "closed_book_reader" if forced == "always" else "rag_reader"
     assert ran in other and skipped not in other
     assert other["answer"]["value"][0].text == other[ran]["replies"][0].text
+
+
+def test_generating_gate_parses_the_same_decision_the_logits_give(ta_are_gate):
+    generating = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", local_scoring="generate", max_new_tokens=6, **CPU)
+    for question in (NEW_WORLD_QUESTION, "What is the capital of Italy?"):
+        by_reply = generating.run(query=question)["decision"]
+        by_logits = ta_are_gate.run(query=question)["decision"]
+        assert by_reply["prompt"] == by_logits["prompt"] and by_reply["rendered_prompt"] == by_logits["rendered_prompt"]
+        assert by_reply["scoring"] == "reply" and by_reply["parsed"] is True
+        assert by_reply["reply"] in ("Yes]", "No]")
+        assert by_reply["retrieve"] == by_logits["retrieve"]
+    with pytest.raises(ValueError, match="threshold"):
+        TimeAwareRetrievalGate(method="threshold", local_scoring="generate")

@@ -176,3 +176,20 @@ def test_always_and_never_route_without_a_model_and_reject_empty_questions():
     for bad in ("", "   "):
         with pytest.raises(ValueError, match="empty question"):
             always.run(query=bad)
+
+
+def test_retrieval_auroc_by_hand():
+    from icr2_components.evaluation.retrieval_decisions import retrieval_auroc
+
+    assert retrieval_auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
+    assert retrieval_auroc([0.1, 0.8, 0.9, 0.2], [True, True, False, False]) == 0.25
+    assert retrieval_auroc([0.5, 0.5], [True, False]) == 0.5
+    assert retrieval_auroc([0.5, None, 0.7], [True, False, None]) is None
+
+
+def test_demonstration_order_puts_the_chosen_label_first():
+    yes = [Demonstration("y0", True), Demonstration("y1", True)]
+    no = [Demonstration("n0", False), Demonstration("n1", False)]
+    assert [d.question for d in interleave_demonstrations(yes, no, "no_first")] == ["n0", "y0", "n1", "y1"]
+    with pytest.raises(ValueError, match="order"):
+        interleave_demonstrations(yes, no, "random")

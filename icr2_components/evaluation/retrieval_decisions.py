@@ -63,3 +63,17 @@ def score_retrieval_decisions(
     # The paper's F1 is the harmonic mean of macro precision and macro recall (Table 10: 50.0, 22.8 -> 31.3).
     f1 = _safe_ratio(2 * precision * recall, precision + recall)
     return RetrievalDecisionScores(count, retrieval_rate, len(pairs), accuracy, precision, recall, f1)
+
+
+def retrieval_auroc(p_yes: Sequence[float | None], labels: Sequence[bool | None]) -> float | None:
+    """Area under the ROC curve of P(yes) as a needs-retrieval score: the chance that a question needing
+    retrieval gets a higher P(yes) than one that does not (ties count half). Threshold-free, so it shows
+    whether a gate's probability separates the classes even when the 0.5 cut is miscalibrated. None when a
+    class is missing; unlabelled questions and missing probabilities are left out."""
+    pairs = [(float(p), bool(l)) for p, l in zip(p_yes, labels) if p is not None and l is not None]
+    positives = [p for p, l in pairs if l]
+    negatives = [p for p, l in pairs if not l]
+    if not positives or not negatives:
+        return None
+    wins = sum(1.0 if pos > neg else 0.5 if pos == neg else 0.0 for pos in positives for neg in negatives)
+    return wins / (len(positives) * len(negatives))

@@ -63,14 +63,21 @@ def render_ta_are_prompt(question: str, today: _dt.date | None, demonstrations: 
     return "\n\n".join(parts)
 
 
+DEMONSTRATION_ORDERS = ("yes_first", "no_first")
+
+
 def interleave_demonstrations(
-    yes_examples: Sequence[Demonstration], no_examples: Sequence[Demonstration]
+    yes_examples: Sequence[Demonstration], no_examples: Sequence[Demonstration], order: str = "yes_first"
 ) -> list[Demonstration]:
-    """Yes, No, Yes, No, ... then the rest: neither label sits in one block next to the judged question."""
+    """Yes, No, Yes, No, ... (or No, Yes, ... with ``no_first``) then the rest, so that neither label sits in
+    one block. Small models copy the label nearest the question, which is why the order is a parameter."""
+    if order not in DEMONSTRATION_ORDERS:
+        raise ValueError(f"order must be one of {DEMONSTRATION_ORDERS}, got {order!r}.")
+    first, second = (yes_examples, no_examples) if order == "yes_first" else (no_examples, yes_examples)
     ordered: list[Demonstration] = []
-    for index in range(max(len(yes_examples), len(no_examples))):
-        if index < len(yes_examples):
-            ordered.append(yes_examples[index])
-        if index < len(no_examples):
-            ordered.append(no_examples[index])
+    for index in range(max(len(first), len(second))):
+        if index < len(first):
+            ordered.append(first[index])
+        if index < len(second):
+            ordered.append(second[index])
     return ordered

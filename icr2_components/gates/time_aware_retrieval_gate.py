@@ -17,7 +17,12 @@ from icr2_components.gates.demonstrations import (
     load_demonstration_pool,
     resolve_pool_path,
 )
-from icr2_components.gates.prompts import interleave_demonstrations, render_ta_are_prompt, render_vanilla_prompt
+from icr2_components.gates.prompts import (
+    DEMONSTRATION_ORDERS,
+    interleave_demonstrations,
+    render_ta_are_prompt,
+    render_vanilla_prompt,
+)
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no
 from icr2_components.models.cache import MODEL_CACHE
 
@@ -25,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("ta_are", "vanilla", "threshold", "always", "never")
 UNPARSED_POLICIES = ("retrieve", "no_retrieval", "error")
+LOCAL_SCORINGS = ("logits", "generate")
 
 
 def parse_today(value: str | _dt.date | None) -> _dt.date | None:
@@ -79,12 +85,15 @@ class TimeAwareRetrievalGate:
         yes_pool: str = DEFAULT_POOL,
         no_pool: str = DEFAULT_POOL,
         no_selection: str = "similar",
+        demonstration_order: str = "yes_first",
         embedding_model: str = "all-minilm-l6-v2",
         threshold: float = 0.5,
         answer_prefix: str = "[",
         yes_answer: str = "Yes",
         no_answer: str = "No",
         on_unparsed: str = "retrieve",
+        local_scoring: str = "logits",
+        max_new_tokens: int = 8,
         dtype: str = "auto",
         device: str | None = None,
         attn_implementation: str | None = "sdpa",
@@ -102,6 +111,7 @@ class TimeAwareRetrievalGate:
         :param no_pool: JSONL of questions the model could answer, or `default`.
         :param no_selection: `similar` (by embedding similarity, like [Yes]) or `fixed` (the pool's first lines,
             like the paper's hand-written [No] examples).
+        :param demonstration_order: `yes_first` (Yes, No, Yes, No) or `no_first` (No, Yes, No, Yes).
         :param embedding_model: Sentence-transformers model that ranks demonstrations (from the model cache).
         :param threshold: P(yes) at or above which the `threshold` method retrieves.
         :param answer_prefix: Text opening the assistant turn before the scored answer token.
@@ -109,6 +119,9 @@ class TimeAwareRetrievalGate:
         :param no_answer: The answer scored as "don't retrieve".
         :param on_unparsed: What a chat-generator reply saying neither yes nor no does: `retrieve`,
             `no_retrieval` or `error`.
+        :param local_scoring: `logits` (one forward pass, P(yes) from the next-token logits) or `generate`
+            (greedy generation from the same prompt, reply parsed: the slower baseline `bench/gate.py` times).
+        :param max_new_tokens: Generation budget of `local_scoring="generate"`.
         :param dtype: Local model dtype (`auto`, `float32`, `float16`, `bfloat16`).
         :param device: Local model device; the best available by default.
         :param attn_implementation: Local model attention implementation.
@@ -133,6 +146,14 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"on_unparsed must be one of {UNPARSED_POLICIES}, got {on_unparsed!r}.")
         if not yes_answer.strip() or not no_answer.strip() or yes_answer == no_answer:
             raise ValueError("yes_answer and no_answer must be two different non-empty strings.")
+        if demonstration_order not in DEMONSTRATION_ORDERS:
+            raise ValueError(f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {demonstration_order!r}.")
+        if local_scoring not in LOCAL_SCORINGS:
+            raise ValueError(f"local_scoring must be one of {LOCAL_SCORINGS}, got {local_scoring!r}.")
+        if local_scoring == "generate" and method == "threshold":
+            raise ValueError("method='threshold' needs P(yes) from logits; use local_scoring='logits'.")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
         if no_selection not in ("similar", "fixed"):
             raise ValueError(f"no_selection must be 'similar' or 'fixed', got {no_selection!r}.")
         parse_today(today)
@@ -150,12 +171,15 @@ class TimeAwareRetrievalGate:
         self.yes_pool = yes_pool
         self.no_pool = no_pool
         self.no_selection = no_selection
+        self.demonstration_order = demonstration_order
         self.embedding_model = embedding_model
         self.threshold = float(threshold)
         self.answer_prefix = answer_prefix
         self.yes_answer = yes_answer
         self.no_answer = no_answer
         self.on_unparsed = on_unparsed
+        self.local_scoring = local_scoring
+        self.max_new_tokens = max_new_tokens
         self.dtype = dtype
         self.device = device
         self.attn_implementation = attn_implementation
@@ -209,7 +233,7 @@ class TimeAwareRetrievalGate:
         """The user prompt for ``method``, the demonstrations it holds, and how many pool entries equal the query."""
         if method == "ta_are":
             yes_examples, no_examples, excluded = self._load_selector().select(query, n_yes, n_no)
-            demonstrations = interleave_demonstrations(yes_examples, no_examples)
+            demonstrations = interleave_demonstrations(yes_examples, no_examples, self.demonstration_order)
             prompt = render_ta_are_prompt(query, today if self.time_aware else None, demonstrations)
             return prompt, [{"question": d.question, "label": d.label, "source": d.source} for d in demonstrations], excluded
         return render_vanilla_prompt(query), [], 0
@@ -248,8 +272,8 @@ class TimeAwareRetrievalGate:
         method = method or self.method
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-        if method == "threshold" and self.chat_generator is not None:
-            raise ValueError("method='threshold' needs a local model; this gate decides with a chat_generator.")
+        if method == "threshold" and (self.chat_generator is not None or self.local_scoring == "generate"):
+            raise ValueError("method='threshold' needs P(yes) from a local model's logits; this gate parses replies.")
         threshold = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
@@ -273,7 +297,11 @@ class TimeAwareRetrievalGate:
             decision.update(prompt=prompt, demonstrations=demonstrations, excluded_demonstrations=excluded)
             self.stats["excluded_demonstrations"] += excluded
             if self.chat_generator is not None:
-                retrieve = self._decide_from_reply(prompt, decision)
+                retrieve = self._decide_from_reply(self._chat_generator_reply(prompt), decision)
+            elif self.local_scoring == "generate":
+                rendered = self.render_for_model(prompt)
+                decision["rendered_prompt"] = rendered
+                retrieve = self._decide_from_reply(self._generated_reply(rendered), decision)
             else:
                 self._load_model()
                 rendered = self.render_for_model(prompt)
@@ -289,10 +317,24 @@ class TimeAwareRetrievalGate:
         route = "retrieve" if retrieve else "no_retrieval"
         return {route: query, "decision": decision}
 
-    def _decide_from_reply(self, prompt: str, decision: dict[str, Any]) -> bool:
+    def _chat_generator_reply(self, prompt: str) -> str:
         result = self.chat_generator.run(messages=[ChatMessage.from_user(prompt)])
         replies = result.get("replies") or []
-        text = (replies[0].text if replies else "") or ""
+        return (replies[0].text if replies else "") or ""
+
+    def _generated_reply(self, rendered: str) -> str:
+        """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
+        import torch
+
+        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self._model.device)
+        with torch.inference_mode():
+            output = self._model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
+                do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=self._tokenizer.pad_token_id,
+            )
+        return self._tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
+
+    def _decide_from_reply(self, text: str, decision: dict[str, Any]) -> bool:
         parsed = parse_yes_no_reply(text)
         decision.update(reply=text, parsed=parsed is not None, scoring="reply")
         if parsed is None:
@@ -313,9 +355,11 @@ class TimeAwareRetrievalGate:
         return default_to_dict(
             self, method=self.method, model=self.model, chat_generator=generator, today=self.today,
             time_aware=self.time_aware, n_yes=self.n_yes, n_no=self.n_no, yes_pool=self.yes_pool,
-            no_pool=self.no_pool, no_selection=self.no_selection, embedding_model=self.embedding_model,
+            no_pool=self.no_pool, no_selection=self.no_selection, demonstration_order=self.demonstration_order,
+            embedding_model=self.embedding_model,
             threshold=self.threshold, answer_prefix=self.answer_prefix, yes_answer=self.yes_answer,
-            no_answer=self.no_answer, on_unparsed=self.on_unparsed, dtype=self.dtype, device=self.device,
+            no_answer=self.no_answer, on_unparsed=self.on_unparsed, local_scoring=self.local_scoring,
+            max_new_tokens=self.max_new_tokens, dtype=self.dtype, device=self.device,
             attn_implementation=self.attn_implementation,
         )
 

@@ -63,7 +63,7 @@ def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer:
     with torch.inference_mode():
         if single is not None:
             input_ids = torch.tensor([prompt_ids], device=device)
-            logits = model(input_ids=input_ids).logits[0, -1].float()
+            logits = _last_position_logits(model, input_ids)
             logprobs = torch.log_softmax(logits, dim=-1)
             yes_lp, no_lp = float(logprobs[single[0]]), float(logprobs[single[1]])
             return YesNoScore(two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp))
@@ -73,6 +73,15 @@ def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer:
             raise ValueError(f"The answers {yes_answer!r}/{no_answer!r} tokenize to nothing; choose non-empty answers.")
         yes_lp, no_lp = _sequence_logprobs(model, prompt_ids, [yes_ids, no_ids], tokenizer.pad_token_id)
         return YesNoScore(two_way_probability(yes_lp, no_lp), SEQUENCE_LOGPROB, math.exp(yes_lp) + math.exp(no_lp))
+
+
+def _last_position_logits(model, input_ids):
+    """Next-token logits at the last position; the LM head runs on that position only where supported."""
+    try:
+        output = model(input_ids=input_ids, logits_to_keep=1)
+    except TypeError:  # models without logits_to_keep
+        output = model(input_ids=input_ids)
+    return output.logits[0, -1].float()
 
 
 def _sequence_logprobs(model, prompt_ids: list[int], answers: list[list[int]], pad_id: int | None) -> list[float]:
