@@ -1,0 +1,163 @@
+"""``icr2 compare``: every pipeline over the same questions and context types, resumable, with a report.
+
+Usage:
+    >>> from icr2_components.evaluation.compare import run_compare
+    >>> report = run_compare(["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml"], limit=10,
+    ...                      out_dir="runs/compare", max_new_tokens=16)
+    >>> report["summary"]["vanilla_rag"]["gold"]["answer_match"]
+
+Context types: ``open`` (the pipeline as deployed: its own retrieval; the oracle gets the gold passages) and
+CUB's controlled ``gold``, ``conflicting`` and ``irrelevant`` (see ``context_types``), where the components
+feeding the pipeline's ``metadata.context_input`` are removed and the one passage is given instead. A pipeline
+that reads no passages (closed-book) is run once per question and its answer reused for every context type.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from icr2_components.evaluation.bcu import CONTEXT_TYPES
+from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
+from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
+from icr2_components.evaluation.context_types import ContextSet, build_context_set
+from icr2_components.evaluation.pipeline_spec import PipelineSpec
+
+CACHE_FILE = "answers.jsonl"
+
+
+def parse_context_types(text: str | Sequence[str]) -> list[str]:
+    items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    unknown = [t for t in items if t not in CONTEXT_TYPES]
+    if not items or unknown:
+        raise ValueError(f"--context-types takes a comma-separated subset of {list(CONTEXT_TYPES)}; got {text!r}.")
+    return list(dict.fromkeys(items))
+
+
+def load_specs(paths: Sequence[str]) -> list[PipelineSpec]:
+    """Load and check every pipeline before any question runs (a bad file fails the run at once)."""
+    if not paths:
+        raise ValueError("Name at least one pipeline YAML (--pipelines pipelines/closed_book.yaml ...).")
+    specs = [PipelineSpec.from_file(p) for p in paths]
+    seen: dict[str, int] = {}
+    for spec in specs:
+        if spec.name in seen:
+            seen[spec.name] += 1
+            spec.name = f"{spec.name}_{seen[spec.name]}"
+        else:
+            seen[spec.name] = 1
+    return specs
+
+
+def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet) -> dict:
+    return {
+        "key": cache_key(spec.hash, question.id, context_type),
+        "pipeline": spec.name,
+        "pipeline_file": spec.path,
+        "pipeline_hash": spec.hash,
+        "question_id": question.id,
+        "query": question.query,
+        "task_type": question.task_type,
+        "context_type": context_type,
+        "answers": question.answers,
+        "gold_ids": [d.id for d in question.gold_documents],
+        "conflicting_answer": contexts.conflicting_answer if context_type == "conflicting" else None,
+        "selects_passages": "documents" in spec.outputs and not spec.documents_input,
+        "reads_context": spec.context_input is not None,
+    }
+
+
+def _context_documents(spec: PipelineSpec, question: CompareQuestion, contexts: ContextSet, context_type: str):
+    """(documents, controlled, missing reason) for one pipeline, question and context type."""
+    if context_type == "open":
+        return (question.gold_documents if spec.documents_input else None), False, None
+    documents = contexts.documents(context_type)
+    if documents is None:
+        return None, True, (contexts.reasons or {}).get(context_type, "not built")
+    return documents, True, None
+
+
+def run_compare(
+    pipelines: Sequence[str],
+    dataset: str | None = None,
+    context_types: Sequence[str] | str = CONTEXT_TYPES,
+    limit: int | None = None,
+    out_dir: str | Path = "runs/compare",
+    max_new_tokens: int | None = None,
+    index: str = "indexing/kilt-sample.yaml",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs)."""
+    from tqdm.auto import tqdm
+
+    from icr2_components.evaluation.compare_report import build_report, write_report
+
+    types = parse_context_types(context_types)
+    if limit is not None and limit < 1:
+        raise ValueError("--limit must be a positive integer.")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise ValueError("--max-new-tokens must be a positive integer.")
+    specs = load_specs(pipelines)
+    questions, skips, dataset_path = read_compare_questions(dataset, limit=limit, index=index)
+    if not questions:
+        raise ValueError(f"{dataset_path} has no usable question ({skips.summary()}).")
+    pool = answer_pool(dataset_path)
+    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
+                for q in questions}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = AnswerCache(out / CACHE_FILE)
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0}
+    missing_contexts: dict[str, dict[str, int]] = {}
+    for context_set in contexts.values():
+        for context_type, reason in (context_set.reasons or {}).items():
+            if context_type in types:
+                bucket = missing_contexts.setdefault(context_type, {})
+                bucket[reason] = bucket.get(reason, 0) + 1
+    total = len(questions) * len(specs) * len(types)
+    with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
+        for question in questions:
+            for spec in specs:
+                first_key = None
+                for context_type in types:
+                    bar.update(1)
+                    record = _base_record(spec, question, context_type, contexts[question.id])
+                    if cache.done(record["key"]):
+                        counters["cached"] += 1
+                        first_key = first_key or record["key"]
+                        continue
+                    documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
+                    if missing:  # counted once per question below, for every pipeline alike
+                        continue
+                    if spec.context_input is None and first_key is not None and cache.done(first_key):
+                        source = cache.records[first_key]
+                        record.update({k: source[k] for k in ("answer", "shown_ids", "prompt_tokens", "latency_s")})
+                        record["reused_from"] = source["context_type"]
+                        counters["reused_no_context"] += 1
+                        cache.add(record)
+                        continue
+                    try:
+                        record.update(spec.run(question.query, documents, controlled, max_new_tokens=max_new_tokens))
+                        counters["model_runs"] += 1
+                    except ValueError as error:  # e.g. a prompt longer than the reader's context
+                        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None, error=str(error))
+                        counters["errors"] += 1
+                    cache.add(record)
+                    first_key = first_key or record["key"]
+    records = [r for r in cache if r["pipeline_hash"] in {s.hash for s in specs}
+               and r["question_id"] in contexts and r["context_type"] in types]
+    report = build_report(records, specs, types)
+    report["run"] = {
+        "dataset": dataset_path,
+        "questions": len(questions),
+        "context_types": types,
+        "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
+        "max_new_tokens": max_new_tokens,
+        "counters": counters,
+        "dataset_skips": skips.as_dict(),
+        "missing_contexts": missing_contexts,
+        "unreadable_cache_lines": cache.unreadable_lines,
+        "cache": str(out / CACHE_FILE),
+    }
+    write_report(report, out)
+    return report

@@ -1,0 +1,210 @@
+"""Aggregating compare answers into tables, and writing them as JSON, Markdown, HTML and PNG plots."""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Sequence
+
+from icr2_components.evaluation.bcu import bcu, faithfulness, memory_bcu, pareto_front
+from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+
+ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l")
+TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
+
+
+def memory_answers(records: Sequence[dict], no_context_pipelines: set[str]) -> dict[str, str]:
+    """question id -> the closed-book (no-context) pipeline's answer: the memory answer t_M of CUB."""
+    memory = {}
+    for record in records:
+        if record["pipeline"] in no_context_pipelines and not record.get("error"):
+            memory.setdefault(record["question_id"], record["answer"])
+    return memory
+
+
+def record_bcu(record: dict, memory: dict[str, str]) -> float | None:
+    """BCU of one answer (None for the open context type or when the target is unknown)."""
+    kind = record["context_type"]
+    if kind == "gold":
+        return bcu(record["answer"], record["answers"])
+    if kind == "conflicting":
+        return bcu(record["answer"], [record["conflicting_answer"]]) if record.get("conflicting_answer") else None
+    if kind == "irrelevant":
+        if record["question_id"] in memory:
+            return memory_bcu(record["answer"], memory[record["question_id"]])
+        return bcu(record["answer"], record["answers"])
+    return None
+
+
+def score_record(record: dict, memory: dict[str, str]) -> dict[str, float | None]:
+    """Every per-answer number the report averages."""
+    scores: dict[str, float | None] = dict(answer_scores(record["answer"], record["answers"]))
+    scores["bcu"] = record_bcu(record, memory)
+    recall = None
+    if record["context_type"] == "open" and record.get("shown_ids") is not None and record.get("selects_passages"):
+        recall = in_context_recall(record["shown_ids"], record.get("gold_ids") or [])
+    scores["in_context_recall"] = recall
+    scores["latency_s"] = record.get("latency_s")
+    scores["prompt_tokens"] = record.get("prompt_tokens")
+    return scores
+
+
+def _mean(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str]) -> dict[str, Any]:
+    """``summary[pipeline][context_type][metric]`` means, ``cub[pipeline]`` faithfulness/robustness, Pareto front."""
+    no_context = {s.name for s in specs if s.context_input is None}
+    memory = memory_answers(records, no_context)
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for spec in specs:
+        summary[spec.name] = {}
+        for kind in context_types:
+            chosen = [r for r in records if r["pipeline"] == spec.name and r["context_type"] == kind]
+            valid = [r for r in chosen if not r.get("error")]
+            scores = [score_record(r, memory) for r in valid]
+            row = {metric: _mean([s[metric] for s in scores]) for metric in TABLE_COLUMNS}
+            row["n"] = len(valid)
+            row["errors"] = len(chosen) - len(valid)
+            summary[spec.name][kind] = row
+    cub = {}
+    for name, rows in summary.items():
+        gold, conflicting, irrelevant = (rows.get(k, {}).get("bcu") for k in ("gold", "conflicting", "irrelevant"))
+        cub[name] = {"faithfulness": faithfulness(gold, conflicting), "robustness": irrelevant}
+    points = {n: (v["faithfulness"], v["robustness"]) for n, v in cub.items()
+              if v["faithfulness"] is not None and v["robustness"] is not None}
+    return {
+        "summary": summary,
+        "cub": cub,
+        "pareto_front": pareto_front(points),
+        "memory_target": "closed-book answer" if memory else "gold answers (no closed-book pipeline in the run)",
+    }
+
+
+def _fmt(value: Any, metric: str = "") -> str:
+    if value is None:
+        return "-"
+    if metric in ("latency_s",):
+        return f"{value:.2f}"
+    if metric in ("prompt_tokens", "n", "errors"):
+        return f"{value:.0f}"
+    return f"{value:.3f}"
+
+
+def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    header = ["pipeline", "context", "n", *TABLE_COLUMNS]
+    rows = []
+    for name, per_type in report["summary"].items():
+        for kind, row in per_type.items():
+            rows.append([name, kind, _fmt(row["n"], "n"), *(_fmt(row[m], m) for m in TABLE_COLUMNS)])
+    return header, rows
+
+
+def cub_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    header = ["pipeline", "faithfulness", "robustness", "on Pareto front"]
+    rows = [[name, _fmt(v["faithfulness"]), _fmt(v["robustness"]), "yes" if name in report["pareto_front"] else ""]
+            for name, v in report["cub"].items()]
+    return header, rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def plot_pareto(report: dict, path: Path) -> bool:
+    """Faithfulness (x) vs robustness (y), one point per pipeline, the Pareto front joined; False without points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = {n: (v["faithfulness"], v["robustness"]) for n, v in report["cub"].items()
+              if v["faithfulness"] is not None and v["robustness"] is not None}
+    if not points:
+        return False
+    figure, axes = plt.subplots(figsize=(6, 5))
+    for name, (x, y) in points.items():
+        axes.scatter([x], [y], s=50)
+        axes.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = sorted((points[n] for n in report["pareto_front"]), key=lambda p: p[0])
+    if len(front) > 1:
+        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front")
+        axes.legend(loc="lower left")
+    axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness = avg(BCU gold, BCU conflicting)",
+             ylabel="robustness = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -> None:
+    """Grouped bars: one metric per pipeline and context type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["summary"])
+    kinds = list(next(iter(report["summary"].values())))
+    width = 0.8 / max(len(kinds), 1)
+    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(names)), 4))
+    for i, kind in enumerate(kinds):
+        values = [report["summary"][n][kind][metric] or 0.0 for n in names]
+        axes.bar([j + i * width for j in range(len(names))], values, width, label=kind)
+    axes.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(names))], names, rotation=20, fontsize=8)
+    axes.set(ylim=(0, 1.05), ylabel=metric, title=f"{metric} by pipeline and context type")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
+    """Write report.json, report.md, report.html, pareto.png and context_types.png; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",
+             "context_types_png": out / "context_types.png"}
+    has_pareto = plot_pareto(report, out / "pareto.png")
+    if has_pareto:
+        files["pareto_png"] = out / "pareto.png"
+    plot_context_types(report, files["context_types_png"])
+    report["files"] = {k: str(v) for k, v in files.items()}
+    files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    s_header, s_rows = summary_rows(report)
+    c_header, c_rows = cub_rows(report)
+    run = report.get("run", {})
+    notes = [f"Dataset: `{run.get('dataset')}`, {run.get('questions')} questions; BCU memory target for irrelevant "
+             f"context: {report['memory_target']}.",
+             f"Dataset skips: {json.dumps((run.get('dataset_skips') or {}).get('counts', {}))}; contexts not built: "
+             f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}."]
+    md = ["# icr2 compare", "", *notes, "", "## Per pipeline and context type", "", markdown_table(s_header, s_rows),
+          "", "## Faithfulness and robustness (CUB BCU)", "", markdown_table(c_header, c_rows), ""]
+    if has_pareto:
+        md += ["![Pareto](pareto.png)", ""]
+    md += ["![Answer match by context type](context_types.png)", ""]
+    files["markdown"].write_text("\n".join(md))
+    page = ["<!doctype html><html><head><meta charset='utf-8'><title>icr2 compare</title>",
+            "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+            "padding:3px 8px}</style></head><body><h1>icr2 compare</h1>",
+            *(f"<p>{html.escape(n)}</p>" for n in notes), "<h2>Per pipeline and context type</h2>",
+            html_table(s_header, s_rows), "<h2>Faithfulness and robustness (CUB BCU)</h2>", html_table(c_header, c_rows)]
+    if has_pareto:
+        page.append("<p><img src='pareto.png' alt='Pareto plot'></p>")
+    page.append("<p><img src='context_types.png' alt='answer match by context type'></p></body></html>")
+    files["html"].write_text("\n".join(page))
+    return {k: str(v) for k, v in files.items()}

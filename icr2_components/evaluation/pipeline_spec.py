@@ -1,0 +1,205 @@
+"""A pipeline YAML as ``icr2 compare`` and ``icr2 serve`` see it: declared inputs/outputs, hash, context entry.
+
+A library pipeline declares, beside Haystack's ``components``/``connections``, the top-level ``inputs`` and
+``outputs`` maps hayhooks reads (``name: component.socket`` or a list of targets). ``metadata.context_input``
+names the socket that receives the passages; under a controlled context type (gold, conflicting, irrelevant)
+compare removes the components that feed it (the retriever, or retrievers and corpus builder) and passes the
+given passages there, so that only the context-utilisation stage differs (as CUB does).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from haystack import Document, Pipeline
+
+from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
+
+
+class PipelineSpecError(ValueError):
+    """A pipeline YAML cannot be compared or served; the message says what to add."""
+
+
+def _targets(value: Any) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    return [v for v in values if isinstance(v, str) and "." in v]
+
+
+def parse_declared_io(data: dict, source: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The declared ``inputs`` (name -> targets) and ``outputs`` (name -> path); raise when absent or malformed."""
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    if not isinstance(inputs, dict) or not inputs:
+        raise PipelineSpecError(
+            f"{source} declares no `inputs`. Add a top-level map such as `inputs: {{query: [retriever.query, "
+            "prompt.query]}` naming the sockets each request field feeds (hayhooks' YAML convention)."
+        )
+    if not isinstance(outputs, dict) or not outputs:
+        raise PipelineSpecError(f"{source} declares no `outputs`. Add e.g. `outputs: {{replies: reader.replies}}`.")
+    parsed_inputs = {}
+    for name, value in inputs.items():
+        targets = _targets(value)
+        if not targets:
+            raise PipelineSpecError(f"{source}: input {name!r} must name `component.socket` targets, got {value!r}.")
+        parsed_inputs[str(name)] = targets
+    parsed_outputs = {}
+    for name, value in outputs.items():
+        targets = _targets(value)
+        if len(targets) != 1:
+            raise PipelineSpecError(f"{source}: output {name!r} must name one `component.socket`, got {value!r}.")
+        parsed_outputs[str(name)] = targets[0]
+    if "query" not in parsed_inputs:
+        raise PipelineSpecError(f"{source}: compare and serve send the question as input `query`; declare it.")
+    if "replies" not in parsed_outputs:
+        raise PipelineSpecError(f"{source}: declare the reader's answer as output `replies` (e.g. reader.replies).")
+    return parsed_inputs, parsed_outputs
+
+
+def check_targets(pipeline: Pipeline, inputs: dict[str, list[str]], outputs: dict[str, str], source: str) -> None:
+    """Every declared input must be a pipeline input socket and every output a component's output socket."""
+    open_inputs = pipeline.inputs(include_components_with_connected_inputs=True)
+    for name, targets in inputs.items():
+        for target in targets:
+            component, socket = target.split(".", 1)
+            if socket not in open_inputs.get(component, {}):
+                raise PipelineSpecError(f"{source}: input {name!r} targets {target}, which is not an open input socket.")
+    for name, path in outputs.items():
+        component, socket = path.split(".", 1)
+        try:
+            instance = pipeline.get_component(component)
+        except ValueError as error:
+            raise PipelineSpecError(f"{source}: output {name!r} names unknown component {component!r}.") from error
+        if socket not in getattr(instance, "__haystack_output__")._sockets_dict:
+            raise PipelineSpecError(f"{source}: output {name!r} names unknown socket {path}.")
+
+
+def file_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class PipelineSpec:
+    """One comparable pipeline: its file, name, hash, declared IO, and context entry (None: reads no passages)."""
+
+    path: str
+    name: str
+    text: str
+    data: dict
+    inputs: dict[str, list[str]]
+    outputs: dict[str, str]
+    context_input: str | None
+    hash: str
+    _pipelines: dict[str, Pipeline] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_file(cls, path: str) -> "PipelineSpec":
+        file = Path(path)
+        if not file.exists():
+            raise FileNotFoundError(f"Pipeline file not found: {path}")
+        text = file.read_text()
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise PipelineSpecError(f"{path} is not valid YAML: {error}") from error
+        pipeline = loads_pipeline(text, source=str(path))  # refuses modules outside the allowlist
+        inputs, outputs = parse_declared_io(data, str(path))
+        check_targets(pipeline, inputs, outputs, str(path))
+        context_input = (data.get("metadata") or {}).get("context_input")
+        if context_input is not None and (not isinstance(context_input, str) or "." not in context_input):
+            raise PipelineSpecError(f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}.")
+        spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, file_hash(text))
+        spec._pipelines["open"] = pipeline
+        return spec
+
+    @property
+    def documents_input(self) -> str | None:
+        """The declared input fed with passages (the oracle's gold passages), if any."""
+        if self.context_input is None:
+            return None
+        for name, targets in self.inputs.items():
+            if self.context_input in targets:
+                return name
+        return None
+
+    def pipeline(self, controlled: bool) -> Pipeline:
+        key = "controlled" if controlled and self.context_input and not self.documents_input else "open"
+        if key not in self._pipelines:
+            self._pipelines[key] = loads_pipeline(yaml.safe_dump(controlled_variant(self.data, self.context_input)),
+                                                  source=f"{self.path} (controlled context)")
+        return self._pipelines[key]
+
+    def run(self, query: str, documents: list[Document] | None, controlled: bool,
+            max_new_tokens: int | None = None) -> dict[str, Any]:
+        """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
+        pipeline = self.pipeline(controlled)
+        existing = {name for name, _ in pipeline.walk()}
+        data: dict[str, dict[str, Any]] = {}
+        for target in self.inputs["query"]:
+            component, socket = target.split(".", 1)
+            if component in existing:
+                data.setdefault(component, {})[socket] = query
+        if documents is not None and self.context_input:
+            component, socket = self.context_input.split(".", 1)
+            data.setdefault(component, {})[socket] = documents
+        if max_new_tokens:
+            from icr2_components.readers.local_chat_reader import LocalChatReader
+
+            for name, instance in pipeline.walk():
+                if isinstance(instance, LocalChatReader):
+                    data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
+        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
+        start = time.perf_counter()
+        result = pipeline.run(data, include_outputs_from=outputs_from)
+        latency = time.perf_counter() - start
+        reply_component, reply_socket = self.outputs["replies"].split(".", 1)
+        replies = result.get(reply_component, {}).get(reply_socket) or []
+        reply = replies[0] if replies else None
+        shown = None
+        if controlled and documents is not None:
+            shown = [d.id for d in documents]
+        elif "documents" in self.outputs:
+            doc_component, doc_socket = self.outputs["documents"].split(".", 1)
+            shown = [d.id for d in result.get(doc_component, {}).get(doc_socket) or []]
+        elif documents is not None:
+            shown = [d.id for d in documents]
+        return {
+            "answer": (reply.text or "") if reply is not None else "",
+            "shown_ids": shown,
+            "prompt_tokens": (reply.meta or {}).get("prompt_tokens") if reply is not None else None,
+            "latency_s": latency,
+        }
+
+
+def controlled_variant(data: dict, context_input: str | None) -> dict:
+    """The pipeline dict with every component that (only) feeds ``context_input`` removed, transitively."""
+    variant = copy.deepcopy(data)
+    for key in ("inputs", "outputs"):
+        variant.pop(key, None)
+    if not context_input:
+        return variant
+    connections = variant.get("connections") or []
+    removed = {c["sender"].split(".", 1)[0] for c in connections if c["receiver"] == context_input}
+    changed = True
+    while changed:
+        changed = False
+        for name in variant["components"]:
+            if name in removed:
+                continue
+            receivers = {c["receiver"].split(".", 1)[0] for c in connections if c["sender"].split(".", 1)[0] == name}
+            if receivers and receivers <= removed:
+                removed.add(name)
+                changed = True
+    variant["components"] = {k: v for k, v in variant["components"].items() if k not in removed}
+    variant["connections"] = [
+        c for c in connections
+        if c["sender"].split(".", 1)[0] not in removed and c["receiver"].split(".", 1)[0] not in removed
+    ]
+    return variant
+
+
+__all__ = ["PipelineLoadError", "PipelineSpec", "PipelineSpecError", "controlled_variant", "parse_declared_io"]
