@@ -193,3 +193,9 @@ def test_demonstration_order_puts_the_chosen_label_first():
     assert [d.question for d in interleave_demonstrations(yes, no, "no_first")] == ["n0", "y0", "n1", "y1"]
     with pytest.raises(ValueError, match="order"):
         interleave_demonstrations(yes, no, "random")
+
+
+def test_run_time_method_override_needs_a_model_when_built_without_one():
+    gate = TimeAwareRetrievalGate(method="never", model=None)
+    with pytest.raises(ValueError, match="needs a model"):
+        gate.run(query="Who won?", method="vanilla")

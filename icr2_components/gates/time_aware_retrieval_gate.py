@@ -54,7 +54,8 @@ class TimeAwareRetrievalGate:
     vanilla prompt reaches `threshold`: the calibration-based baseline), `always` and `never`.
 
     With a local model (`model`, from the shared model cache) P(yes) comes from the next-token logits of the
-    answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens). With a
+    answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
+    `local_scoring="generate"` instead generates the answer greedily and parses it (the slower baseline). With a
     `chat_generator` (any Haystack ChatGenerator, e.g. one behind an API) the decision is parsed from its reply;
     a reply that says neither yes nor no follows `on_unparsed` and is counted in `stats`.
 
@@ -274,6 +275,8 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
         if method == "threshold" and (self.chat_generator is not None or self.local_scoring == "generate"):
             raise ValueError("method='threshold' needs P(yes) from a local model's logits; this gate parses replies.")
+        if method not in ("always", "never") and self.chat_generator is None and not self.model:
+            raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
         threshold = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
