@@ -153,3 +153,20 @@ def test_char_spans_map_to_the_tokens_of_each_passage(smollm2):
     assert decoded == [first, second]
     with pytest.raises(AttentionAccessError, match="No token covers"):
         token_spans_from_char_spans(encoded["offset_mapping"], [(len(text) + 5, len(text) + 9)])
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_rows_taken_during_generation_match_eager_on_the_full_sequence_tiny_random(family):
+    from icr2_components.models.attention import generation_passage_scores
+
+    sdpa, eager = _sdpa_and_eager(_tiny_configs()[family])
+    prompt = torch.randint(3, 128, (1, 30), generator=torch.Generator().manual_seed(4))
+    spans = [(0, 10), (10, 20), (20, 29)]
+    scores, generated = generation_passage_scores(sdpa, prompt, spans, max_new_tokens=5, aggregate="sum", pad_token_id=0)
+    count = generated.shape[1]
+    assert 1 <= count <= 5
+    full = torch.cat([prompt, generated], dim=1)
+    # The prefill gives the last prompt token's row; each decoding step the row of the token it feeds back.
+    positions = list(range(29, 29 + count))
+    expected = aggregate_spans(_eager_rows(eager, full, positions), spans, "sum").mean(dim=2)
+    assert torch.allclose(scores, expected, atol=TOLERANCE)

@@ -17,6 +17,7 @@ def register(subparsers) -> None:
     parser.add_argument("--q", type=int, default=4, help="Q: heads selected")
     parser.add_argument("--max-m", type=int, default=8, help="hit rates are computed for M = 1..max-m")
     parser.add_argument("--query-position", choices=["last_prompt_token", "generated_tokens"], default="last_prompt_token")
+    parser.add_argument("--generation-tokens", type=int, default=6, help="greedy tokens generated in the generated_tokens mode")
     parser.add_argument("--aggregate", choices=["sum", "mean", "max"], default="sum")
     parser.add_argument("--query-aware", action="store_true", help="the prompt repeats the query before the corpus")
     parser.add_argument("--max-context-tokens", type=int, default=None)
@@ -38,7 +39,7 @@ def run(args) -> int:
     outcome = probe_to_artifact(
         instances, args.model, m=args.m, q=args.q, max_m=args.max_m, query_position_mode=args.query_position,
         aggregate=args.aggregate, query_aware=args.query_aware, dtype=args.dtype, device=args.device,
-        max_context_tokens=args.max_context_tokens, artifact_path=args.output, heatmap_path=heatmap,
+        max_context_tokens=args.max_context_tokens, generation_tokens=args.generation_tokens, artifact_path=args.output, heatmap_path=heatmap,
     )
     artifact = outcome.artifact
     print(skips.summary())

@@ -42,6 +42,7 @@ class RetrievalHeadArtifact:
     chance_hit_rates: list[float]
     instances: int
     skipped: dict[str, Any] = field(default_factory=dict)
+    generation_tokens: int = 6
     prompt_template: str = "icr2_components.builders.templates.render_cic_prompt"
     format: str = ARTIFACT_FORMAT
 
@@ -68,6 +69,7 @@ class RetrievalHeadArtifact:
         query_position_mode: str = "last_prompt_token",
         aggregate: str = "sum",
         rank: int = 32,
+        generation_tokens: int = 6,
     ) -> "RetrievalHeadArtifact":
         """Select the top ``q`` heads at ``m`` from a :class:`ProbeResult` and record how they were found."""
         from icr2_components.filters.head_probing import select_heads
@@ -90,6 +92,7 @@ class RetrievalHeadArtifact:
             chance_hit_rates=[round(c, 6) for c in result.chance],
             instances=len(result.instances),
             skipped=result.skips.as_dict(),
+            generation_tokens=generation_tokens,
         )
 
     def head_hit_rate(self, layer: int, head: int, m: int | None = None) -> float:

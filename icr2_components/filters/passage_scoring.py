@@ -4,8 +4,9 @@ The prompt is the CiC prompt the reader itself would see (``render_cic_prompt`` 
 template), so the heads are probed and used on exactly the input they answer from. Query positions:
 
 - ``last_prompt_token``: the row of the last prompt token (the one that predicts the first answer token);
-- ``generated_tokens``: a short greedy generation, then one forward over prompt + generated tokens, taking the
-  rows of the generated positions (ICR2 F.2: RTA retrieves with all tokens of its retrieval step).
+- ``generated_tokens``: a short greedy generation whose own cached forward passes give the rows of the last
+  prompt token and of every generated token fed back, averaged (ICR2 F.2: RTA retrieves with all tokens of
+  its retrieval step). It costs the generation and nothing more.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from typing import Any, Sequence
 import torch
 from haystack import Document
 
-from icr2_components.models.attention import passage_attention_scores, token_spans_from_char_spans
+from icr2_components.models.attention import (
+    generation_passage_scores,
+    passage_attention_scores,
+    token_spans_from_char_spans,
+)
 
 QUERY_POSITION_MODES = ("last_prompt_token", "generated_tokens")
 
@@ -87,28 +92,6 @@ def check_fits(prompt_tokens: int, limit: int, reserved: int, model_name: str) -
         )
 
 
-def greedy_continuation(model, tokenizer, input_ids: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-    """Greedy tokens after the prompt (without it), stopping at end of sequence: (1, G)."""
-    with torch.inference_mode():
-        output = model.generate(
-            input_ids=input_ids.to(model.device),
-            attention_mask=torch.ones_like(input_ids).to(model.device),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            pad_token_id=tokenizer.pad_token_id,
-        )
-    generated = output[:, input_ids.shape[1]:].cpu()
-    eos = tokenizer.eos_token_id
-    if eos is not None and generated.shape[1]:
-        hits = (generated[0] == eos).nonzero()
-        if len(hits):
-            generated = generated[:, : int(hits[0])]
-    return generated
-
-
 def score_passages(
     model,
     tokenizer,
@@ -127,17 +110,18 @@ def score_passages(
     prompt_tokens = int(encoded.input_ids.shape[1])
     reserved = generation_tokens if query_position_mode == "generated_tokens" else 0
     check_fits(prompt_tokens, limit, reserved, model_name)
-    input_ids = encoded.input_ids
-    positions: list[int] = [prompt_tokens - 1]
     if query_position_mode == "generated_tokens":
-        generated = greedy_continuation(model, tokenizer, input_ids, generation_tokens)
-        if generated.shape[1]:
-            input_ids = torch.cat([input_ids, generated], dim=1)
-            positions = list(range(prompt_tokens, int(input_ids.shape[1])))
-        # An empty continuation (immediate end of sequence) leaves the last prompt token as the query.
-    scores = passage_attention_scores(
-        model, input_ids, encoded.token_spans, query_positions=positions, aggregate=aggregate, layers=layers
-    )
+        scores, generated = generation_passage_scores(
+            model, encoded.input_ids, encoded.token_spans, generation_tokens, aggregate=aggregate, layers=layers,
+            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        )
+        # The last prompt token and each generated token fed back (all but the last one generated).
+        positions = list(range(prompt_tokens - 1, prompt_tokens - 1 + max(1, int(generated.shape[1]))))
+    else:
+        positions = [prompt_tokens - 1]
+        scores = passage_attention_scores(
+            model, encoded.input_ids, encoded.token_spans, query_positions=positions, aggregate=aggregate, layers=layers
+        )
     return PassageScores(encoded.passage_ids, scores, prompt_tokens, positions)
 
 

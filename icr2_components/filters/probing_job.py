@@ -40,6 +40,7 @@ def probe_to_artifact(
     dtype: str = "auto",
     device: str | None = None,
     max_context_tokens: int | None = None,
+    generation_tokens: int = 6,
     artifact_path: str | Path | None = None,
     heatmap_path: str | Path | None = None,
     progress: bool = True,
@@ -57,11 +58,11 @@ def probe_to_artifact(
     loaded, tokenizer = MODEL_CACHE.causal_lm(model, dtype=dtype, device=device, attn_implementation="sdpa")
     result = probe_heads(
         loaded, tokenizer, instances, max_m=max_m, query_position_mode=query_position_mode, aggregate=aggregate,
-        query_aware=query_aware, max_context_tokens=max_context_tokens, progress=progress,
+        query_aware=query_aware, max_context_tokens=max_context_tokens, generation_tokens=generation_tokens, progress=progress,
     )
     artifact = RetrievalHeadArtifact.from_probe(
         result, model, model_signature(loaded), m, q, task_type=task_types.pop(), query_aware=query_aware,
-        query_position_mode=query_position_mode, aggregate=aggregate,
+        query_position_mode=query_position_mode, aggregate=aggregate, generation_tokens=generation_tokens,
     )
     saved = artifact.save(artifact_path) if artifact_path else None
     plotted = plot_hit_rate_heatmap(artifact, heatmap_path) if heatmap_path else None

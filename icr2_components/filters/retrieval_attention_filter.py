@@ -66,7 +66,7 @@ class RetrievalAttentionFilter:
         dtype: str = "auto",
         device: str | None = None,
         max_context_tokens: int | None = None,
-        generation_tokens: int = 16,
+        generation_tokens: int | None = None,
     ) -> None:
         """
         :param artifact: Path of the retrieval-head JSON written by `icr2 probe-heads`.
@@ -77,7 +77,8 @@ class RetrievalAttentionFilter:
         :param dtype: As for `LocalChatReader` (use the same value to share the loaded model).
         :param device: As for `LocalChatReader`.
         :param max_context_tokens: Refuse prompts longer than this (default: the model's context length).
-        :param generation_tokens: Tokens generated first in the `generated_tokens` query-position mode.
+        :param generation_tokens: Tokens generated first in the `generated_tokens` query-position
+            mode (defaults to the artifact's, the number the heads were probed with).
         """
         loaded = RetrievalHeadArtifact.load(artifact)  # raises FileNotFoundError naming `icr2 probe-heads`
         if top_m is not None and top_m < 1:
@@ -88,7 +89,7 @@ class RetrievalAttentionFilter:
             loaded.top_heads(num_heads)  # raises when the artifact ranks fewer heads
         if max_context_tokens is not None and max_context_tokens < 1:
             raise ValueError("max_context_tokens must be positive or None.")
-        if generation_tokens < 1:
+        if generation_tokens is not None and generation_tokens < 1:
             raise ValueError(f"generation_tokens must be >= 1, got {generation_tokens}.")
         if loaded.query_position_mode not in QUERY_POSITION_MODES:
             raise ValueError(f"{artifact} uses an unknown query-position mode {loaded.query_position_mode!r}.")
@@ -146,7 +147,7 @@ class RetrievalAttentionFilter:
         layers = sorted({layer for layer, _ in heads})
         scored = score_passages(
             self._model, self._tokenizer, encoded, artifact.query_position_mode, artifact.aggregate,
-            layers=layers, generation_tokens=self.generation_tokens,
+            layers=layers, generation_tokens=self.generation_tokens or artifact.generation_tokens,
             max_context_tokens=self.max_context_tokens, model_name=self.model,
         )
         row_of_layer = {layer: row for row, layer in enumerate(layers)}

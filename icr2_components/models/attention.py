@@ -284,6 +284,74 @@ class QueryRowCapture:
         return None
 
 
+class GenerationRowCapture:
+    """A tap for ``model.generate``: keeps, per layer, the row of the newest query position of every call.
+
+    The prefill call contributes the last prompt token; each decoding step contributes the token it feeds
+    back (a generated token). Rows are reduced over ``spans`` at once, so a step costs heads x passages.
+    """
+
+    def __init__(self, spans: Sequence[tuple[int, int]], aggregate: str = "sum", layers: Sequence[int] | None = None) -> None:
+        if aggregate not in AGGREGATIONS:
+            raise AttentionAccessError(f"aggregate must be one of {AGGREGATIONS}, got {aggregate!r}.")
+        self.spans = list(spans)
+        self.aggregate = aggregate
+        self.layers = set(layers) if layers is not None else None
+        self.steps: dict[int, list[torch.Tensor]] = {}
+
+    def __call__(self, call: AttentionCall) -> None:
+        if self.layers is not None and call.layer not in self.layers:
+            return None
+        rows = attention_rows(call, [call.query.shape[2] - 1])[0]  # (heads, 1, kv_len)
+        self.steps.setdefault(call.layer, []).append(aggregate_spans(rows, self.spans, self.aggregate).cpu())
+        return None
+
+
+def generation_passage_scores(
+    model,
+    input_ids: torch.Tensor,
+    spans: Sequence[tuple[int, int]],
+    max_new_tokens: int,
+    aggregate: str = "sum",
+    layers: Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+    eos_token_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy generation that scores passages from the last prompt token and every generated token fed back.
+
+    Returns ``(scores, generated)``: scores (layers, query_heads, passages), averaged over those query
+    positions, and the generated ids (1, G) without the prompt. The rows are taken inside the generation's own
+    cached forward passes, so this costs no more forward passes than the generation itself.
+    """
+    if not spans:
+        raise AttentionAccessError("No passage spans were given: there is nothing to score.")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    length = int(input_ids.shape[-1])
+    for start, end in spans:
+        if not 0 <= start < end <= length:
+            raise AttentionAccessError(f"Token span ({start}, {end}) is empty or outside {length} tokens.")
+    tap = GenerationRowCapture(spans, aggregate, layers)
+    with attention_taps(model, tap), torch.inference_mode():
+        output = model.generate(
+            input_ids=input_ids.to(model.device),
+            attention_mask=torch.ones_like(input_ids).to(model.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+        )
+    chosen = sorted(tap.steps) if layers is None else sorted(set(layers))
+    missing = [layer for layer in chosen if layer not in tap.steps]
+    if missing:
+        raise AttentionAccessError(f"No attention was captured for layers {missing}; the model has fewer layers.")
+    scores = torch.stack([torch.cat(tap.steps[layer], dim=1).mean(dim=1) for layer in chosen])
+    return scores, output[:, length:].cpu()
+
+
 def aggregate_spans(rows: torch.Tensor, spans: Sequence[tuple[int, int]], aggregate: str = "sum") -> torch.Tensor:
     """Reduce the last (key) axis of ``rows`` over each ``[start, end)`` token span: (..., len(spans))."""
     if aggregate not in AGGREGATIONS:
