@@ -62,7 +62,7 @@ def parse_declared_io(data: dict, source: str) -> tuple[dict[str, list[str]], di
 
 def check_targets(pipeline: Pipeline, inputs: dict[str, list[str]], outputs: dict[str, str], source: str) -> None:
     """Every declared input must be a pipeline input socket and every output a component's output socket."""
-    open_inputs = pipeline.inputs(include_components_with_connected_inputs=True)
+    open_inputs = pipeline.inputs()
     for name, targets in inputs.items():
         for target in targets:
             component, socket = target.split(".", 1)

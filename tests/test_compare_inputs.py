@@ -1,0 +1,86 @@
+"""Bad input to compare and the context-type construction, on the real bundled NQ sample (no generation)."""
+
+import json
+
+import pytest
+import yaml
+
+from icr2_components.cli import main
+from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
+from icr2_components.evaluation.context_types import answer_type, build_context_set
+from icr2_components.evaluation.pipeline_spec import PipelineSpec, PipelineSpecError
+from icr2_components.evaluation.text_metrics import exact_match, rouge_l, token_f1
+from icr2_components.pipeline_loading import PipelineLoadError
+
+CLOSED_BOOK = "pipelines/closed_book.yaml"
+
+
+def _write_variant(tmp_path, name, change):
+    data = yaml.safe_load(open(CLOSED_BOOK).read())
+    change(data)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_module_outside_the_allowlist_is_refused(tmp_path, capsys):
+    path = _write_variant(tmp_path, "evil.yaml", lambda d: d["components"]["reader"].update(type="os.system"))
+    with pytest.raises(PipelineLoadError, match="allowlist|icr2_components"):
+        PipelineSpec.from_file(str(path))
+    assert main(["compare", "--pipelines", str(path), "--limit", "1", "--out", str(tmp_path / "o")]) == 1
+    assert "icr2_components" in capsys.readouterr().err
+
+
+def test_pipeline_without_declared_inputs_is_refused(tmp_path, capsys):
+    path = _write_variant(tmp_path, "no_inputs.yaml", lambda d: d.pop("inputs"))
+    with pytest.raises(PipelineSpecError, match="declares no `inputs`"):
+        PipelineSpec.from_file(str(path))
+    assert main(["compare", "--pipelines", str(path), "--out", str(tmp_path / "o")]) == 1
+    assert "declares no `inputs`" in capsys.readouterr().err
+
+
+def test_declared_input_must_be_an_open_socket(tmp_path):
+    path = _write_variant(tmp_path, "bad_target.yaml", lambda d: d.update(inputs={"query": "reader.messages"}))
+    with pytest.raises(PipelineSpecError, match="not an open input socket"):
+        PipelineSpec.from_file(str(path))
+
+
+def test_dataset_with_missing_answers_is_counted(tmp_path, sample_files):
+    lines = [json.loads(line) for line in open(sample_files.tasks).read().splitlines()[:6]]
+    for record in lines[:2]:
+        record["output"] = [{"provenance": o.get("provenance", [])} for o in record["output"]]
+    path = tmp_path / "nq-missing.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in lines) + "\n{not json\n")
+    questions, skips, _ = read_compare_questions(str(path))
+    assert len(questions) == 4
+    assert skips.counts["missing answers"] == 2
+    assert skips.total == 3  # and the malformed line
+
+
+def test_context_types_on_real_questions(sample_files):
+    questions, _, path = read_compare_questions(None, limit=8)
+    pool = answer_pool(path)
+    built = 0
+    for q in questions:
+        contexts = build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
+        if contexts.conflicting:
+            built += 1
+            text = contexts.conflicting[0].content.lower()
+            assert contexts.conflicting_answer.lower() in text
+            assert answer_type(contexts.conflicting_answer) == answer_type(q.answers[0])
+            assert contexts.conflicting[0].meta["replaced_answer"].lower() not in text
+        if contexts.irrelevant:
+            text = contexts.irrelevant[0].content.lower()
+            assert not any(a.lower() in text for a in q.answers)
+            assert contexts.irrelevant[0].id not in {d.id for d in q.gold_documents}
+        else:
+            assert "irrelevant" in contexts.reasons
+    assert built >= 4
+
+
+def test_text_metrics_follow_squad_and_rouge_l():
+    assert exact_match("The Eiffel Tower.", ["eiffel tower"])
+    assert not exact_match("the tall Eiffel Tower", ["eiffel tower"])
+    assert token_f1("the tall Eiffel Tower", ["eiffel tower"]) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+    assert rouge_l("tower eiffel", ["eiffel tower"]) == pytest.approx(0.5)
+    assert token_f1("anything", []) == 0.0
