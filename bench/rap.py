@@ -213,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--m", type=int, default=1)
     parser.add_argument("--q", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--parts", nargs="*", default=["quality", "overhead"], choices=["quality", "overhead"],
+                        help="run one part per process to run them side by side (each writes bench/results/rap_<part>.json)")
     parser.add_argument("--artifact", default=str(RESULTS / "rap_heads_smollm2.json"))
     args = parser.parse_args(argv)
     from rich.console import Console
@@ -220,16 +222,19 @@ def main(argv=None) -> int:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     model, tokenizer = MODEL_CACHE.causal_lm(MODEL, dtype="float32", device="cpu")
-    instances = nq_sample_instances(args.probe + args.eval, passages=args.passages)
-    probe, held = split_instances(instances, args.probe, seed=0)
-    outcome = probe_to_artifact(
-        probe, MODEL, m=args.m, q=args.q, max_m=4, query_position_mode=args.query_position, aggregate=args.aggregate,
-        dtype="float32", device="cpu", artifact_path=args.artifact, heatmap_path=RESULTS / "rap_heads_smollm2.png",
-    )
+    quality, overhead, probe = {}, [], []
+    if "quality" in args.parts:
+        instances = nq_sample_instances(args.probe + args.eval, passages=args.passages)
+        probe, held = split_instances(instances, args.probe, seed=0)
+        probe_to_artifact(
+            probe, MODEL, m=args.m, q=args.q, max_m=4, query_position_mode=args.query_position, aggregate=args.aggregate,
+            dtype="float32", device="cpu", artifact_path=args.artifact, heatmap_path=RESULTS / "rap_heads_smollm2.png",
+        )
+        quality = bench_quality(model, tokenizer, Path(args.artifact), held,
+                                MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu"), args.m, args.q, args.max_new_tokens)
     artifact = RetrievalHeadArtifact.load(args.artifact)
-    quality = bench_quality(model, tokenizer, Path(args.artifact), held, MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu"),
-                            args.m, args.q, args.max_new_tokens) if held else {}
-    overhead = bench_overhead(model, tokenizer, args.lengths, artifact.top_heads()) if args.lengths else []
+    if "overhead" in args.parts and args.lengths:
+        overhead = bench_overhead(model, tokenizer, args.lengths, artifact.top_heads())
 
     console = Console(width=160)
     table = Table(title="RAP scoring vs plain forward (same input, same run; SmolLM2-135M fp32, CPU)")
@@ -255,10 +260,11 @@ def main(argv=None) -> int:
     output = {"machine": f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, CPU only",
               "args": vars(args), "overhead": overhead, "quality": quality, "heads": artifact.heads,
               "memory_method": "peak RSS growth over the pre-call RSS, sampled every 5 ms"}
-    (RESULTS / "rap.json").write_text(json.dumps(output, indent=1))
+    written = RESULTS / f"rap_{'_'.join(args.parts)}.json"
+    written.write_text(json.dumps(output, indent=1))
     if overhead:
         plot(overhead, RESULTS / "rap_overhead.png")
-    print(f"wrote {RESULTS / 'rap.json'}")
+    print(f"wrote {written}")
     return 0
 
 
