@@ -3,6 +3,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from icr2_components.cli import main
 from icr2_components.evaluation.answer_match import answer_match
 
@@ -20,6 +22,7 @@ def _two_questions_and_an_empty_one(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, minilm, capsys):
     data = _two_questions_and_an_empty_one(tmp_path)
     output = tmp_path / "report.json"

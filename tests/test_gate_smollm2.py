@@ -138,6 +138,7 @@ def test_round_trip_through_to_dict_and_from_dict():
     assert TimeAwareRetrievalGate.from_dict(data).to_dict() == data
 
 
+@pytest.mark.slow
 def test_adaptive_rag_yaml_routes_each_query_to_exactly_one_branch(smollm2, minilm):
     pipeline = load_pipeline(ROOT / "pipelines" / "adaptive_rag.yaml")
     included = {"gate", "retriever", "closed_book_reader", "rag_reader", "answer"}
