@@ -1,0 +1,98 @@
+"""``icr2 compare`` end to end with the real SmolLM2: the report's numbers recomputed from the saved answers,
+and an interrupted run resumed without redoing finished questions (model calls counted)."""
+
+import functools
+import json
+import statistics
+
+import pytest
+
+from icr2_components.cli import main
+from icr2_components.evaluation.bcu import bcu
+from icr2_components.evaluation.compare import run_compare
+from icr2_components.evaluation.compare_cache import read_answer_records
+from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+from icr2_components.readers.local_chat_reader import LocalChatReader
+
+PIPELINES = ["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml", "pipelines/oracle.yaml"]
+
+
+@pytest.fixture
+def count_calls(monkeypatch):
+    """Counts LocalChatReader.run calls; ``state["stop_after"]`` interrupts the run like Ctrl-C."""
+    state = {"calls": 0, "stop_after": None}
+    original = LocalChatReader.run
+
+    @functools.wraps(original)  # Haystack reads the sockets from run's signature
+    def counting(self, *args, **kwargs):
+        if state["stop_after"] is not None and state["calls"] >= state["stop_after"]:
+            raise KeyboardInterrupt
+        state["calls"] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalChatReader, "run", counting)
+    return state
+
+
+def test_compare_20_questions_three_pipelines_report_matches_saved_answers(tmp_path, smollm2, count_calls, capsys):
+    out = tmp_path / "run"
+    code = main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
+                 "--max-new-tokens", "6", "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert count_calls["calls"] == 60
+    report = json.loads((out / "report.json").read_text())
+    records = read_answer_records(out / "answers.jsonl")
+    assert len(records) == 60 and len({r["question_id"] for r in records}) == 20
+    for pipeline in ("closed_book", "vanilla_rag", "oracle"):
+        mine = [r for r in records if r["pipeline"] == pipeline]
+        row = report["summary"][pipeline]["open"]
+        assert row["n"] == 20
+        for metric in ("exact_match", "answer_match", "token_f1", "rouge_l"):
+            expected = statistics.fmean(answer_scores(r["answer"], r["answers"])[metric] for r in mine)
+            assert row[metric] == pytest.approx(expected)
+        assert row["latency_s"] == pytest.approx(statistics.fmean(r["latency_s"] for r in mine))
+        assert row["prompt_tokens"] == pytest.approx(statistics.fmean(r["prompt_tokens"] for r in mine))
+    # only the retrieving pipeline selects passages; its recall is over the gold passages it put in the prompt
+    rag = [r for r in records if r["pipeline"] == "vanilla_rag"]
+    expected_recall = statistics.fmean(in_context_recall(r["shown_ids"], r["gold_ids"]) for r in rag if r["gold_ids"])
+    assert report["summary"]["vanilla_rag"]["open"]["in_context_recall"] == pytest.approx(expected_recall)
+    assert report["summary"]["oracle"]["open"]["in_context_recall"] is None
+    # the oracle was given exactly the gold passages; closed-book none
+    assert all(r["prompt_tokens"] > 0 for r in records)
+    oracle_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "oracle")
+    closed_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "closed_book")
+    assert oracle_tokens > closed_tokens + 50
+    for name in ("report.md", "report.html", "context_types.png"):
+        assert (out / name).stat().st_size > 0
+    assert "vanilla_rag" in (out / "report.md").read_text()
+    assert "faithfulness" in capsys.readouterr().out
+
+
+def test_interrupted_compare_resumes_without_redoing_finished_answers(tmp_path, smollm2, count_calls):
+    out = tmp_path / "resume"
+    settings = dict(dataset=None, limit=2, context_types="gold,conflicting,irrelevant", out_dir=out,
+                    max_new_tokens=6, progress=False)
+    count_calls["stop_after"] = 3
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(["pipelines/closed_book.yaml", "pipelines/oracle.yaml"], **settings)
+    first = read_answer_records(out / "answers.jsonl")
+    assert count_calls["calls"] == 3
+    count_calls.update(calls=0, stop_after=None)
+    report = run_compare(["pipelines/closed_book.yaml", "pipelines/oracle.yaml"], **settings)
+    records = read_answer_records(out / "answers.jsonl")
+    built = sum(report["summary"]["oracle"][k]["n"] for k in ("gold", "conflicting", "irrelevant"))
+    # closed-book runs once per question and is reused across context types; oracle runs per built context
+    expected_total_calls = 2 + built
+    model_records_before = sum(1 for r in first if "reused_from" not in r)
+    assert count_calls["calls"] == expected_total_calls - model_records_before
+    assert report["run"]["counters"]["cached"] >= len(first)
+    # BCU recomputed from the saved answers: gold -> gold answer, conflicting -> substitute, irrelevant -> t_M
+    memory = {r["question_id"]: r["answer"] for r in records if r["pipeline"] == "closed_book"}
+    gold = [r for r in records if r["pipeline"] == "oracle" and r["context_type"] == "gold"]
+    conflicting = [r for r in records if r["pipeline"] == "oracle" and r["context_type"] == "conflicting"]
+    if gold and conflicting:
+        g = statistics.fmean(bcu(r["answer"], r["answers"]) for r in gold)
+        c = statistics.fmean(bcu(r["answer"], [r["conflicting_answer"]]) for r in conflicting)
+        assert report["cub"]["oracle"]["faithfulness"] == pytest.approx((g + c) / 2)
+    assert report["memory_target"] == "closed-book answer"
+    assert set(memory) == {r["question_id"] for r in records}
