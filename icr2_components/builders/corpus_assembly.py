@@ -24,7 +24,6 @@ Conventions (each is tested):
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from icr2_components.builders.text_checks import (
     contains_any,
     normalize_text,
     normalized_answers,
+    shingle_prefix,
     word_shingles,
 )
 from icr2_components.kilt.chunking import spans_overlap
@@ -91,7 +91,8 @@ def provenance_span(item: Provenance | Mapping) -> tuple[str, Span]:
 
 
 def content_digest(normalized: str) -> str:
-    return hashlib.blake2b(normalized.encode("utf-8"), digest_size=12).hexdigest()
+    # the normalised text itself: a set of strings compares exactly, and str caches its hash
+    return normalized
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class PassageFeatures:
     normalized: str
     digest: str
     shingles: frozenset
+    prefix: tuple
 
 
 @dataclass
@@ -197,7 +199,10 @@ class CorpusAssembler:
         cached = self._features.get(text)
         if cached is None:
             normalized = normalize_text(text)
-            cached = PassageFeatures(normalized, content_digest(normalized), word_shingles(normalized))
+            shingles = word_shingles(normalized)
+            cached = PassageFeatures(
+                normalized, content_digest(normalized), shingles, shingle_prefix(shingles, self.near_duplicate_threshold)
+            )
             if len(self._features) >= self.max_cache_entries:
                 self._features.clear()
             self._features[text] = cached
@@ -289,7 +294,7 @@ class CorpusAssembler:
                 features = self.features(document.content)
                 accepted_digests.add(features.digest)
                 if self.drop_near_duplicates:
-                    near_index.add(document.id, features.shingles)
+                    near_index.add(document.id, features.shingles, features.prefix)
                 span = document_span(document)
                 if span is not None:
                     excluded_spans.setdefault(span[0], []).append(span[1])
@@ -331,7 +336,7 @@ class CorpusAssembler:
             if features.digest in accepted_digests:
                 report.drop("duplicate text")
                 return False
-            if self.drop_near_duplicates and near_index.find(features.shingles) is not None:
+            if self.drop_near_duplicates and near_index.find(features.shingles, features.prefix) is not None:
                 report.drop("near-duplicate")
                 return False
             return True
@@ -340,7 +345,7 @@ class CorpusAssembler:
             features = self.features(document.content)
             accepted_digests.add(features.digest)
             if self.drop_near_duplicates:
-                near_index.add(document.id, features.shingles)
+                near_index.add(document.id, features.shingles, features.prefix)
 
         rng_pool = random.Random(f"{seed}\x1fpool\x1f{query}")
         random_order = list(range(len(random_documents)))

@@ -8,19 +8,22 @@ a reply "contains" an answer. Substring matching errs on the side of dropping a 
 
 from __future__ import annotations
 
+import math
 import re
 import string
 import unicodedata
-import zlib
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans({ch: " " for ch in string.punctuation + "‘’“”–—"})
+# the combining-mark blocks (accents left over by NFKD); a regex is much faster than a per-character test
+_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
 
 
 def normalize_text(text: str) -> str:
     """Lower-case, strip accents' combining marks, drop punctuation and articles, collapse whitespace."""
-    text = unicodedata.normalize("NFKD", text)
-    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    if not text.isascii():
+        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
+    text = text.lower()
     text = text.translate(_PUNCTUATION)
     text = _ARTICLES.sub(" ", text)
     return " ".join(text.split())
@@ -47,11 +50,27 @@ def contains_answer(text: str, answers: list[str] | None) -> bool:
 
 
 def word_shingles(normalized_text: str, size: int = 5) -> frozenset[int]:
-    """Hashed word n-grams of a normalised text (the whole text when it is shorter than ``size`` words)."""
+    """Hashed word n-grams of a normalised text (the whole text when it is shorter than ``size`` words).
+
+    Python's hash is salted per process; only equality within one process matters here.
+    """
     words = normalized_text.split()
     if len(words) <= size:
-        return frozenset([zlib.crc32(" ".join(words).encode())]) if words else frozenset()
-    return frozenset(zlib.crc32(" ".join(words[i : i + size]).encode()) for i in range(len(words) - size + 1))
+        return frozenset([hash(tuple(words))]) if words else frozenset()
+    return frozenset(map(hash, zip(*(words[i:] for i in range(size)))))
+
+
+def prefix_length(set_size: int, threshold: float) -> int:
+    """Prefix-filtering length for a Jaccard threshold t (Chaudhuri et al. 2006; Bayardo et al. 2007).
+
+    With every set sorted in one global order, two sets with Jaccard >= t share an element within the first
+    ``|x| - ceil(t * |x|) + 1`` elements of each, so only those need indexing and probing: exact, not sampled.
+    """
+    return set_size - math.ceil(threshold * set_size - 1e-9) + 1
+
+
+def shingle_prefix(shingles: frozenset[int], threshold: float) -> tuple[int, ...]:
+    return tuple(sorted(shingles)[: prefix_length(len(shingles), threshold)])
 
 
 def jaccard(a: frozenset, b: frozenset) -> float:
@@ -64,8 +83,8 @@ def jaccard(a: frozenset, b: frozenset) -> float:
 class NearDuplicateIndex:
     """Finds an earlier text whose shingle Jaccard similarity with a new one reaches ``threshold``.
 
-    An inverted index from shingle to the texts holding it keeps a check proportional to the shingles the new
-    text shares with earlier ones, not to the number of earlier texts.
+    Exact, by prefix filtering: only each set's prefix (see :func:`prefix_length`) is indexed and probed, and
+    the full Jaccard similarity is computed only for texts sharing a prefix element.
     """
 
     def __init__(self, threshold: float = 0.8, shingle_size: int = 5) -> None:
@@ -74,26 +93,30 @@ class NearDuplicateIndex:
         self.threshold = threshold
         self.shingle_size = shingle_size
         self._postings: dict[int, list[int]] = {}
-        self._sizes: list[int] = []
+        self._sets: list[frozenset[int]] = []
         self._keys: list[str] = []
 
-    def find(self, shingles: frozenset[int]) -> str | None:
+    def find(self, shingles: frozenset[int], prefix: tuple[int, ...] | None = None) -> str | None:
         """The key of an indexed text this one nearly duplicates, or None."""
         if not shingles:
             return None
-        shared: dict[int, int] = {}
-        for shingle in shingles:
-            for index in self._postings.get(shingle, ()):
-                shared[index] = shared.get(index, 0) + 1
-        size = len(shingles)
-        for index, count in shared.items():
-            if count / (size + self._sizes[index] - count) >= self.threshold:
-                return self._keys[index]
+        if prefix is None:
+            prefix = shingle_prefix(shingles, self.threshold)
+        checked: set[int] = set()
+        for element in prefix:
+            for index in self._postings.get(element, ()):
+                if index in checked:
+                    continue
+                checked.add(index)
+                if jaccard(shingles, self._sets[index]) >= self.threshold:
+                    return self._keys[index]
         return None
 
-    def add(self, key: str, shingles: frozenset[int]) -> None:
-        index = len(self._sizes)
-        self._sizes.append(len(shingles))
+    def add(self, key: str, shingles: frozenset[int], prefix: tuple[int, ...] | None = None) -> None:
+        if prefix is None:
+            prefix = shingle_prefix(shingles, self.threshold)
+        index = len(self._sets)
+        self._sets.append(shingles)
         self._keys.append(key)
-        for shingle in shingles:
-            self._postings.setdefault(shingle, []).append(index)
+        for element in prefix:
+            self._postings.setdefault(element, []).append(index)
