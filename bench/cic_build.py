@@ -154,9 +154,7 @@ def main() -> int:
     tokenizer = MODEL_CACHE.tokenizer("smollm2-135m-instruct")
     rows = []
 
-    def time_ours(label, queries, budget_passages=None, budget_tokens=None):
-        counter = PassageTokenCounter(tokenizer) if budget_tokens else None
-        assembler = CorpusAssembler(count_tokens=counter.count_many if counter else None)  # caches start empty
+    def time_ours(label, queries, assembler, budget_passages=None, budget_tokens=None):
         outputs, sizes = [], []
         start = time.perf_counter()
         for task, gold, lists, randoms in tqdm(queries, desc=label, unit=" queries"):
@@ -182,23 +180,29 @@ def main() -> int:
         (f"{args.passages * 130} SmolLM2 tokens", inputs[: args.token_queries], {"budget_tokens": args.passages * 130}),
     ):
         base_seconds, base_outputs = time_baseline(f"baseline, {label}", queries, **kwargs)
-        ours_seconds, ours_outputs, sizes = time_ours(f"builder, {label}", queries, **kwargs)
-        identical = base_outputs == ours_outputs
+        counter = PassageTokenCounter(tokenizer) if kwargs.get("budget_tokens") else None
+        assembler = CorpusAssembler(count_tokens=counter.count_many if counter else None)  # caches start empty
+        ours_seconds, ours_outputs, sizes = time_ours(f"builder (cold caches), {label}", queries, assembler, **kwargs)
+        # a second pass: per-passage features and token counts cached, as when many instances share a corpus
+        warm_seconds, warm_outputs, _ = time_ours(f"builder (warm caches), {label}", queries, assembler, **kwargs)
+        identical = base_outputs == ours_outputs == warm_outputs
         if not identical:
             raise SystemExit(f"{label}: the builder and the baseline returned different corpora")
         n = len(queries)
         rows.append({
             "budget": label, "queries": n, "mean_passages": sum(sizes) / n,
-            "baseline_qps": n / base_seconds, "builder_qps": n / ours_seconds,
-            "speedup": base_seconds / ours_seconds, "identical_outputs": identical,
+            "baseline_qps": n / base_seconds, "builder_qps": n / ours_seconds, "builder_warm_qps": n / warm_seconds,
+            "speedup": base_seconds / ours_seconds, "speedup_warm": base_seconds / warm_seconds,
+            "identical_outputs": identical,
         })
 
     table = Table(title=f"CiC build, 5 retriever lists x 200, p={args.ratio}, all checks on (one process)")
-    for column in ("budget", "queries", "passages/context", "baseline q/s", "builder q/s", "builder / baseline", "same corpora"):
+    for column in ("budget", "queries", "passages/ctx", "baseline q/s", "builder q/s cold", "ratio cold", "builder q/s warm", "ratio warm", "same"):
         table.add_column(column)
     for row in rows:
         table.add_row(row["budget"], str(row["queries"]), f"{row['mean_passages']:.1f}", f"{row['baseline_qps']:.1f}",
-                      f"{row['builder_qps']:.1f}", f"{row['speedup']:.1f}x", str(row["identical_outputs"]))
+                      f"{row['builder_qps']:.1f}", f"{row['speedup']:.1f}x", f"{row['builder_warm_qps']:.1f}",
+                      f"{row['speedup_warm']:.1f}x", str(row["identical_outputs"]))
     console.print(table)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     console.print(f"machine: {machine}")
@@ -207,8 +211,9 @@ def main() -> int:
     figure, axis = plt.subplots(figsize=(7, 3.5))
     labels = [row["budget"] for row in rows]
     xs = range(len(rows))
-    axis.bar([x - 0.2 for x in xs], [row["baseline_qps"] for row in rows], width=0.4, label="straightforward")
-    axis.bar([x + 0.2 for x in xs], [row["builder_qps"] for row in rows], width=0.4, label="ConfounderAwareCorpusBuilder")
+    axis.bar([x - 0.27 for x in xs], [row["baseline_qps"] for row in rows], width=0.27, label="straightforward")
+    axis.bar(list(xs), [row["builder_qps"] for row in rows], width=0.27, label="builder, cold caches")
+    axis.bar([x + 0.27 for x in xs], [row["builder_warm_qps"] for row in rows], width=0.27, label="builder, warm caches")
     axis.axhline(100, color="grey", linestyle="--", label="target 100 q/s")
     axis.set_xticks(list(xs), labels)
     axis.set_ylabel("queries / second")
