@@ -1,0 +1,248 @@
+"""Training recipes: one YAML file in ``training/`` says what to train, on what, and how.
+
+```yaml
+method: rta                     # da | rta | cci (SFT, ICR2 4.1) | retrieval_head (joint training, ICR2 4.3)
+model: smollm2-135m-instruct    # alias, local path or HF id (resolved by icr2_components.models.resolve_model)
+output_dir: runs/smollm2-rta    # the trained model folder (loadable by LocalChatReader(model=output_dir))
+data:
+  train: data/icr2-nq-train.jsonl   # ICR2-format JSONL (icr2 build-benchmark); or `build_sample` below
+  validation: null                  # a second file, or validation_fraction of train held out
+  validation_fraction: 0.0
+  limit: null
+  build_sample: {limit: 16, budget_passages: 3, offset: 0}   # build train from the bundled NQ sample
+max_seq_length: null            # default and upper bound: the model's context (max_position_embeddings)
+truncation: drop_distractors    # drop_distractors | skip | error (see training/examples.py)
+finetuning: full                # full | lora
+lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: [q_proj, k_proj, v_proj, o_proj], merge: true}
+training: {learning_rate: 1.0e-5, max_steps: 10000, ...}       # see TrainingOptions
+retrieval_head: {top_k: 2, ...}                                  # see HeadOptions (method retrieval_head)
+```
+
+Unknown keys and unknown values are refused with the list of allowed ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icr2_components.training.examples import TRUNCATION_POLICIES
+from icr2_components.training.targets import SFT_METHODS
+
+METHODS = SFT_METHODS + ("retrieval_head",)
+FINETUNING = ("full", "lora")
+ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
+DTYPES = ("float32", "bfloat16", "float16")
+HEAD_LOSSES = ("joint", "generation", "retrieval")
+SCHEDULES = ("exponential", "linear", "constant")
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be run; the message names the file, the key and what is allowed."""
+
+
+@dataclass
+class SampleBuild:
+    limit: int = 16
+    budget_passages: int = 3
+    offset: int = 0
+    retrievers: list[str] = field(default_factory=lambda: ["bm25"])
+    seed: int = 0
+
+
+@dataclass
+class DataOptions:
+    train: str | None = None
+    validation: str | None = None
+    validation_fraction: float = 0.0
+    limit: int | None = None
+    build_sample: SampleBuild | None = None
+
+
+@dataclass
+class LoraOptions:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    merge: bool = True
+    train_new_token_embeddings: bool = True
+
+
+@dataclass
+class TrainingOptions:
+    learning_rate: float = 1e-5
+    max_steps: int = 10000
+    num_train_epochs: float = 2.0
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 4
+    dtype: str = "float32"
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    attn_implementation: str = "sdpa"
+    rope_theta: float | None = None
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    lr_scheduler_type: str = "constant"
+    logging_steps: int = 1
+    eval_steps: int | None = None
+    save_steps: int | None = None
+    save_total_limit: int = 2
+    early_stopping_patience: int | None = None
+    resume_from_checkpoint: bool | str = False
+    seed: int = 0
+    device: str | None = None
+    report_to: str = "none"
+
+
+@dataclass
+class HeadOptions:
+    top_k: int = 2
+    proj_dim: int = 256
+    head_learning_rate: float = 1e-3
+    loss: str = "joint"
+    generation_weight: float = 1.0
+    retrieval_weight: float = 1.0
+    tau_start: float = 1.0
+    tau_end: float = 0.1
+    tau_schedule: str = "exponential"
+    train_lm: bool = False
+
+
+@dataclass
+class TrainingRecipe:
+    method: str
+    model: str
+    output_dir: str
+    data: DataOptions
+    max_seq_length: int | None = None
+    truncation: str = "drop_distractors"
+    finetuning: str = "full"
+    lora: LoraOptions = field(default_factory=LoraOptions)
+    training: TrainingOptions = field(default_factory=TrainingOptions)
+    retrieval_head: HeadOptions = field(default_factory=HeadOptions)
+    source: str = "<dict>"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, values: Any, where: str):
+    if values is None:
+        return cls()
+    if not isinstance(values, dict):
+        raise RecipeError(f"{where} must be a mapping, got {type(values).__name__}.")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise RecipeError(f"{where}: unknown keys {unknown}; allowed: {sorted(names)}.")
+    return cls(**values)
+
+
+def _choice(value: Any, allowed: tuple, where: str) -> None:
+    if value not in allowed:
+        raise RecipeError(f"{where} is {value!r}; choose one of {list(allowed)}.")
+
+
+def _positive(value: Any, where: str, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise RecipeError(f"{where} must be a positive number, got {value!r}.")
+
+
+def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: str | os.PathLike | None = None) -> TrainingRecipe:
+    """Validate a recipe mapping. Relative data paths are read from ``base_dir`` (the current directory)."""
+    if not isinstance(values, dict):
+        raise RecipeError(f"{source}: a recipe is a YAML mapping.")
+    top = {f.name for f in dataclasses.fields(TrainingRecipe)} - {"source"}
+    unknown = sorted(set(values) - top)
+    if unknown:
+        raise RecipeError(f"{source}: unknown keys {unknown}; allowed: {sorted(top)}.")
+    for key in ("method", "model", "output_dir", "data"):
+        if key not in values:
+            raise RecipeError(f"{source}: the recipe needs `{key}`.")
+    _choice(values["method"], METHODS, f"{source}: method")
+    data = dict(values["data"] or {})
+    sample = data.pop("build_sample", None)
+    data_options = _build(DataOptions, data, f"{source}: data")
+    if sample is not None:
+        data_options.build_sample = _build(SampleBuild, sample, f"{source}: data.build_sample")
+    if not data_options.train and data_options.build_sample is None:
+        raise RecipeError(f"{source}: data needs `train` (an ICR2 JSONL) or `build_sample`.")
+    if base_dir is not None:
+        for name in ("train", "validation"):
+            path = getattr(data_options, name)
+            if path and not os.path.isabs(path):
+                setattr(data_options, name, str(Path(base_dir) / path))
+    if not 0.0 <= data_options.validation_fraction < 1.0:
+        raise RecipeError(f"{source}: data.validation_fraction must be in [0, 1).")
+    recipe = TrainingRecipe(
+        method=values["method"],
+        model=str(values["model"]),
+        output_dir=str(values["output_dir"]),
+        data=data_options,
+        max_seq_length=values.get("max_seq_length"),
+        truncation=values.get("truncation", "drop_distractors"),
+        finetuning=values.get("finetuning", "full"),
+        lora=_build(LoraOptions, values.get("lora"), f"{source}: lora"),
+        training=_build(TrainingOptions, values.get("training"), f"{source}: training"),
+        retrieval_head=_build(HeadOptions, values.get("retrieval_head"), f"{source}: retrieval_head"),
+        source=source,
+    )
+    check_recipe(recipe)
+    return recipe
+
+
+def check_recipe(recipe: TrainingRecipe) -> None:
+    s, t, h = recipe.source, recipe.training, recipe.retrieval_head
+    _choice(recipe.truncation, TRUNCATION_POLICIES, f"{s}: truncation")
+    _choice(recipe.finetuning, FINETUNING, f"{s}: finetuning")
+    _choice(t.attn_implementation, ATTENTION, f"{s}: training.attn_implementation")
+    _choice(t.dtype, DTYPES, f"{s}: training.dtype")
+    _choice(h.loss, HEAD_LOSSES, f"{s}: retrieval_head.loss")
+    _choice(h.tau_schedule, SCHEDULES, f"{s}: retrieval_head.tau_schedule")
+    _positive(recipe.max_seq_length, f"{s}: max_seq_length", allow_none=True)
+    for name in ("learning_rate", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
+                 "num_train_epochs", "logging_steps"):
+        _positive(getattr(t, name), f"{s}: training.{name}")
+    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta"):
+        _positive(getattr(t, name), f"{s}: training.{name}", allow_none=True)
+    for name in ("top_k", "proj_dim", "tau_start", "tau_end", "head_learning_rate"):
+        _positive(getattr(h, name), f"{s}: retrieval_head.{name}")
+    _positive(recipe.lora.r, f"{s}: lora.r")
+    if t.early_stopping_patience and not (recipe.data.validation or recipe.data.validation_fraction):
+        raise RecipeError(f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction).")
+    if t.bf16 and t.dtype == "float16":
+        raise RecipeError(f"{s}: bf16 mixed precision with float16 weights; use dtype float32 or bfloat16.")
+
+
+def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> TrainingRecipe:
+    """Read and validate ``training/<recipe>.yaml``; ``overrides`` (dotted keys) replace values first.
+
+    Usage:
+        >>> recipe = load_recipe("training/smollm2_cpu_rta.yaml", {"training.max_steps": 2})
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Recipe not found: {path}. The recipes live in training/*.yaml.")
+    values = yaml.safe_load(path.read_text()) or {}
+    for dotted, value in (overrides or {}).items():
+        apply_override(values, dotted, value)
+    return recipe_from_dict(values, source=str(path), base_dir=Path.cwd())
+
+
+def apply_override(values: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``values["a"]["b"] = value`` for ``dotted="a.b"``, creating the mappings on the way."""
+    keys = dotted.split(".")
+    node = values
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    node[keys[-1]] = value

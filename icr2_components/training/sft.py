@@ -1,0 +1,207 @@
+"""Supervised fine-tuning (DA, RTA, CCI) on transformers' Trainer, full weights or LoRA (peft).
+
+Trainer brings what a GPU user expects and we do not rewrite: bf16, gradient checkpointing, gradient
+accumulation, checkpoints every ``save_steps`` and resuming from them, evaluation and early stopping, and
+multi-GPU through ``accelerate launch --config_file training/accelerate_*.yaml`` (DeepSpeed ZeRO or FSDP).
+
+The result is a plain model folder at ``output_dir`` (LoRA adapters are merged unless ``lora.merge: false``)
+with the tokenizer that knows the retrieval markers, so ``LocalChatReader(model=output_dir)`` and the RAP
+filter load it by path. ``output_dir/training_summary.json`` records the losses, the skipped records and the
+recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from icr2_components.training.dataset import LoadedExamples, load_sft_examples
+from icr2_components.training.examples import EncodedExample, pad_batch
+from icr2_components.training.model_loading import effective_max_length, load_trainable
+from icr2_components.training.recipe import TrainingRecipe
+from icr2_components.training.special_tokens import add_retrieval_tokens
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingOutcome:
+    output_dir: str
+    summary: dict[str, Any]
+
+
+def split_validation(examples: list[EncodedExample], fraction: float, seed: int = 0) -> tuple[list, list]:
+    """Hold out ``fraction`` of the examples (at least one when fraction > 0) with a seeded shuffle."""
+    if fraction <= 0:
+        return list(examples), []
+    shuffled = list(examples)
+    random.Random(seed).shuffle(shuffled)
+    count = max(1, int(round(len(shuffled) * fraction)))
+    if count >= len(shuffled):
+        raise ValueError(f"validation_fraction={fraction} leaves no training example out of {len(shuffled)}.")
+    return shuffled[count:], shuffled[:count]
+
+
+def prepare_data_files(recipe: TrainingRecipe) -> tuple[str, str | None]:
+    """The train (and validation) file; builds train from the NQ sample into ``output_dir/data`` if asked."""
+    data = recipe.data
+    if data.train:
+        return data.train, data.validation
+    from icr2_components.training.sample_data import build_sample_benchmark
+
+    build = data.build_sample
+    path = Path(recipe.output_dir) / "data" / "train.jsonl"
+    if not path.exists():
+        build_sample_benchmark(path, limit=build.limit, budget_passages=build.budget_passages, offset=build.offset,
+                               retrievers=build.retrievers, seed=build.seed)
+    return str(path), data.validation
+
+
+def load_split(recipe: TrainingRecipe, tokenizer, max_length: int, method: str) -> tuple[LoadedExamples, list, dict]:
+    train_file, validation_file = prepare_data_files(recipe)
+    loaded = load_sft_examples(train_file, tokenizer, method, max_length, recipe.truncation, recipe.data.limit)
+    skips = {"train": loaded.skips.as_dict()}
+    train, validation = split_validation(loaded.examples, recipe.data.validation_fraction, recipe.training.seed)
+    if validation_file:
+        held = load_sft_examples(validation_file, tokenizer, method, max_length, recipe.truncation)
+        validation = held.examples
+        skips["validation"] = held.skips.as_dict()
+    loaded.examples = train
+    return loaded, validation, skips
+
+
+def mean_target_loss(model, examples: Sequence[EncodedExample], pad_token_id: int) -> float:
+    """Mean cross-entropy over the target tokens of ``examples`` (one example at a time, no gradients)."""
+    import torch
+
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for example in examples:
+            batch = pad_batch([example.as_features()], pad_token_id)
+            batch = {k: v.to(model.device) for k, v in batch.items()}
+            targets = sum(1 for label in example.labels[1:] if label != -100)
+            total += float(model(**batch).loss) * targets
+            count += targets
+    return total / max(count, 1)
+
+
+def wrap_lora(model, recipe: TrainingRecipe, new_token_ids: list[int]):
+    """LoRA adapters on ``lora.target_modules``; the new marker tokens' embedding rows train too."""
+    from peft import LoraConfig, get_peft_model
+
+    options = recipe.lora
+    kwargs: dict[str, Any] = {}
+    if options.train_new_token_embeddings and new_token_ids:
+        kwargs["trainable_token_indices"] = {"embed_tokens": list(new_token_ids)}
+    config = LoraConfig(r=options.r, lora_alpha=options.alpha, lora_dropout=options.dropout,
+                        target_modules=list(options.target_modules), task_type="CAUSAL_LM", **kwargs)
+    return get_peft_model(model, config)
+
+
+def training_arguments(recipe: TrainingRecipe, has_validation: bool):
+    from transformers import TrainingArguments
+
+    t = recipe.training
+    evaluate = has_validation and (t.eval_steps or t.early_stopping_patience)
+    eval_steps = t.eval_steps or max(1, t.max_steps // 10)
+    save_steps = t.save_steps or (eval_steps if evaluate else None)
+    kwargs: dict[str, Any] = {}
+    if t.gradient_checkpointing:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    return TrainingArguments(
+        output_dir=recipe.output_dir,
+        learning_rate=t.learning_rate,
+        max_steps=t.max_steps,
+        num_train_epochs=t.num_train_epochs,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        per_device_eval_batch_size=1,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        bf16=t.bf16,
+        gradient_checkpointing=t.gradient_checkpointing,
+        warmup_steps=t.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of the total steps
+        weight_decay=t.weight_decay,
+        lr_scheduler_type=t.lr_scheduler_type,
+        logging_steps=t.logging_steps,
+        eval_strategy="steps" if evaluate else "no",
+        eval_steps=eval_steps if evaluate else None,
+        save_strategy="steps" if save_steps else "no",
+        save_steps=save_steps or 500,
+        save_total_limit=t.save_total_limit,
+        load_best_model_at_end=bool(evaluate and t.early_stopping_patience),
+        metric_for_best_model="eval_loss",
+        greater_is_better=False,
+        seed=t.seed,
+        use_cpu=t.device == "cpu",
+        report_to=t.report_to,
+        dataloader_pin_memory=False,
+        remove_unused_columns=False,
+        **kwargs,
+    )
+
+
+def save_result(model, tokenizer, recipe: TrainingRecipe) -> str:
+    """Write a plain model folder at ``output_dir`` (merged LoRA) or, with ``merge: false``, the adapter."""
+    out = Path(recipe.output_dir)
+    if recipe.finetuning == "lora":
+        if recipe.lora.merge:
+            model = model.merge_and_unload()
+        else:
+            model.save_pretrained(out / "adapter")
+            tokenizer.save_pretrained(out / "adapter")
+            return str(out / "adapter")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
+    """Fine-tune ``recipe.model`` on the recipe's data with target ``recipe.method`` (da, rta or cci).
+
+    Usage:
+        >>> outcome = train_sft(load_recipe("training/smollm2_cpu_rta.yaml"))
+        >>> LocalChatReader(model=outcome.output_dir)
+    """
+    from transformers import EarlyStoppingCallback, Trainer
+
+    t = recipe.training
+    start = time.perf_counter()
+    # Training needs its own trainable copy, not the shared inference one in MODEL_CACHE (model_loading.py).
+    model, tokenizer = load_trainable(recipe.model, t.dtype, t.attn_implementation, t.rope_theta)
+    new_ids = add_retrieval_tokens(tokenizer, model) if recipe.method != "da" else []
+    max_length = effective_max_length(model.config, recipe.max_seq_length)
+    loaded, validation, skips = load_split(recipe, tokenizer, max_length, recipe.method)
+    if recipe.finetuning == "lora":
+        model = wrap_lora(model, recipe, new_ids)
+    if t.device:
+        model.to(t.device)
+    initial = mean_target_loss(model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
+    callbacks = [EarlyStoppingCallback(t.early_stopping_patience)] if t.early_stopping_patience and validation else []
+    args = training_arguments(recipe, bool(validation))
+    if not progress:
+        args.disable_tqdm = True
+    trainer = Trainer(
+        model=model, args=args, train_dataset=loaded.features(), eval_dataset=[e.as_features() for e in validation] or None,
+        data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id), callbacks=callbacks,
+    )
+    resume = t.resume_from_checkpoint
+    result = trainer.train(resume_from_checkpoint=resume if resume else None)
+    final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
+    saved = save_result(trainer.model, tokenizer, recipe)
+    summary = {
+        "method": recipe.method, "model": recipe.model, "finetuning": recipe.finetuning, "saved": saved,
+        "train_examples": len(loaded.examples), "validation_examples": len(validation),
+        "dropped_distractor_passages": loaded.dropped_passages, "skips": skips, "max_seq_length": max_length,
+        "global_steps": int(result.global_step), "train_loss": float(result.training_loss),
+        "first_examples_loss_before": initial, "first_examples_loss_after": final,
+        "best_checkpoint": trainer.state.best_model_checkpoint, "log_history": trainer.state.log_history,
+        "seconds": time.perf_counter() - start, "recipe": recipe.as_dict(),
+    }
+    Path(recipe.output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(recipe.output_dir) / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return TrainingOutcome(saved, summary)
