@@ -1,1 +1,93 @@
-"""Placeholder until the Elasticsearch fixtures land (replaced by the real plugin)."""
+"""Pytest plugin: the real Elasticsearch node for tests marked ``elasticsearch`` (never a mock).
+
+Loaded by ``pytest_plugins = ["tests.es_fixtures"]`` in tests/conftest.py.
+
+``elasticsearch_url`` (session): the node's URL, ``ICR2_ES_URL`` or ``http://127.0.0.1:${ICR2_ES_PORT:-9200}``.
+When nothing answers there, the fixture runs ``bash scripts/elasticsearch.sh start`` itself (minutes on a
+fresh machine: download, then about a minute of JVM start-up on 2 cores) and stops the node at the end of
+the session, only when it started it. When the node cannot be started the tests fail with the script's
+output; they are not skipped.
+
+``es_client`` (session): an ``elasticsearch.Elasticsearch`` client for that URL.
+``es_index_name`` (function): a unique index name, deleted after the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = REPO_ROOT / "scripts" / "elasticsearch.sh"
+
+
+def _default_url() -> str:
+    return os.environ.get("ICR2_ES_URL") or f"http://127.0.0.1:{os.environ.get('ICR2_ES_PORT', '9200')}"
+
+
+def node_health(url: str, timeout: float = 3.0) -> dict | None:
+    """The cluster health document, or None when nothing (or not Elasticsearch) answers at ``url``."""
+    try:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/_cluster/health", timeout=timeout) as response:
+            body = json.loads(response.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) and "status" in body else None
+
+
+def _run_script(command: str, timeout: float) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if "ICR2_ES_URL" not in os.environ:
+        env.setdefault("ICR2_ES_PORT", "9200")
+    return subprocess.run(["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_url():
+    url = _default_url()
+    started_here = False
+    if node_health(url) is None:
+        if os.environ.get("ICR2_ES_URL"):
+            pytest.fail(f"No Elasticsearch answers at ICR2_ES_URL={url}; start it, or unset ICR2_ES_URL to let the tests start a local node.")
+        try:
+            result = _run_script("start", timeout=900)
+        except subprocess.TimeoutExpired as error:
+            pytest.fail(f"`bash scripts/elasticsearch.sh start` did not finish in {error.timeout:.0f}s")
+        if result.returncode != 0 or node_health(url) is None:
+            pytest.fail(
+                f"No Elasticsearch at {url}, and `bash scripts/elasticsearch.sh start` failed (exit {result.returncode}):\n"
+                + (result.stdout + result.stderr)[-4000:]
+            )
+        started_here = True
+    yield url
+    if started_here:
+        _run_script("stop", timeout=180)
+
+
+@pytest.fixture(scope="session")
+def es_client(elasticsearch_url):
+    from icr2_components.stores.elasticsearch_store import build_elasticsearch_client
+
+    client = build_elasticsearch_client(elasticsearch_url, request_timeout=60)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def es_index_name(es_client, request):
+    """A fresh index name for one test (``icr2-test-<test>-<random>``), deleted afterwards."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"icr2-test-{stem}-{uuid.uuid4().hex[:8]}"
+    yield name
+    es_client.indices.delete(index=name, ignore_unavailable=True)

@@ -1,0 +1,712 @@
+"""Streaming bulk writer for whole KILT dumps (about 36M passages) into Elasticsearch.
+
+What it guarantees:
+
+- **bounded memory**: the documents are an iterable consumed chunk by chunk; at most
+  ``thread_count * 2`` chunks of ``batch_size`` documents are held at once, however long the stream;
+- **idempotent**: every document is sent with op_type ``index`` and its deterministic id as ``_id``, so a
+  re-run overwrites instead of duplicating;
+- **fast load settings**: ``refresh_interval: -1`` and ``number_of_replicas: 0`` during the load, the
+  previous values restored afterwards, on failure too. The previous values are also kept in the index's
+  mapping ``_meta`` while the load runs, so a run killed outright (SIGKILL) is repaired by the next run;
+- **resumable**: a JSON checkpoint (position in the stream, passages confirmed written, last id, config
+  fingerprint) is written every ``checkpoint_every`` chunks; a re-run skips the confirmed prefix of the
+  (deterministic) stream, checks that the id where it stopped is the same, and refuses to resume when the
+  config fingerprint differs;
+- **checked**: a final refresh and count; a mismatch with the passages streamed raises
+  :class:`DocumentCountMismatchError` (or is only reported with ``verify_count=False``);
+- **nothing dropped silently**: documents Elasticsearch rejects are counted, the first ones kept as
+  examples, every one appended to a ``.failures.jsonl`` file beside the checkpoint; after
+  ``max_failures`` the load stops;
+- **retries**: a node that cannot be reached is retried with exponential backoff, then
+  :class:`ElasticsearchUnreachableError` names the URL; 429/502/503/504 answers are retried by
+  ``elasticsearch.helpers.streaming_bulk``.
+
+Usage:
+    >>> writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "icr2-kilt", checkpoint_path="kilt.ckpt.json")
+    >>> report = writer.write(KiltKnowledgeSource("kilt_knowledgesource.json").documents())
+    >>> print(report.summary())
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from haystack import Document
+
+from icr2_components.stores.config import IndexConfig
+from icr2_components.stores.elasticsearch_store import (
+    DOCUMENT_FIELDS,
+    ElasticsearchUnreachableError,
+    EmbeddingDimensionError,
+    Similarity,
+    build_elasticsearch_client,
+    call_with_retries,
+    describe_hosts,
+    ensure_index,
+    index_embedding_dim,
+    wait_until_reachable,
+)
+
+__all__ = [
+    "BulkWriteError",
+    "CheckpointMismatchError",
+    "DocumentCountMismatchError",
+    "ElasticsearchStreamingWriter",
+    "ElasticsearchUnreachableError",
+    "EmbeddingDimensionError",
+    "WriteReport",
+    "document_to_source",
+]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+# Kept in the index mapping's _meta while a load runs: the settings to restore.
+LOAD_META_KEY = "icr2_bulk_load"
+LOAD_SETTINGS = {"index.refresh_interval": "-1", "index.number_of_replicas": 0}
+# Answers worth retrying (by streaming_bulk, per document and per request).
+RETRY_STATUSES = (429, 502, 503, 504)
+BULK_FILTER_PATH = "errors,items.*._id,items.*.status,items.*.error"
+
+
+class CheckpointMismatchError(RuntimeError):
+    """The checkpoint belongs to another configuration, index or stream; the run refuses to resume."""
+
+
+class DocumentCountMismatchError(RuntimeError):
+    """After the load, the index holds a different number of documents than the stream delivered."""
+
+    def __init__(self, message: str, report: "WriteReport") -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class BulkWriteError(RuntimeError):
+    """Too many documents were rejected, or a chunk kept failing with a transient status after retries."""
+
+    def __init__(self, message: str, report: "WriteReport") -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class WriteReport:
+    """What a :meth:`ElasticsearchStreamingWriter.write` run did."""
+
+    index: str
+    url: str
+    passages_streamed: int = 0  # documents in the stream, the resumed prefix included
+    resumed_from: int = 0  # prefix skipped because a checkpoint confirmed it
+    written: int = 0  # confirmed by Elasticsearch in this run
+    failed: int = 0  # rejected documents, this run and the runs it resumes
+    failure_examples: list[dict] = field(default_factory=list)
+    failures_path: str | None = None
+    expected_count: int | None = None
+    index_count: int | None = None
+    count_ok: bool | None = None
+    embedding_dim: int | None = None
+    index_created: bool = False
+    checkpoint_path: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passages_per_second(self) -> float:
+        return self.written / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["passages_per_second"] = round(self.passages_per_second, 1)
+        return data
+
+    def summary(self) -> str:
+        lines = [
+            f"index '{self.index}' at {self.url}: {self.passages_streamed} passages streamed"
+            + (f" (first {self.resumed_from} skipped: confirmed by the checkpoint)" if self.resumed_from else ""),
+            f"  written this run: {self.written} in {self.seconds:.1f}s ({self.passages_per_second:.0f} passages/s)",
+            f"  rejected by Elasticsearch: {self.failed}" + (f" (all listed in {self.failures_path})" if self.failed and self.failures_path else ""),
+        ]
+        if self.index_count is not None:
+            verdict = "ok" if self.count_ok else "MISMATCH"
+            lines.append(f"  count check: index holds {self.index_count}, expected {self.expected_count} -> {verdict}")
+        return "\n".join(lines)
+
+
+def document_to_source(document: Document) -> dict[str, Any]:
+    """The ``_source`` ElasticsearchDocumentStore writes for ``document``: ``Document.to_dict()`` (meta flattened)
+    without the ``None`` fields Elasticsearch rejects for typed fields (embedding, blob, score).
+
+    Plain text documents (no blob, no sparse embedding, no meta key named like a Document field) take a
+    shortcut that builds the same dict without ``to_dict``'s deep copy (a 384-float embedding makes that copy
+    the most expensive step of a load); everything else goes through ``to_dict`` itself.
+    """
+    meta = document.meta
+    if document.blob is None and document.sparse_embedding is None and not any(key in meta for key in DOCUMENT_FIELDS):
+        source = {**meta, "id": document.id, "content": document.content}
+        if document.embedding is not None:
+            source["embedding"] = document.embedding
+        return source
+    source = document.to_dict()
+    for key in ("embedding", "blob", "score"):
+        if source.get(key) is None:
+            source.pop(key, None)
+    if source.pop("sparse_embedding", None) is not None:
+        logger.warning("Document %s has a sparse_embedding; the Elasticsearch index has no sparse_vector field, so it is not stored.", document.id)
+    return source
+
+
+@dataclass
+class _Chunk:
+    actions: list[dict]
+    first_position: int  # stream position of the first action (0-based)
+
+    @property
+    def last_id(self) -> str:
+        return self.actions[-1]["_id"]
+
+
+@dataclass
+class _ChunkResult:
+    ok: int
+    failures: list[dict]
+
+
+class ElasticsearchStreamingWriter:
+    """Stream haystack Documents into an Elasticsearch index that ElasticsearchDocumentStore can read.
+
+    :param hosts: URL(s) of the cluster (a comma-separated string or a list).
+    :param index: index name; created with :func:`~icr2_components.stores.elasticsearch_store.index_mapping`
+        when missing.
+    :param batch_size: documents per bulk request.
+    :param thread_count: bulk requests in flight at once (1: strictly sequential).
+    :param max_chunk_bytes: a bulk request is split when its body would exceed this.
+    :param checkpoint_path: JSON checkpoint file; None disables checkpointing (and resuming).
+    :param checkpoint_every: write the checkpoint every this many confirmed chunks.
+    :param fingerprint: what identifies the stream (a string, or a JSON-able mapping hashed into one); a
+        checkpoint is only resumed by a run with the same fingerprint and index.
+    :param resume: False ignores (and replaces) an existing checkpoint.
+    :param request_timeout: per request, seconds.
+    :param max_retries: retries when the node cannot be reached (exponential backoff from ``retry_backoff``
+        seconds, capped at ``max_backoff``), and retries of 429/5xx answers by ``streaming_bulk``.
+    :param bm25_k1, bm25_b: BM25 parameters of a newly created index.
+    :param embedding_similarity: similarity of the dense_vector field of a newly created index.
+    :param number_of_shards: shards of a newly created index.
+    :param verify_count: raise :class:`DocumentCountMismatchError` when the final count differs.
+    :param max_failures: stop with :class:`BulkWriteError` once more documents than this were rejected
+        (None: never stop).
+    :param progress: show a tqdm progress bar.
+    :param client: an existing ``elasticsearch.Elasticsearch`` client (otherwise one is built).
+    """
+
+    def __init__(
+        self,
+        hosts: str | list[str] = "http://127.0.0.1:9200",
+        index: str = "icr2-kilt",
+        *,
+        batch_size: int = 500,
+        thread_count: int = 2,
+        max_chunk_bytes: int = 50 * 1024 * 1024,
+        checkpoint_path: str | os.PathLike | None = None,
+        checkpoint_every: int = 10,
+        fingerprint: str | Mapping[str, Any] | None = None,
+        resume: bool = True,
+        request_timeout: float = 60.0,
+        max_retries: int = 3,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        bm25_k1: float = 0.9,
+        bm25_b: float = 0.4,
+        embedding_similarity: Similarity = "cosine",
+        number_of_shards: int = 1,
+        verify_count: bool = True,
+        max_failures: int | None = 1000,
+        max_failure_examples: int = 20,
+        progress: bool = True,
+        client=None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if thread_count < 1:
+            raise ValueError(f"thread_count must be >= 1, got {thread_count}.")
+        if checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
+        self.hosts = hosts
+        self.url = describe_hosts(hosts)
+        self.index = index
+        self.batch_size = batch_size
+        self.thread_count = thread_count
+        self.max_chunk_bytes = max_chunk_bytes
+        self.checkpoint_path = Path(checkpoint_path).expanduser() if checkpoint_path else None
+        self.checkpoint_every = checkpoint_every
+        self.fingerprint = self._fingerprint(index, fingerprint)
+        self.resume = resume
+        self.request_timeout = request_timeout
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
+        self.max_backoff = max_backoff
+        self.bm25_k1 = bm25_k1
+        self.bm25_b = bm25_b
+        self.embedding_similarity = embedding_similarity
+        self.number_of_shards = number_of_shards
+        self.verify_count = verify_count
+        self.max_failures = max_failures
+        self.max_failure_examples = max_failure_examples
+        self.progress = progress
+        self._client = client
+
+    # -- construction ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, config: IndexConfig, *, fingerprint: str | Mapping[str, Any] | None = None, **overrides: Any) -> "ElasticsearchStreamingWriter":
+        """A writer for ``config.store`` with ``config.writer``'s batch size, threads and checkpoint.
+
+        With ``writer.checkpoint_path: null`` the checkpoint is ``<cache>/checkpoints/<index>.json``. Without
+        ``fingerprint`` the corpus and embedding sections of the config are the fingerprint.
+        """
+        from icr2_components.models.resolver import cache_dir
+
+        store, writer = config.store, config.writer
+        checkpoint = writer.checkpoint_path or str(cache_dir() / "checkpoints" / f"{store.index}.json")
+        if fingerprint is None:
+            fingerprint = {"corpus": asdict(config.corpus), "embedding": asdict(config.embedding) if config.embedding.enabled else None}
+        options: dict[str, Any] = dict(
+            batch_size=writer.batch_size,
+            thread_count=writer.thread_count,
+            max_chunk_bytes=writer.max_chunk_bytes,
+            checkpoint_path=checkpoint,
+            fingerprint=fingerprint,
+            request_timeout=store.request_timeout,
+            max_retries=store.max_retries,
+            bm25_k1=store.bm25_k1,
+            bm25_b=store.bm25_b,
+        )
+        options.update(overrides)
+        return cls(store.hosts, store.index, **options)
+
+    @staticmethod
+    def _fingerprint(index: str, fingerprint: str | Mapping[str, Any] | None) -> str:
+        payload = json.dumps({"index": index, "stream": fingerprint}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:20]
+
+    @property
+    def client(self):
+        if self._client is None:
+            # transport-level retries off: connection failures are retried here, with backoff
+            self._client = build_elasticsearch_client(self.hosts, request_timeout=self.request_timeout, max_retries=0)
+        return self._client
+
+    def _retrying(self, call, what: str):
+        def log_retry(attempt: int, error: BaseException, delay: float) -> None:
+            logger.warning("%s: Elasticsearch at %s unreachable (%s); retry %d/%d in %.1fs", what, self.url, type(error).__name__, attempt, self.max_retries, delay)
+
+        return call_with_retries(
+            call, url=self.url, max_retries=self.max_retries, initial_backoff=self.retry_backoff, max_backoff=self.max_backoff, on_retry=log_retry
+        )
+
+    # -- checkpoint -----------------------------------------------------------------------------------------
+
+    def read_checkpoint(self) -> dict | None:
+        if self.checkpoint_path is None or not self.checkpoint_path.exists():
+            return None
+        try:
+            data = json.loads(self.checkpoint_path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.checkpoint_path} cannot be read ({error}); delete it to start the load over."
+            ) from error
+        return data if isinstance(data, dict) else None
+
+    def _write_checkpoint(self, state: dict) -> None:
+        if self.checkpoint_path is None:
+            return
+        state = dict(state, updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.checkpoint_path.with_name(self.checkpoint_path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(state, handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.checkpoint_path)
+
+    def _failures_path(self) -> Path | None:
+        if self.checkpoint_path is None:
+            return None
+        return self.checkpoint_path.with_name(self.checkpoint_path.name + ".failures.jsonl")
+
+    def _resume_state(self) -> dict | None:
+        """The checkpoint to resume from, None to start over; raises when it belongs to another load."""
+        checkpoint = self.read_checkpoint()
+        if checkpoint is None:
+            return None
+        if not self.resume:
+            logger.info("resume=False: ignoring the checkpoint %s", self.checkpoint_path)
+            return None
+        if checkpoint.get("completed"):
+            logger.info(
+                "The checkpoint %s records a completed load (%s passages); this run loads from the start and overwrites by id.",
+                self.checkpoint_path,
+                checkpoint.get("position"),
+            )
+            return None
+        if checkpoint.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.checkpoint_path} has format version {checkpoint.get('version')!r}, this writer reads {CHECKPOINT_VERSION}; "
+                "delete it (or pass resume=False) to start the load over."
+            )
+        if checkpoint.get("index") != self.index or checkpoint.get("fingerprint") != self.fingerprint:
+            raise CheckpointMismatchError(
+                f"Refusing to resume from {self.checkpoint_path}: it records an interrupted load into index '{checkpoint.get('index')}' "
+                f"with config fingerprint {checkpoint.get('fingerprint')}, but this run writes index '{self.index}' with fingerprint "
+                f"{self.fingerprint} (the corpus, chunking or embedding settings changed, so the stream's prefix is not the one "
+                "already written). Delete the checkpoint file, or pass resume=False, to start the load over."
+            )
+        return checkpoint
+
+    # -- index settings -------------------------------------------------------------------------------------
+
+    def _current_load_settings(self) -> dict[str, Any]:
+        body = self.client.indices.get_settings(index=self.index, flat_settings=True).body
+        settings = next(iter(body.values()))["settings"]
+        return {key: settings.get(key) for key in LOAD_SETTINGS}
+
+    def _saved_settings(self) -> dict[str, Any] | None:
+        body = self.client.indices.get_mapping(index=self.index).body
+        meta = next(iter(body.values()))["mappings"].get("_meta") or {}
+        saved = meta.get(LOAD_META_KEY)
+        return dict(saved["settings"]) if isinstance(saved, dict) and "settings" in saved else None
+
+    def _put_load_meta(self, saved: dict[str, Any] | None) -> None:
+        body = self.client.indices.get_mapping(index=self.index).body
+        meta = dict(next(iter(body.values()))["mappings"].get("_meta") or {})
+        if saved is None:
+            meta.pop(LOAD_META_KEY, None)
+        else:
+            meta[LOAD_META_KEY] = {"settings": saved, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.client.indices.put_mapping(index=self.index, meta=meta)
+
+    def _enter_load_settings(self) -> dict[str, Any]:
+        """Switch to load settings; return the settings to restore afterwards."""
+        saved = self._saved_settings()
+        if saved is not None:
+            logger.warning(
+                "Index '%s' still has the load settings of an interrupted run; the settings it had before (%s) will be restored.", self.index, saved
+            )
+        else:
+            saved = self._current_load_settings()
+            if str(saved.get("index.refresh_interval")) == "-1":
+                # left behind by a load that was killed before this writer recorded anything: use the default
+                saved["index.refresh_interval"] = None
+            self._put_load_meta(saved)
+        self.client.indices.put_settings(index=self.index, settings=dict(LOAD_SETTINGS))
+        return saved
+
+    def _restore_settings(self, saved: dict[str, Any]) -> None:
+        def restore() -> None:
+            self.client.indices.put_settings(index=self.index, settings=dict(saved))
+            self._put_load_meta(None)
+
+        self._retrying(restore, "restoring index settings")
+
+    # -- the load -------------------------------------------------------------------------------------------
+
+    def write(self, documents: Iterable[Document], *, total: int | None = None, progress: bool | None = None) -> WriteReport:
+        """Stream ``documents`` into the index; see the module docstring for the guarantees.
+
+        :param documents: any iterable of Documents, consumed once, in order; to resume, a re-run must yield
+            the same documents in the same order (KiltKnowledgeSource does).
+        :param total: the stream's length when known, for the progress bar.
+        """
+        from tqdm.auto import tqdm
+
+        show_progress = self.progress if progress is None else progress
+        started = time.perf_counter()
+        report = WriteReport(index=self.index, url=self.url, checkpoint_path=str(self.checkpoint_path) if self.checkpoint_path else None)
+        failures_path = self._failures_path()
+        report.failures_path = str(failures_path) if failures_path else None
+
+        wait_until_reachable(self.client, self.url, max_retries=self.max_retries, initial_backoff=self.retry_backoff, max_backoff=self.max_backoff)
+
+        checkpoint = self._resume_state()
+        if checkpoint is not None and not self._checkpoint_matches_index(checkpoint):
+            checkpoint = None
+        position = int(checkpoint["position"]) if checkpoint else 0
+        failed_before = int(checkpoint.get("failed", 0)) if checkpoint else 0
+        report.failed = failed_before
+        if checkpoint:
+            report.failure_examples = list(checkpoint.get("failure_examples", []))[: self.max_failure_examples]
+
+        stream = iter(documents)
+        if position:
+            self._skip_prefix(stream, position, checkpoint.get("last_id"), show_progress)
+            report.resumed_from = position
+        elif failures_path is not None and failures_path.exists():
+            failures_path.unlink()
+
+        first = next(stream, None)
+        embedding_dim = len(first.embedding) if first is not None and first.embedding is not None else None
+        report.index_created = self._retrying(
+            lambda: ensure_index(
+                self.client,
+                self.index,
+                embedding_dim=embedding_dim,
+                similarity=self.embedding_similarity,
+                bm25_k1=self.bm25_k1,
+                bm25_b=self.bm25_b,
+                number_of_shards=self.number_of_shards,
+            ),
+            "creating the index",
+        )
+        if embedding_dim is None:
+            embedding_dim = index_embedding_dim(self.client, self.index)[1]
+        report.embedding_dim = embedding_dim
+
+        state = {
+            "version": CHECKPOINT_VERSION,
+            "index": self.index,
+            "url": self.url,
+            "fingerprint": self.fingerprint,
+            "position": position,
+            "written": int(checkpoint.get("written", 0)) if checkpoint else 0,
+            "failed": failed_before,
+            "last_id": checkpoint.get("last_id") if checkpoint else None,
+            "failure_examples": report.failure_examples,
+            "completed": False,
+        }
+        saved_settings = self._retrying(self._enter_load_settings, "switching to load settings")
+        bar = tqdm(total=total, initial=position, unit=" passages", desc=f"indexing into {self.index}", disable=not show_progress, smoothing=0.05)
+        failures_file = open(failures_path, "a", encoding="utf-8") if failures_path is not None else None
+        try:
+            chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
+            self._stream(chunks, state, report, bar, failures_file)
+        except BaseException:
+            self._write_checkpoint(state)
+            raise
+        finally:
+            bar.close()
+            if failures_file is not None:
+                failures_file.close()
+            try:
+                self._restore_settings(saved_settings)
+            except Exception:  # noqa: BLE001 - the original error matters more; this one is logged
+                logger.exception("Could not restore the settings of index '%s' (%s); set them by hand.", self.index, saved_settings)
+
+        report.passages_streamed = state["position"]
+        report.failed = state["failed"]
+        report.failure_examples = state["failure_examples"]
+        self._retrying(lambda: self.client.indices.refresh(index=self.index), "refreshing the index")
+        report.index_count = int(self._retrying(lambda: self.client.count(index=self.index)["count"], "counting documents"))
+        report.expected_count = state["position"] - state["failed"]
+        report.count_ok = report.index_count == report.expected_count
+        report.seconds = time.perf_counter() - started
+        state["completed"] = True
+        state["index_count"] = report.index_count
+        self._write_checkpoint(state)
+
+        if report.failed:
+            logger.warning(
+                "%d document(s) were rejected by Elasticsearch (examples: %s)%s",
+                report.failed,
+                report.failure_examples[:3],
+                f"; all are listed in {failures_path}" if failures_path else "",
+            )
+        if not report.count_ok:
+            message = (
+                f"Count check failed for index '{self.index}' at {self.url}: it holds {report.index_count} documents, but "
+                f"{report.passages_streamed} passages were streamed and {report.failed} rejected, so {report.expected_count} were expected. "
+                + (
+                    "More documents than streamed: the index holds documents from another load (write into a new index)."
+                    if report.index_count > report.expected_count
+                    else "Fewer documents than streamed: the stream repeats ids, or documents were deleted meanwhile."
+                )
+            )
+            if self.verify_count:
+                raise DocumentCountMismatchError(message, report)
+            logger.error(message)
+        return report
+
+    def _checkpoint_matches_index(self, checkpoint: dict) -> bool:
+        """A checkpoint is only trusted when the index still holds at least what it confirms."""
+        if not self.client.indices.exists(index=self.index):
+            logger.warning("The checkpoint %s confirms %s passages, but index '%s' does not exist; loading from the start.", self.checkpoint_path, checkpoint.get("written"), self.index)
+            return False
+        self.client.indices.refresh(index=self.index)
+        count = int(self.client.count(index=self.index)["count"])
+        if count < int(checkpoint.get("written", 0)):
+            logger.warning(
+                "The checkpoint %s confirms %s passages, but index '%s' holds %d; loading from the start.", self.checkpoint_path, checkpoint.get("written"), self.index, count
+            )
+            return False
+        return True
+
+    def _skip_prefix(self, stream: Iterator[Document], position: int, last_id: str | None, show_progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        logger.info("Resuming the load into '%s' after %d passages confirmed by %s", self.index, position, self.checkpoint_path)
+        # (not `for ... in tqdm(stream)`: leaving that loop early closes the underlying generator)
+        document = None
+        skipped = 0
+        with tqdm(total=position, unit=" passages", desc="skipping the confirmed prefix", disable=not show_progress, leave=False) as bar:
+            for document in stream:
+                skipped += 1
+                if skipped % 10_000 == 0:
+                    bar.update(10_000)
+                if skipped >= position:
+                    break
+            bar.update(skipped % 10_000)
+        if skipped < position:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.checkpoint_path} confirms {position} passages, but the stream ended after {skipped}: it is not the "
+                "stream that was being loaded. Delete the checkpoint file, or pass resume=False, to start over."
+            )
+        if last_id is not None and document.id != last_id:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.checkpoint_path} says passage {position} of the stream is {last_id!r}, but this stream has "
+                f"{document.id!r} there: the corpus or its order changed. Delete the checkpoint file, or pass resume=False, to start over."
+            )
+
+    def _chunks(self, stream: Iterator[Document], position: int, embedding_dim: int | None) -> Iterator[_Chunk]:
+        actions: list[dict] = []
+        first_position = position
+        for document in stream:
+            if document.embedding is not None:
+                if embedding_dim is None:
+                    embedding_dim = len(document.embedding)
+                elif len(document.embedding) != embedding_dim:
+                    raise EmbeddingDimensionError(self.index, embedding_dim, len(document.embedding), document.id)
+            actions.append({"_op_type": "index", "_id": document.id, "_source": document_to_source(document)})
+            if len(actions) >= self.batch_size:
+                yield _Chunk(actions, first_position)
+                first_position += len(actions)
+                actions = []
+        if actions:
+            yield _Chunk(actions, first_position)
+
+    def _send(self, chunk: _Chunk) -> _ChunkResult:
+        """One chunk through ``streaming_bulk``.
+
+        ``streaming_bulk`` retries 429/5xx answers with backoff and reports other rejections per document; a
+        connection failure propagates out of it and the whole chunk is sent again after a backoff (op_type
+        ``index`` with fixed ids makes that idempotent).
+        """
+        from elasticsearch.helpers import streaming_bulk
+
+        def attempt() -> _ChunkResult:
+            ok, failures = 0, []
+            for success, item in streaming_bulk(
+                self.client,
+                chunk.actions,
+                index=self.index,
+                chunk_size=len(chunk.actions),
+                max_chunk_bytes=self.max_chunk_bytes,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=self.max_retries,
+                initial_backoff=self.retry_backoff,
+                max_backoff=self.max_backoff,
+                retry_on_status=RETRY_STATUSES,
+                filter_path=BULK_FILTER_PATH,
+            ):
+                if success:
+                    ok += 1
+                else:
+                    failures.append(_failure_record(item))
+            return _ChunkResult(ok, failures)
+
+        return self._retrying(attempt, f"bulk request at passage {chunk.first_position}")
+
+    def _stream(self, chunks: Iterator[_Chunk], state: dict, report: WriteReport, bar, failures_file) -> None:
+        in_flight: deque[tuple[Future, _Chunk]] = deque()
+        max_in_flight = self.thread_count * 2
+        batches = 0
+
+        def confirm(future: Future, chunk: _Chunk) -> None:
+            nonlocal batches
+            result: _ChunkResult = future.result()
+            transient = [f for f in result.failures if f.get("status") in RETRY_STATUSES]
+            if transient:
+                raise BulkWriteError(
+                    f"Elasticsearch at {self.url} kept answering {transient[0]['status']} for {len(transient)} document(s) of the chunk "
+                    f"starting at passage {chunk.first_position}, after {self.max_retries} retries (e.g. {transient[0]}). "
+                    "The checkpoint stops before this chunk; re-run to resume.",
+                    report,
+                )
+            state["position"] = chunk.first_position + len(chunk.actions)
+            state["written"] += result.ok
+            state["last_id"] = chunk.last_id
+            report.written += result.ok
+            if result.failures:
+                state["failed"] += len(result.failures)
+                room = self.max_failure_examples - len(state["failure_examples"])
+                if room > 0:
+                    state["failure_examples"].extend(result.failures[:room])
+                if failures_file is not None:
+                    for failure in result.failures:
+                        failures_file.write(json.dumps(failure, default=str) + "\n")
+                    failures_file.flush()
+            bar.update(len(chunk.actions))
+            batches += 1
+            if batches % self.checkpoint_every == 0:
+                if failures_file is not None:
+                    os.fsync(failures_file.fileno())
+                self._write_checkpoint(state)
+            if self.max_failures is not None and state["failed"] > self.max_failures:
+                report.failed = state["failed"]
+                report.failure_examples = state["failure_examples"]
+                raise BulkWriteError(
+                    f"Stopping: {state['failed']} documents were rejected by Elasticsearch (more than max_failures={self.max_failures}); "
+                    f"examples: {state['failure_examples'][:3]}",
+                    report,
+                )
+
+        pool = ThreadPoolExecutor(max_workers=self.thread_count, thread_name_prefix="es-bulk")
+        try:
+            for chunk in chunks:
+                in_flight.append((pool.submit(self._send, chunk), chunk))
+                while len(in_flight) >= max_in_flight:
+                    confirm(*in_flight.popleft())
+            while in_flight:
+                confirm(*in_flight.popleft())
+        finally:
+            # on an error: drop what has not started, let running requests end (they are bounded by the timeout);
+            # their results are not confirmed, so a re-run sends them again (overwriting by id)
+            for future, _ in in_flight:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _failure_record(item: dict) -> dict:
+    """A compact, JSON-able record of one rejected document from a streaming_bulk result item."""
+    _op, info = next(iter(item.items()))
+    error = info.get("error")
+    record: dict[str, Any] = {"id": info.get("_id"), "status": info.get("status")}
+    if isinstance(error, dict):
+        record["type"] = error.get("type")
+        reason = error.get("reason") or ""
+        caused = error.get("caused_by") or {}
+        if caused.get("reason"):
+            reason = f"{reason} (caused by: {caused.get('reason')})"
+        record["reason"] = reason[:500]
+    elif error is not None:
+        record["reason"] = str(error)[:500]
+    exception = info.get("exception")
+    if exception is not None:
+        record["exception_type"] = type(exception).__name__
+    return record
+
+
+def _prepend(first: Document | None, rest: Iterator[Document]) -> Iterator[Document]:
+    if first is not None:
+        yield first
+    yield from rest

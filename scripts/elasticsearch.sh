@@ -1,0 +1,537 @@
+#!/usr/bin/env bash
+# A single-node Elasticsearch 8.x for development, tests and CI: fetch, start, stop, status.
+#
+#   bash scripts/elasticsearch.sh fetch    # newest 8.x integ-test-zip from Maven Central, cached
+#   bash scripts/elasticsearch.sh start    # 127.0.0.1:${ICR2_ES_PORT:-9200}, waits for yellow/green health
+#   bash scripts/elasticsearch.sh status   # exit 0 when the node answers, 1 otherwise
+#   bash scripts/elasticsearch.sh stop     # SIGTERM by pid file, waits, SIGKILL after a timeout
+#
+# The distribution is org.elasticsearch.distribution.integ-test-zip:elasticsearch (no bundled JDK; modules:
+# transport-netty4, x-pack-core, x-pack-security, apm), run with OpenJDK 17. Security is disabled
+# (xpack.security.enabled=false is accepted because x-pack-security ships in it): plain http, no auth,
+# bound to 127.0.0.1 only.
+#
+# Running as root: Elasticsearch refuses to run as root ("can not run elasticsearch as root"), in this
+# distribution too. When this script runs as root it creates (once, `useradd --system`) the unprivileged
+# user ${ICR2_ES_USER:-icr2es}, gives it the runtime directory and starts the node with `runuser -u`. When
+# the cache directory is not reachable by that user (e.g. it is under /root, mode 700), the runtime copy
+# of the distribution and the data/log directories go to ${ICR2_ES_RUNTIME_DIR:-/var/lib/icr2_components/elasticsearch}
+# instead; the permissions of /root are never changed. As a non-root user the node runs as that user,
+# everything under the cache directory.
+#
+# Environment:
+#   ICR2_CACHE_DIR         cache root (default ~/.cache/icr2_components); the zip lives in <root>/elasticsearch/
+#   ICR2_ES_PORT           HTTP port (default 9200); the transport port is chosen by Elasticsearch
+#   ICR2_ES_VERSION        pin a version (default: newest 8.x on Maven Central, or the newest cached offline)
+#   ICR2_ES_HEAP           heap size (default 1g: -Xms1g -Xmx1g)
+#   ICR2_ES_JAVA_HOME      JDK (default /usr/lib/jvm/java-17-openjdk-amd64)
+#   ICR2_ES_START_TIMEOUT  seconds to wait for health (default 180)
+#   ICR2_ES_USER           unprivileged user used when running as root (default icr2es)
+#   ICR2_ES_RUNTIME_DIR    runtime directory when running as root and the cache is unreachable to that user
+#   ICR2_MAVEN_URL         Maven repository root (default https://repo1.maven.org/maven2)
+set -euo pipefail
+
+export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
+
+CACHE_ROOT="${ICR2_CACHE_DIR:-$HOME/.cache/icr2_components}"
+ES_CACHE="$CACHE_ROOT/elasticsearch"
+PORT="${ICR2_ES_PORT:-9200}"
+HOST=127.0.0.1
+URL="http://$HOST:$PORT"
+HEAP="${ICR2_ES_HEAP:-1g}"
+JAVA_HOME_17="${ICR2_ES_JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}"
+START_TIMEOUT="${ICR2_ES_START_TIMEOUT:-180}"
+STOP_TIMEOUT="${ICR2_ES_STOP_TIMEOUT:-60}"
+ES_USER="${ICR2_ES_USER:-icr2es}"
+ROOT_RUNTIME_DIR="${ICR2_ES_RUNTIME_DIR:-/var/lib/icr2_components/elasticsearch}"
+MAVEN="${ICR2_MAVEN_URL:-https://repo1.maven.org/maven2}"
+ARTIFACT_PATH="org/elasticsearch/distribution/integ-test-zip/elasticsearch"
+CLUSTER_NAME=icr2-dev
+
+log() { echo "[elasticsearch.sh] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+http_get() { # url output-file
+    if command -v curl >/dev/null 2>&1; then
+        curl -fsSL --retry 3 --retry-delay 2 --connect-timeout 20 -o "$2" "$1"
+    elif command -v wget >/dev/null 2>&1; then
+        wget -q --tries=3 --timeout=20 -O "$2" "$1"
+    else
+        die "neither curl nor wget is installed; cannot download $1"
+    fi
+}
+
+# Prints the HTTP body of a GET against the node, or fails (quietly) when it does not answer.
+es_get() {
+    curl -fsS --max-time "${2:-5}" "$URL$1" 2>/dev/null
+}
+
+# ---------------------------------------------------------------------------------------------- versions
+
+newest_remote_version() {
+    local meta
+    meta="$(mktemp)"
+    if ! http_get "$MAVEN/$ARTIFACT_PATH/maven-metadata.xml" "$meta"; then
+        rm -f "$meta"
+        return 1
+    fi
+    # releases only (8.x.y); sort -V orders 8.19.21 after 8.19.4
+    sed -n 's:.*<version>\([^<]*\)</version>.*:\1:p' "$meta" | grep -E '^8\.[0-9]+\.[0-9]+$' | sort -V | tail -n 1
+    rm -f "$meta"
+}
+
+newest_cached_version() {
+    local dir
+    for dir in "$ES_CACHE"/elasticsearch-8.*; do
+        [ -x "$dir/bin/elasticsearch" ] && basename "$dir" | sed 's/^elasticsearch-//'
+    done | sort -V | tail -n 1
+}
+
+fetch_version() { # version -> unpacked in $ES_CACHE/elasticsearch-<version>
+    local version="$1" zip sums expected actual tmp
+    mkdir -p "$ES_CACHE/downloads"
+    zip="$ES_CACHE/downloads/elasticsearch-$version.zip"
+    if [ -x "$ES_CACHE/elasticsearch-$version/bin/elasticsearch" ]; then
+        log "Elasticsearch $version is already fetched: $ES_CACHE/elasticsearch-$version"
+        return 0
+    fi
+    if [ ! -s "$zip" ]; then
+        log "downloading $MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip"
+        http_get "$MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip" "$zip.part" || {
+            rm -f "$zip.part"
+            die "download of Elasticsearch $version failed"
+        }
+        sums="$(mktemp)"
+        if http_get "$MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip.sha1" "$sums"; then
+            expected="$(tr -d ' \n\r' <"$sums" | cut -c1-40)"
+            actual="$(sha1sum "$zip.part" | cut -d' ' -f1)"
+            rm -f "$sums"
+            if [ "$expected" != "$actual" ]; then
+                rm -f "$zip.part"
+                die "checksum mismatch for elasticsearch-$version.zip (sha1 expected $expected, got $actual)"
+            fi
+            log "sha1 verified: $actual"
+        else
+            rm -f "$sums"
+            log "warning: no .sha1 published next to the zip; checksum not verified"
+        fi
+        mv "$zip.part" "$zip"
+    fi
+    command -v unzip >/dev/null 2>&1 || die "unzip is not installed (apt-get install unzip)"
+    tmp="$(mktemp -d "$ES_CACHE/unpack.XXXXXX")"
+    unzip -q "$zip" -d "$tmp" || { rm -rf "$tmp"; die "could not unzip $zip"; }
+    [ -x "$tmp/elasticsearch-$version/bin/elasticsearch" ] || { rm -rf "$tmp"; die "unexpected layout in $zip"; }
+    rm -rf "$ES_CACHE/elasticsearch-$version"
+    mv "$tmp/elasticsearch-$version" "$ES_CACHE/elasticsearch-$version"
+    rm -rf "$tmp"
+    log "Elasticsearch $version unpacked in $ES_CACHE/elasticsearch-$version"
+}
+
+# ------------------------------------------------------------------------------------ GET / (rest-root)
+
+# The integ-test-zip leaves out the `rest-root` module, so `GET /` answers 405 there; the Python client's
+# info() and ElasticsearchDocumentStore (which calls info() before anything else) fail on it. The module is
+# not published on Maven Central, so this script compiles a minimal equivalent (same JSON fields as the
+# official handler) with the JDK's javac and installs it as the module `icr2-rest-root` of the cached copy.
+REST_ROOT_MODULE=icr2-rest-root
+
+install_rest_root() { # es-home version
+    local home="$1" version="$2" build javac jar
+    [ -f "$home/modules/$REST_ROOT_MODULE/plugin-descriptor.properties" ] && return 0
+    javac="$JAVA_HOME_17/bin/javac"
+    jar="$JAVA_HOME_17/bin/jar"
+    if [ ! -x "$javac" ] || [ ! -x "$jar" ]; then
+        log "warning: no javac in $JAVA_HOME_17 (install openjdk-17-jdk-headless): GET / will answer 405 and"
+        log "         ElasticsearchDocumentStore, which calls info() first, will not connect"
+        return 0
+    fi
+    build="$(mktemp -d)"
+    mkdir -p "$build/src/org/icr2/restroot" "$build/classes"
+    cat >"$build/src/org/icr2/restroot/RestRootPlugin.java" <<'JAVA'
+package org.icr2.restroot;
+
+import java.util.Collection;
+import java.util.List;
+import java.util.function.Predicate;
+import java.util.function.Supplier;
+
+import org.elasticsearch.Build;
+import org.elasticsearch.client.internal.node.NodeClient;
+import org.elasticsearch.cluster.metadata.IndexNameExpressionResolver;
+import org.elasticsearch.cluster.node.DiscoveryNodes;
+import org.elasticsearch.cluster.service.ClusterService;
+import org.elasticsearch.common.io.stream.NamedWriteableRegistry;
+import org.elasticsearch.common.settings.ClusterSettings;
+import org.elasticsearch.common.settings.IndexScopedSettings;
+import org.elasticsearch.common.settings.Settings;
+import org.elasticsearch.common.settings.SettingsFilter;
+import org.elasticsearch.features.NodeFeature;
+import org.elasticsearch.plugins.ActionPlugin;
+import org.elasticsearch.plugins.Plugin;
+import org.elasticsearch.rest.BaseRestHandler;
+import org.elasticsearch.rest.RestController;
+import org.elasticsearch.rest.RestHandler;
+import org.elasticsearch.rest.RestRequest;
+import org.elasticsearch.rest.RestResponse;
+import org.elasticsearch.rest.RestStatus;
+import org.elasticsearch.xcontent.XContentBuilder;
+
+/** GET / and HEAD /: the node, cluster and version summary that the rest-root module serves. */
+public class RestRootPlugin extends Plugin implements ActionPlugin {
+    private volatile ClusterService clusterService;
+
+    @Override
+    public Collection<?> createComponents(PluginServices services) {
+        this.clusterService = services.clusterService();
+        return List.of();
+    }
+
+    @Override
+    public Collection<RestHandler> getRestHandlers(Settings settings, NamedWriteableRegistry registry, RestController controller,
+            ClusterSettings clusterSettings, IndexScopedSettings indexScopedSettings, SettingsFilter settingsFilter,
+            IndexNameExpressionResolver resolver, Supplier<DiscoveryNodes> nodes, Predicate<NodeFeature> features) {
+        return List.of(new BaseRestHandler() {
+            @Override
+            public String getName() {
+                return "icr2_rest_root_action";
+            }
+
+            @Override
+            public List<Route> routes() {
+                return List.of(new Route(RestRequest.Method.GET, "/"), new Route(RestRequest.Method.HEAD, "/"));
+            }
+
+            @Override
+            protected RestChannelConsumer prepareRequest(RestRequest request, NodeClient client) {
+                return channel -> {
+                    Build build = Build.current();
+                    XContentBuilder b = channel.newBuilder();
+                    b.startObject();
+                    b.field("name", clusterService.localNode().getName());
+                    b.field("cluster_name", clusterService.getClusterName().value());
+                    b.field("cluster_uuid", clusterService.state().metadata().clusterUUID());
+                    b.startObject("version");
+                    b.field("number", build.qualifiedVersion());
+                    b.field("build_flavor", build.flavor());
+                    b.field("build_type", build.type().displayName());
+                    b.field("build_hash", build.hash());
+                    b.field("build_date", build.date());
+                    b.field("build_snapshot", build.isSnapshot());
+                    b.field("lucene_version", org.apache.lucene.util.Version.LATEST.toString());
+                    b.field("minimum_wire_compatibility_version", build.minWireCompatVersion());
+                    b.field("minimum_index_compatibility_version", build.minIndexCompatVersion());
+                    b.endObject();
+                    b.field("tagline", "You Know, for Search");
+                    b.endObject();
+                    channel.sendResponse(new RestResponse(RestStatus.OK, b));
+                };
+            }
+        });
+    }
+}
+JAVA
+    if ! "$javac" --release 17 -nowarn -cp "$home/lib/*" -d "$build/classes" \
+        "$build/src/org/icr2/restroot/RestRootPlugin.java" >"$build/javac.log" 2>&1; then
+        cat "$build/javac.log" >&2
+        rm -rf "$build"
+        die "could not compile the GET / module against Elasticsearch $version"
+    fi
+    mkdir -p "$build/module"
+    "$jar" --create --file "$build/module/$REST_ROOT_MODULE.jar" -C "$build/classes" .
+    cat >"$build/module/plugin-descriptor.properties" <<DESC
+description=GET / (node and version summary), standing in for the rest-root module missing from the integ-test-zip
+version=$version
+name=$REST_ROOT_MODULE
+classname=org.icr2.restroot.RestRootPlugin
+java.version=17
+elasticsearch.version=$version
+extended.plugins=
+has.native.controller=false
+DESC
+    rm -rf "$home/modules/$REST_ROOT_MODULE"
+    mv "$build/module" "$home/modules/$REST_ROOT_MODULE"
+    rm -rf "$build"
+    log "installed the GET / module ($REST_ROOT_MODULE) into $home/modules"
+}
+
+cmd_fetch() {
+    local version="${ICR2_ES_VERSION:-}"
+    mkdir -p "$ES_CACHE"
+    if [ -z "$version" ]; then
+        if version="$(newest_remote_version)" && [ -n "$version" ]; then
+            log "newest 8.x on Maven Central: $version"
+        else
+            version="$(newest_cached_version)"
+            [ -n "$version" ] || die "could not read $MAVEN/$ARTIFACT_PATH/maven-metadata.xml and nothing is cached in $ES_CACHE"
+            log "Maven Central unreachable; using the newest cached version $version"
+        fi
+    fi
+    fetch_version "$version"
+    install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    echo "$version" >"$ES_CACHE/current-version"
+    echo "$ES_CACHE/elasticsearch-$version"
+}
+
+# The version `start` runs: pinned, else the one the last fetch chose, else fetch now.
+installed_version() {
+    if [ -n "${ICR2_ES_VERSION:-}" ]; then
+        [ -x "$ES_CACHE/elasticsearch-$ICR2_ES_VERSION/bin/elasticsearch" ] || cmd_fetch >/dev/null
+        echo "$ICR2_ES_VERSION"
+        return
+    fi
+    if [ -s "$ES_CACHE/current-version" ]; then
+        local v
+        v="$(cat "$ES_CACHE/current-version")"
+        if [ -x "$ES_CACHE/elasticsearch-$v/bin/elasticsearch" ]; then
+            echo "$v"
+            return
+        fi
+    fi
+    cmd_fetch >/dev/null
+    cat "$ES_CACHE/current-version"
+}
+
+# ------------------------------------------------------------------------------------------ runtime dir
+
+# Every directory from / down to $1 must be searchable by "others" for the unprivileged user to reach it.
+reachable_by_others() {
+    local path
+    path="$(cd "$1" && pwd -P)"
+    while [ -n "$path" ] && [ "$path" != "/" ]; do
+        [ "$(( 0$(stat -c '%a' "$path") & 01 ))" -ne 0 ] || return 1
+        path="$(dirname "$path")"
+    done
+    return 0
+}
+
+runtime_dir() {
+    if is_root; then
+        mkdir -p "$ES_CACHE"
+        if reachable_by_others "$ES_CACHE"; then
+            echo "$ES_CACHE/runtime"
+        else
+            echo "$ROOT_RUNTIME_DIR"
+        fi
+    else
+        echo "$ES_CACHE/runtime"
+    fi
+}
+
+pid_file() { echo "$(runtime_dir)/run/elasticsearch.pid"; }
+
+running_pid() {
+    local pidf pid
+    pidf="$(pid_file)"
+    [ -s "$pidf" ] || return 1
+    pid="$(cat "$pidf")"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "$pid"
+        return 0
+    fi
+    return 1
+}
+
+ensure_es_user() {
+    if ! id -u "$ES_USER" >/dev/null 2>&1; then
+        command -v useradd >/dev/null 2>&1 || die "running as root needs an unprivileged user and useradd is missing"
+        log "creating the unprivileged system user '$ES_USER' (Elasticsearch refuses to run as root)"
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$ES_USER"
+    fi
+}
+
+log_tail() {
+    local rt="$1" f
+    for f in "$rt/logs/$CLUSTER_NAME.log" "$rt/logs/startup.out"; do
+        if [ -s "$f" ]; then
+            log "---- last lines of $f ----"
+            tail -n 40 "$f" >&2
+        fi
+    done
+}
+
+# ------------------------------------------------------------------------------------------------ start
+
+cmd_start() {
+    mkdir -p "$ES_CACHE"
+    exec 9>"$ES_CACHE/.lock"
+    flock -w 600 9 || die "another elasticsearch.sh holds $ES_CACHE/.lock"
+
+    local pid body
+    if pid="$(running_pid)"; then
+        log "Elasticsearch is already running (pid $pid) at $URL"
+        wait_for_health "$(runtime_dir)" "$pid"
+        return 0
+    fi
+    if body="$(es_get /_cluster/health 3)" && echo "$body" | grep -q '"cluster_name"'; then
+        log "an Elasticsearch node (not started by this script) already answers at $URL; using it"
+        return 0
+    fi
+    if command -v ss >/dev/null 2>&1 && ss -Hltn "sport = :$PORT" | grep -q .; then
+        die "port $PORT on $HOST is taken by something that is not Elasticsearch; set ICR2_ES_PORT"
+    fi
+
+    [ -x "$JAVA_HOME_17/bin/java" ] || die "OpenJDK 17 not found at $JAVA_HOME_17 (apt-get install openjdk-17-jdk-headless, or set ICR2_ES_JAVA_HOME)"
+
+    local version rt home
+    version="$(installed_version)"
+    install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    rt="$(runtime_dir)"
+    mkdir -p "$rt"/{data,logs,run,tmp}
+    if [ "$rt" = "$ES_CACHE/runtime" ]; then
+        home="$ES_CACHE/elasticsearch-$version"
+    else
+        # the cached copy is unreachable to the unprivileged user: run from a copy in the runtime directory
+        home="$rt/elasticsearch-$version"
+        if [ ! -x "$home/bin/elasticsearch" ] || {
+            [ ! -d "$home/modules/$REST_ROOT_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$REST_ROOT_MODULE" ]
+        }; then
+            rm -rf "$home"
+            log "copying the distribution to $home (the cache under $CACHE_ROOT is not reachable by '$ES_USER')"
+            rm -rf "$home.tmp"
+            cp -a "$ES_CACHE/elasticsearch-$version" "$home.tmp"
+            mv "$home.tmp" "$home"
+        fi
+    fi
+    : >"$rt/logs/startup.out"
+
+    local settings=(
+        -E "cluster.name=$CLUSTER_NAME"
+        -E "node.name=icr2-node"
+        -E "discovery.type=single-node"
+        -E "network.host=$HOST"
+        -E "http.port=$PORT"
+        -E "path.data=$rt/data"
+        -E "path.logs=$rt/logs"
+        -E "xpack.security.enabled=false"
+        # a dev/CI node on a shared disk: do not turn indices read-only when the disk is fuller than 85-95%
+        -E "cluster.routing.allocation.disk.threshold_enabled=false"
+    )
+    local envs=(
+        "ES_JAVA_HOME=$JAVA_HOME_17"
+        "ES_JAVA_OPTS=-Xms$HEAP -Xmx$HEAP ${ICR2_ES_EXTRA_JAVA_OPTS:-}"
+        "ES_TMPDIR=$rt/tmp"
+        "PATH=/usr/local/bin:/usr/bin:/bin"
+        "HOME=$rt"
+        "LANG=C.UTF-8"
+    )
+
+    log "starting Elasticsearch $version on $URL (heap $HEAP, data in $rt/data)"
+    local rc=0
+    if is_root; then
+        ensure_es_user
+        # the node writes its data, logs and pid file, and its keystore into config/ (recursive chown only
+        # the first time: a data directory holding a whole KILT index has many files)
+        chown "$ES_USER:" "$rt" "$rt"/data "$rt"/logs "$rt"/run "$rt"/tmp
+        [ "$(stat -c %U "$rt/data")" = "$ES_USER" ] && [ -z "$(find "$rt/data" -maxdepth 3 ! -user "$ES_USER" -print -quit)" ] \
+            || chown -R "$ES_USER:" "$rt/data"
+        [ "$(stat -c %U "$home/config")" = "$ES_USER" ] || chown -R "$ES_USER:" "$home"
+        (ulimit -n 65535 2>/dev/null || true; cd "$rt" && runuser -u "$ES_USER" -- env -i "${envs[@]}" \
+            "$home/bin/elasticsearch" -d -p "$rt/run/elasticsearch.pid" "${settings[@]}") \
+            >>"$rt/logs/startup.out" 2>&1 9>&- || rc=$?
+    else
+        (ulimit -n 65535 2>/dev/null || true; cd "$rt" && env -i "${envs[@]}" \
+            "$home/bin/elasticsearch" -d -p "$rt/run/elasticsearch.pid" "${settings[@]}") \
+            >>"$rt/logs/startup.out" 2>&1 9>&- || rc=$?
+    fi
+    if [ "$rc" -ne 0 ]; then
+        log_tail "$rt"
+        die "Elasticsearch did not start (exit code $rc); logs in $rt/logs"
+    fi
+    # the pid file appears once the daemonised server has started
+    local waited=0
+    while ! pid="$(running_pid)"; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ "$waited" -ge 30 ]; then
+            log_tail "$rt"
+            die "Elasticsearch started but wrote no pid file ($rt/run/elasticsearch.pid)"
+        fi
+    done
+    wait_for_health "$rt" "$pid"
+}
+
+wait_for_health() { # runtime-dir pid
+    local rt="$1" pid="$2" deadline body status
+    deadline=$(($(date +%s) + START_TIMEOUT))
+    while :; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            log_tail "$rt"
+            die "Elasticsearch (pid $pid) exited while starting; logs in $rt/logs"
+        fi
+        if body="$(es_get "/_cluster/health?wait_for_status=yellow&timeout=5s" 10)"; then
+            status="$(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p')"
+            if [ "$status" = "green" ] || [ "$status" = "yellow" ]; then
+                if [ "$status" = "yellow" ]; then
+                    log "cluster health is yellow: some index has replicas a single node cannot host (primaries are all allocated)"
+                fi
+                log "Elasticsearch is up at $URL (pid $pid, health $status)"
+                return 0
+            fi
+        fi
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            log_tail "$rt"
+            die "Elasticsearch at $URL did not reach yellow/green health within ${START_TIMEOUT}s (pid $pid); logs in $rt/logs"
+        fi
+        sleep 1
+    done
+}
+
+# ------------------------------------------------------------------------------------------ stop, status
+
+cmd_stop() {
+    mkdir -p "$ES_CACHE"
+    exec 9>"$ES_CACHE/.lock"
+    flock -w 600 9 || die "another elasticsearch.sh holds $ES_CACHE/.lock"
+    local pid waited=0 pidf
+    pidf="$(pid_file)"
+    if ! pid="$(running_pid)"; then
+        log "Elasticsearch is not running (no live pid in $pidf)"
+        rm -f "$pidf"
+        return 0
+    fi
+    log "stopping Elasticsearch (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ "$waited" -ge "$STOP_TIMEOUT" ]; then
+            log "still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 1
+            break
+        fi
+    done
+    rm -f "$pidf"
+    log "Elasticsearch stopped"
+}
+
+cmd_status() {
+    local pid body
+    if pid="$(running_pid)"; then
+        if body="$(es_get /_cluster/health 5)"; then
+            echo "running: pid $pid, $URL, health: $(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p')"
+            return 0
+        fi
+        echo "starting or unresponsive: pid $pid, $URL does not answer yet"
+        return 1
+    fi
+    if body="$(es_get /_cluster/health 5)"; then
+        echo "running (not started by this script): $URL, health: $(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p')"
+        return 0
+    fi
+    echo "not running ($URL)"
+    return 1
+}
+
+case "${1:-}" in
+    fetch) cmd_fetch ;;
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *)
+        echo "usage: $0 {fetch|start|stop|status}" >&2
+        exit 2
+        ;;
+esac
