@@ -258,7 +258,7 @@ class CorpusAssembler:
             excluded_spans.setdefault(wid, []).append(span)
 
         taken: list[tuple[Document, str, int]] = []  # (document, origin, rank)
-        seen: dict[str, str] = {}  # id -> content digest of every candidate looked at
+        seen: dict[str, str] = {}  # id -> text of every candidate looked at
         accepted_digests: set[str] = set()
         near_index = NearDuplicateIndex(self.near_duplicate_threshold)
         used_tokens = 0
@@ -270,11 +270,11 @@ class CorpusAssembler:
                 raise ValueError(f"Gold passage {document.id} has no text; a gold passage must carry its text.")
             features = self.features(document.content)
             if document.id in seen:
-                if seen[document.id] != features.digest:
+                if self.features(seen[document.id]).digest != features.digest:
                     raise ValueError(f"Two different gold passages share the id {document.id!r}; ids must be unique.")
                 report.drop("duplicate gold")
                 continue
-            seen[document.id] = features.digest
+            seen[document.id] = document.content
             gold_unique.append(document)
         if gold_unique:
             costs = self.count_tokens(gold_unique) if budget_tokens is not None else [1] * len(gold_unique)
@@ -305,23 +305,25 @@ class CorpusAssembler:
         def eligible(document: Document) -> bool:
             """Apply every check to one candidate; count the reason when it is dropped."""
             report.candidates_seen += 1
-            if document.content is None or not document.content.strip():
+            content = document.content
+            if not content or content.isspace():
                 report.drop("no text")
                 return False
-            features = self.features(document.content)
+            # the id check first: most visits are the same passage arriving from another retriever's list
             previous = seen.get(document.id)
             if previous is not None:
                 if document.id in gold_ids:
                     report.drop("is a gold passage")
                     return False
-                if previous != features.digest:
+                if previous is not content and self.features(previous).digest != self.features(content).digest:
                     raise ValueError(
                         f"Two different candidate passages share the id {document.id!r}; ids must identify one "
                         "text (re-index, or give the retrievers' documents distinct ids)."
                     )
                 report.drop("same passage from another list")
                 return False
-            seen[document.id] = features.digest
+            seen[document.id] = content
+            features = self.features(content)
             span = document_span(document)
             if span is None:
                 report.candidates_without_span += 1
