@@ -174,7 +174,7 @@ def main() -> int:
                                                  budget_passages, budget_tokens, count_one, 0))
         return time.perf_counter() - start, outputs
 
-    console = Console()
+    console = Console(width=160)
     for label, queries, kwargs in (
         (f"{args.passages} passages", inputs, {"budget_passages": args.passages}),
         (f"{args.passages * 130} SmolLM2 tokens", inputs[: args.token_queries], {"budget_tokens": args.passages * 130}),

@@ -150,7 +150,8 @@ def main() -> int:
         lines = [
             f"# Position sweep (Lost in the Middle) - SmolLM2-135M-Instruct, {n} NQ-sample questions",
             "",
-            f"`.venv/bin/python bench/position_sweep.py --questions {n} --max-new-tokens {args.max_new_tokens}`; "
+            f"`.venv/bin/python bench/position_sweep.py --questions {args.questions} --max-new-tokens {args.max_new_tokens}` "
+            f"({n} of {len(chosen)} questions done{'' if final else ', run still going or stopped early'}); "
             f"{result['machine']}; {seconds:.0f} s.",
             "",
             "| condition | accuracy | correct | vs closed-book | prompt tokens |",
