@@ -189,7 +189,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
             optimizer.zero_grad()
         step += 1
         bar.update(1)
-        history.append({"step": step, "tau": tau, **{k: float(v) for k, v in losses.items()}})
+        history.append({"step": step, "tau": tau, **{k: float(v.detach()) for k, v in losses.items()}})
         if t.save_steps and step % t.save_steps == 0:
             checkpoint = Path(recipe.output_dir) / f"checkpoint-{step}"
             accelerator.save_state(str(checkpoint))
