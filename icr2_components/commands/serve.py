@@ -1,0 +1,42 @@
+"""``icr2 serve pipelines/<name>.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (hayhooks)."""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    from icr2_components.serving.app import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
+    from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
+
+    parser = subparsers.add_parser(
+        "serve", help="serve a pipeline YAML (declared inputs/outputs) at POST /<name>/run",
+        description="Loads the pipeline with the icr2_components allowlist (never unsafe), validates requests "
+        "from its declared inputs and answers errors as JSON with a reason. Binds to loopback by default.")
+    parser.add_argument("pipeline", help="pipeline YAML, e.g. pipelines/closed_book.yaml")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST}, loopback)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a non-loopback --host (the server has no authentication)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                        help=f"larger request bodies get 413 (default {DEFAULT_MAX_BODY_BYTES})")
+    parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
+                        help=f"longest accepted query (default {DEFAULT_MAX_QUERY_CHARS})")
+    parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="pipeline runs at once; other requests wait (default 1, suits a CPU reader)")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from icr2_components.serving.app import LOOPBACK_HOSTS, create_serving_app, run_server
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be 1-65535, got {args.port}.")
+    if args.host not in LOOPBACK_HOSTS and not args.allow_remote:
+        raise ValueError(f"--host {args.host} is not loopback and the server has no authentication; "
+                         "add --allow-remote to bind it anyway.")
+    app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
+                             max_new_tokens=args.max_new_tokens, concurrency=args.concurrency)
+    print(f"icr2 serve: POST http://{args.host}:{args.port}{app.state.icr2_run_path}  "
+          f"inputs {sorted(app.state.icr2_spec.inputs)}  (Ctrl-C stops)", flush=True)
+    run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote)
+    return 0

@@ -1,0 +1,123 @@
+"""A hayhooks pipeline wrapper around a pipeline loaded with OUR loader (allowlist, never unsafe)."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any
+
+from haystack import Document
+from haystack.dataclasses import ChatMessage
+from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
+
+from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.serving.request_model import DocumentIn
+
+
+def to_json(value: Any) -> Any:
+    """Pipeline outputs as JSON: a chat message -> its text, a document -> id/content/score/meta."""
+    if isinstance(value, ChatMessage):
+        return value.text
+    if isinstance(value, Document):
+        return {"id": value.id, "content": value.content, "score": value.score, "meta": to_json(value.meta)}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if hasattr(value, "to_dict"):
+        return to_json(value.to_dict())
+    return repr(value)  # kept visible rather than dropped
+
+
+class DeclaredPipelineWrapper(BasePipelineWrapper):
+    """Serves one ``pipelines/<name>.yaml`` through hayhooks at ``POST /<name>/run``.
+
+    Hayhooks' own ``YAMLPipelineWrapper`` loads YAML with a plain ``Pipeline.loads``, which refuses our modules;
+    this wrapper takes the pipeline from ``PipelineSpec`` (our ``load_pipeline``: the ``icr2_components.*``
+    allowlist, never unsafe), maps each declared input to its sockets and returns the declared outputs as JSON.
+
+    Usage example:
+    ```python
+    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.serving import DeclaredPipelineWrapper
+
+    wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("pipelines/closed_book.yaml"), max_new_tokens=8)
+    wrapper.setup()
+    print(wrapper.run_api(query="What is the capital of France?")["replies"][0])
+    ```
+    """
+
+    def __init__(self, spec: PipelineSpec, max_new_tokens: int | None = None, concurrency: int = 1) -> None:
+        """
+        :param spec: the pipeline, loaded and checked by `PipelineSpec.from_file`.
+        :param max_new_tokens: override every `LocalChatReader`'s answer budget (None: the YAML's).
+        :param concurrency: pipeline runs at once; more requests wait their turn (1 suits a CPU reader).
+        """
+        super().__init__()
+        if not isinstance(spec, PipelineSpec):
+            raise TypeError("spec must be a PipelineSpec; build it with PipelineSpec.from_file('pipelines/x.yaml').")
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1 or None, got {max_new_tokens}.")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}.")
+        self.spec = spec
+        self.max_new_tokens = max_new_tokens
+        self.concurrency = concurrency
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._is_run_api_implemented = True
+        parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
+                      for name in spec.inputs]
+        run_api = type(self).run_api
+        bound = run_api.__get__(self, type(self))
+        # hayhooks reads the signature of run_api to name the request fields; ours come from the declared inputs
+        self.run_api = _with_signature(bound, parameters)
+
+    def setup(self) -> None:
+        """Load every model now, so that the first request does not pay for it."""
+        if self.pipeline is None:
+            self.pipeline = self.spec.pipeline(controlled=False)
+            self.pipeline.warm_up()
+
+    def run_api(self, **inputs: Any) -> dict:
+        """Answer one request: the declared inputs in, the declared outputs (JSON) out."""
+        self.setup()
+        unknown = set(inputs) - set(self.spec.inputs)
+        if unknown:
+            raise ValueError(f"unknown inputs {sorted(unknown)}; declared: {sorted(self.spec.inputs)}")
+        data: dict[str, dict[str, Any]] = {}
+        for name, value in inputs.items():
+            if value is None:
+                continue
+            if isinstance(value, list) and value and isinstance(value[0], dict | DocumentIn):
+                value = [(v if isinstance(v, DocumentIn) else DocumentIn(**v)).to_document() for v in value]
+            for target in self.spec.inputs[name]:
+                component, socket = target.split(".", 1)
+                data.setdefault(component, {})[socket] = value
+        if self.max_new_tokens:
+            from icr2_components.readers.local_chat_reader import LocalChatReader
+
+            for component_name, instance in self.pipeline.walk():
+                if isinstance(instance, LocalChatReader):
+                    data.setdefault(component_name, {})["max_new_tokens"] = self.max_new_tokens
+        outputs_from = {path.split(".", 1)[0] for path in self.spec.outputs.values()}
+        with self._slots:
+            result = self.pipeline.run(data, include_outputs_from=outputs_from)
+        response = {}
+        for name, path in self.spec.outputs.items():
+            component, socket = path.split(".", 1)
+            response[name] = to_json(result.get(component, {}).get(socket))
+        return response
+
+
+def _with_signature(bound, parameters):
+    def run_api(**inputs: Any) -> dict:
+        return bound(**inputs)
+
+    run_api.__doc__ = bound.__doc__
+    run_api.__signature__ = inspect.Signature(parameters, return_annotation=dict)
+    return run_api
+
+
+__all__ = ["DeclaredPipelineWrapper", "to_json"]
