@@ -151,7 +151,8 @@ class ConfounderAwareCorpusBuilder:
         :param random_documents: the pool random confounders are drawn from (needed when p < 1).
         :param candidates: ranked lists by retriever name, pooled after the socket lists, in dict order.
         :param ranked_lists: the ranked lists on the sockets named in `retrievers`.
-        The remaining parameters override the init values for this call.
+        The remaining parameters override the init values for this call; a budget given here replaces both
+        init budgets (pass budget_tokens and budget_passages together to keep both limits).
         :returns: `documents` (the corpus) and `report` (counts, budget used, achieved ratio, stop reason).
         """
         unknown = sorted(set(ranked_lists) - set(self.retrievers))
