@@ -1,0 +1,107 @@
+"""ContextAwareDecodingReader on the real SmolLM2-135M-Instruct and a real NQ question of the bundled sample.
+
+Weight 0 must reproduce the plain reader (LocalChatReader) exactly; weight > 0 must change the answer where the
+context matters (the conflicting context of "what does hp mean in war and order", whose answer was replaced).
+"""
+
+from pathlib import Path
+
+import pytest
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.builders.templates import render_cic_prompt
+from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader, MissingContextError
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENS = 4
+QUESTION_ID = "nq-sample-00003"
+
+
+@pytest.fixture(scope="module")
+def nq_conflict(sample_files, smollm2):
+    """(query, conflicting documents) for one real NQ question; the substitute answer replaces the gold one."""
+    from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
+    from icr2_components.evaluation.context_types import build_context_set
+
+    questions, _, path = read_compare_questions(sample_files.tasks, limit=4)
+    question = next(q for q in questions if q.id == QUESTION_ID)
+    contexts = build_context_set(question.id, question.answers, question.gold_documents,
+                                 question.irrelevant_candidates, answer_pool(path))
+    documents = contexts.documents("conflicting")
+    assert documents, contexts.reasons
+    return question.query, documents
+
+
+def _prompts(query, documents):
+    context = render_cic_prompt("qa", query, documents).messages
+    memory = [ChatMessage.from_user(f"Please answer the following question:\n\nQuestion: {query}\nAnswer:")]
+    return context, memory
+
+
+def _reader(technique, alpha, **kwargs):
+    return ContextAwareDecodingReader(model="smollm2-135m-instruct", technique=technique, alpha=alpha,
+                                      max_new_tokens=TOKENS, dtype="float32", device="cpu", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def plain_answer(nq_conflict):
+    context, _ = _prompts(*nq_conflict)
+    reader = LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=TOKENS, dtype="float32", device="cpu")
+    return reader.run(messages=context)["replies"][0].text
+
+
+@pytest.mark.parametrize("technique", ["cad", "acd", "coiecd"])
+def test_weight_zero_is_the_plain_reader_and_weight_one_differs(technique, nq_conflict, plain_answer):
+    context, memory = _prompts(*nq_conflict)
+    reader = _reader(technique, 0.0)
+    zero = reader.run(messages=context, memory_messages=memory)["replies"][0]
+    assert zero.text == plain_answer
+    assert zero.meta["completion_tokens"] == TOKENS and zero.meta["technique"] == technique
+    one = reader.run(messages=context, memory_messages=memory, alpha=1.0)["replies"][0]  # run-time override
+    assert one.text != plain_answer, f"{technique} at weight 1 gave the plain answer {plain_answer!r}"
+
+
+def test_batched_passes_give_the_same_tokens_as_separate_caches(nq_conflict):
+    context, memory = _prompts(*nq_conflict)
+    separate = _reader("cad", 1.0).run(messages=context, memory_messages=memory)["replies"][0].text
+    batched = _reader("cad", 1.0, passes="batched").run(messages=context, memory_messages=memory)["replies"][0].text
+    assert batched == separate
+
+
+def test_a_technique_without_context_is_a_clear_error(nq_conflict):
+    context, memory = _prompts(*nq_conflict)
+    reader = _reader("acd", 1.0)
+    with pytest.raises(MissingContextError, match="no memory_messages"):
+        reader.run(messages=context)
+    with pytest.raises(MissingContextError, match="without a context"):
+        reader.run(messages=memory, memory_messages=memory)
+
+
+def test_bad_settings_are_refused_at_init_and_at_run():
+    with pytest.raises(ValueError, match="choose one of"):
+        ContextAwareDecodingReader(technique="dola")
+    with pytest.raises(ValueError, match=">= 0"):
+        ContextAwareDecodingReader(alpha=-0.5)
+    with pytest.raises(ValueError, match="passes"):
+        ContextAwareDecodingReader(passes="parallel")
+    reader = ContextAwareDecodingReader(technique="cad")
+    with pytest.raises(ValueError, match="choose one of"):
+        reader.run(messages=[ChatMessage.from_user("q")], technique="typical")
+
+
+def test_round_trip():
+    reader = ContextAwareDecodingReader(technique="coiecd", alpha=0.7, threshold=0.2, passes="batched", max_new_tokens=5)
+    again = ContextAwareDecodingReader.from_dict(reader.to_dict())
+    assert again.to_dict() == reader.to_dict()
+    assert (again.technique, again.alpha, again.threshold, again.passes) == ("coiecd", 0.7, 0.2, "batched")
+
+
+@pytest.mark.parametrize("name", ["cmt_cad", "cmt_acd", "cmt_coiecd"])
+def test_decoding_pipeline_loads_from_yaml_and_answers(name, nq_conflict):
+    query, documents = nq_conflict
+    spec = PipelineSpec.from_file(str(ROOT / "pipelines" / f"{name}.yaml"))
+    assert spec.context_input == "prompt.documents"
+    result = spec.run(query, documents, controlled=True, max_new_tokens=TOKENS)
+    assert result["answer"].strip()
+    assert result["prompt_tokens"] > 50
