@@ -1,0 +1,112 @@
+"""BiEncoderRanker: re-ranks retrieved passages by the cosine of query and passage embeddings (or a cross-encoder)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+
+from icr2_components.models.cache import MODEL_CACHE
+
+
+@component
+class BiEncoderRanker:
+    """
+    Re-ranks passages by the cosine similarity of the query's and each passage's ("title\\ncontent") embeddings
+    under a sentence-transformers bi-encoder, and keeps the top K, best first (`score` holds the cosine).
+
+    Haystack's `SentenceTransformersSimilarityRanker` needs cross-encoder weights, and
+    `SentenceTransformersDiversityRanker` orders for diversity and loads its own copy of the model; this ranker
+    takes the bi-encoder from the shared `MODEL_CACHE` (the dense retriever's all-MiniLM-L6-v2 by default, so one
+    copy serves both). Given `cross_encoder` (a local path or Hugging Face id of a cross-encoder), it scores
+    (query, passage) pairs with `sentence_transformers.CrossEncoder` instead.
+
+    Usage example:
+    ```python
+    from haystack import Document
+    from icr2_components.rankers.bi_encoder_ranker import BiEncoderRanker
+
+    ranker = BiEncoderRanker(top_k=2)
+    ranker.warm_up()
+    docs = [Document(content="Paris is the capital of France.", meta={"title": "Paris"}),
+            Document(content="Berlin is in Germany.", meta={"title": "Berlin"})]
+    print(ranker.run(query="capital of France", documents=docs)["documents"][0].meta["title"])  # Paris
+    ```
+    """
+
+    def __init__(self, model: str = "all-minilm-l6-v2", top_k: int | None = 3, cross_encoder: str | None = None,
+                 device: str | None = None, batch_size: int = 32) -> None:
+        """
+        :param model: Bi-encoder: bundled alias, local path or Hugging Face id (through `MODEL_CACHE`).
+        :param top_k: Passages kept (None: all, re-ordered).
+        :param cross_encoder: A cross-encoder's path or id; when given, it scores the pairs and `model` is unused.
+        :param device: `cpu`, `cuda`...; the best available by default.
+        :param batch_size: Passages embedded (or pairs scored) per batch.
+        """
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must name a sentence-transformers bi-encoder (alias, path or Hugging Face id).")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be a positive integer or None (keep all), got {top_k!r}.")
+        if cross_encoder is not None and (not isinstance(cross_encoder, str) or not cross_encoder.strip()):
+            raise ValueError("cross_encoder must be a cross-encoder's local path or Hugging Face id, or None.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        self.model = model
+        self.top_k = top_k
+        self.cross_encoder = cross_encoder
+        self.device = device
+        self.batch_size = batch_size
+        self._encoder = None
+        self._cross = None
+
+    def warm_up(self) -> None:
+        if self.cross_encoder is not None:
+            if self._cross is None:
+                from sentence_transformers import CrossEncoder
+
+                from icr2_components.models.cache import default_device
+
+                self._cross = CrossEncoder(self.cross_encoder, device=self.device or default_device())
+        elif self._encoder is None:
+            self._encoder = MODEL_CACHE.sentence_transformer(self.model, device=self.device)
+
+    @staticmethod
+    def passage_text(document: Document) -> str:
+        title = (document.meta or {}).get("title")
+        return f"{title}\n{document.content or ''}" if title else (document.content or "")
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, documents: list[Document], top_k: int | None = None) -> dict[str, Any]:
+        """
+        :param query: The question.
+        :param documents: Candidates (any order).
+        :param top_k: Overrides the init value for this call.
+        :returns: `documents`: the top K by score, best first, each a copy with `score` set.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("BiEncoderRanker.run needs a non-empty query.")
+        k = top_k if top_k is not None else self.top_k
+        if k is not None and k < 1:
+            raise ValueError(f"top_k must be >= 1, got {k}.")
+        if not documents:
+            return {"documents": []}
+        self.warm_up()
+        texts = [self.passage_text(d) for d in documents]
+        if self._cross is not None:
+            scores = [float(s) for s in self._cross.predict([(query, t) for t in texts], batch_size=self.batch_size)]
+        else:
+            embeddings = self._encoder.encode([query, *texts], batch_size=self.batch_size,
+                                              normalize_embeddings=True, convert_to_numpy=True)
+            scores = [float(s) for s in embeddings[1:] @ embeddings[0]]
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])  # stable: ties keep retrieval order
+        kept = order[:k] if k is not None else order
+        return {"documents": [replace(documents[i], score=scores[i]) for i in kept]}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, model=self.model, top_k=self.top_k, cross_encoder=self.cross_encoder,
+                               device=self.device, batch_size=self.batch_size)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BiEncoderRanker":
+        return default_from_dict(cls, data)
