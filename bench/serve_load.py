@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import httpx
@@ -95,7 +95,20 @@ def main() -> int:
         client = httpx.Client(base_url=url, timeout=args.request_timeout,
                               limits=httpx.Limits(max_connections=args.concurrency))
 
+        import threading
+
+        finished, lock = [0], threading.Lock()
+
         def ask(i: int) -> dict:
+            result = _ask(i)
+            with lock:
+                finished[0] += 1
+                if finished[0] % 5 == 0 or finished[0] == args.requests:
+                    print(f"  {finished[0]}/{args.requests} answered, {time.perf_counter() - load_start:.0f} s",
+                          flush=True)
+            return result
+
+        def _ask(i: int) -> dict:
             query = questions[i % len(questions)]
             t0 = time.perf_counter()
             try:
@@ -115,11 +128,7 @@ def main() -> int:
             done, not_done = wait(futures, timeout=args.deadline)
             for future in not_done:
                 future.cancel()
-            for future in as_completed(done):
-                results.append(future.result())
-                if len(results) % 10 == 0 or len(results) == args.requests:
-                    print(f"  {len(results)}/{args.requests} answered, {time.perf_counter() - load_start:.0f} s",
-                          flush=True)
+            results = [future.result() for future in done]
         wall = time.perf_counter() - load_start
         unfinished = args.requests - len(results)
         errors = [r for r in results if not r["ok"]]

@@ -1,0 +1,15 @@
+"""Query-aware contextualisation: the question before and after the passages.
+
+Answers the first NQ question of the bundled sample with pipelines/query_aware.yaml (8 new tokens).
+Run from the repository root: .venv/bin/python examples/query_aware.py
+"""
+
+from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.kilt import build_sample, read_kilt_tasks
+
+task = next(t for t in read_kilt_tasks(build_sample().tasks) if t.answers)
+spec = PipelineSpec.from_file("pipelines/query_aware.yaml")
+result = spec.run(task.input, None, controlled=False, max_new_tokens=8)
+print(f"question: {task.input}")
+print(f"answer: {result['answer']}")
+print(f"gold: {' | '.join(task.answers[:3])}  ({result['latency_s']:.1f} s)")
