@@ -1,0 +1,107 @@
+"""The PH3 head artifact: per-head attribution scores, the context and memory heads, saved as JSON (like RAP's).
+
+It records what must match at inference for the heads to mean what they meant when probed: the model (name and
+shape), the prompt template and the probing method.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PH3_FORMAT = "icr2-ph3-heads/1"
+DIRECTIONS = ("context", "memory")
+"""``context``: PH3 +context, suppress the memory heads; ``memory``: PH3 +memory, suppress the context heads."""
+
+
+@dataclass
+class PH3HeadArtifact:
+    """Probed heads. ``scores[layer][head]``: mean direct effect on ``logit(t_context) - logit(t_memory)`` at the
+    answer position over the probed conflicting instances; ``context_heads`` (most positive first) push toward
+    the context's answer, ``memory_heads`` (most negative first) toward the model's memory."""
+
+    model: str
+    model_signature: dict[str, Any]
+    method: str
+    scores: list[list[float]]
+    context_heads: list[list[int]]
+    memory_heads: list[list[int]]
+    instances: int
+    skipped: dict[str, Any] = field(default_factory=dict)
+    prompt_template: str = "icr2_components.builders.templates.render_cic_prompt"
+    format: str = PH3_FORMAT
+
+    def __post_init__(self) -> None:
+        layers, heads = self.model_signature["num_layers"], self.model_signature["num_heads"]
+        if len(self.scores) != layers or any(len(row) != heads for row in self.scores):
+            raise ValueError(f"scores must be {layers} layers x {heads} heads.")
+        for layer, head in self.context_heads + self.memory_heads:
+            if not (0 <= layer < layers and 0 <= head < heads):
+                raise ValueError(f"Head ({layer}, {head}) is outside the model's {layers} layers x {heads} heads.")
+
+    def heads_to_suppress(self, direction: str, count: int) -> list[tuple[int, int]]:
+        """PH3 +context suppresses the top ``count`` memory heads; +memory the top ``count`` context heads."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
+        ranking = self.memory_heads if direction == "context" else self.context_heads
+        if not 0 <= count <= len(ranking):
+            raise ValueError(f"count must be between 0 and {len(ranking)} (the heads the artifact ranks), got {count}.")
+        return [(int(layer), int(head)) for layer, head in ranking[:count]]
+
+    def check_model(self, model_name: str, signature: dict[str, Any]) -> None:
+        from icr2_components.filters.head_artifact import ArtifactMismatchError
+        from icr2_components.models.resolver import resolve_model
+
+        same = model_name == self.model or resolve_model(model_name) == resolve_model(self.model)
+        if not same or signature != self.model_signature:
+            raise ArtifactMismatchError(
+                f"These PH3 heads were probed on {self.model} but the reader is {model_name}; probe this reader "
+                "(icr2_components.cmt.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py) and use that artifact."
+            )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PH3HeadArtifact":
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"PH3 head artifact not found: {path}. Make one with probe_ph3_heads.")
+        data = json.loads(path.read_text())
+        if data.get("format") != PH3_FORMAT:
+            raise ValueError(f"{path} is not a PH3 head artifact (format {data.get('format')!r}, expected {PH3_FORMAT!r}).")
+        return cls(**data)
+
+
+def plot_ph3_scores(artifact: PH3HeadArtifact, path: str | os.PathLike, count: int = 8) -> Path:
+    """A layer x head heatmap of the scores (red: toward context, blue: toward memory), top heads outlined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    scores = artifact.scores
+    bound = max(1e-9, max(abs(v) for row in scores for v in row))
+    figure, axis = plt.subplots(figsize=(max(4, len(scores[0]) * 0.6 + 2), max(4, len(scores) * 0.25 + 1.5)))
+    image = axis.imshow(scores, aspect="auto", cmap="coolwarm", vmin=-bound, vmax=bound, origin="lower")
+    for heads, colour in ((artifact.context_heads[:count], "darkred"), (artifact.memory_heads[:count], "navy")):
+        for layer, head in heads:
+            axis.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=1.5))
+    axis.set_xlabel("head")
+    axis.set_ylabel("layer")
+    axis.set_title(f"{artifact.model}: PH3 direct effect on logit(context) - logit(memory) ({artifact.instances} inst.)",
+                   fontsize=8)
+    figure.colorbar(image, ax=axis)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

@@ -1,0 +1,138 @@
+"""HeadSuppressionReader: PH3 (+context / +memory) as a reader that generates with chosen heads suppressed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.readers.local_chat_reader import LocalChatReader
+
+DIRECTIONS = ("context", "memory")
+
+
+@component
+class HeadSuppressionReader(LocalChatReader):
+    """
+    PH3 as a reader: generates (greedy) while the outputs of chosen attention heads are removed before `o_proj`.
+
+    `direction="context"` (PH3 +context) suppresses the artifact's top `num_heads` *memory* heads, so the
+    answer leans on the context; `direction="memory"` (PH3 +memory) suppresses its top *context* heads. The
+    heads come from a PH3 artifact (`icr2_components.cmt.ph3_probing`) or are given explicitly as
+    `heads=[[layer, head], ...]`. `num_heads=0` is the plain reader. Suppression goes through the attention
+    access's kernel tap (`icr2_components.models.head_suppression`) and lasts only for the call; the model is the
+    shared `MODEL_CACHE` copy, so do not run another component on the same model concurrently with this one.
+
+    Usage example:
+    ```python
+    from haystack.dataclasses import ChatMessage
+    from icr2_components.readers import HeadSuppressionReader
+
+    reader = HeadSuppressionReader(model="smollm2-135m-instruct", artifact="bench/results/ph3_heads_smollm2.json",
+                                   direction="context", num_heads=4, max_new_tokens=16)
+    reader.warm_up()
+    print(reader.run(messages=[ChatMessage.from_user("Context: ...\\nQuestion: ...")])["replies"][0].text)
+    ```
+    """
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        artifact: str | None = None,
+        direction: str = "context",
+        num_heads: int = 4,
+        heads: list[list[int]] | None = None,
+        scale: float = 0.0,
+        max_new_tokens: int = 64,
+        dtype: str = "auto",
+        device: str | None = None,
+        attn_implementation: str | None = "sdpa",
+        max_input_tokens: int | None = None,
+    ) -> None:
+        """
+        :param model: Hugging Face id, local path or bundled alias (the model the artifact was probed on).
+        :param artifact: A PH3 head artifact (JSON); not needed with `heads`.
+        :param direction: `context` (suppress memory heads) or `memory` (suppress context heads).
+        :param num_heads: How many of the artifact's ranked heads to suppress (0: none).
+        :param heads: Explicit `[[layer, head], ...]` to suppress instead of an artifact's.
+        :param scale: Multiplier of the suppressed heads' outputs: 0 removes them (PH3), 1 leaves them.
+        :param max_new_tokens: Most tokens generated per reply.
+        :param dtype: `auto`, `float32`, `float16` or `bfloat16`.
+        :param device: `cpu`, `cuda`...; the best available by default.
+        :param attn_implementation: `sdpa` or `flash_attention_2` (the tap does not serve `eager`).
+        :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
+        """
+        LocalChatReader.__init__(self, model=model, max_new_tokens=max_new_tokens, do_sample=False, dtype=dtype,
+                                 device=device, attn_implementation=attn_implementation,
+                                 max_input_tokens=max_input_tokens)
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
+        if not isinstance(num_heads, int) or num_heads < 0:
+            raise ValueError(f"num_heads must be an integer >= 0, got {num_heads!r}.")
+        if artifact is None and heads is None and num_heads:
+            raise ValueError("Give a PH3 artifact (artifact=...json) or explicit heads=[[layer, head], ...].")
+        if heads is not None and any(not isinstance(h, (list, tuple)) or len(h) != 2 for h in heads):
+            raise ValueError(f"heads must be [[layer, head], ...], got {heads!r}.")
+        if not 0 <= scale <= 1:
+            raise ValueError(f"scale must lie in [0, 1] (0 removes a head), got {scale}.")
+        self.artifact = artifact
+        self.direction = direction
+        self.num_heads = num_heads
+        self.heads = [list(map(int, h)) for h in heads] if heads is not None else None
+        self.scale = float(scale)
+        self._artifact = None
+
+    def warm_up(self) -> None:
+        LocalChatReader.warm_up(self)
+        if self.artifact is not None and self._artifact is None:
+            from icr2_components.cmt.ph3_artifact import PH3HeadArtifact
+            from icr2_components.filters.passage_scoring import model_signature
+
+            loaded = PH3HeadArtifact.load(self.artifact)
+            loaded.check_model(self.model, model_signature(self._model))
+            self._artifact = loaded
+
+    def chosen_heads(self, direction: str | None = None, num_heads: int | None = None) -> list[tuple[int, int]]:
+        """The heads a call suppresses (checked against the model: out-of-range indices raise)."""
+        from icr2_components.models.head_suppression import check_heads
+
+        self.warm_up()
+        direction = direction or self.direction
+        count = self.num_heads if num_heads is None else num_heads
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
+        if self.heads is not None:
+            return check_heads(self._model, self.heads[:count] if num_heads is not None else self.heads)
+        if count == 0:
+            return []
+        return check_heads(self._model, self._artifact.heads_to_suppress(direction, count))
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], direction: str | None = None, num_heads: int | None = None,
+            max_new_tokens: int | None = None) -> dict[str, Any]:
+        """
+        :param messages: The conversation (the prompt with its context).
+        :param direction: Overrides the init value for this call.
+        :param num_heads: Overrides the init value for this call.
+        :param max_new_tokens: Overrides the init value for this call.
+        :returns: `replies`: one assistant message; its meta adds `suppressed_heads` and `direction`.
+        """
+        from icr2_components.models.head_suppression import suppress_heads
+
+        heads = self.chosen_heads(direction, num_heads)
+        with suppress_heads(self._model, heads, self.scale):
+            result = LocalChatReader.run(self, messages=messages, max_new_tokens=max_new_tokens)
+        result["replies"][0].meta.update(suppressed_heads=[list(h) for h in heads], direction=direction or self.direction)
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self, model=self.model, artifact=self.artifact, direction=self.direction, num_heads=self.num_heads,
+            heads=self.heads, scale=self.scale, max_new_tokens=self.max_new_tokens, dtype=self.dtype,
+            device=self.device, attn_implementation=self.attn_implementation, max_input_tokens=self.max_input_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "HeadSuppressionReader":
+        return default_from_dict(cls, data)
