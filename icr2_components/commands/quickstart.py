@@ -12,8 +12,9 @@ DEFAULT_PIPELINES = ["closed_book", "vanilla_rag", "reordered_lost_in_the_middle
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("quickstart", help="index the sample, answer a few NQ questions, run a small compare")
-    parser.add_argument("--questions", type=int, default=5, help="questions answered by the default pipeline (5)")
-    parser.add_argument("--compare-questions", type=int, default=10, help="questions in the compare (10)")
+    parser.add_argument("--questions", type=int, default=3, help="questions answered by the default pipeline (3)")
+    parser.add_argument("--compare-questions", type=int, default=5,
+                        help="questions in the compare (5: a few minutes on a quiet 2-core CPU)")
     parser.add_argument("--context-types", default="open,gold,conflicting,irrelevant")
     parser.add_argument("--out", default="runs/quickstart", help="report folder (default runs/quickstart)")
     parser.add_argument("--pipelines-dir", default="pipelines")
