@@ -22,6 +22,12 @@ def register(subparsers) -> None:
     parser.add_argument("--index", default="indexing/kilt-sample.yaml",
                         help="index config for gold passages and irrelevant candidates of a KILT task file")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--tune", action="store_true",
+                        help="first tune each pipeline's metadata.tunable on a dev split (max mean BCU over gold, "
+                        "conflicting, irrelevant; CUB) and compare the tuned YAMLs (written to --out/tuning)")
+    parser.add_argument("--dev-limit", type=int, default=10, help="dev questions for --tune (default 10)")
+    parser.add_argument("--dev-offset", type=int,
+                        help="first dev question (default: right after the --limit test questions, so they are disjoint)")
     parser.set_defaults(handler=run)
 
 
@@ -49,7 +55,23 @@ def print_report(report: dict) -> None:
 def run(args) -> int:
     from icr2_components.evaluation.compare import run_compare
 
-    report = run_compare(args.pipelines, dataset=args.dataset, context_types=args.context_types, limit=args.limit,
+    pipelines = args.pipelines
+    if args.tune:
+        from pathlib import Path
+
+        from icr2_components.evaluation.tuning import tune_pipeline
+
+        if args.dev_offset is None and args.limit is None:
+            raise SystemExit("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
+        offset = args.dev_offset if args.dev_offset is not None else args.limit
+        tuned = [tune_pipeline(p, dataset=args.dataset, dev_limit=args.dev_limit, dev_offset=offset,
+                               out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index)
+                 for p in pipelines]
+        for result in tuned:
+            print(f"tuned {result['pipeline']}: {result['best'] or 'nothing tunable'} "
+                  f"(dev mean BCU {result['best_mean_bcu']}, {result['dev_questions']} questions)")
+        pipelines = [result["tuned_file"] for result in tuned]
+    report = run_compare(pipelines, dataset=args.dataset, context_types=args.context_types, limit=args.limit,
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
                          progress=not args.no_progress)
     print_report(report)

@@ -1,0 +1,61 @@
+"""RelevanceJudgePromptBuilder: the first agent's prompt of the multi-agent CMT (is this context relevant?)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.builders.templates import document_title
+
+DEFAULT_JUDGE_INSTRUCTION = (
+    "Does the context below contain the answer to the question? Reply with only \"yes\" or \"no\"."
+)
+
+
+@component
+class RelevanceJudgePromptBuilder:
+    """
+    Builds the relevance judge's prompt (CUB's multi-agent CMT, first agent) and passes the documents on.
+
+    The documents enter the pipeline here (`metadata.context_input: judge_prompt.documents`) and flow on to
+    `MultiAgentAnswerPromptBuilder`, so compare's controlled context types reach both agents.
+
+    Usage example:
+    ```python
+    from icr2_components.cmt.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
+
+    judge = RelevanceJudgePromptBuilder()
+    out = judge.run(query="who wrote hamlet", documents=documents)
+    verdict = reader.run(messages=out["prompt"])["replies"]
+    ```
+    """
+
+    def __init__(self, instruction: str = DEFAULT_JUDGE_INSTRUCTION) -> None:
+        """:param instruction: The judge's question; it must ask for a yes/no reply."""
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise ValueError("instruction must be a non-empty string asking for a yes/no reply.")
+        self.instruction = instruction
+
+    @component.output_types(prompt=list[ChatMessage], documents=list[Document])
+    def run(self, query: str, documents: list[Document]) -> dict[str, Any]:
+        """
+        :param query: The question.
+        :param documents: The context (one or more passages); empty is an error (there is nothing to judge).
+        :returns: `prompt` for the judge reader and the unchanged `documents`.
+        """
+        if not query or not query.strip():
+            raise ValueError("RelevanceJudgePromptBuilder needs a non-empty query.")
+        if not documents:
+            raise ValueError("The multi-agent CMT judges a context, but no documents were given; pass the passages.")
+        context = "\n\n".join(f"Title: {document_title(d)}\n{d.content or ''}" for d in documents)
+        text = f"{self.instruction}\n\nContext:\n{context}\n\nQuestion: {query}\nRelevant (yes/no):"
+        return {"prompt": [ChatMessage.from_user(text)], "documents": documents}
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, instruction=self.instruction)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RelevanceJudgePromptBuilder":
+        return default_from_dict(cls, data)
