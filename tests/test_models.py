@@ -39,6 +39,8 @@ def test_cache_shares_one_copy_per_model_and_settings(smollm2):
     assert again is model
     by_path, _ = MODEL_CACHE.causal_lm(resolve_model("smollm2-135m-instruct"), dtype="float32", device="cpu")
     assert by_path is model  # an alias and its path are the same model
+    auto, _ = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="auto", device="cpu")
+    assert auto is model  # "auto" resolves to float32 on a CPU: the same copy
     assert model.config.num_hidden_layers == 30 and model.config.num_attention_heads == 9
     assert model.config.num_key_value_heads == 3
     with pytest.raises(ValueError, match="dtype"):

@@ -77,12 +77,14 @@ class ModelCache:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}.")
         device = device or default_device()
         path = resolve_model(model)
-        key = CausalLMKey(path, dtype, device, attn_implementation)
+        torch_dtype = _torch_dtype(dtype, device)
+        # key on the resolved dtype: "auto" and "float32" on a CPU are the same model, loaded once
+        key = CausalLMKey(path, str(torch_dtype).removeprefix("torch."), device, attn_implementation)
         with self._lock:
             if key not in self._causal_lms:
                 from transformers import AutoModelForCausalLM
 
-                kwargs: dict[str, Any] = {"dtype": _torch_dtype(dtype, device)}
+                kwargs: dict[str, Any] = {"dtype": torch_dtype}
                 if attn_implementation:
                     kwargs["attn_implementation"] = attn_implementation
                 loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
