@@ -5,8 +5,9 @@ Loaded by ``pytest_plugins = ["tests.es_fixtures"]`` in tests/conftest.py.
 ``elasticsearch_url`` (session): the node's URL, ``ICR2_ES_URL`` or ``http://127.0.0.1:${ICR2_ES_PORT:-9200}``.
 When nothing answers there, the fixture runs ``bash scripts/elasticsearch.sh start`` itself (minutes on a
 fresh machine: download, then about a minute of JVM start-up on 2 cores) and stops the node at the end of
-the session, only when it started it. When the node cannot be started the tests fail with the script's
-output; they are not skipped.
+the session, only when it started it (``ICR2_ES_KEEP=1`` leaves it running, e.g. when other test sessions
+share the node). When the node cannot be started the tests fail with the script's output; they are not
+skipped.
 
 ``es_client`` (session): an ``elasticsearch.Elasticsearch`` client for that URL.
 ``es_index_name`` (function): a unique index name, deleted after the test.
@@ -71,7 +72,7 @@ def elasticsearch_url():
             )
         started_here = True
     yield url
-    if started_here:
+    if started_here and os.environ.get("ICR2_ES_KEEP", "") not in ("1", "true", "yes"):
         _run_script("stop", timeout=180)
 
 

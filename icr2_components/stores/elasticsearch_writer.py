@@ -3,7 +3,9 @@
 What it guarantees:
 
 - **bounded memory**: the documents are an iterable consumed chunk by chunk; at most
-  ``thread_count * 2`` chunks of ``batch_size`` documents are held at once, however long the stream;
+  ``thread_count * 2 + 1`` chunks of ``batch_size`` documents are held at once (sent with
+  ``elasticsearch.helpers.streaming_bulk`` from ``thread_count`` threads, confirmed in stream order), however
+  long the stream;
 - **idempotent**: every document is sent with op_type ``index`` and its deterministic id as ``_id``, so a
   re-run overwrites instead of duplicating;
 - **fast load settings**: ``refresh_interval: -1`` and ``number_of_replicas: 0`` during the load, the
