@@ -36,10 +36,10 @@ def run(args) -> int:
     config = load_index_config(args.config, overrides=parse_overrides(args.set))
     report = IndexHandle(config).build(progress=not args.no_progress)
     table = Table(title=f"icr2 index: {config.name}")
-    for column in ("store", "index", "passages streamed", "in store", "resumed from", "skipped", "seconds"):
+    for column in ("store", "index", "passages streamed", "in store", "resumed from", "skipped", "rejected", "seconds"):
         table.add_column(column)
     table.add_row(report.store, report.index, str(report.passages_streamed), str(report.documents_in_store),
-                  str(report.resumed_from), str(report.skips.get("total", 0)), f"{report.seconds:.1f}")
+                  str(report.resumed_from), str(report.skips.get("total", 0)), str(report.failed), f"{report.seconds:.1f}")
     Console().print(table)
     if report.skips.get("total"):
         Console().print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")

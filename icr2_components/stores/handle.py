@@ -44,6 +44,10 @@ class IndexReport:
     seconds: float = 0.0
     skips: dict = field(default_factory=dict)
     resumed_from: int = 0
+    # Elasticsearch only: documents the node rejected (listed in the writer's failures file), and whether the
+    # final count matched the stream
+    failed: int = 0
+    count_ok: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -154,6 +158,8 @@ class IndexHandle:
             written = writer.write(stream, progress=progress)
             report.passages_streamed = written.passages_streamed
             report.resumed_from = written.resumed_from
+            report.failed = written.failed
+            report.count_ok = written.count_ok
         report.skips = source.skips.as_dict() if source is not None else {"total": 0, "counts": {}, "examples": {}}
         report.documents_in_store = self.count()
         report.seconds = time.perf_counter() - start
@@ -212,7 +218,13 @@ class IndexHandle:
                 ElasticsearchEmbeddingRetriever,
             )
 
-            retriever = ElasticsearchBM25Retriever(document_store=store) if method == "bm25" else ElasticsearchEmbeddingRetriever(document_store=store)
+            # fuzziness off: plain BM25, as the in-memory store ranks it (the integration's default "AUTO" also
+            # matches misspellings, which re-ranks most lists: top-10 overlap between stores fell to 0.39)
+            retriever = (
+                ElasticsearchBM25Retriever(document_store=store, fuzziness="0")
+                if method == "bm25"
+                else ElasticsearchEmbeddingRetriever(document_store=store)
+            )
         self._retrievers[method] = retriever
         return retriever
 

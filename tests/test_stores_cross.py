@@ -1,0 +1,69 @@
+"""The same sample, indexed into the embedded store and into a real Elasticsearch node, retrieves alike.
+
+BM25, dense and hybrid retrieval are run for the same NQ questions on both stores; the gold passage is found,
+and the top-10 overlap between stores is reported and bounded from below. The stores rank BM25 with the same
+k1/b but different analyzers (Haystack's regex tokenizer against Elasticsearch's standard analyzer), and
+Elasticsearch's dense search is approximate (HNSW), so the overlap is high but not always exact.
+"""
+
+import uuid
+
+import pytest
+
+from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
+from icr2_components.stores import IndexHandle, load_index_config, open_index
+
+pytestmark = pytest.mark.elasticsearch
+
+QUESTIONS = 30
+
+
+@pytest.fixture(scope="module")
+def both_stores(elasticsearch_url, tmp_path_factory):
+    in_memory = open_index("indexing/kilt-sample.yaml")
+    index_name = f"icr2-test-cross-{uuid.uuid4().hex[:8]}"
+    checkpoint = tmp_path_factory.mktemp("es") / "checkpoint.json"
+    config = load_index_config(
+        "indexing/kilt-sample-elasticsearch.yaml",
+        overrides={"store.hosts": elasticsearch_url, "store.index": index_name, "writer.checkpoint_path": str(checkpoint)},
+    )
+    elastic = IndexHandle(config)
+    report = elastic.build(progress=False)
+    assert report.documents_in_store == in_memory.count() == report.passages_streamed
+    yield in_memory, elastic
+    elastic.document_store.client.indices.delete(index=index_name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="module")
+def questions(both_stores, sample_files):
+    in_memory, _ = both_stores
+    span_index = PassageSpanIndex.from_documents(in_memory.document_store.storage.values())
+    return [(t, set(span_index.gold_passage_ids(t.provenance))) for t in read_kilt_tasks(sample_files.tasks, limit=QUESTIONS)]
+
+
+@pytest.mark.parametrize("method,minimum_overlap,minimum_recall", [("bm25", 0.8, 0.7), ("dense", 0.9, 0.85), ("hybrid", 0.8, 0.85)])
+def test_both_stores_return_the_same_passages(both_stores, questions, method, minimum_overlap, minimum_recall):
+    in_memory, elastic = both_stores
+    overlaps, hits = [], {"in_memory": 0, "elasticsearch": 0}
+    for task, gold in questions:
+        ours = [d.id for d in in_memory.retrieve(task.input, method=method, top_k=10)]
+        theirs = [d.id for d in elastic.retrieve(task.input, method=method, top_k=10)]
+        assert len(theirs) == 10
+        overlaps.append(len(set(ours) & set(theirs)) / 10)
+        hits["in_memory"] += bool(gold & set(ours))
+        hits["elasticsearch"] += bool(gold & set(theirs))
+    mean_overlap = sum(overlaps) / len(overlaps)
+    print(
+        f"\n{method}: mean top-10 overlap in-memory vs Elasticsearch = {mean_overlap:.2f} over {len(questions)} NQ questions; "
+        f"gold recall@10 in-memory {hits['in_memory'] / len(questions):.2f}, Elasticsearch {hits['elasticsearch'] / len(questions):.2f}"
+    )
+    assert mean_overlap >= minimum_overlap
+    assert hits["elasticsearch"] / len(questions) >= minimum_recall
+    assert hits["in_memory"] / len(questions) >= minimum_recall
+
+
+def test_top_hit_agrees_for_an_unambiguous_question(both_stores):
+    in_memory, elastic = both_stores
+    query = "who got the first nobel prize in physics"
+    for method in ("bm25", "dense", "hybrid"):
+        assert in_memory.retrieve(query, method=method, top_k=1)[0].id == elastic.retrieve(query, method=method, top_k=1)[0].id
