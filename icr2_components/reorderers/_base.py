@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, default_from_dict, default_to_dict
+from haystack import Document, component, default_from_dict, default_to_dict
 
 from icr2_components.builders.token_counting import PassageTokenCounter
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
 
 
 class BudgetedReorderer:
-    """Not a component itself: each reorderer subclasses it and adds its own ``run`` and ordering."""
+    """Not a component itself: each reorderer subclasses it, is decorated with ``@component`` and defines
+    ``_place`` (where the kept passages go); budget selection, ``run`` and serialisation are shared here.
+
+    :param budget_tokens: the most tokens (of `tokenizer`, counted per rendered passage) to keep.
+    :param budget_passages: the most passages to keep.
+    :param tokenizer: the reader's tokenizer; needed for `budget_tokens`.
+    :param relevance: `input_order` (first is most relevant) or `score` (highest score first).
+    """
 
     convention = ""
 
@@ -34,6 +41,23 @@ class BudgetedReorderer:
         self.tokenizer = tokenizer
         self.relevance = relevance
         self._counter: PassageTokenCounter | None = None
+
+    def _place(self, kept: list[Document], documents: list[Document]) -> list[Document]:
+        """Order ``kept`` (most relevant first) for the prompt; ``documents`` is the input, for reference."""
+        raise NotImplementedError
+
+    @component.output_types(documents=list[Document], report=dict)
+    def run(
+        self, documents: list[Document], budget_tokens: int | None = None, budget_passages: int | None = None
+    ) -> dict[str, Any]:
+        """
+        :param documents: the passages to order.
+        :param budget_tokens: overrides the init value.
+        :param budget_passages: overrides the init value.
+        :returns: `documents` in this reorderer's order (see its `convention`) and `report`.
+        """
+        kept, report = self._select(documents, budget_tokens, budget_passages)
+        return {"documents": self._place(kept, documents), "report": report}
 
     def warm_up(self) -> None:
         if self._counter is None and self.tokenizer:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from haystack import Document, component
 
@@ -32,30 +31,5 @@ class LostInTheMiddleReorderer(BudgetedReorderer):
 
     convention = "relevance ranks 1,3,5,...,6,4,2 (rank 1 first, rank 2 last)"
 
-    def __init__(
-        self,
-        budget_tokens: int | None = None,
-        budget_passages: int | None = None,
-        tokenizer: str | None = None,
-        relevance: str = "input_order",
-    ) -> None:
-        """
-        :param budget_tokens: the most tokens (of `tokenizer`, counted per rendered passage) to keep.
-        :param budget_passages: the most passages to keep.
-        :param tokenizer: the reader's tokenizer; needed for `budget_tokens`.
-        :param relevance: `input_order` (first is most relevant) or `score` (highest score first).
-        """
-        BudgetedReorderer.__init__(self, budget_tokens, budget_passages, tokenizer, relevance)
-
-    @component.output_types(documents=list[Document], report=dict)
-    def run(
-        self, documents: list[Document], budget_tokens: int | None = None, budget_passages: int | None = None
-    ) -> dict[str, Any]:
-        """
-        :param documents: the passages to order.
-        :param budget_tokens: overrides the init value.
-        :param budget_passages: overrides the init value.
-        :returns: `documents` in lost-in-the-middle order and `report` (kept, dropped over budget, tokens).
-        """
-        kept, report = self._select(documents, budget_tokens, budget_passages)
-        return {"documents": [kept[i] for i in lost_in_the_middle_order(len(kept))], "report": report}
+    def _place(self, kept: list[Document], documents: list[Document]) -> list[Document]:
+        return [kept[i] for i in lost_in_the_middle_order(len(kept))]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from haystack import Document, component
 
@@ -28,30 +27,5 @@ class RecencyReorderer(BudgetedReorderer):
 
     convention = "relevance ranks n,...,2,1 (most relevant last, next to the question)"
 
-    def __init__(
-        self,
-        budget_tokens: int | None = None,
-        budget_passages: int | None = None,
-        tokenizer: str | None = None,
-        relevance: str = "input_order",
-    ) -> None:
-        """
-        :param budget_tokens: the most tokens (of `tokenizer`, counted per rendered passage) to keep.
-        :param budget_passages: the most passages to keep.
-        :param tokenizer: the reader's tokenizer; needed for `budget_tokens`.
-        :param relevance: `input_order` (first is most relevant) or `score` (highest score first).
-        """
-        BudgetedReorderer.__init__(self, budget_tokens, budget_passages, tokenizer, relevance)
-
-    @component.output_types(documents=list[Document], report=dict)
-    def run(
-        self, documents: list[Document], budget_tokens: int | None = None, budget_passages: int | None = None
-    ) -> dict[str, Any]:
-        """
-        :param documents: the passages to order.
-        :param budget_tokens: overrides the init value.
-        :param budget_passages: overrides the init value.
-        :returns: `documents` most relevant last and `report`.
-        """
-        kept, report = self._select(documents, budget_tokens, budget_passages)
-        return {"documents": kept[::-1], "report": report}
+    def _place(self, kept: list[Document], documents: list[Document]) -> list[Document]:
+        return kept[::-1]
