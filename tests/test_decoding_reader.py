@@ -91,10 +91,23 @@ def test_bad_settings_are_refused_at_init_and_at_run():
 
 
 def test_round_trip():
-    reader = ContextAwareDecodingReader(technique="coiecd", alpha=0.7, threshold=0.2, passes="batched", max_new_tokens=5)
+    reader = ContextAwareDecodingReader(technique="coiecd", alpha=0.7, coiecd_alpha=0.5, coiecd_bound_ratio=8.0,
+                                        passes="batched", max_new_tokens=5)
     again = ContextAwareDecodingReader.from_dict(reader.to_dict())
     assert again.to_dict() == reader.to_dict()
-    assert (again.technique, again.alpha, again.threshold, again.passes) == ("coiecd", 0.7, 0.2, "batched")
+    assert (again.technique, again.alpha, again.coiecd_alpha, again.coiecd_bound_ratio, again.passes) == (
+        "coiecd", 0.7, 0.5, 8.0, "batched")
+
+
+def test_coiecd_settings_are_checked_and_the_old_threshold_is_refused_with_a_way_out():
+    with pytest.raises(ValueError, match="lambda"):
+        ContextAwareDecodingReader(technique="coiecd", coiecd_bound_ratio=0.5)
+    with pytest.raises(ValueError, match=">= 0"):
+        ContextAwareDecodingReader(technique="coiecd", coiecd_alpha=-1.0)
+    data = ContextAwareDecodingReader(technique="coiecd").to_dict()
+    data["init_parameters"]["threshold"] = 0.5
+    with pytest.raises(ValueError, match="coiecd_bound_ratio"):
+        ContextAwareDecodingReader.from_dict(data)
 
 
 @pytest.mark.parametrize("name", ["cmt_cad", "cmt_acd", "cmt_coiecd"])

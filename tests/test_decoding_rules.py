@@ -1,5 +1,7 @@
 """The context-aware decoding rules (CAD, ACD, COIECD) as pure functions on hand-made and random logits."""
 
+import math
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from icr2_components.readers.context_aware_decoding import (
     acd_mixing_weight,
     apply_technique,
     cad_logits,
+    coiecd_constraint,
     coiecd_logits,
     entropy,
 )
@@ -61,18 +64,92 @@ def test_acd_weight_interpolates_to_the_paper_rule():
     assert torch.allclose(half, (z_c + full) / 2, atol=1e-6)
 
 
-def test_coiecd_leaves_agreeing_steps_alone_and_resolves_conflicts():
-    agree_c, agree_m = torch.tensor([3.0, 1.0, 0.0]), torch.tensor([2.0, 1.5, 0.0])
-    out, conflict, _ = coiecd_logits(agree_c, agree_m, alpha=1.0)
-    assert not conflict.item() and torch.equal(out, agree_c)
-    # the context is sure of token 1, memory unsure but leaning 0: informative conflict -> toward the context
-    context, memory = torch.tensor([0.0, 8.0, 0.0]), torch.tensor([0.5, 0.0, 0.0])
-    out, conflict, toward = coiecd_logits(context, memory, alpha=1.0, threshold=0.5)
-    assert conflict.item() and toward.item() and int(out.argmax()) == 1
-    # the context is unsure (irrelevant), memory sure of token 0: conflict resolved toward memory
-    context, memory = torch.tensor([0.0, 0.1, 0.0]), torch.tensor([8.0, 0.0, 0.0])
-    out, conflict, toward = coiecd_logits(context, memory, alpha=1.0, threshold=0.5)
-    assert conflict.item() and not toward.item() and int(out.argmax()) == 0
+# COIECD on hand-built steps. Token 3 sits far in the tail of both distributions: it is the least likely token under
+# the context, so it always violates the upper bound (lambda * min p_c) and is scored by the conflict branch.
+DECISIVE = torch.tensor([4.0, 1.0, 0.0, -20.0]), torch.tensor([0.0, 3.0, 0.0, -20.0])
+CONTESTED = torch.tensor([1.9, 2.0, 0.0, -20.0]), torch.tensor([0.0, 3.0, 0.0, -20.0])
+
+
+def _log_probs(context, memory):
+    return torch.log_softmax(context, dim=-1), torch.log_softmax(memory, dim=-1)
+
+
+def test_coiecd_a_decisive_context_is_no_conflict_and_scores_memory_moved_by_alpha():
+    # the context's top token stands alone (no other within a factor lambda = 4): no conflict at the head, even
+    # though memory prefers token 1; the non-conflict branch lp_m + alpha * (lp_c - lp_m) scores tokens 0-2
+    context, memory = DECISIVE
+    lp_c, lp_m = _log_probs(context, memory)
+    out, conflict = coiecd_logits(context, memory, alpha=1.0, bound_ratio=4.0)
+    assert conflict.tolist() == [False, False, False, True]
+    assert torch.allclose(out[:3], lp_c[:3], atol=1e-6) and int(out.argmax()) == 0  # alpha 1: plain decoding here
+    assert torch.allclose(out[3], lp_c[3] + (lp_c[3] - lp_m[3]), atol=1e-5)  # the tail token: conflict branch
+    half, _ = coiecd_logits(context, memory, alpha=0.5, bound_ratio=4.0)
+    assert torch.allclose(half[:3], lp_m[:3] + 0.5 * (lp_c[:3] - lp_m[:3]), atol=1e-6)
+    none, _ = coiecd_logits(context, memory, alpha=0.0, bound_ratio=4.0)
+    assert torch.allclose(none[:3], lp_m[:3], atol=1e-6) and int(none.argmax()) == 1  # alpha 0: memory's token
+
+
+def test_coiecd_a_contested_step_is_a_conflict_resolved_toward_the_context():
+    # two tokens within a factor 4 of the context's top: both violate the lower bound -> conflict, scored with
+    # CAD's contrast lp_c + alpha * (lp_c - lp_m), which removes memory's push toward token 1
+    context, memory = CONTESTED
+    lp_c, lp_m = _log_probs(context, memory)
+    assert int(context.argmax()) == 1  # plain decoding follows memory's favourite
+    out, conflict = coiecd_logits(context, memory, alpha=1.0, bound_ratio=4.0)
+    assert conflict.tolist() == [True, True, False, True]
+    assert torch.allclose(out[conflict], (2 * lp_c - lp_m)[conflict], atol=1e-5)
+    assert torch.allclose(out[~conflict], lp_c[~conflict], atol=1e-6)  # lp_m + 1 * (lp_c - lp_m)
+    assert int(out.argmax()) == 0
+    logits, stats = apply_technique("coiecd", context, memory, 1.0)
+    assert torch.equal(logits, out) and stats == {"conflict": 1.0}  # the greedy token was a conflicting one
+    assert apply_technique("coiecd", *DECISIVE, 1.0)[1] == {"conflict": 0.0}
+
+
+def test_coiecd_bound_ratio_sets_how_many_tokens_conflict():
+    context, memory = CONTESTED
+    lp_c, _ = _log_probs(context, memory)
+    assert coiecd_constraint(context, memory, 1.0).tolist() == [False] * 4  # lambda 1: bounds at the extremes
+    assert coiecd_constraint(context, memory, 4.0).tolist() == [True, True, False, True]
+    assert coiecd_constraint(context, memory, 10.0).tolist() == [True] * 4  # token 2 is within e^2 < 10 of the top
+    out, _ = coiecd_logits(context, memory, alpha=1.0, bound_ratio=1.0)
+    assert torch.allclose(out, lp_c, atol=1e-6) and int(out.argmax()) == 1  # no conflict, alpha 1: plain decoding
+
+
+def test_coiecd_constraint_is_the_ratio_test_on_the_contextual_distribution():
+    # the entropy shift is one constant per step, so the normalised constraint reduces to p_c against its extremes
+    for seed in range(4):
+        context, memory = _pair(seed, shape=(5, 200))
+        context = context * 3  # sharper distributions: lone and contested heads both occur
+        for ratio in (1.5, 4.0, 16.0):
+            lp_c = torch.log_softmax(context, dim=-1)
+            head = lp_c > lp_c.amax(-1, keepdim=True) - math.log(ratio)
+            head = head & (head.sum(-1, keepdim=True) > 1)
+            tail = lp_c < lp_c.amin(-1, keepdim=True) + math.log(ratio)
+            conflict = coiecd_constraint(context, memory, ratio)
+            assert torch.equal(conflict, head | tail)
+            assert torch.equal(conflict, coiecd_constraint(context, torch.zeros_like(memory), ratio))
+
+
+def test_coiecd_weight_interpolates_from_plain_decoding_to_the_method():
+    context, memory = _pair(3)
+    lp_c = torch.log_softmax(context, dim=-1)
+    full, conflict = coiecd_logits(context, memory, weight=1.0, alpha=1.5, bound_ratio=2.0)
+    half, same = coiecd_logits(context, memory, weight=0.5, alpha=1.5, bound_ratio=2.0)
+    assert torch.equal(conflict, same) and torch.allclose(half, (lp_c + full) / 2, atol=1e-5)
+    zero, _ = coiecd_logits(context, memory, weight=0.0, alpha=1.5, bound_ratio=2.0)
+    assert zero is context
+
+
+def test_coiecd_refuses_settings_outside_the_method():
+    context, memory = CONTESTED
+    with pytest.raises(ValueError, match="lambda"):
+        coiecd_logits(context, memory, bound_ratio=0.5)
+    with pytest.raises(ValueError, match="lambda"):
+        coiecd_logits(context, memory, bound_ratio=float("nan"))
+    with pytest.raises(ValueError, match=">= 0"):
+        coiecd_logits(context, memory, alpha=-1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        coiecd_logits(context, memory, weight=-1.0)
 
 
 def test_rules_refuse_bad_input():

@@ -9,7 +9,13 @@ import torch
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.readers.context_aware_decoding import TECHNIQUES, apply_technique
+from icr2_components.readers.context_aware_decoding import (
+    COIECD_ALPHA,
+    COIECD_BOUND_RATIO,
+    TECHNIQUES,
+    apply_technique,
+    check_coiecd_settings,
+)
 from icr2_components.readers.local_chat_reader import LocalChatReader, messages_to_dicts
 
 PASS_MODES = ("separate", "batched")
@@ -56,7 +62,8 @@ class ContextAwareDecodingReader(LocalChatReader):
         model: str = "smollm2-135m-instruct",
         technique: str = "cad",
         alpha: float = 0.5,
-        threshold: float = 0.5,
+        coiecd_alpha: float = COIECD_ALPHA,
+        coiecd_bound_ratio: float = COIECD_BOUND_RATIO,
         passes: str = "separate",
         max_new_tokens: int = 64,
         dtype: str = "auto",
@@ -67,9 +74,12 @@ class ContextAwareDecodingReader(LocalChatReader):
         """
         :param model: Hugging Face id, local path or bundled alias.
         :param technique: `cad`, `acd`, `coiecd` or `none` (plain greedy decoding of `messages`).
-        :param alpha: The technique's weight (>= 0): CAD's and COIECD's contrast strength, ACD's interpolation
-            between plain decoding (0) and the paper's entropy-weighted mix (1). 0 is plain decoding.
-        :param threshold: COIECD only: the entropy drop (nats) from which a conflict is resolved toward the context.
+        :param alpha: The technique's weight (>= 0); 0 is plain decoding. CAD: its contrast strength. ACD and
+            COIECD: the interpolation between plain decoding (0) and the paper's rule (1).
+        :param coiecd_alpha: COIECD only: the paper's alpha (>= 0), the weight of the contextual contrastive term
+            ``log p_c - log p_m`` in both of its resolutions (conflicting and non-conflicting tokens).
+        :param coiecd_bound_ratio: COIECD only: the paper's lambda (>= 1), the ratio of its constraint's bounds to
+            the extremes; 1 detects no conflict, larger values flag more tokens. Defaults are the authors' code's.
         :param passes: `separate` (two batch-of-one caches, exact) or `batched` (one left-padded batch of two).
         :param max_new_tokens: Most tokens generated per reply.
         :param dtype: `auto`, `float32`, `float16` or `bfloat16`.
@@ -79,22 +89,22 @@ class ContextAwareDecodingReader(LocalChatReader):
         """
         LocalChatReader.__init__(self, model=model, max_new_tokens=max_new_tokens, do_sample=False, dtype=dtype, device=device,
                          attn_implementation=attn_implementation, max_input_tokens=max_input_tokens)
-        self._check_settings(technique, alpha, threshold)
+        self._check_settings(technique, alpha, coiecd_alpha, coiecd_bound_ratio)
         if passes not in PASS_MODES:
             raise ValueError(f"passes must be one of {list(PASS_MODES)}, got {passes!r}.")
         self.technique = technique
         self.alpha = float(alpha)
-        self.threshold = float(threshold)
+        self.coiecd_alpha = float(coiecd_alpha)
+        self.coiecd_bound_ratio = float(coiecd_bound_ratio)
         self.passes = passes
 
     @staticmethod
-    def _check_settings(technique: str, alpha: float, threshold: float) -> None:
+    def _check_settings(technique: str, alpha: float, coiecd_alpha: float, coiecd_bound_ratio: float) -> None:
         if technique not in TECHNIQUES:
             raise ValueError(f"Unknown technique {technique!r}; choose one of {list(TECHNIQUES)}.")
         if not isinstance(alpha, (int, float)) or alpha < 0:
             raise ValueError(f"alpha must be a number >= 0 (0 = plain decoding), got {alpha!r}.")
-        if not isinstance(threshold, (int, float)):
-            raise ValueError(f"threshold must be a number of nats, got {threshold!r}.")
+        check_coiecd_settings(coiecd_alpha, coiecd_bound_ratio)
 
     # ---- decoding -------------------------------------------------------------------------------------------
 
@@ -108,15 +118,15 @@ class ContextAwareDecodingReader(LocalChatReader):
         output = self._model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
         return output.logits[:, -1, :].float(), output.past_key_values
 
-    def _decode_separate(self, context_ids, memory_ids, technique, alpha, threshold, budget):
+    def _decode_separate(self, context_ids, memory_ids, technique, alpha, coiecd, budget):
         from transformers import DynamicCache
 
         z_c, cache_c = self._forward(context_ids, DynamicCache(config=self._model.config))
         z_m, cache_m = self._forward(memory_ids, DynamicCache(config=self._model.config))
-        return self._loop(z_c, z_m, technique, alpha, threshold, budget,
+        return self._loop(z_c, z_m, technique, alpha, coiecd, budget,
                           lambda token: (self._forward(token, cache_c)[0], self._forward(token, cache_m)[0]))
 
-    def _decode_batched(self, context_ids, memory_ids, technique, alpha, threshold, budget):
+    def _decode_batched(self, context_ids, memory_ids, technique, alpha, coiecd, budget):
         from transformers import DynamicCache
 
         width = max(context_ids.shape[1], memory_ids.shape[1])
@@ -139,14 +149,14 @@ class ContextAwareDecodingReader(LocalChatReader):
             state["next"] = state["next"] + 1
             return out[0:1], out[1:2]
 
-        return self._loop(logits[0:1], logits[1:2], technique, alpha, threshold, budget, step)
+        return self._loop(logits[0:1], logits[1:2], technique, alpha, coiecd, budget, step)
 
-    def _loop(self, z_c, z_m, technique, alpha, threshold, budget, step):
+    def _loop(self, z_c, z_m, technique, alpha, coiecd, budget, step):
         eos = self._eos_ids()
         tokens: list[int] = []
         diagnostics: dict[str, float] = {}
         for index in range(budget):
-            logits, stats = apply_technique(technique, z_c, z_m, alpha, threshold)
+            logits, stats = apply_technique(technique, z_c, z_m, alpha, **coiecd)
             for key, value in stats.items():
                 diagnostics[key] = diagnostics.get(key, 0.0) + value
             token = int(logits[0].argmax())
@@ -166,7 +176,8 @@ class ContextAwareDecodingReader(LocalChatReader):
         memory_messages: list[ChatMessage] | None = None,
         technique: str | None = None,
         alpha: float | None = None,
-        threshold: float | None = None,
+        coiecd_alpha: float | None = None,
+        coiecd_bound_ratio: float | None = None,
         max_new_tokens: int | None = None,
     ) -> dict[str, Any]:
         """
@@ -174,16 +185,21 @@ class ContextAwareDecodingReader(LocalChatReader):
         :param memory_messages: The same question without the context; required by every technique but `none`.
         :param technique: Overrides the init value for this call.
         :param alpha: Overrides the init value for this call.
-        :param threshold: Overrides the init value for this call.
+        :param coiecd_alpha: Overrides the init value for this call.
+        :param coiecd_bound_ratio: Overrides the init value for this call.
         :param max_new_tokens: Overrides the init value for this call.
         :returns: `replies`: one assistant message; its meta has `technique`, `alpha`, `prompt_tokens`,
             `memory_prompt_tokens`, `completion_tokens`, `latency_s` and the technique's mean step diagnostics
-            (`acd_context_weight`; `conflict`, `toward_context`).
+            (`acd_context_weight`; COIECD: `conflict`, the share of generated tokens that violated its constraint,
+            with `coiecd_alpha` and `coiecd_bound_ratio`).
         """
         technique = self.technique if technique is None else technique
         alpha = self.alpha if alpha is None else float(alpha)
-        threshold = self.threshold if threshold is None else float(threshold)
-        self._check_settings(technique, alpha, threshold)
+        coiecd = {
+            "coiecd_alpha": self.coiecd_alpha if coiecd_alpha is None else float(coiecd_alpha),
+            "coiecd_bound_ratio": self.coiecd_bound_ratio if coiecd_bound_ratio is None else float(coiecd_bound_ratio),
+        }
+        self._check_settings(technique, alpha, **coiecd)
         if not messages:
             raise ValueError("ContextAwareDecodingReader.run needs at least one message.")
         budget = max_new_tokens or self.max_new_tokens
@@ -211,7 +227,7 @@ class ContextAwareDecodingReader(LocalChatReader):
         decode = self._decode_separate if self.passes == "separate" else self._decode_batched
         start = time.perf_counter()
         with torch.inference_mode():
-            tokens, diagnostics = decode(context_ids, memory_ids, technique, alpha, threshold, budget)
+            tokens, diagnostics = decode(context_ids, memory_ids, technique, alpha, coiecd, budget)
         text = self._tokenizer.decode(tokens, skip_special_tokens=True).strip()
         meta = {
             "model": self.model,
@@ -224,7 +240,7 @@ class ContextAwareDecodingReader(LocalChatReader):
             **{key: round(value, 6) for key, value in diagnostics.items()},
         }
         if technique == "coiecd":
-            meta["threshold"] = threshold
+            meta.update(coiecd)
         return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,7 +249,8 @@ class ContextAwareDecodingReader(LocalChatReader):
             model=self.model,
             technique=self.technique,
             alpha=self.alpha,
-            threshold=self.threshold,
+            coiecd_alpha=self.coiecd_alpha,
+            coiecd_bound_ratio=self.coiecd_bound_ratio,
             passes=self.passes,
             max_new_tokens=self.max_new_tokens,
             dtype=self.dtype,
@@ -244,4 +261,11 @@ class ContextAwareDecodingReader(LocalChatReader):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ContextAwareDecodingReader":
+        if "threshold" in (data.get("init_parameters") or {}):
+            # YAMLs written before COIECD followed the paper carry the old simplification's entropy threshold
+            raise ValueError(
+                "ContextAwareDecodingReader no longer takes `threshold` (the entropy drop of an earlier, simplified "
+                "COIECD). Remove it from the YAML; COIECD now takes `coiecd_alpha` (the paper's alpha) and "
+                "`coiecd_bound_ratio` (the paper's lambda)."
+            )
         return default_from_dict(cls, data)
