@@ -4,16 +4,20 @@ and an interrupted run resumed without redoing finished questions (model calls c
 import functools
 import json
 import statistics
+from pathlib import Path
 
 import pytest
+import yaml
 
 from icr2_components.cli import main
 from icr2_components.evaluation.bcu import bcu
 from icr2_components.evaluation.compare import run_compare
 from icr2_components.evaluation.compare_cache import read_answer_records
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+from icr2_components.readers.contrastive_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.local_chat_reader import LocalChatReader
 
+ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml", "pipelines/oracle.yaml"]
 
 
@@ -96,3 +100,44 @@ def test_interrupted_compare_resumes_without_redoing_finished_answers(tmp_path, 
         assert report["cub"]["oracle"]["faithfulness"] == pytest.approx((g + c) / 2)
     assert report["memory_target"] == "closed-book answer"
     assert set(memory) == {r["question_id"] for r in records}
+
+
+def test_compare_tune_from_the_cli_writes_the_tuned_setting_and_tests_with_it(tmp_path, smollm2, monkeypatch, capsys):
+    """``icr2 compare --tune`` through the CLI entry on the smallest real input: one dev and one test question,
+    a two-value grid, one generated token. The pipeline's own alpha (0.5) is outside the grid, so the test run can
+    only have the tuned value if the tuned YAML is what it ran."""
+    data = yaml.safe_load((ROOT / "pipelines" / "cmt_cad.yaml").read_text())
+    data["components"]["reader"]["init_parameters"]["alpha"] = 0.5
+    data["metadata"]["tunable"] = {"reader.alpha": [1.0, 2.0]}
+    source = tmp_path / "cad_small.yaml"
+    source.write_text(yaml.safe_dump(data, sort_keys=False))
+    used = []  # the alpha of every decoding reader call, in order
+    original = ContextAwareDecodingReader.run
+
+    @functools.wraps(original)  # Haystack reads the sockets from run's signature
+    def recording(self, *args, **kwargs):
+        used.append(self.alpha if kwargs.get("alpha") is None else kwargs["alpha"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ContextAwareDecodingReader, "run", recording)
+    out = tmp_path / "run"
+    code = main(["compare", "--pipelines", str(source), "--tune", "--limit", "1", "--dev-limit", "1",
+                 "--context-types", "gold", "--max-new-tokens", "1", "--out", str(out), "--no-progress"])
+    assert code == 0
+    tuning = out / "tuning"
+    table = json.loads((tuning / "cad_small.tuning.json").read_text())["table"]
+    assert [row["setting"] for row in table] == [{"reader.alpha": 1.0}, {"reader.alpha": 2.0}]
+    best = max(table, key=lambda row: row["mean_bcu"])["setting"]["reader.alpha"]  # ties: the first, as tuning does
+    tuned_file = tuning / "cad_small.tuned.yaml"
+    tuned = yaml.safe_load(tuned_file.read_text())
+    assert tuned["components"]["reader"]["init_parameters"]["alpha"] == best
+    assert tuned["metadata"]["tuned"]["setting"] == {"reader.alpha": best}
+    assert tuned["metadata"]["tuned"]["dev_offset"] == 1 and tuned["metadata"]["tuned"]["dev_questions"] == 1
+    # dev: each grid value over the same controlled contexts of the dev question; then the test run, tuned only
+    dev_runs = len(used) - 1
+    assert dev_runs >= 2 and used[:dev_runs] == [1.0] * (dev_runs // 2) + [2.0] * (dev_runs // 2)
+    assert used[dev_runs:] == [best]
+    records = read_answer_records(out / "answers.jsonl")
+    assert [(r["pipeline"], r["pipeline_file"], r["context_type"]) for r in records] == [
+        ("cad_small.tuned", str(tuned_file), "gold")]
+    assert f"tuned {source}: {{'reader.alpha': {best}}}" in capsys.readouterr().out
