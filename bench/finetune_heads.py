@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--passages", type=int, default=4, help="passages per corpus in context")
     parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--new-token-lr", type=float, default=5e-3,
+                        help="learning rate of the retrieval-marker embedding rows (training.new_token_learning_rate)")
     parser.add_argument("--out", default="bench/results")
     parser.add_argument("--work", default="runs/bench-finetune-heads")
     args = parser.parse_args()
@@ -96,7 +98,7 @@ def main() -> None:
     recipe = recipe_from_dict({
         "method": "rta", "model": "smollm2-135m-instruct", "output_dir": str(work / "rta"),
         "data": {"train": str(work / "train.jsonl")}, "max_seq_length": 2048,
-        "training": {"learning_rate": args.lr, "max_steps": args.steps, "gradient_accumulation_steps": 2,
+        "training": {"learning_rate": args.lr, "new_token_learning_rate": args.new_token_lr, "max_steps": args.steps, "gradient_accumulation_steps": 2,
                      "device": "cpu", "save_steps": 10_000},
     })
     trained = train_sft(recipe).summary
@@ -106,7 +108,8 @@ def main() -> None:
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "gpu": None},
         "budget": {"train_questions": args.train, "eval_questions": len(held), "steps": args.steps,
-                   "passages": args.passages, "seconds": time.perf_counter() - start},
+                   "passages": args.passages, "learning_rate": args.lr,
+                   "new_token_learning_rate": args.new_token_lr, "seconds": time.perf_counter() - start},
         "train_loss": trained["train_loss"], "skips": trained["skips"],
         "accuracy": accuracy, "top_heads_hit_rate_m1": heads,
         "mean_hit_rate_m1": {"base": _mean(before), "SFT-RTA": _mean(after)},

@@ -132,3 +132,28 @@ def test_gold_ids_missing_from_the_context_are_counted_not_trained_on(sample_ben
     only_bad.write_text(json.dumps(records[0]) + "\n")
     with pytest.raises(ValueError, match="No usable training example.*gold passage id not in the context"):
         load_sft_examples(only_bad, tokenizer, "rta", 8192)
+
+
+def test_tiny_plumbing_new_token_rate_moves_only_the_marker_rows_and_refuses_lora():
+    """Plumbing on a tiny random Llama (tied embeddings, as SmolLM2): one AdamW step with the new-token groups
+    changes the new rows and the layers, and leaves the old vocabulary rows exactly as they were."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from icr2_components.training.sft import new_token_parameter_groups
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+    before = model.get_input_embeddings().weight.detach().clone()
+    layer_before = model.model.layers[0].mlp.up_proj.weight.detach().clone()
+    optimizer = torch.optim.AdamW(new_token_parameter_groups(model, [38, 39], 1e-2), lr=1e-4, weight_decay=0.1)
+    ids = torch.tensor([[1, 38, 5, 39, 7]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    after = model.get_input_embeddings().weight.detach()
+    assert torch.equal(after[:38], before[:38])
+    assert (after[38:] - before[38:]).abs().max() > 5e-3  # the marker rows moved at the high rate
+    assert not torch.equal(model.model.layers[0].mlp.up_proj.weight, layer_before)
+    with pytest.raises(RecipeError, match="new_token_learning_rate applies to full fine-tuning"):
+        recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"}, "finetuning": "lora",
+                          "training": {"new_token_learning_rate": 1e-2}})

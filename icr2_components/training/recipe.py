@@ -75,6 +75,11 @@ class LoraOptions:
 @dataclass
 class TrainingOptions:
     learning_rate: float = 1e-5
+    # Full fine-tuning only. Mean-initialised marker rows need a large logit change before greedy decoding emits
+    # them: at the base rate a short run learns the whole target except the markers, and a high rate on the whole
+    # (tied) embedding matrix wrecks the vocabulary. Set, the marker rows train at this rate and the old vocabulary
+    # rows are frozen; the transformer layers train at learning_rate. None: everything at learning_rate.
+    new_token_learning_rate: float | None = None
     max_steps: int = 10000
     num_train_epochs: float = 2.0
     per_device_train_batch_size: int = 1
@@ -209,13 +214,16 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     for name in ("learning_rate", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "num_train_epochs", "logging_steps"):
         _positive(getattr(t, name), f"{s}: training.{name}")
-    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta"):
+    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta", "new_token_learning_rate"):
         _positive(getattr(t, name), f"{s}: training.{name}", allow_none=True)
     for name in ("top_k", "proj_dim", "tau_start", "tau_end", "head_learning_rate"):
         _positive(getattr(h, name), f"{s}: retrieval_head.{name}")
     _positive(recipe.lora.r, f"{s}: lora.r")
     if t.early_stopping_patience and not (recipe.data.validation or recipe.data.validation_fraction):
         raise RecipeError(f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction).")
+    if t.new_token_learning_rate and recipe.finetuning == "lora":
+        raise RecipeError(f"{s}: training.new_token_learning_rate applies to full fine-tuning; with LoRA the marker "
+                          "rows train through lora.train_new_token_embeddings at training.learning_rate.")
     if t.bf16 and t.dtype == "float16":
         raise RecipeError(f"{s}: bf16 mixed precision with float16 weights; use dtype float32 or bfloat16.")
 

@@ -104,6 +104,50 @@ def wrap_lora(model, recipe: TrainingRecipe, new_token_ids: list[int]):
     return get_peft_model(model, config)
 
 
+def embedding_matrices(model) -> list:
+    """The input embedding weight, plus the output layer's when it is not tied to it (SmolLM2 ties them)."""
+    matrices = [model.get_input_embeddings().weight]
+    output = model.get_output_embeddings()
+    if output is not None and output.weight is not matrices[0]:
+        matrices.append(output.weight)
+    return matrices
+
+
+def new_token_parameter_groups(model, new_token_ids: Sequence[int], rate: float) -> list[dict[str, Any]]:
+    """Optimizer groups for ``new_token_learning_rate``: the layers at the base rate, the embedding matrices at
+    ``rate`` with a gradient mask that keeps only the new tokens' rows (old rows frozen, no weight decay, so
+    Adam's update for them stays exactly zero)."""
+    import torch
+
+    matrices = embedding_matrices(model)
+    for weight in matrices:
+        mask = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
+        mask[list(new_token_ids)] = 1
+        weight.register_hook(lambda grad, mask=mask: grad * mask)
+    ids = {id(w) for w in matrices}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
+    return [{"params": rest}, {"params": matrices, "lr": rate, "weight_decay": 0.0}]
+
+
+def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs):
+    """transformers' Trainer; with ``training.new_token_learning_rate`` its optimizer gets our parameter groups."""
+    from transformers import Trainer
+
+    rate = recipe.training.new_token_learning_rate
+    if not rate or not new_token_ids:
+        return Trainer(**kwargs)
+
+    class NewTokenRateTrainer(Trainer):
+        def create_optimizer(self, model=None):
+            if self.optimizer is None:
+                opt_model = self.model if model is None else model
+                optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+                self.optimizer = optimizer_cls(new_token_parameter_groups(opt_model, new_token_ids, rate), **optimizer_kwargs)
+            return self.optimizer
+
+    return NewTokenRateTrainer(**kwargs)
+
+
 def training_arguments(recipe: TrainingRecipe, has_validation: bool):
     from transformers import TrainingArguments
 
@@ -167,7 +211,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         >>> outcome = train_sft(load_recipe("training/smollm2_cpu_rta.yaml"))
         >>> LocalChatReader(model=outcome.output_dir)
     """
-    from transformers import EarlyStoppingCallback, Trainer
+    from transformers import EarlyStoppingCallback
 
     t = recipe.training
     start = time.perf_counter()
@@ -185,8 +229,8 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     args = training_arguments(recipe, bool(validation))
     if not progress:
         args.disable_tqdm = True
-    trainer = Trainer(
-        model=model, args=args, train_dataset=loaded.features(), eval_dataset=[e.as_features() for e in validation] or None,
+    trainer = make_trainer(
+        recipe, new_ids, model=model, args=args, train_dataset=loaded.features(), eval_dataset=[e.as_features() for e in validation] or None,
         data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id), callbacks=callbacks,
     )
     resume = t.resume_from_checkpoint
