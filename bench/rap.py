@@ -3,8 +3,9 @@
 1. Overhead: at 2K, 4K and 8K prompt tokens, a plain forward pass (use_cache=False, logits_to_keep=1) against
    RAP scoring of the same input: all 30 x 9 heads' rows from the last prompt token, reduced per passage
    (probing), and the filter's case (the selected heads only, stopping after the deepest one). Time is wall
-   clock; peak memory is the growth of the process RSS over its value before the call, sampled every 5 ms by
-   a thread (torch's CPU allocator is invisible to tracemalloc).
+   clock; peak memory is the kernel's peak-RSS mark (VmHWM, reset before the call) over the pre-call RSS, with
+   glibc's mmap threshold fixed so freed activations are returned (torch's CPU allocator is invisible to
+   tracemalloc).
 2. Recall: heads probed on NQ-sample CiC instances, then on held-apart instances the recall of the gold passage
    in RAP's selection (union of the Q heads' top-M) against BM25 and MiniLM re-ranking of the same contexts,
    at the same number of passages per instance.
@@ -21,12 +22,16 @@ import os
 import re
 import string
 import sys
-import threading
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+# glibc reads its malloc tuning at start-up: re-exec once with a fixed mmap threshold so that every large tensor
+# is mmapped and returned on free, and peak-RSS growth measures what a computation holds (see measure()).
+if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform.startswith("linux"):
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 import psutil  # noqa: E402
 import torch  # noqa: E402
@@ -45,32 +50,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "smollm2-135m-instruct"
 
 
-class PeakRSS:
-    """Peak resident-set growth (bytes) of this process while the context is open."""
-
-    def __init__(self, interval: float = 0.005) -> None:
-        self.interval, self.process = interval, psutil.Process()
-
-    def __enter__(self):
-        self.base = self.peak = self.process.memory_info().rss
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.base
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} missing from /proc/self/status")
 
 
 def release_freed_memory() -> None:
@@ -84,15 +69,24 @@ def release_freed_memory() -> None:
 
 
 def measure(fn) -> tuple[float, int]:
+    """Seconds and peak resident-set growth (bytes) of ``fn()``.
+
+    The peak is the kernel's high-water mark (VmHWM), reset just before the call by writing 5 to
+    /proc/self/clear_refs: no sampling thread that can miss a short peak. The bench runs with a fixed glibc mmap
+    threshold (see the re-exec at the top), because glibc's default moving threshold keeps freed multi-MB
+    activations in the heap and made the same plain forward pass measure 115-163 MB at 4K tokens.
+    """
     import gc
 
     gc.collect()
     release_freed_memory()
-    with PeakRSS() as rss:
-        start = time.perf_counter()
-        fn()
-        elapsed = time.perf_counter() - start
-    return elapsed, rss.growth
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+    base = _status_bytes("VmRSS")
+    start = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - start
+    return elapsed, _status_bytes("VmHWM") - base
 
 
 def long_prompt(tokenizer, target_tokens: int):
@@ -275,7 +269,7 @@ def main(argv=None) -> int:
                       f"(probe hit rates {[round(artifact.head_hit_rate(l, h), 2) for l, h in artifact.top_heads()]})")
     output = {"machine": f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, CPU only",
               "args": vars(args), "overhead": overhead, "quality": quality, "heads": artifact.heads,
-              "memory_method": "peak RSS growth over the pre-call RSS (after gc and malloc_trim), sampled every 5 ms"}
+              "memory_method": "VmHWM (reset via /proc/self/clear_refs) minus pre-call VmRSS, after gc and malloc_trim, MALLOC_MMAP_THRESHOLD_=131072"}
     written = RESULTS / f"rap_{'_'.join(args.parts)}.json"
     written.write_text(json.dumps(output, indent=1))
     if overhead:
