@@ -44,6 +44,42 @@ def test_probability_agrees_with_the_models_logits(ta_are_gate, smollm2):
     assert 0.0 < decision["answer_mass"] <= 1.0
 
 
+def test_reused_prompt_prefix_gives_the_full_pass_probability(ta_are_gate, smollm2):
+    """The second question onwards runs only what follows the shared start (system turn, date, instruction);
+    P(yes) still agrees with an independent full forward pass."""
+    model, tokenizer = smollm2
+    questions = ["Who won the 2025 Nobel Prize in Chemistry?", "What is the capital of France?", NEW_WORLD_QUESTION]
+    decisions = [ta_are_gate.run(query=q)["decision"] for q in questions]
+    assert all(d["reused_prefix_tokens"] >= 60 for d in decisions[1:])  # ~90 of ~195 tokens here
+    for decision in decisions:
+        assert decision["p_yes"] == pytest.approx(direct_p_yes(model, tokenizer, decision["prompt"]), abs=1e-4)
+    whole = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", reuse_prompt_prefix=False, **CPU)
+    again = whole.run(query=questions[1])["decision"]
+    assert again["reused_prefix_tokens"] == 0
+    assert again["p_yes"] == pytest.approx(decisions[1]["p_yes"], abs=1e-4)
+
+
+def test_prefix_cache_logits_match_full_passes_and_refuse_empty_prompts(smollm2):
+    from icr2_components.models.prefix_cache import PrefixKVCache
+
+    model, tokenizer = smollm2
+    cache = PrefixKVCache(min_reuse_tokens=4)
+    texts = ["The capital of France is Paris. The capital of Italy is", "The capital of France is Paris. The capital of Spain is",
+             "The capital of France is Paris.", "A different start entirely, so nothing is shared here"]
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        logits, reused = cache.next_token_logits(model, ids)
+        with torch.no_grad():
+            full = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        assert torch.allclose(logits, full, atol=1e-4), text
+        assert reused < len(ids)
+    assert cache.stats["reused_calls"] == 2  # Spain after Italy, then the shorter prefix of both
+    with pytest.raises(ValueError, match="empty prompt"):
+        cache.next_token_logits(model, [])
+    with pytest.raises(ValueError, match="min_reuse_tokens"):
+        PrefixKVCache(min_reuse_tokens=0)
+
+
 def test_vanilla_and_threshold_probabilities_agree_with_logits(smollm2):
     model, tokenizer = smollm2
     vanilla = TimeAwareRetrievalGate(method="vanilla", **CPU).run(query=NEW_WORLD_QUESTION)["decision"]

@@ -24,6 +24,7 @@ from icr2_components.gates.prompts import (
     render_vanilla_prompt,
 )
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no
+from icr2_components.models.prefix_cache import PrefixKVCache
 from icr2_components.models.cache import MODEL_CACHE
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,9 @@ class TimeAwareRetrievalGate:
     answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
     `local_scoring="generate"` instead generates the answer greedily and parses it (the slower baseline). With a
     `chat_generator` (any Haystack ChatGenerator, e.g. one behind an API) the decision is parsed from its reply;
-    a reply that says neither yes nor no follows `on_unparsed` and is counted in `stats`.
+    a reply that says neither yes nor no follows `on_unparsed` and is counted in `stats`. Consecutive prompts
+    share their start (system turn, date, instruction), so the gate keeps the last prompt's key/value cache and
+    runs only what follows the shared prefix (`reuse_prompt_prefix`).
 
     Only the chosen output receives the query; `decision` (always sent) holds the decision, P(yes), the prompt,
     the demonstrations and the date used.
@@ -98,6 +101,7 @@ class TimeAwareRetrievalGate:
         dtype: str = "auto",
         device: str | None = None,
         attn_implementation: str | None = "sdpa",
+        reuse_prompt_prefix: bool = True,
     ) -> None:
         """
         :param method: `ta_are`, `vanilla`, `threshold`, `always` or `never`.
@@ -126,6 +130,9 @@ class TimeAwareRetrievalGate:
         :param dtype: Local model dtype (`auto`, `float32`, `float16`, `bfloat16`).
         :param device: Local model device; the best available by default.
         :param attn_implementation: Local model attention implementation.
+        :param reuse_prompt_prefix: Keep the key/value cache of the last prompt and run only the tokens after the
+            prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE
+            prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
         """
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
@@ -184,6 +191,8 @@ class TimeAwareRetrievalGate:
         self.dtype = dtype
         self.device = device
         self.attn_implementation = attn_implementation
+        self.reuse_prompt_prefix = bool(reuse_prompt_prefix)
+        self._prefix_cache = PrefixKVCache() if self.reuse_prompt_prefix else None
         self._model = None
         self._tokenizer = None
         self._selector: DemonstrationSelector | None = None
@@ -308,11 +317,12 @@ class TimeAwareRetrievalGate:
             else:
                 self._load_model()
                 rendered = self.render_for_model(prompt)
-                score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer)
+                score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer,
+                                     prefix_cache=self._prefix_cache)
                 cut = threshold if method == "threshold" else 0.5
                 retrieve = score.p_yes >= cut
                 decision.update(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
-                                rendered_prompt=rendered, threshold=cut)
+                                rendered_prompt=rendered, threshold=cut, reused_prefix_tokens=score.reused_prefix_tokens)
         decision["retrieve"] = retrieve
         decision["latency_s"] = time.perf_counter() - start
         self.stats["decisions"] += 1
@@ -363,7 +373,7 @@ class TimeAwareRetrievalGate:
             threshold=self.threshold, answer_prefix=self.answer_prefix, yes_answer=self.yes_answer,
             no_answer=self.no_answer, on_unparsed=self.on_unparsed, local_scoring=self.local_scoring,
             max_new_tokens=self.max_new_tokens, dtype=self.dtype, device=self.device,
-            attn_implementation=self.attn_implementation,
+            attn_implementation=self.attn_implementation, reuse_prompt_prefix=self.reuse_prompt_prefix,
         )
 
     @classmethod

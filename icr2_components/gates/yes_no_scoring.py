@@ -24,6 +24,7 @@ class YesNoScore:
     p_yes: float
     scoring: str
     answer_mass: float
+    reused_prefix_tokens: int = 0
 
 
 def continuation_ids(tokenizer, prompt_text: str, answer: str) -> list[int]:
@@ -51,8 +52,12 @@ def two_way_probability(yes_logprob: float, no_logprob: float) -> float:
     return yes / (yes + no)
 
 
-def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer: str) -> YesNoScore:
-    """P(yes) for ``prompt_text`` (already chat-rendered, ending with the answer prefix)."""
+def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer: str, prefix_cache=None) -> YesNoScore:
+    """P(yes) for ``prompt_text`` (already chat-rendered, ending with the answer prefix).
+
+    With a :class:`~icr2_components.models.prefix_cache.PrefixKVCache` the single forward pass runs only the
+    tokens after the prefix this prompt shares with the previous one.
+    """
     import torch
 
     single = single_token_answers(tokenizer, prompt_text, yes_answer, no_answer)
@@ -62,11 +67,14 @@ def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer:
     device = model.device
     with torch.inference_mode():
         if single is not None:
-            input_ids = torch.tensor([prompt_ids], device=device)
-            logits = _last_position_logits(model, input_ids)
+            reused = 0
+            if prefix_cache is not None:
+                logits, reused = prefix_cache.next_token_logits(model, prompt_ids)
+            else:
+                logits = _last_position_logits(model, torch.tensor([prompt_ids], device=device))
             logprobs = torch.log_softmax(logits, dim=-1)
             yes_lp, no_lp = float(logprobs[single[0]]), float(logprobs[single[1]])
-            return YesNoScore(two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp))
+            return YesNoScore(two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp), reused)
         yes_ids = continuation_ids(tokenizer, prompt_text, yes_answer)
         no_ids = continuation_ids(tokenizer, prompt_text, no_answer)
         if not yes_ids or not no_ids:
