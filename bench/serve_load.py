@@ -1,7 +1,10 @@
 """Concurrent load on `icr2 serve pipelines/closed_book.yaml` over loopback: N requests, C at a time.
 
 Starts the real CLI server in a subprocess on a free loopback port, sends --requests NQ questions from the
-bundled sample (cycled) with --concurrency in flight, then a batch of malformed requests that must all get 4xx.
+bundled sample (cycled) with --concurrency in flight, then a batch of malformed requests that must all get 4xx:
+among them a question over --max-query-chars (422) and one within it whose prompt is longer than the model's
+context (413 context_too_long, reached only because the server is started with a --max-query-chars that lets it
+through).
 Bounded: --deadline seconds for the whole load phase (unfinished requests are counted as errors), and every
 request has its own timeout. Prints latency p50/p90/p99 and throughput; writes bench/results/serve_load.json.
 
@@ -39,6 +42,8 @@ MALFORMED = [
     (b'"who?"', "string body"),
     (b'{"query": null}', "null query"),
 ]
+# about 6,000 words, ~54,000 characters (under the default 64 KiB body), far more tokens than SmolLM2's 8,192
+OVER_CONTEXT_QUESTION = " ".join(f"word{i}" for i in range(6000))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -56,6 +61,8 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--deadline", type=float, default=900, help="seconds for the load phase (default 900)")
     parser.add_argument("--request-timeout", type=float, default=600)
+    parser.add_argument("--max-query-chars", type=int, default=60_000,
+                        help="the server's limit; above the over-long question's length, so it reaches the reader")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_load.json"))
     args = parser.parse_args()
     if args.requests < 1 or args.concurrency < 1:
@@ -72,7 +79,8 @@ def main() -> int:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     started = time.perf_counter()
     server = subprocess.Popen([str(Path(sys.executable).parent / "icr2"), "serve", args.pipeline, "--port", str(port),
-                               "--max-new-tokens", str(args.max_new_tokens)], cwd=ROOT, env=env,
+                               "--max-new-tokens", str(args.max_new_tokens), "--max-query-chars",
+                               str(args.max_query_chars)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while True:
@@ -140,9 +148,14 @@ def main() -> int:
             malformed.append({"case": what, "status": response.status_code,
                               "reason": response.json().get("reason") if response.headers.get(
                                   "content-type", "").startswith("application/json") else response.text[:200]})
-        oversize = client.post(f"/{name}/run", json={"query": "x" * 70_000})
-        malformed.append({"case": "oversize body (70 KB)", "status": oversize.status_code,
-                          "reason": oversize.json().get("reason")})
+        over_limit = [
+            ({"query": "x" * (args.max_query_chars + 1)}, "query over max chars"),
+            ({"query": OVER_CONTEXT_QUESTION}, "prompt over context"),
+            ({"query": "x" * 70_000}, "oversize body (70 KB)"),
+        ]
+        for body, what in over_limit:
+            response = client.post(f"/{name}/run", json=body)
+            malformed.append({"case": what, "status": response.status_code, "reason": response.json().get("reason")})
         client.close()
     finally:
         server.terminate()

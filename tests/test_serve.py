@@ -1,8 +1,10 @@
 """icr2 serve over real HTTP on a free loopback port: a real SmolLM2 answer, malformed requests -> 4xx with a
-reason, an oversize body -> 413, a pipeline failure -> JSON 500, and pipelines the server must refuse."""
+reason, an oversize body -> 413, a prompt over the model's context -> 413 naming the limit, an internal pipeline
+failure -> JSON 500, and pipelines the server must refuse."""
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -120,13 +122,20 @@ def test_non_loopback_host_is_refused_without_allow_remote():
     assert result.returncode == 1 and "not loopback" in result.stderr
 
 
-def test_pipeline_failure_is_a_json_500_with_the_reason(smollm2):
-    """The oracle given a passage longer than SmolLM2's context: the reader refuses it, the client is told why."""
+def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_500(smollm2, monkeypatch):
+    """The oracle given a passage, or a question, longer than SmolLM2's context: the reader refuses it and the
+    client is told so with a 413 naming the limit; a failure inside the pipeline that the request did not cause
+    is still a JSON 500."""
+    import functools
+
     import uvicorn
 
+    from icr2_components.readers.local_chat_reader import LocalChatReader
     from icr2_components.serving import create_serving_app
 
-    app = create_serving_app(str(ROOT / "pipelines" / "oracle.yaml"), max_body_bytes=400_000, max_new_tokens=4)
+    app = create_serving_app(str(ROOT / "pipelines" / "oracle.yaml"), max_body_bytes=400_000, max_new_tokens=4,
+                             max_query_chars=200_000)
+    context = smollm2[0].config.max_position_embeddings
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -135,15 +144,29 @@ def test_pipeline_failure_is_a_json_500_with_the_reason(smollm2):
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, timeout=60)
         passage = " ".join(f"word{i}" for i in range(20_000))
-        response = httpx.post(f"{url}/oracle/run", json={"query": "what?", "documents": [
+        long_passage = httpx.post(f"{url}/oracle/run", json={"query": "what?", "documents": [
             {"content": passage, "meta": {"title": "Long"}}]}, timeout=180)
-        assert response.status_code == 500
-        payload = response.json()
-        assert payload["error"] == "pipeline_failed" and "tokens but" in payload["reason"]
+        long_question = httpx.post(f"{url}/oracle/run", json={"query": passage, "documents": [
+            {"content": "Paris is the capital of France.", "meta": {"title": "Paris"}}]}, timeout=180)
+        for response in (long_passage, long_question):
+            assert response.status_code == 413, response.text
+            payload = response.json()
+            assert payload["error"] == "context_too_long" and payload["status"] == 413
+            assert re.search(r"has \d+ tokens but smollm2-135m-instruct accepts \d+", payload["reason"]), payload
+            assert f"({context} context" in payload["reason"]
         missing_docs = httpx.post(f"{url}/oracle/run", json={"query": "what?"}, timeout=30)
         assert missing_docs.status_code == 422 and "documents" in missing_docs.json()["reason"]
         empty_passage = httpx.post(f"{url}/oracle/run", json={"query": "q", "documents": [{"content": ""}]}, timeout=30)
         assert empty_passage.status_code == 422 and "documents.0.content" in empty_passage.json()["reason"]
+
+        @functools.wraps(LocalChatReader.run)  # Haystack reads the sockets from run's signature
+        def broken(self, *args, **kwargs):
+            raise RuntimeError("simulated device failure")
+
+        monkeypatch.setattr(LocalChatReader, "run", broken)
+        failed = httpx.post(f"{url}/oracle/run", json={"query": "q", "documents": [{"content": "short"}]}, timeout=60)
+        assert failed.status_code == 500
+        assert failed.json()["error"] == "pipeline_failed" and "simulated device failure" in failed.json()["reason"]
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -163,3 +186,25 @@ def test_serving_refuses_undeclared_io_and_foreign_modules(tmp_path):
                        "inputs: {query: x.command}\noutputs: {replies: x.out}\n")
     with pytest.raises(PipelineLoadError, match="icr2_components"):
         create_serving_app(str(foreign))
+
+
+def test_only_input_caused_errors_are_refused_with_4xx():
+    """The mapping behind the 413: found through Haystack's wrapping, and nothing else is mapped."""
+    from haystack.core.errors import PipelineRuntimeError
+
+    from icr2_components.errors import ContextTooLongError
+    from icr2_components.serving import refusal_for
+
+    def wrapped(error):
+        try:
+            try:
+                raise error
+            except Exception as inner:
+                raise PipelineRuntimeError.from_exception("reader", object, inner) from inner
+        except PipelineRuntimeError as outer:
+            return outer
+
+    refusal = refusal_for(wrapped(ContextTooLongError("The prompt has 9000 tokens but m accepts 8160")))
+    assert refusal.status_code == 413 and refusal.error == "context_too_long" and "accepts 8160" in refusal.detail
+    assert refusal_for(wrapped(ValueError("bad component setting"))) is None
+    assert refusal_for(wrapped(RuntimeError("device failure"))) is None

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 from haystack import Document
 
+from icr2_components.errors import ContextTooLongError  # defined there so serving and compare see one class
 from icr2_components.models.attention import (
     generation_passage_scores,
     passage_attention_scores,
@@ -24,10 +25,6 @@ from icr2_components.models.attention import (
 )
 
 QUERY_POSITION_MODES = ("last_prompt_token", "generated_tokens")
-
-
-class ContextTooLongError(ValueError):
-    """The passages do not fit the reader's context window."""
 
 
 @dataclass
@@ -88,7 +85,8 @@ def check_fits(prompt_tokens: int, limit: int, reserved: int, model_name: str) -
         raise ContextTooLongError(
             f"The passages make a {prompt_tokens}-token prompt, but {model_name} takes at most {limit} tokens"
             + (f" ({reserved} kept free for generated tokens)" if reserved else "")
-            + ". Give fewer or shorter passages (a smaller corpus budget)."
+            + ". Give fewer or shorter passages (a smaller corpus budget).",
+            prompt_tokens=prompt_tokens, limit=limit,
         )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.errors import ContextTooLongError
 from icr2_components.models.cache import MODEL_CACHE
 
 
@@ -101,7 +102,7 @@ class LocalChatReader:
         return int(getattr(self._model.config, "max_position_embeddings", 0) or 1 << 30)
 
     def encode(self, messages: list[ChatMessage]):
-        """Render the chat template and tokenize; raise if the prompt does not fit."""
+        """Render the chat template and tokenize; raise ``ContextTooLongError`` if the prompt does not fit."""
         self.warm_up()
         encoded = self._tokenizer.apply_chat_template(
             messages_to_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
@@ -109,10 +110,11 @@ class LocalChatReader:
         length = int(encoded["input_ids"].shape[1])
         limit = self.context_limit() - self.max_new_tokens
         if length > limit:
-            raise ValueError(
+            raise ContextTooLongError(
                 f"The prompt has {length} tokens but {self.model} accepts {limit} "
                 f"({self.context_limit()} context minus max_new_tokens={self.max_new_tokens}). "
-                "Shorten the context (a smaller budget in the corpus builder, or a RAP filter)."
+                "Shorten the context (a smaller budget in the corpus builder, or a RAP filter).",
+                prompt_tokens=length, limit=limit,
             )
         return encoded
 

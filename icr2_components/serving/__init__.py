@@ -9,6 +9,7 @@ from icr2_components.serving.app import (
     run_server,
 )
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper, to_json
+from icr2_components.serving.refusals import RequestRefused, refusal_for
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, DocumentIn, build_request_model
 
 __all__ = [
@@ -19,8 +20,10 @@ __all__ = [
     "DeclaredPipelineWrapper",
     "DocumentIn",
     "RequestGuard",
+    "RequestRefused",
     "build_request_model",
     "create_serving_app",
+    "refusal_for",
     "run_server",
     "to_json",
 ]

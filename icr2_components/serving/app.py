@@ -7,7 +7,9 @@ committed to hayhooks' registry and app programmatically (``commit_prepared_pipe
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
 * a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read);
-* a pipeline failure -> 500, every error as ``{"error": ..., "reason": ..., "status": ...}``;
+* a request the model cannot take (its prompt is over the reader's context) -> 413 ``context_too_long``, naming
+  the limit (``refusals``); any other pipeline failure -> 500; every error as
+  ``{"error": ..., "reason": ..., "status": ...}``;
 * only the run route, ``/status`` and the API docs are reachable: hayhooks' deploy/undeploy routes are not,
   so nobody can deploy another (non-allowlisted) pipeline into a running server.
 """
@@ -174,7 +176,7 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        kind = "pipeline_failed" if error.status_code >= 500 else "http_error"
+        kind = getattr(error, "error", None) or ("pipeline_failed" if error.status_code >= 500 else "http_error")
         return JSONResponse(error_body(error.status_code, kind, str(error.detail)), status_code=error.status_code)
 
     @app.exception_handler(Exception)

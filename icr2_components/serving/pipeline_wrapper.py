@@ -11,6 +11,7 @@ from haystack.dataclasses import ChatMessage
 from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
 
 from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.serving.refusals import refusal_for
 from icr2_components.serving.request_model import DocumentIn
 
 
@@ -81,7 +82,11 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
             self.pipeline.warm_up()
 
     def run_api(self, **inputs: Any) -> dict:
-        """Answer one request: the declared inputs in, the declared outputs (JSON) out."""
+        """Answer one request: the declared inputs in, the declared outputs (JSON) out.
+
+        A failure the request caused (a prompt over the reader's context) is raised as ``RequestRefused`` (4xx);
+        any other exception propagates and is answered 500.
+        """
         self.setup()
         unknown = set(inputs) - set(self.spec.inputs)
         if unknown:
@@ -103,7 +108,13 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
                     data.setdefault(component_name, {})["max_new_tokens"] = self.max_new_tokens
         outputs_from = {path.split(".", 1)[0] for path in self.spec.outputs.values()}
         with self._slots:
-            result = self.pipeline.run(data, include_outputs_from=outputs_from)
+            try:
+                result = self.pipeline.run(data, include_outputs_from=outputs_from)
+            except Exception as error:
+                refusal = refusal_for(error)
+                if refusal is None:
+                    raise
+                raise refusal from error
         response = {}
         for name, path in self.spec.outputs.items():
             component, socket = path.split(".", 1)

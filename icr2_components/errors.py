@@ -1,0 +1,32 @@
+"""Errors that callers tell apart by class: a request the model cannot take, as opposed to a failure of ours.
+
+``icr2 serve`` answers a ``ContextTooLongError`` found anywhere in an exception's cause chain with a 4xx (Haystack
+wraps a component's error in ``PipelineRuntimeError``, keeping the original as ``__cause__``) and every other
+failure with 500; ``icr2 compare`` records such an answer as an error and goes on with the next question.
+"""
+
+from __future__ import annotations
+
+
+class ContextTooLongError(ValueError):
+    """The prompt (question plus passages) does not fit the model's context window; the message names the limit."""
+
+    def __init__(self, message: str, prompt_tokens: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.limit = limit
+
+
+def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``error``'s ``__cause__``/``__context__`` chain (itself first), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:  # a cycle in the chain is possible, if rare
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+__all__ = ["ContextTooLongError", "find_in_causes"]
