@@ -84,3 +84,28 @@ def test_text_metrics_follow_squad_and_rouge_l():
     assert token_f1("the tall Eiffel Tower", ["eiffel tower"]) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
     assert rouge_l("tower eiffel", ["eiffel tower"]) == pytest.approx(0.5)
     assert token_f1("anything", []) == 0.0
+
+
+def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_path, monkeypatch, sample_files):
+    """Haystack wraps the reader's ContextTooLongError in PipelineRuntimeError; compare still finds it."""
+    from haystack.core.errors import PipelineRuntimeError
+
+    from icr2_components.errors import ContextTooLongError
+    from icr2_components.evaluation.compare import run_compare
+
+    def failing(kind):
+        def run(self, *args, **kwargs):
+            try:
+                raise kind("The prompt has 9000 tokens but smollm2-135m-instruct accepts 8160")
+            except Exception as error:
+                raise PipelineRuntimeError.from_exception("reader", object, error) from error
+        return run
+
+    monkeypatch.setattr(PipelineSpec, "run", failing(ContextTooLongError))
+    report = run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o", progress=False)
+    assert report["run"]["counters"]["errors"] == 1 and report["summary"]["closed_book"]["open"]["errors"] == 1
+    saved = json.loads((tmp_path / "o" / "answers.jsonl").read_text().splitlines()[0])
+    assert saved["error"].startswith("The prompt has 9000 tokens") and saved["gold_position"] is None
+    monkeypatch.setattr(PipelineSpec, "run", failing(RuntimeError))
+    with pytest.raises(PipelineRuntimeError):
+        run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o", progress=False)

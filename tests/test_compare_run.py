@@ -13,6 +13,8 @@ from icr2_components.cli import main
 from icr2_components.evaluation.bcu import bcu
 from icr2_components.evaluation.compare import run_compare
 from icr2_components.evaluation.compare_cache import read_answer_records
+from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.evaluation.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 from icr2_components.readers.contrastive_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.local_chat_reader import LocalChatReader
@@ -66,10 +68,52 @@ def test_compare_20_questions_three_pipelines_report_matches_saved_answers(tmp_p
     oracle_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "oracle")
     closed_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "closed_book")
     assert oracle_tokens > closed_tokens + 50
-    for name in ("report.md", "report.html", "context_types.png"):
+    for name in ("report.md", "report.html", "context_types.png", "position_curves.png"):
         assert (out / name).stat().st_size > 0
     assert "vanilla_rag" in (out / "report.md").read_text()
     assert "faithfulness" in capsys.readouterr().out
+    check_position_curves(report, records)
+    check_external_metrics(report, records)
+
+
+def check_position_curves(report, records):
+    """Each record's gold position, and the curves recomputed from the saved answers."""
+    section = report["position_curves"]
+    assert set(section["left_out_pipelines"]) == {"closed_book"}
+    for r in records:
+        expected = first_gold_position(r["shown_ids"], r["gold_ids"]) if r["pipeline"] != "closed_book" else None
+        assert r["gold_position"] == expected
+    assert all(r["gold_position"] == 1 for r in records if r["pipeline"] == "oracle" and r["gold_ids"])
+    for pipeline in ("vanilla_rag", "oracle"):
+        usable = [r for r in records if r["pipeline"] == pipeline and r["gold_ids"]]
+        curve = section["curves"][pipeline]
+        assert sum(curve[b]["n"] for b in BUCKET_LABELS) == len(usable)
+        for bucket in BUCKET_LABELS:
+            mine = [r for r in usable if position_bucket(r["gold_position"]) == bucket]
+            assert curve[bucket]["n"] == len(mine)
+            for metric in ("answer_match", "exact_match"):
+                if mine:
+                    expected = statistics.fmean(answer_scores(r["answer"], r["answers"])[metric] for r in mine)
+                    assert curve[bucket][metric] == pytest.approx(expected)
+                else:
+                    assert curve[bucket][metric] is None
+
+
+def check_external_metrics(report, records):
+    """Haystack's exact match agreed with ours above (same table value); ragas' ROUGE-L recomputed from answers."""
+    from ragas.metrics.collections import RougeScore
+
+    implementations = report["metric_implementations"]
+    assert "AnswerExactMatchEvaluator" in implementations["exact_match"]
+    assert "RougeScore" in implementations["rouge_l_ragas"]
+    metric = RougeScore(rouge_type="rougeL", mode="fmeasure")
+    for pipeline in ("closed_book", "vanilla_rag", "oracle"):
+        scores = [max((metric.score(reference=normalize_answer(a), response=normalize_answer(r["answer"])).value
+                       for a in r["answers"] if normalize_answer(a)), default=0.0)
+                  for r in records if r["pipeline"] == pipeline]
+        row = report["summary"][pipeline]["open"]
+        assert row["rouge_l_ragas"] == pytest.approx(statistics.fmean(scores))
+        assert row["rouge_l_ragas"] >= row["rouge_l"] - 1e-9  # stemming only merges tokens
 
 
 def test_interrupted_compare_resumes_without_redoing_finished_answers(tmp_path, smollm2, count_calls):

@@ -8,7 +8,8 @@ DEFAULT_CONTEXT_TYPES = "open,gold,conflicting,irrelevant"
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="run pipelines over the same questions and context types; report EM/F1/ROUGE-L/BCU and a Pareto plot",
+        help="run pipelines over the same questions and context types; report EM/F1/ROUGE-L/BCU, a Pareto plot "
+        "and accuracy by gold passage position",
         description="Resumable (a per-question JSONL cache in --out keyed by pipeline file hash, question id and "
         "context type): re-running the same command redoes only what is missing.",
     )
@@ -36,10 +37,14 @@ def print_report(report: dict) -> None:
     from rich.table import Table
 
     from icr2_components.evaluation.compare_report import cub_rows, summary_rows
+    from icr2_components.evaluation.position_curves import curve_rows
 
     console = Console()
-    for title, (header, rows) in (("per pipeline and context type", summary_rows(report)),
-                                  ("faithfulness / robustness (CUB BCU)", cub_rows(report))):
+    tables = [("per pipeline and context type", summary_rows(report)),
+              ("faithfulness / robustness (CUB BCU)", cub_rows(report))]
+    if report.get("position_curves", {}).get("curves"):
+        tables.append(("accuracy by position of the first gold passage", curve_rows(report["position_curves"])))
+    for title, (header, rows) in tables:
         table = Table(title=f"icr2 compare: {title}")
         for column in header:
             table.add_column(column)

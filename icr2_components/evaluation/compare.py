@@ -10,6 +10,9 @@ Context types: ``open`` (the pipeline as deployed: its own retrieval; the oracle
 CUB's controlled ``gold``, ``conflicting`` and ``irrelevant`` (see ``context_types``), where the components
 feeding the pipeline's ``metadata.context_input`` are removed and the one passage is given instead. A pipeline
 that reads no passages (closed-book) is run once per question and its answer reused for every context type.
+Each answer record keeps the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
+``gold_position``, the 1-based position of the first gold passage shown (None: none shown, or no passages read),
+from which the report draws its position curves.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from icr2_components.errors import find_in_causes
 from icr2_components.evaluation.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
 from icr2_components.evaluation.context_types import ContextSet, build_context_set
 from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.evaluation.position_curves import first_gold_position
 
 CACHE_FILE = "answers.jsonl"
 
@@ -65,6 +70,13 @@ def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: st
         "selects_passages": "documents" in spec.outputs and not spec.documents_input,
         "reads_context": spec.context_input is not None,
     }
+
+
+def gold_position(record: dict) -> int | None:
+    """1-based position of the first gold passage among the passages shown; None if none shown or not known."""
+    if not record.get("reads_context") or record.get("shown_ids") is None:
+        return None
+    return first_gold_position(record["shown_ids"], record.get("gold_ids") or [])
 
 
 def _context_documents(spec: PipelineSpec, question: CompareQuestion, contexts: ContextSet, context_type: str):
@@ -131,16 +143,24 @@ def run_compare(
                         continue
                     if spec.context_input is None and first_key is not None and cache.done(first_key):
                         source = cache.records[first_key]
-                        record.update({k: source[k] for k in ("answer", "shown_ids", "prompt_tokens", "latency_s")})
+                        record.update({k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s",
+                                                                 "gold_position")})
                         record["reused_from"] = source["context_type"]
                         counters["reused_no_context"] += 1
                         cache.add(record)
                         continue
                     try:
                         record.update(spec.run(question.query, documents, controlled, max_new_tokens=max_new_tokens))
+                        record["gold_position"] = gold_position(record)
                         counters["model_runs"] += 1
-                    except ValueError as error:  # e.g. a prompt longer than the reader's context
-                        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None, error=str(error))
+                    except Exception as error:
+                        # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
+                        # prompt longer than the reader's context) is this question's problem, anything else a bug.
+                        cause = find_in_causes(error, ValueError)
+                        if cause is None:
+                            raise
+                        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None,
+                                      gold_position=None, error=str(cause))
                         counters["errors"] += 1
                     cache.add(record)
                     first_key = first_key or record["key"]

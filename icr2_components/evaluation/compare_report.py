@@ -9,9 +9,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from icr2_components.evaluation.bcu import bcu, faithfulness, memory_bcu, pareto_front
+from icr2_components.evaluation.external_metrics import external_scores
+from icr2_components.evaluation.position_curves import (
+    curve_html,
+    curve_markdown,
+    curve_rows,
+    plot_position_curves,
+    position_curves,
+)
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 
-ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l")
+# rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
+ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l", "rouge_l_ragas")
 TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
 
 
@@ -38,9 +47,12 @@ def record_bcu(record: dict, memory: dict[str, str]) -> float | None:
     return None
 
 
-def score_record(record: dict, memory: dict[str, str]) -> dict[str, float | None]:
-    """Every per-answer number the report averages."""
+def score_record(record: dict, memory: dict[str, str], external: dict[str, float] | None = None
+                 ) -> dict[str, float | None]:
+    """Every per-answer number the report averages; ``external`` (Haystack/ragas scores) overrides ours."""
     scores: dict[str, float | None] = dict(answer_scores(record["answer"], record["answers"]))
+    scores["rouge_l_ragas"] = None
+    scores.update(external or {})
     scores["bcu"] = record_bcu(record, memory)
     recall = None
     if record["context_type"] == "open" and record.get("shown_ids") is not None and record.get("selects_passages"):
@@ -57,16 +69,20 @@ def _mean(values: list) -> float | None:
 
 
 def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str]) -> dict[str, Any]:
-    """``summary[pipeline][context_type][metric]`` means, ``cub[pipeline]`` faithfulness/robustness, Pareto front."""
+    """``summary[pipeline][context_type][metric]`` means, ``cub[pipeline]`` faithfulness/robustness, Pareto front,
+    ``position_curves`` (accuracy by gold passage position) and ``metric_implementations`` (who computed what)."""
     no_context = {s.name for s in specs if s.context_input is None}
     memory = memory_answers(records, no_context)
+    answered = [r for r in records if not r.get("error")]
+    external, implementations = external_scores(answered)
+    external_by_record = {id(r): scores for r, scores in zip(answered, external)}
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for spec in specs:
         summary[spec.name] = {}
         for kind in context_types:
             chosen = [r for r in records if r["pipeline"] == spec.name and r["context_type"] == kind]
             valid = [r for r in chosen if not r.get("error")]
-            scores = [score_record(r, memory) for r in valid]
+            scores = [score_record(r, memory, external_by_record.get(id(r))) for r in valid]
             row = {metric: _mean([s[metric] for s in scores]) for metric in TABLE_COLUMNS}
             row["n"] = len(valid)
             row["errors"] = len(chosen) - len(valid)
@@ -82,6 +98,8 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
         "cub": cub,
         "pareto_front": pareto_front(points),
         "memory_target": "closed-book answer" if memory else "gold answers (no closed-book pipeline in the run)",
+        "metric_implementations": implementations,
+        "position_curves": position_curves(records, [s.name for s in specs]),
     }
 
 
@@ -174,7 +192,7 @@ def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -
 
 
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
-    """Write report.json, report.md, report.html, pareto.png and context_types.png; returns their paths."""
+    """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",
@@ -183,6 +201,10 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     if has_pareto:
         files["pareto_png"] = out / "pareto.png"
     plot_context_types(report, files["context_types_png"])
+    curves = report.get("position_curves")
+    has_curves = bool(curves) and plot_position_curves(curves, out / "position_curves.png")
+    if has_curves:
+        files["position_curves_png"] = out / "position_curves.png"
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
     s_header, s_rows = summary_rows(report)
@@ -197,6 +219,10 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     if has_pareto:
         md += ["![Pareto](pareto.png)", ""]
     md += ["![Answer match by context type](context_types.png)", ""]
+    if curves:
+        md += curve_markdown(curves, markdown_table(*curve_rows(curves)), has_curves)
+    implementations = report.get("metric_implementations", {})
+    md += ["## Metric implementations", "", *(f"- `{k}`: {v}" for k, v in implementations.items()), ""]
     files["markdown"].write_text("\n".join(md))
     page = ["<!doctype html><html><head><meta charset='utf-8'><title>icr2 compare</title>",
             "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
@@ -205,6 +231,11 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
             html_table(s_header, s_rows), "<h2>Faithfulness and robustness (CUB BCU)</h2>", html_table(c_header, c_rows)]
     if has_pareto:
         page.append("<p><img src='pareto.png' alt='Pareto plot'></p>")
-    page.append("<p><img src='context_types.png' alt='answer match by context type'></p></body></html>")
+    page.append("<p><img src='context_types.png' alt='answer match by context type'></p>")
+    if curves:
+        page += curve_html(curves, html_table(*curve_rows(curves)), has_curves)
+    page += ["<h2>Metric implementations</h2>", "<ul>",
+             *(f"<li><code>{html.escape(k)}</code>: {html.escape(v)}</li>" for k, v in implementations.items()),
+             "</ul></body></html>"]
     files["html"].write_text("\n".join(page))
     return {k: str(v) for k, v in files.items()}

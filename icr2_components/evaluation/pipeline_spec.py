@@ -160,12 +160,13 @@ class PipelineSpec:
         replies = result.get(reply_component, {}).get(reply_socket) or []
         reply = replies[0] if replies else None
         shown = None
-        if controlled and documents is not None:
+        # given passages count as shown only when the pipeline has a context entry that puts them in its prompt
+        if controlled and documents is not None and self.context_input:
             shown = [d.id for d in documents]
         elif "documents" in self.outputs:
             doc_component, doc_socket = self.outputs["documents"].split(".", 1)
             shown = [d.id for d in result.get(doc_component, {}).get(doc_socket) or []]
-        elif documents is not None:
+        elif documents is not None and self.context_input:
             shown = [d.id for d in documents]
         return {
             "answer": (reply.text or "") if reply is not None else "",

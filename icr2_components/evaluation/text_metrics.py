@@ -1,10 +1,10 @@
 """Answer metrics beyond answer match: exact match, token F1 (SQuAD) and ROUGE-L (LCS F-measure).
 
 All normalise both sides as ``answer_match.normalize_answer`` does (SQuAD normalisation) and take the best
-score over the gold answers. Why not ragas or Haystack: ragas 0.4 cannot be imported in this environment
-(its ``langchain_community`` dependency lacks ``chat_models.vertexai``) and its ROUGE needs ``rouge_score``;
-Haystack's ``AnswerExactMatchEvaluator`` compares raw strings against a single gold answer. The definitions
-below follow the SQuAD evaluation script and Lin (2004) ROUGE-L with beta = 1.
+score over the gold answers. The definitions follow the SQuAD evaluation script and Lin (2004) ROUGE-L with
+beta = 1. Haystack's ``AnswerExactMatchEvaluator`` and ragas' ``RougeScore`` compare raw strings against one gold
+answer; ``external_metrics`` runs them on normalised text (the report takes exact match from Haystack and adds
+ragas' stemmed ROUGE-L), and these functions are the fallback and the cross-check (tests/test_compare_report.py).
 """
 
 from __future__ import annotations

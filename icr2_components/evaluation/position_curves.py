@@ -1,0 +1,187 @@
+"""Position curves of ``icr2 compare``: answer accuracy by where the first gold passage sat in the prompt.
+
+For each pipeline that shows passages, its answers (by default those of the ``open`` context type, where the
+pipeline's own retrieval decides the order) are grouped by the 1-based position of the first gold passage among
+the passages shown (``shown_ids``, in prompt order), bucketed as ``POSITION_BUCKETS``; a question whose gold
+passage was not shown falls in ``NOT_SHOWN``. Each bucket carries its answer count, so a bucket mean over two
+answers is visible as such. Pipelines that show no passages (closed-book, or no declared ``documents`` output)
+are left out with the reason; so are answers with an error and questions without a known gold passage.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.evaluation.text_metrics import exact_match
+
+# (label, first position, last position); positions past the last bucket fall in the open-ended one.
+POSITION_BUCKETS = (("1", 1, 1), ("2-3", 2, 3), ("4-5", 4, 5), ("6-10", 6, 10), ("11-20", 11, 20))
+OPEN_ENDED = ">20"
+NOT_SHOWN = "gold not shown"
+BUCKET_LABELS = tuple(label for label, _, _ in POSITION_BUCKETS) + (OPEN_ENDED, NOT_SHOWN)
+CURVE_METRICS = ("answer_match", "exact_match")
+
+
+def first_gold_position(shown_ids: Sequence[str] | None, gold_ids: Iterable[str]) -> int | None:
+    """1-based position of the first gold passage among ``shown_ids`` (prompt order); None when none was shown."""
+    gold = set(gold_ids)
+    for position, passage_id in enumerate(shown_ids or [], start=1):
+        if passage_id in gold:
+            return position
+    return None
+
+
+def position_bucket(position: int | None) -> str:
+    """The bucket label of a 1-based position (``NOT_SHOWN`` for None)."""
+    if position is None:
+        return NOT_SHOWN
+    if not isinstance(position, int) or position < 1:
+        raise ValueError(f"A gold position is a 1-based integer or None, got {position!r}.")
+    for label, first, last in POSITION_BUCKETS:
+        if first <= position <= last:
+            return label
+    return OPEN_ENDED
+
+
+def record_accuracy(record: dict) -> dict[str, float]:
+    """The curve metrics of one answer record (the same functions as the summary table)."""
+    return {"answer_match": float(answer_match(record["answer"], record["answers"])),
+            "exact_match": float(exact_match(record["answer"], record["answers"]))}
+
+
+def pipeline_curve(records: Sequence[dict]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """``bucket -> {n, answer_match, exact_match}`` over one pipeline's records, and the counts left out."""
+    grouped: dict[str, list[dict[str, float]]] = {label: [] for label in BUCKET_LABELS}
+    left_out = {"errors": 0, "no_gold_passage_known": 0, "passages_not_recorded": 0}
+    for record in records:
+        if record.get("error"):
+            left_out["errors"] += 1
+        elif not record.get("gold_ids"):
+            left_out["no_gold_passage_known"] += 1
+        elif record.get("shown_ids") is None:
+            left_out["passages_not_recorded"] += 1
+        else:
+            position = first_gold_position(record["shown_ids"], record["gold_ids"])
+            grouped[position_bucket(position)].append(record_accuracy(record))
+    curve = {}
+    for label, scores in grouped.items():
+        point: dict[str, Any] = {"n": len(scores)}
+        for metric in CURVE_METRICS:
+            point[metric] = statistics.fmean(s[metric] for s in scores) if scores else None
+        curve[label] = point
+    return curve, left_out
+
+
+def shows_passages(records: Sequence[dict]) -> bool:
+    """True when some answer read a context and recorded the passages it was shown."""
+    return any(r.get("reads_context", True) and r.get("shown_ids") is not None for r in records)
+
+
+def position_curves(records: Sequence[dict], pipelines: Sequence[str], context_type: str = "open") -> dict[str, Any]:
+    """The report's ``position_curves`` section: one curve per pipeline that showed passages, the rest noted."""
+    curves: dict[str, dict[str, dict[str, Any]]] = {}
+    left_out_answers: dict[str, dict[str, int]] = {}
+    left_out_pipelines: dict[str, str] = {}
+    for name in pipelines:
+        mine = [r for r in records if r["pipeline"] == name and r["context_type"] == context_type]
+        if not mine:
+            left_out_pipelines[name] = f"no answers for the {context_type!r} context type in this run"
+        elif not shows_passages(mine):
+            left_out_pipelines[name] = ("shows no passages (closed-book) or declares no `documents` output, so the "
+                                        "gold position is unknown")
+        else:
+            curves[name], left_out_answers[name] = pipeline_curve(mine)
+    return {
+        "context_type": context_type,
+        "buckets": list(BUCKET_LABELS),
+        "metrics": list(CURVE_METRICS),
+        "curves": curves,
+        "left_out_answers": left_out_answers,
+        "left_out_pipelines": left_out_pipelines,
+    }
+
+
+def curve_rows(section: dict) -> tuple[list[str], list[list[str]]]:
+    """A table with, per pipeline, a row of answer counts and one row per metric (``-`` for an empty bucket)."""
+    header = ["pipeline", "row", *section["buckets"]]
+    rows = []
+    for name, curve in section["curves"].items():
+        rows.append([name, "n", *(str(curve[b]["n"]) for b in section["buckets"])])
+        for metric in section["metrics"]:
+            values = [curve[b][metric] for b in section["buckets"]]
+            rows.append([name, metric, *("-" if v is None else f"{v:.3f}" for v in values)])
+    return header, rows
+
+
+def curve_notes(section: dict) -> list[str]:
+    """One sentence per left-out pipeline and per pipeline with left-out answers."""
+    notes = [f"{name} is not in the position curves: {reason}." for name, reason in section["left_out_pipelines"].items()]
+    for name, counts in section["left_out_answers"].items():
+        dropped = {k: v for k, v in counts.items() if v}
+        if dropped:
+            notes.append(f"{name}: answers left out of its curve: {dropped}.")
+    return notes
+
+
+def curve_markdown(section: dict, table: str, has_plot: bool) -> list[str]:
+    lines = ["## Position curves", "",
+             f"Accuracy by the position of the first gold passage in the passages the reader was shown "
+             f"(context type `{section['context_type']}`; n = answers in the bucket).", ""]
+    lines += [f"- {note}" for note in curve_notes(section)]
+    lines += ["", table, ""] if section["curves"] else ["", "No pipeline showed passages: no curve.", ""]
+    if has_plot:
+        lines += ["![Position curves](position_curves.png)", ""]
+    return lines
+
+
+def curve_html(section: dict, table: str, has_plot: bool) -> list[str]:
+    parts = ["<h2>Position curves</h2>",
+             f"<p>Accuracy by the position of the first gold passage in the passages the reader was shown "
+             f"(context type <code>{html.escape(section['context_type'])}</code>; n = answers in the bucket).</p>"]
+    parts += [f"<p>{html.escape(note)}</p>" for note in curve_notes(section)]
+    parts.append(table if section["curves"] else "<p>No pipeline showed passages: no curve.</p>")
+    if has_plot:
+        parts.append("<p><img src='position_curves.png' alt='accuracy by gold passage position'></p>")
+    return parts
+
+
+def plot_position_curves(section: dict, path: Path) -> bool:
+    """One panel per metric, one line per pipeline over the buckets (gaps where a bucket is empty); False if none."""
+    if not section["curves"]:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = section["buckets"]
+    figure, panels = plt.subplots(1, len(section["metrics"]), figsize=(6 * len(section["metrics"]), 4.5), squeeze=False)
+    for axes, metric in zip(panels[0], section["metrics"]):
+        for name, curve in section["curves"].items():
+            values = [curve[b][metric] for b in buckets]
+            plotted = [float("nan") if v is None else v for v in values]  # NaN: a gap, not a false 0
+            # positions form the line; "gold not shown" is no position, so it is a lone hollow marker
+            line, = axes.plot(range(len(buckets) - 1), plotted[:-1], marker="o", label=name)
+            axes.plot([len(buckets) - 1], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
+            for x, bucket in enumerate(buckets):
+                if curve[bucket]["n"]:
+                    axes.annotate(f"n={curve[bucket]['n']}", (x, values[x]), textcoords="offset points",
+                                  xytext=(0, 6), fontsize=7, ha="center", color=line.get_color())
+        axes.axvline(len(buckets) - 1.5, color="grey", linestyle=":", linewidth=1)
+        axes.set_xticks(range(len(buckets)), buckets, rotation=20, fontsize=8)
+        axes.set(ylim=(-0.05, 1.1), xlabel="position of the first gold passage", ylabel=metric,
+                 title=f"{metric} by gold position ({section['context_type']})")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+__all__ = ["BUCKET_LABELS", "CURVE_METRICS", "NOT_SHOWN", "POSITION_BUCKETS", "curve_rows", "first_gold_position",
+           "pipeline_curve", "plot_position_curves", "position_bucket", "position_curves"]

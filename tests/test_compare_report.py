@@ -1,0 +1,146 @@
+"""The compare report's position curves and external metrics on hand-built answer records (no generation)."""
+
+import json
+import statistics
+from types import SimpleNamespace
+
+import pytest
+
+from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.evaluation.compare_report import build_report, write_report
+from icr2_components.evaluation.external_metrics import (
+    haystack_exact_match,
+    ragas_import_error,
+    ragas_rouge_l,
+)
+from icr2_components.evaluation.position_curves import (
+    BUCKET_LABELS,
+    NOT_SHOWN,
+    first_gold_position,
+    position_bucket,
+    position_curves,
+)
+from icr2_components.evaluation.text_metrics import answer_match, exact_match, rouge_l
+
+
+def record(pipeline, qid, answer, answers, shown, gold, context_type="open", reads_context=True, **extra):
+    return {"key": f"{pipeline}|{qid}|{context_type}", "pipeline": pipeline, "question_id": qid,
+            "context_type": context_type, "answer": answer, "answers": answers, "shown_ids": shown,
+            "gold_ids": gold, "reads_context": reads_context, "selects_passages": reads_context,
+            "latency_s": 0.1, "prompt_tokens": 10, **extra}
+
+
+def spec(name, context_input="prompt.documents"):
+    return SimpleNamespace(name=name, context_input=context_input)
+
+
+def hand_built_records():
+    shown = [f"p{i}" for i in range(1, 31)]
+    rag = [
+        record("rag", "q1", "Paris", ["Paris"], shown, ["p1"]),                   # position 1, exact
+        record("rag", "q2", "it is Paris", ["Paris"], shown, ["p2"]),             # 2-3, match not exact
+        record("rag", "q3", "London", ["Paris"], shown, ["p3", "p1x"]),           # 2-3, wrong
+        record("rag", "q4", "Rome", ["Rome"], shown, ["p7"]),                     # 6-10
+        record("rag", "q5", "Rome", ["Rome"], shown, ["p25", "p5"]),              # first gold at 5: 4-5
+        record("rag", "q6", "Oslo", ["Oslo"], shown, ["p30"]),                    # >20
+        record("rag", "q7", "Oslo", ["Oslo"], shown[:3], ["zz"]),                 # gold not shown
+        record("rag", "q8", "Oslo", ["Oslo"], shown, []),                         # no gold known: left out
+        record("rag", "q9", "", ["Oslo"], None, ["p1"], error="too long"),        # error: left out
+        record("rag", "q1", "Paris", ["Paris"], ["p1"], ["p1"], context_type="gold"),  # other context type
+    ]
+    closed = [record("closed_book", f"q{i}", "Paris", ["Paris"], None, ["p1"], reads_context=False)
+              for i in range(1, 4)]
+    return rag + closed
+
+
+def test_first_gold_position_and_buckets():
+    assert first_gold_position(["a", "b", "c"], ["c", "b"]) == 2
+    assert first_gold_position(["a"], ["z"]) is None
+    assert first_gold_position(None, ["z"]) is None
+    expected = {1: "1", 2: "2-3", 3: "2-3", 4: "4-5", 5: "4-5", 6: "6-10", 10: "6-10", 11: "11-20", 20: "11-20",
+                21: ">20", 500: ">20", None: NOT_SHOWN}
+    assert {p: position_bucket(p) for p in expected} == expected
+    with pytest.raises(ValueError, match="1-based"):
+        position_bucket(0)
+
+
+def test_position_curves_match_a_recomputation_from_the_records():
+    records = hand_built_records()
+    section = position_curves(records, ["rag", "closed_book"])
+    assert section["buckets"] == list(BUCKET_LABELS)
+    assert "closed_book" in section["left_out_pipelines"] and "closed-book" in section["left_out_pipelines"]["closed_book"]
+    curve = section["curves"]["rag"]
+    # recomputed independently: open answers with a known gold passage and no error, grouped by bucket
+    usable = [r for r in records if r["pipeline"] == "rag" and r["context_type"] == "open" and not r.get("error")
+              and r["gold_ids"]]
+    for bucket in BUCKET_LABELS:
+        mine = [r for r in usable if position_bucket(first_gold_position(r["shown_ids"], r["gold_ids"])) == bucket]
+        assert curve[bucket]["n"] == len(mine)
+        for metric, function in (("answer_match", answer_match), ("exact_match", exact_match)):
+            expected = statistics.fmean(float(function(r["answer"], r["answers"])) for r in mine) if mine else None
+            assert curve[bucket][metric] == (pytest.approx(expected) if mine else None)
+    assert [curve[b]["n"] for b in BUCKET_LABELS] == [1, 2, 1, 1, 0, 1, 1]
+    assert curve["2-3"]["answer_match"] == 0.5 and curve["2-3"]["exact_match"] == 0.0
+    assert section["left_out_answers"]["rag"] == {"errors": 1, "no_gold_passage_known": 1, "passages_not_recorded": 0}
+
+
+def test_report_writes_position_curves_and_metric_implementations(tmp_path):
+    records = hand_built_records()
+    report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"])
+    files = write_report(report, tmp_path)
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["position_curves"]["curves"]["rag"]["1"] == {"n": 1, "answer_match": 1.0, "exact_match": 1.0}
+    assert (tmp_path / "position_curves.png").stat().st_size > 0 and "position_curves_png" in files
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## Position curves" in markdown and "| rag | n | 1 | 2 | 1 | 1 | 0 | 1 | 1 |" in markdown
+    assert "closed_book is not in the position curves" in markdown
+    assert "position_curves.png" in (tmp_path / "report.html").read_text()
+    implementations = saved["metric_implementations"]
+    assert "AnswerExactMatchEvaluator" in implementations["exact_match"]
+    assert "text_metrics.rouge_l" in implementations["rouge_l"]
+    assert "RougeScore" in implementations["rouge_l_ragas"] or "not computed" in implementations["rouge_l_ragas"]
+
+
+def test_report_without_passage_showing_pipelines_has_no_curve(tmp_path):
+    closed = [r for r in hand_built_records() if r["pipeline"] == "closed_book"]
+    report = build_report(closed, [spec("closed_book", None)], ["open"])
+    write_report(report, tmp_path)
+    assert report["position_curves"]["curves"] == {}
+    assert not (tmp_path / "position_curves.png").exists()
+    assert "No pipeline showed passages" in (tmp_path / "report.md").read_text()
+
+
+PREDICTIONS = ["The Eiffel Tower.", "the tall Eiffel Tower", "Eiffel towers of Paris", "Paris", "", "Rome, Italy"]
+GOLDS = [["eiffel tower"], ["eiffel tower", "tower"], ["Eiffel tower"], ["London"], ["Paris"], ["Rome", "Italy"]]
+
+
+def test_haystack_exact_match_agrees_with_ours():
+    ours = [float(exact_match(p, g)) for p, g in zip(PREDICTIONS, GOLDS)]
+    assert haystack_exact_match(PREDICTIONS, GOLDS) == ours
+
+
+def test_ragas_is_importable_and_its_rouge_l_differs_from_ours_only_by_stemming():
+    """ragas 0.4.3 imports with langchain-community<0.4 (pinned); its ROUGE-L stems, ours does not."""
+    assert ragas_import_error() is None
+    from ragas.metrics.collections import ExactMatch, StringPresence
+    from rouge_score.tokenizers import DefaultTokenizer
+
+    plain, stemming = DefaultTokenizer(use_stemmer=False), DefaultTokenizer(use_stemmer=True)
+    theirs = ragas_rouge_l(PREDICTIONS, GOLDS)
+    ours = [rouge_l(p, g) for p, g in zip(PREDICTIONS, GOLDS)]
+    for prediction, gold, mine, other in zip(PREDICTIONS, GOLDS, ours, theirs):
+        tokens = set(plain.tokenize(normalize_answer(" ".join([prediction, *gold]))))
+        merges = len({tuple(stemming.tokenize(t)) for t in tokens}) < len(tokens)
+        if merges:
+            assert other >= mine  # stemming only merges tokens, so the LCS can only grow
+        else:
+            assert other == pytest.approx(mine), (prediction, gold)
+    assert theirs[2] > ours[2]  # "towers" = "tower" once stemmed
+    # ragas' raw string metrics on normalised text are our exact match and answer match
+    for prediction, gold in zip(PREDICTIONS, GOLDS):
+        normalized = normalize_answer(prediction)
+        present = max(StringPresence().score(reference=normalize_answer(g), response=normalized).value
+                      for g in gold if normalize_answer(g))
+        equal = max(ExactMatch().score(reference=normalize_answer(g), response=normalized).value for g in gold)
+        assert present == float(answer_match(prediction, gold))
+        assert equal == float(exact_match(prediction, gold))
