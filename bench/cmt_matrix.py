@@ -2,11 +2,12 @@
 faithfulness (avg of gold and conflicting) and robustness (irrelevant), a Pareto plot; and the per-generated-token
 cost of each decoding technique against plain decoding, in the same run.
 
-    OMP_NUM_THREADS=1 python bench/cmt_matrix.py --questions 3 --cost-questions 3 --max-new-tokens 8
+    .venv/bin/python bench/cmt_matrix.py --questions 24 --max-new-tokens 32 --skip-cost   # the matrix
+    .venv/bin/python bench/cmt_matrix.py --cost-questions 4 --cost-rounds 2 --skip-matrix  # the cost (quiet machine)
 
-Writes bench/results/cmt_matrix.json and cmt_matrix.png. Settings are the YAMLs' defaults (not tuned here:
-tuning is `icr2 compare --tune`). PH3 uses bench/results/ph3_heads_smollm2.json, probed on the first 16 NQ
-sample questions, which overlap these questions (stated in the JSON).
+Writes bench/results/cmt_matrix.json with cmt_matrix.png, and cmt_cost.json. Settings are the YAMLs' defaults
+(not tuned here: tuning is `icr2 compare --tune`). PH3 uses bench/results/ph3_heads_smollm2.json, probed on the
+first 16 NQ sample questions; the matrix questions start after them (``--offset 16``).
 """
 
 from __future__ import annotations
@@ -138,13 +139,16 @@ def main() -> None:
     parser.add_argument("--cost-tokens", type=int, default=16)
     parser.add_argument("--only", nargs="*", help="a subset of techniques")
     parser.add_argument("--skip-matrix", action="store_true")
+    parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--offset", type=int, default=16, help="skip the first questions (PH3's probing set)")
     args = parser.parse_args()
 
     from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
     from icr2_components.evaluation.context_types import build_context_set
 
     count = max(args.questions, args.cost_questions)
-    questions, skips, path = read_compare_questions(None, limit=count)
+    questions, skips, path = read_compare_questions(None, limit=args.offset + count)
+    questions = questions[args.offset:]
     pool = answer_pool(path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions}
     started = time.strftime("%Y-%m-%d %H:%M")
@@ -153,17 +157,22 @@ def main() -> None:
                                            "note": "2-core CPU, 24 GB, no GPU, shared with other jobs (loaded)"},
               "model": "smollm2-135m-instruct (float32, cpu)", "dataset": path, "questions": args.questions,
               "max_new_tokens": args.max_new_tokens,
-              "ph3_artifact_note": "probed on the first 16 NQ sample questions (overlaps the matrix questions)"}
+              "question_offset": args.offset,
+              "ph3_artifact_note": "probed on the first 16 NQ sample questions"}
     out = ROOT / "bench" / "results"
     if not args.skip_matrix:
         rows = matrix(questions[:args.questions], contexts, args.max_new_tokens, args.only)
         result["matrix"] = rows
         result["pareto_front"] = plot(rows, out / "cmt_matrix.png")
         print("Pareto front:", result["pareto_front"])
-    result["cost"] = cost(questions[:args.cost_questions], contexts, args.cost_tokens, args.cost_rounds)
-    result["cost"]["target"] = "ACD/CAD at most 2.2x plain decoding per generated token"
-    (out / "cmt_matrix.json").write_text(json.dumps(result, indent=1))
-    print(f"wrote {out / 'cmt_matrix.json'}")
+        (out / "cmt_matrix.json").write_text(json.dumps(result, indent=1))
+        print(f"wrote {out / 'cmt_matrix.json'}")
+    if not args.skip_cost:
+        result.pop("matrix", None)
+        result["cost"] = cost(questions[:args.cost_questions], contexts, args.cost_tokens, args.cost_rounds)
+        result["cost"]["target"] = "ACD/CAD at most 2.2x plain decoding per generated token"
+        (out / "cmt_cost.json").write_text(json.dumps(result, indent=1))
+        print(f"wrote {out / 'cmt_cost.json'}")
 
 
 if __name__ == "__main__":

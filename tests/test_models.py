@@ -59,6 +59,8 @@ def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smo
     reader = LocalChatReader(max_new_tokens=8, max_input_tokens=64, dtype="float32", device="cpu")
     with pytest.raises(ValueError, match=r"accepts 56 "):
         reader.run(messages=[ChatMessage.from_user("word " * 200)])
+    with pytest.raises(ValueError, match=r"accepts 44 .*max_new_tokens=20"):  # the call's budget, not the init one
+        reader.run(messages=[ChatMessage.from_user("word " * 200)], max_new_tokens=20)
     with pytest.raises(ValueError, match="max_new_tokens"):
         LocalChatReader(max_new_tokens=0)
     with pytest.raises(ValueError, match="at least one message"):

@@ -222,8 +222,8 @@ class ContextAwareDecodingReader(LocalChatReader):
             )
         self.warm_up()
         device = self._model.device
-        context_ids = self.encode(messages)["input_ids"].to(device)
-        memory_ids = self.encode(memory_messages)["input_ids"].to(device)
+        context_ids = self.encode(messages, budget)["input_ids"].to(device)
+        memory_ids = self.encode(memory_messages, budget)["input_ids"].to(device)
         decode = self._decode_separate if self.passes == "separate" else self._decode_batched
         start = time.perf_counter()
         with torch.inference_mode():

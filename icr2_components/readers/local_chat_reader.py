@@ -101,18 +101,20 @@ class LocalChatReader:
             return self.max_input_tokens
         return int(getattr(self._model.config, "max_position_embeddings", 0) or 1 << 30)
 
-    def encode(self, messages: list[ChatMessage]):
-        """Render the chat template and tokenize; raise ``ContextTooLongError`` if the prompt does not fit."""
+    def encode(self, messages: list[ChatMessage], max_new_tokens: int | None = None):
+        """Render the chat template and tokenize; raise ``ContextTooLongError`` if the prompt and the generation
+        budget (``max_new_tokens``, the call's override or the init value) do not fit the context."""
         self.warm_up()
         encoded = self._tokenizer.apply_chat_template(
             messages_to_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
         )
         length = int(encoded["input_ids"].shape[1])
-        limit = self.context_limit() - self.max_new_tokens
+        budget = max_new_tokens or self.max_new_tokens
+        limit = self.context_limit() - budget
         if length > limit:
             raise ContextTooLongError(
                 f"The prompt has {length} tokens but {self.model} accepts {limit} "
-                f"({self.context_limit()} context minus max_new_tokens={self.max_new_tokens}). "
+                f"({self.context_limit()} context minus max_new_tokens={budget}). "
                 "Shorten the context (a smaller budget in the corpus builder, or a RAP filter).",
                 prompt_tokens=length, limit=limit,
             )
@@ -131,7 +133,7 @@ class LocalChatReader:
         import torch
 
         self.warm_up()
-        encoded = self.encode(messages).to(self._model.device)
+        encoded = self.encode(messages, max_new_tokens).to(self._model.device)
         budget = max_new_tokens or self.max_new_tokens
         kwargs: dict[str, Any] = {"max_new_tokens": budget, "do_sample": self.do_sample,
                                   "pad_token_id": self._tokenizer.pad_token_id}
