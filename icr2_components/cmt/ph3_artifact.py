@@ -6,11 +6,12 @@ shape), the prompt template and the probing method.
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from icr2_components.models.head_artifact_io import HeadArtifactIO
 
 PH3_FORMAT = "icr2-ph3-heads/1"
 DIRECTIONS = ("context", "memory")
@@ -18,10 +19,14 @@ DIRECTIONS = ("context", "memory")
 
 
 @dataclass
-class PH3HeadArtifact:
+class PH3HeadArtifact(HeadArtifactIO):
     """Probed heads. ``scores[layer][head]``: mean direct effect on ``logit(t_context) - logit(t_memory)`` at the
     answer position over the probed conflicting instances; ``context_heads`` (most positive first) push toward
     the context's answer, ``memory_heads`` (most negative first) toward the model's memory."""
+
+    FORMAT = PH3_FORMAT
+    KIND = "PH3"
+    MAKE_WITH = "icr2_components.cmt.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py"
 
     model: str
     model_signature: dict[str, Any]
@@ -50,33 +55,6 @@ class PH3HeadArtifact:
         if not 0 <= count <= len(ranking):
             raise ValueError(f"count must be between 0 and {len(ranking)} (the heads the artifact ranks), got {count}.")
         return [(int(layer), int(head)) for layer, head in ranking[:count]]
-
-    def check_model(self, model_name: str, signature: dict[str, Any]) -> None:
-        from icr2_components.filters.head_artifact import ArtifactMismatchError
-        from icr2_components.models.resolver import resolve_model
-
-        same = model_name == self.model or resolve_model(model_name) == resolve_model(self.model)
-        if not same or signature != self.model_signature:
-            raise ArtifactMismatchError(
-                f"These PH3 heads were probed on {self.model} but the reader is {model_name}; probe this reader "
-                "(icr2_components.cmt.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py) and use that artifact."
-            )
-
-    def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=1))
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "PH3HeadArtifact":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"PH3 head artifact not found: {path}. Make one with probe_ph3_heads.")
-        data = json.loads(path.read_text())
-        if data.get("format") != PH3_FORMAT:
-            raise ValueError(f"{path} is not a PH3 head artifact (format {data.get('format')!r}, expected {PH3_FORMAT!r}).")
-        return cls(**data)
 
 
 def plot_ph3_scores(artifact: PH3HeadArtifact, path: str | os.PathLike, count: int = 8) -> Path:

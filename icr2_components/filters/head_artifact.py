@@ -6,27 +6,29 @@ model (name and shape), the prompt template, the query-position mode and the agg
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icr2_components.models.head_artifact_io import ArtifactMismatchError, HeadArtifactIO
+
 ARTIFACT_FORMAT = "icr2-retrieval-heads/1"
-
-
-class ArtifactMismatchError(ValueError):
-    """The artifact was probed on another model (or another template) than the one it is used with."""
+__all__ = ["ARTIFACT_FORMAT", "ArtifactMismatchError", "RetrievalHeadArtifact", "plot_hit_rate_heatmap"]
 
 
 @dataclass
-class RetrievalHeadArtifact:
+class RetrievalHeadArtifact(HeadArtifactIO):
     """Probed retrieval heads.
 
     ``heads`` are the selected Q heads, best first, as ``[layer, head]``; ``ranking`` keeps more heads in order
     so that Q can be raised at inference without probing again. ``hit_rates[m - 1][layer][head]`` for
     M = 1..len(hit_rates).
     """
+
+    FORMAT = ARTIFACT_FORMAT
+    KIND = "retrieval-head"
+    MAKE_WITH = "`icr2 probe-heads`"
 
     model: str
     model_signature: dict[str, Any]
@@ -104,41 +106,6 @@ class RetrievalHeadArtifact:
         if q > len(self.ranking):
             raise ValueError(f"Q={q} is more heads than the artifact ranks ({len(self.ranking)}); probe again with a larger --rank.")
         return [(int(layer), int(head)) for layer, head in self.ranking[:q]]
-
-    def check_model(self, model_name: str, signature: dict[str, Any]) -> None:
-        """Refuse a reader other than the probed one: different weights give different retrieval heads."""
-        from icr2_components.models.resolver import resolve_model
-
-        same_name = model_name == self.model or resolve_model(model_name) == resolve_model(self.model)
-        if not same_name or signature != self.model_signature:
-            raise ArtifactMismatchError(
-                f"These retrieval heads were probed on {self.model} ({_describe(self.model_signature)}) but the reader "
-                f"is {model_name} ({_describe(signature)}). Probe this reader with `icr2 probe-heads --model "
-                f"{model_name}` and use that artifact."
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def save(self, path: str | os.PathLike) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1))
-        return path
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "RetrievalHeadArtifact":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"Retrieval-head artifact not found: {path}. Make one with `icr2 probe-heads`.")
-        data = json.loads(path.read_text())
-        if data.get("format") != ARTIFACT_FORMAT:
-            raise ValueError(f"{path} is not a retrieval-head artifact (format {data.get('format')!r}, expected {ARTIFACT_FORMAT!r}).")
-        return cls(**data)
-
-
-def _describe(signature: dict[str, Any]) -> str:
-    return f"{signature.get('architecture')}, {signature.get('num_layers')} layers x {signature.get('num_heads')} heads"
 
 
 def plot_hit_rate_heatmap(artifact: RetrievalHeadArtifact, path: str | os.PathLike, m: int | None = None) -> Path:

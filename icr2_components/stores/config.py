@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from icr2_components.strict_mapping import dataclass_from_mapping
+
 STORE_TYPES = ("in_memory", "elasticsearch")
 
 
@@ -105,15 +107,7 @@ _SECTIONS = {"store": StoreConfig, "corpus": CorpusConfig, "embedding": Embeddin
 
 
 def _build_section(name: str, cls, values: Any, source: str):
-    if values is None:
-        return cls()
-    if not isinstance(values, dict):
-        raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(values).__name__}.")
-    allowed = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - allowed)
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) {unknown} in section '{name}'; allowed keys: {sorted(allowed)}.")
-    return cls(**values)
+    return dataclass_from_mapping(cls, values, f"section '{name}' of {source}", ConfigError)
 
 
 def index_config_from_dict(data: dict[str, Any], source: str = "config") -> IndexConfig:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icr2_components.strict_mapping import dataclass_from_mapping
 from icr2_components.training.examples import TRUNCATION_POLICIES
 from icr2_components.training.targets import SFT_METHODS
 
@@ -136,15 +137,7 @@ class TrainingRecipe:
 
 
 def _build(cls, values: Any, where: str):
-    if values is None:
-        return cls()
-    if not isinstance(values, dict):
-        raise RecipeError(f"{where} must be a mapping, got {type(values).__name__}.")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise RecipeError(f"{where}: unknown keys {unknown}; allowed: {sorted(names)}.")
-    return cls(**values)
+    return dataclass_from_mapping(cls, values, where, RecipeError)
 
 
 def _choice(value: Any, allowed: tuple, where: str) -> None:
@@ -173,9 +166,9 @@ def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: s
     _choice(values["method"], METHODS, f"{source}: method")
     data = dict(values["data"] or {})
     sample = data.pop("build_sample", None)
-    data_options = _build(DataOptions, data, f"{source}: data")
+    data_options = _build(DataOptions, data, f"{source}: section data")
     if sample is not None:
-        data_options.build_sample = _build(SampleBuild, sample, f"{source}: data.build_sample")
+        data_options.build_sample = _build(SampleBuild, sample, f"{source}: section data.build_sample")
     if not data_options.train and data_options.build_sample is None:
         raise RecipeError(f"{source}: data needs `train` (an ICR2 JSONL) or `build_sample`.")
     if base_dir is not None:
@@ -193,9 +186,9 @@ def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: s
         max_seq_length=values.get("max_seq_length"),
         truncation=values.get("truncation", "drop_distractors"),
         finetuning=values.get("finetuning", "full"),
-        lora=_build(LoraOptions, values.get("lora"), f"{source}: lora"),
-        training=_build(TrainingOptions, values.get("training"), f"{source}: training"),
-        retrieval_head=_build(HeadOptions, values.get("retrieval_head"), f"{source}: retrieval_head"),
+        lora=_build(LoraOptions, values.get("lora"), f"{source}: section lora"),
+        training=_build(TrainingOptions, values.get("training"), f"{source}: section training"),
+        retrieval_head=_build(HeadOptions, values.get("retrieval_head"), f"{source}: section retrieval_head"),
         source=source,
     )
     check_recipe(recipe)

@@ -1,0 +1,65 @@
+"""What the probed-head artifacts (RAP's retrieval heads, PH3's context/memory heads) share: JSON save and load
+with a format check, and the check that an artifact was probed on the model it is used with.
+
+Head indices only mean something for the model (name and shape) they were probed on, so every artifact records
+both and refuses another model with a message that says how to make the right artifact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class ArtifactMismatchError(ValueError):
+    """A head artifact made for another model than the reader it is used with."""
+
+
+def describe_signature(signature: dict[str, Any]) -> str:
+    return f"{signature.get('architecture')}, {signature.get('num_layers')} layers x {signature.get('num_heads')} heads"
+
+
+class HeadArtifactIO:
+    """Mixin for artifact dataclasses with ``model``, ``model_signature`` and ``format`` fields.
+
+    Subclasses set ``FORMAT`` (the ``format`` value they write), ``KIND`` (a name for messages) and ``MAKE_WITH``
+    (how a user makes one).
+    """
+
+    FORMAT: ClassVar[str]
+    KIND: ClassVar[str]
+    MAKE_WITH: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike):
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{cls.KIND} artifact not found: {path}. Make one with {cls.MAKE_WITH}.")
+        data = json.loads(path.read_text())
+        if data.get("format") != cls.FORMAT:
+            raise ValueError(f"{path} is not a {cls.KIND} artifact (format {data.get('format')!r}, expected {cls.FORMAT!r}).")
+        return cls(**data)
+
+    def check_model(self, model_name: str, signature: dict[str, Any]) -> None:
+        """Raise :class:`ArtifactMismatchError` unless ``model_name``/``signature`` are the probed model's."""
+        from icr2_components.models.resolver import resolve_model
+
+        same_name = model_name == self.model or resolve_model(model_name) == resolve_model(self.model)
+        if not same_name or signature != self.model_signature:
+            raise ArtifactMismatchError(
+                f"These {self.KIND} heads were probed on {self.model} ({describe_signature(self.model_signature)}) but "
+                f"the reader is {model_name} ({describe_signature(signature)}). Probe this reader ({self.MAKE_WITH}) "
+                "and use that artifact."
+            )
