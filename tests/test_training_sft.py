@@ -90,3 +90,35 @@ def test_lora_loss_falls_and_the_merged_folder_reloads(method, train_file, tmp_p
     tokenizer = AutoTokenizer.from_pretrained(folder)
     examples = load_sft_examples(train_file, tokenizer, method, 8192, limit=1).examples
     assert mean_target_loss(model, examples, tokenizer.pad_token_id) == pytest.approx(summary["first_examples_loss_after"], rel=1e-3)
+
+
+def test_icr2_train_runs_the_committed_da_recipe_from_the_cli(tmp_path, capsys):
+    from icr2_components.cli import main
+
+    out = tmp_path / "da"
+    code = main(["train", "--config", "training/smollm2_cpu_da.yaml", "--no-progress",
+                 "--set", f"output_dir={out}", "--set", "data.build_sample.limit=3", "--set", "data.build_sample.budget_passages=2",
+                 "--set", "training.max_steps=2", "--set", "training.eval_steps=1", "--set", "training.save_steps=1"])
+    assert code == 0
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["method"] == "da" and summary["global_steps"] >= 1 and summary["validation_examples"] == 1
+    assert (out / "config.json").exists() and "wrote" in capsys.readouterr().out
+
+
+def test_rta_model_loads_by_path_into_the_rap_filter(rta_run, train_file, tmp_path):
+    """The fine-tuned folder is a model like any other: probe its heads and filter with it, by path."""
+    from haystack import Document
+
+    from icr2_components.filters import RetrievalAttentionFilter
+    from icr2_components.filters.cic_instances import read_benchmark_instances
+    from icr2_components.filters.probing_job import probe_to_artifact
+
+    instances = list(read_benchmark_instances(train_file))
+    artifact = tmp_path / "heads.json"
+    probe_to_artifact(instances, rta_run.output_dir, m=1, q=2, max_m=1, dtype="float32", device="cpu", artifact_path=artifact)
+    rap = RetrievalAttentionFilter(artifact=str(artifact), model=rta_run.output_dir, top_m=1, dtype="float32", device="cpu")
+    documents = [Document(content=d.content, meta=dict(d.meta)) for d in instances[0].documents]
+    result = rap.run(query=instances[0].query, documents=documents)
+    assert 1 <= len(result["documents"]) <= 2
+    with pytest.raises(ValueError, match="probed on"):  # the base model is another model for these heads
+        RetrievalAttentionFilter(artifact=str(artifact), model="smollm2-135m-instruct", dtype="float32", device="cpu").warm_up()
