@@ -1,6 +1,6 @@
 """Errors that callers tell apart by class: a request the model cannot take, as opposed to a failure of ours.
 
-``icr2 serve`` answers a ``ContextTooLongError`` found anywhere in an exception's cause chain with a 4xx (Haystack
+``icr2 serve`` answers a ``ContextTooLongError`` or ``MissingContextError`` found anywhere in an exception's cause chain with a 4xx (Haystack
 wraps a component's error in ``PipelineRuntimeError``, keeping the original as ``__cause__``) and every other
 failure with 500; ``icr2 compare`` records such an answer as an error and goes on with the next question.
 """
@@ -17,6 +17,11 @@ class ContextTooLongError(ValueError):
         self.limit = limit
 
 
+class MissingContextError(ValueError):
+    """A context-contrasting technique (CAD, ACD, COIECD) was run without a context to contrast: in a served
+    pipeline, usually a retrieval that found nothing for the question."""
+
+
 def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of ``kind`` in ``error``'s ``__cause__``/``__context__`` chain (itself first), else None."""
     seen: set[int] = set()
@@ -29,4 +34,4 @@ def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseExcep
     return None
 
 
-__all__ = ["ContextTooLongError", "find_in_causes"]
+__all__ = ["ContextTooLongError", "MissingContextError", "find_in_causes"]

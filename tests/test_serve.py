@@ -192,7 +192,7 @@ def test_only_input_caused_errors_are_refused_with_4xx():
     """The mapping behind the 413: found through Haystack's wrapping, and nothing else is mapped."""
     from haystack.core.errors import PipelineRuntimeError
 
-    from icr2_components.errors import ContextTooLongError
+    from icr2_components.errors import ContextTooLongError, MissingContextError
     from icr2_components.serving import refusal_for
 
     def wrapped(error):
@@ -206,5 +206,7 @@ def test_only_input_caused_errors_are_refused_with_4xx():
 
     refusal = refusal_for(wrapped(ContextTooLongError("The prompt has 9000 tokens but m accepts 8160")))
     assert refusal.status_code == 413 and refusal.error == "context_too_long" and "accepts 8160" in refusal.detail
+    missing = refusal_for(wrapped(MissingContextError("Technique 'cad' was run without a context")))
+    assert missing.status_code == 422 and missing.error == "missing_context"
     assert refusal_for(wrapped(ValueError("bad component setting"))) is None
     assert refusal_for(wrapped(RuntimeError("device failure"))) is None

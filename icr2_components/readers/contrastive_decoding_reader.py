@@ -9,6 +9,7 @@ import torch
 from haystack import component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.errors import MissingContextError
 from icr2_components.readers.context_aware_decoding import (
     COIECD_ALPHA,
     COIECD_BOUND_RATIO,
@@ -19,10 +20,6 @@ from icr2_components.readers.context_aware_decoding import (
 from icr2_components.readers.local_chat_reader import LocalChatReader, messages_to_dicts
 
 PASS_MODES = ("separate", "batched")
-
-
-class MissingContextError(ValueError):
-    """A context-contrasting technique was run without a context to contrast."""
 
 
 @component

@@ -2,7 +2,8 @@
 
 A request can be valid JSON and still be one the model cannot take: its question and passages make a prompt
 longer than the reader's context (``ContextTooLongError``). The client must shorten it, so the server answers
-413 with the reader's message, which names the prompt length and the limit. Every other exception stays a 500:
+413 with the reader's message, which names the prompt length and the limit. A context-aware decoding pipeline
+whose retrieval found nothing for the question has no context to contrast (``MissingContextError``): 422. Every other exception stays a 500:
 a plain ``ValueError`` may as well be a misconfigured component, so only the classes listed here are mapped.
 """
 
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 from fastapi import HTTPException
 
-from icr2_components.errors import ContextTooLongError, find_in_causes
+from icr2_components.errors import ContextTooLongError, MissingContextError, find_in_causes
 
 # exception class (searched through the cause chain) -> (HTTP status, error kind in the JSON body)
 CLIENT_ERRORS: dict[type[BaseException], tuple[int, str]] = {
     ContextTooLongError: (413, "context_too_long"),
+    # A decoding technique that contrasts with the context got none (the retrieval found nothing to show).
+    MissingContextError: (422, "missing_context"),
 }
 
 
