@@ -122,3 +122,21 @@ def test_rta_model_loads_by_path_into_the_rap_filter(rta_run, train_file, tmp_pa
     assert 1 <= len(result["documents"]) <= 2
     with pytest.raises(ValueError, match="probed on"):  # the base model is another model for these heads
         RetrievalAttentionFilter(artifact=str(artifact), model="smollm2-135m-instruct", dtype="float32", device="cpu").warm_up()
+
+
+def test_sft_resumes_from_its_last_checkpoint(train_file, tmp_path):
+    from icr2_components.training.sft import train_sft
+
+    out = tmp_path / "resume"
+    training = {"learning_rate": 1e-4, "max_steps": 2, "gradient_accumulation_steps": 1, "device": "cpu", "save_steps": 1}
+    first = train_sft(sft_recipe("da", train_file, out, training=training), progress=False).summary
+    assert first["resumed_from"] is None and (out / "checkpoint-2" / "trainer_state.json").exists()
+    resumed = train_sft(sft_recipe("da", train_file, out, training={**training, "max_steps": 3, "resume_from_checkpoint": True}),
+                        progress=False).summary
+    assert resumed["resumed_from"].endswith("checkpoint-2") and resumed["resumed_at_step"] == 2
+    assert resumed["global_steps"] == 3
+    logged_steps = [entry["step"] for entry in resumed["log_history"] if "loss" in entry]
+    assert logged_steps == [1, 2, 3]  # steps 1-2 restored from the checkpoint's state, step 3 trained now
+    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+        train_sft(sft_recipe("da", train_file, tmp_path / "empty", training={**training, "resume_from_checkpoint": True}),
+                  progress=False)

@@ -148,6 +148,32 @@ def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs)
     return NewTokenRateTrainer(**kwargs)
 
 
+def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
+    """The checkpoint ``training.resume_from_checkpoint`` names: a path, or with ``true`` the newest
+    ``checkpoint-*`` in ``output_dir``; None when not resuming. Raises when asked to resume from nothing."""
+    wanted = recipe.training.resume_from_checkpoint
+    if not wanted:
+        return None
+    if isinstance(wanted, str):
+        path = Path(wanted)
+        if not (path / "trainer_state.json").exists():
+            raise FileNotFoundError(f"resume_from_checkpoint={wanted!r} is not a Trainer checkpoint (no trainer_state.json).")
+        return path
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(recipe.output_dir)
+    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    if last is None:
+        raise FileNotFoundError(f"resume_from_checkpoint is true but {folder} holds no checkpoint-*; set save_steps "
+                                "so the first run writes some, or start without resuming.")
+    return Path(last)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global step a Trainer checkpoint was written at."""
+    return int(json.loads((checkpoint / "trainer_state.json").read_text())["global_step"])
+
+
 def training_arguments(recipe: TrainingRecipe, has_validation: bool):
     from transformers import TrainingArguments
 
@@ -215,6 +241,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
 
     t = recipe.training
     start = time.perf_counter()
+    checkpoint = resolve_checkpoint(recipe)  # before the model loads: a wrong resume setting fails at once
     # Training needs its own trainable copy, not the shared inference one in MODEL_CACHE (model_loading.py).
     model, tokenizer = load_trainable(recipe.model, t.dtype, t.attn_implementation, t.rope_theta)
     new_ids = add_retrieval_tokens(tokenizer, model) if recipe.method != "da" else []
@@ -233,8 +260,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         recipe, new_ids, model=model, args=args, train_dataset=loaded.features(), eval_dataset=[e.as_features() for e in validation] or None,
         data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id), callbacks=callbacks,
     )
-    resume = t.resume_from_checkpoint
-    result = trainer.train(resume_from_checkpoint=resume if resume else None)
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
     saved = save_result(trainer.model, tokenizer, recipe)
     summary = {
@@ -244,6 +270,8 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         "global_steps": int(result.global_step), "train_loss": float(result.training_loss),
         "first_examples_loss_before": initial, "first_examples_loss_after": final,
         "best_checkpoint": trainer.state.best_model_checkpoint, "log_history": trainer.state.log_history,
+        "resumed_from": str(checkpoint) if checkpoint else None,
+        "resumed_at_step": checkpoint_step(checkpoint) if checkpoint else 0,
         "seconds": time.perf_counter() - start, "recipe": recipe.as_dict(),
     }
     Path(recipe.output_dir).mkdir(parents=True, exist_ok=True)
