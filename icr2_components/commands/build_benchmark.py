@@ -34,7 +34,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.builders.benchmark import GoldPassageLookup, build_icr2_benchmark, infer_task_type
@@ -82,7 +82,7 @@ def run(args) -> int:
     )
 
     stats = summary.statistics
-    console = Console()
+    console = make_console()
     table = Table(title=f"ICR2 statistics (Table 7): {summary.written} instances -> {summary.path}")
     for column in ("task", "#CTX", "#Tokens", "#Prov", "budget", "p", "retrievers"):
         table.add_column(column)

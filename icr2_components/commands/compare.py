@@ -33,13 +33,13 @@ def register(subparsers) -> None:
 
 
 def print_report(report: dict) -> None:
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.evaluation.compare_report import cub_rows, summary_rows
     from icr2_components.evaluation.position_curves import curve_rows
 
-    console = Console()
+    console = make_console()
     tables = [("per pipeline and context type", summary_rows(report)),
               ("faithfulness / robustness (CUB BCU)", cub_rows(report))]
     if report.get("position_curves", {}).get("curves"):

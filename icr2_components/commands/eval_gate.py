@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -39,14 +38,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
 
     from icr2_components.evaluation.gate_eval import evaluate_gate, format_summary_table, read_retrievalqa_jsonl
     from icr2_components.gates import TimeAwareRetrievalGate
     from icr2_components.readers import LocalChatReader
 
     # A wide console when piped or captured, so the table is not squeezed into 80 columns.
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = make_console()
     records, record_skips = read_retrievalqa_jsonl(args.data, limit=args.limit)
     console.print(record_skips.summary())
     if not records:

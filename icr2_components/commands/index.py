@@ -28,7 +28,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def run(args) -> int:
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.stores import IndexHandle, load_index_config
@@ -40,9 +40,9 @@ def run(args) -> int:
         table.add_column(column)
     table.add_row(report.store, report.index, str(report.passages_streamed), str(report.documents_in_store),
                   str(report.resumed_from), str(report.skips.get("total", 0)), str(report.failed), f"{report.seconds:.1f}")
-    Console().print(table)
+    make_console().print(table)
     if report.skips.get("total"):
-        Console().print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")
+        make_console().print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")
     if args.report:
         with open(args.report, "w") as handle:
             json.dump(report.as_dict(), handle, indent=2)

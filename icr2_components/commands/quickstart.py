@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.commands.compare import print_report
@@ -38,7 +38,7 @@ def run(args) -> int:
 
     if args.questions < 0 or args.compare_questions < 1:
         raise ValueError("--questions must be >= 0 and --compare-questions >= 1.")
-    console = Console()
+    console = make_console()
     folder = Path(args.pipelines_dir)
     paths = [folder / f"{name}.yaml" for name in DEFAULT_PIPELINES]
     missing = [str(p) for p in paths if not p.exists()]

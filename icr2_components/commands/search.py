@@ -16,7 +16,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from rich.console import Console
+    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.stores import open_index
@@ -30,5 +30,5 @@ def run(args) -> int:
         table.add_column(column)
     for rank, d in enumerate(documents, start=1):
         table.add_row(str(rank), d.id, f"{d.score:.3f}", str(d.meta.get("title", "")), (d.content or "")[:120])
-    Console().print(table)
+    make_console().print(table)
     return 0
