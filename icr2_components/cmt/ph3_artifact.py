@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icr2_components.models.head_artifact_io import HeadArtifactIO
+from icr2_components.models.head_artifact_io import HeadArtifactIO, plot_layer_head_heatmap
 
 PH3_FORMAT = "icr2-ph3-heads/1"
 DIRECTIONS = ("context", "memory")
@@ -59,27 +59,9 @@ class PH3HeadArtifact(HeadArtifactIO):
 
 def plot_ph3_scores(artifact: PH3HeadArtifact, path: str | os.PathLike, count: int = 8) -> Path:
     """A layer x head heatmap of the scores (red: toward context, blue: toward memory), top heads outlined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    scores = artifact.scores
-    bound = max(1e-9, max(abs(v) for row in scores for v in row))
-    figure, axis = plt.subplots(figsize=(max(4, len(scores[0]) * 0.6 + 2), max(4, len(scores) * 0.25 + 1.5)))
-    image = axis.imshow(scores, aspect="auto", cmap="coolwarm", vmin=-bound, vmax=bound, origin="lower")
-    for heads, colour in ((artifact.context_heads[:count], "darkred"), (artifact.memory_heads[:count], "navy")):
-        for layer, head in heads:
-            axis.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=1.5))
-    axis.set_xlabel("head")
-    axis.set_ylabel("layer")
-    axis.set_title(f"{artifact.model}: PH3 direct effect on logit(context) - logit(memory) ({artifact.instances} inst.)",
-                   fontsize=8)
-    figure.colorbar(image, ax=axis)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    bound = max(1e-9, max(abs(v) for row in artifact.scores for v in row))
+    return plot_layer_head_heatmap(
+        artifact.scores, [(artifact.context_heads[:count], "darkred"), (artifact.memory_heads[:count], "navy")],
+        f"{artifact.model}: PH3 direct effect on logit(context) - logit(memory) ({artifact.instances} inst.)",
+        path, cmap="coolwarm", vmin=-bound, vmax=bound,
+    )

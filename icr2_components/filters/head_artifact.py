@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icr2_components.models.head_artifact_io import ArtifactMismatchError, HeadArtifactIO
+from icr2_components.models.head_artifact_io import ArtifactMismatchError, HeadArtifactIO, plot_layer_head_heatmap
 
 ARTIFACT_FORMAT = "icr2-retrieval-heads/1"
 __all__ = ["ARTIFACT_FORMAT", "ArtifactMismatchError", "RetrievalHeadArtifact", "plot_hit_rate_heatmap"]
@@ -110,28 +110,10 @@ class RetrievalHeadArtifact(HeadArtifactIO):
 
 def plot_hit_rate_heatmap(artifact: RetrievalHeadArtifact, path: str | os.PathLike, m: int | None = None) -> Path:
     """A layer x head heatmap of hit rates at M, the selected heads outlined."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
     m = m or artifact.m
-    rates = artifact.hit_rates[m - 1]
-    layers, heads = len(rates), len(rates[0])
-    figure, axis = plt.subplots(figsize=(max(4, heads * 0.6 + 2), max(4, layers * 0.25 + 1.5)))
-    image = axis.imshow(rates, aspect="auto", cmap="viridis", vmin=0, vmax=1, origin="lower")
-    for layer, head in artifact.heads:
-        axis.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
-    axis.set_xlabel("head")
-    axis.set_ylabel("layer")
-    axis.set_xticks(range(heads))
     chance = artifact.chance_hit_rates[m - 1]
-    axis.set_title(f"{artifact.model}: hit rate @M={m} ({artifact.instances} instances, chance {chance:.2f})", fontsize=9)
-    figure.colorbar(image, ax=axis, label="hit rate")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return plot_layer_head_heatmap(
+        artifact.hit_rates[m - 1], [(artifact.heads, "red")],
+        f"{artifact.model}: hit rate @M={m} ({artifact.instances} instances, chance {chance:.2f})",
+        path, cmap="viridis", vmin=0, vmax=1, colorbar_label="hit rate",
+    )

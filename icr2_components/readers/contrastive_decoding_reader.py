@@ -242,18 +242,8 @@ class ContextAwareDecodingReader(LocalChatReader):
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self,
-            model=self.model,
-            technique=self.technique,
-            alpha=self.alpha,
-            coiecd_alpha=self.coiecd_alpha,
-            coiecd_bound_ratio=self.coiecd_bound_ratio,
-            passes=self.passes,
-            max_new_tokens=self.max_new_tokens,
-            dtype=self.dtype,
-            device=self.device,
-            attn_implementation=self.attn_implementation,
-            max_input_tokens=self.max_input_tokens,
+            self, **self.loading_settings(), technique=self.technique, alpha=self.alpha, coiecd_alpha=self.coiecd_alpha,
+            coiecd_bound_ratio=self.coiecd_bound_ratio, passes=self.passes,
         )
 
     @classmethod

@@ -128,9 +128,8 @@ class HeadSuppressionReader(LocalChatReader):
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(
-            self, model=self.model, artifact=self.artifact, direction=self.direction, num_heads=self.num_heads,
-            heads=self.heads, scale=self.scale, max_new_tokens=self.max_new_tokens, dtype=self.dtype,
-            device=self.device, attn_implementation=self.attn_implementation, max_input_tokens=self.max_input_tokens,
+            self, **self.loading_settings(), artifact=self.artifact, direction=self.direction, num_heads=self.num_heads,
+            heads=self.heads, scale=self.scale,
         )
 
     @classmethod

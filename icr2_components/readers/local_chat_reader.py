@@ -155,18 +155,14 @@ class LocalChatReader:
         }
         return {"replies": [ChatMessage.from_assistant(text, meta=meta)]}
 
+    def loading_settings(self) -> dict[str, Any]:
+        """The init parameters every reader shares (model, budget, loading): subclasses serialise these plus
+        their own technique's."""
+        return {"model": self.model, "max_new_tokens": self.max_new_tokens, "dtype": self.dtype, "device": self.device,
+                "attn_implementation": self.attn_implementation, "max_input_tokens": self.max_input_tokens}
+
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            model=self.model,
-            max_new_tokens=self.max_new_tokens,
-            do_sample=self.do_sample,
-            temperature=self.temperature,
-            dtype=self.dtype,
-            device=self.device,
-            attn_implementation=self.attn_implementation,
-            max_input_tokens=self.max_input_tokens,
-        )
+        return default_to_dict(self, **self.loading_settings(), do_sample=self.do_sample, temperature=self.temperature)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LocalChatReader":
