@@ -1,6 +1,8 @@
 """icr2 serve over real HTTP on a free loopback port: a real SmolLM2 answer, malformed requests -> 4xx with a
 reason, an oversize body -> 413, a prompt over the model's context -> 413 naming the limit, an internal pipeline
-failure -> JSON 500, and pipelines the server must refuse."""
+failure -> JSON 500, and pipelines the server must refuse. Every answer is checked against what the server's own
+``/openapi.json`` documents for that path, method and status (jsonschema), and that document lists exactly the
+paths the server answers."""
 
 import json
 import os
@@ -14,10 +16,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_BODY = 4096
 MAX_QUERY = 200
+RUN = "/closed_book/run"
 
 
 def free_port() -> int:
@@ -61,17 +65,67 @@ def closed_book_server():
             process.kill()
 
 
+@pytest.fixture(scope="module")
+def openapi(closed_book_server) -> dict:
+    response = httpx.get(f"{closed_book_server}/openapi.json", timeout=10)
+    assert response.status_code == 200
+    return response.json()
+
+
+def documented_schema(openapi: dict, path: str, method: str, status: int) -> Draft202012Validator:
+    """The body schema /openapi.json gives for this answer; fails when the status is not documented there."""
+    responses = openapi["paths"][path][method.lower()]["responses"]
+    assert str(status) in responses, f"{method} {path} answered {status}; /openapi.json lists {sorted(responses)}"
+    schema = responses[str(status)]["content"]["application/json"]["schema"]
+    return Draft202012Validator({**schema, "components": openapi["components"]})
+
+
+def assert_documented(openapi: dict, path: str, method: str, status: int, content_type: str, body: bytes) -> dict:
+    """The answer is JSON and its body validates against the documented schema of its status."""
+    assert content_type.split(";")[0] == "application/json", (status, content_type, body)
+    payload = json.loads(body)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in documented_schema(openapi, path, method, status).iter_errors(payload)]
+    assert not errors, (status, payload, errors)
+    return payload
+
+
+def check(openapi: dict, response: httpx.Response) -> dict:
+    return assert_documented(openapi, response.request.url.path, response.request.method, response.status_code,
+                             response.headers.get("content-type", ""), response.content)
+
+
 def post(url: str, content: bytes, **kwargs) -> httpx.Response:
-    return httpx.post(f"{url}/closed_book/run", content=content, headers={"content-type": "application/json"},
+    return httpx.post(f"{url}{RUN}", content=content, headers={"content-type": "application/json"},
                       timeout=180, **kwargs)
 
 
-def test_closed_book_answers_a_real_question(closed_book_server):
+def raw_request(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send bytes as they are (no client fixes the headers) and read the answer until the server closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(request)
+        data = b""
+        while chunk := connection.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, value in (line.split(":", 1) for line in header_lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+def test_closed_book_answers_a_real_question(closed_book_server, openapi):
     response = post(closed_book_server, json.dumps({"query": "What is the capital of France?"}).encode())
     assert response.status_code == 200, response.text
-    replies = response.json()["result"]["replies"]
+    replies = check(openapi, response)["result"]["replies"]
     assert len(replies) == 1 and isinstance(replies[0], str)
     assert "paris" in replies[0].lower()
+    # the documented 200 is the declared outputs, concretely: `replies`, a list of strings, nothing else
+    ok = documented_schema(openapi, RUN, "POST", 200)
+    assert ok.is_valid({"result": {"replies": ["Paris"]}})
+    for wrong in ({"result": {}}, {"result": {"replies": [{"text": "Paris"}]}}, {"result": "Paris"},
+                  {"result": {"replies": ["Paris"], "documents": []}}, {}):
+        assert not ok.is_valid(wrong), wrong
 
 
 @pytest.mark.parametrize("body, status, words", [
@@ -84,18 +138,19 @@ def test_closed_book_answers_a_real_question(closed_book_server):
     (b'{"query": "who?", "top_k": 3}', 422, ["top_k", "extra inputs"]),
     (b'["who?"]', 422, ["dictionary or object"]),
 ])
-def test_malformed_requests_get_4xx_with_a_reason(closed_book_server, body, status, words):
+def test_malformed_requests_get_4xx_with_a_reason(closed_book_server, openapi, body, status, words):
     response = post(closed_book_server, body)
     assert response.status_code == status, response.text
-    payload = response.json()
+    payload = check(openapi, response)
     assert payload["status"] == status and payload["error"] in {"malformed_json", "invalid_request"}
     assert all(word in payload["reason"].lower() for word in words), payload["reason"]
 
 
-def test_oversize_body_gets_413_declared_or_chunked(closed_book_server):
+def test_oversize_body_gets_413_declared_or_chunked(closed_book_server, openapi):
     big = json.dumps({"query": "x" * (MAX_BODY + 10)}).encode()
     response = post(closed_book_server, big)
     assert response.status_code == 413 and "4096 bytes" in response.json()["reason"]
+    assert check(openapi, response)["error"] == "request_too_large"
 
     def chunks():  # no Content-Length: the server counts what it reads
         yield b'{"query": "'
@@ -104,21 +159,72 @@ def test_oversize_body_gets_413_declared_or_chunked(closed_book_server):
         yield b'"}'
 
     response = post(closed_book_server, chunks())
-    assert response.status_code == 413 and response.json()["error"] == "request_too_large"
+    assert response.status_code == 413 and check(openapi, response)["error"] == "request_too_large"
 
 
-def test_only_the_run_route_and_status_are_served(closed_book_server):
+def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, openapi):
+    """Every documented operation is answered (not 404) with a documented status and body; every route the app
+    had from hayhooks or FastAPI beyond those (deploy, undeploy, draw, OpenAI, /docs, /redoc) is a JSON 404."""
+    from icr2_components.serving.app import PUBLIC_PATHS
+
+    operations = {(path, method) for path, item in openapi["paths"].items() for method in item}
+    assert operations == {("/status", "get"), ("/openapi.json", "get"), (RUN, "post")}
+    assert set(openapi["paths"]) == PUBLIC_PATHS | {RUN}
+    for path, method in sorted(operations):
+        body = {"content": b"{}", "headers": {"content-type": "application/json"}} if method == "post" else {}
+        response = httpx.request(method.upper(), f"{closed_book_server}{path}", timeout=30, **body)
+        assert response.status_code != 404, (method, path, response.text)
+        check(openapi, response)  # {} on the run route: a documented 422; the GETs: a documented 200
+    for path in ("/status", "/openapi.json"):  # their documented 413: a GET whose body is over the limit
+        response = httpx.request("GET", f"{closed_book_server}{path}", content=b"x" * (MAX_BODY + 1), timeout=30)
+        assert response.status_code == 413 and check(openapi, response)["error"] == "request_too_large"
+    # the run route documents each status it answers (each produced by a real request in this file) and no other
+    assert sorted(openapi["paths"][RUN]["post"]["responses"]) == ["200", "400", "413", "422", "500"]
+    # no FastAPI default left: errors are {error, reason, status}, never {"detail": [...]}
+    assert not {"HTTPValidationError", "ValidationError"} & set(openapi["components"]["schemas"])
+    assert '"detail"' not in json.dumps(openapi)
+
     status = httpx.get(f"{closed_book_server}/status", timeout=10).json()
     assert status["pipelines"] == ["closed_book"]
-    response = httpx.post(f"{closed_book_server}/deploy-yaml", json={"name": "x", "source_code": "components: {}"},
-                          timeout=10)
-    assert response.status_code == 404 and "not served" in response.json()["reason"]
-    assert httpx.get(f"{closed_book_server}/closed_book/run", timeout=10).status_code == 405
+    for method, path in [("POST", "/deploy-yaml"), ("POST", "/deploy_files"), ("POST", "/undeploy/closed_book"),
+                         ("GET", "/draw/closed_book"), ("GET", "/status/closed_book"), ("GET", "/v1/models"),
+                         ("POST", "/v1/chat/completions"), ("POST", "/chat/completions"), ("POST", "/v1/responses"),
+                         ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/docs/oauth2-redirect"), ("GET", f"{RUN}/")]:
+        response = httpx.request(method, f"{closed_book_server}{path}", timeout=10)
+        assert response.status_code == 404, (method, path, response.status_code)
+        assert response.json() == {"error": "not_found", "status": 404, "reason": response.json()["reason"]}
+        assert "not served" in response.json()["reason"]
+    for method, path in [("GET", RUN), ("POST", "/status"), ("HEAD", "/status"), ("HEAD", "/openapi.json")]:
+        wrong_method = httpx.request(method, f"{closed_book_server}{path}", timeout=10)
+        assert wrong_method.status_code == 405, (method, path)
+        if method != "HEAD":
+            assert wrong_method.json() == {"error": "method_not_allowed", "reason": "Method Not Allowed", "status": 405}
+
+
+@pytest.mark.parametrize("method, path", [("POST", RUN), ("GET", "/status")])
+def test_a_content_length_that_is_not_a_number_gets_a_json_400(closed_book_server, openapi, method, path):
+    """uvicorn's HTTP parser refuses the request before any app code runs; `icr2 serve` answers it as JSON."""
+    status, headers, body = raw_request(
+        closed_book_server, f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: abc\r\n\r\n{}".encode())
+    assert status == 400 and headers["connection"] == "close"
+    payload = assert_documented(openapi, path, method, status, headers["content-type"], body)
+    assert payload["error"] == "bad_request" and "Content-Length" in payload["reason"], payload
+
+
+def test_a_body_that_is_not_utf8_or_not_sent_as_json_is_told_so(closed_book_server, openapi):
+    latin1 = post(closed_book_server, '{"query": "caf\xe9"}'.encode("latin-1"))
+    assert latin1.status_code == 400 and check(openapi, latin1)["error"] == "malformed_json"
+    assert "utf-8" in latin1.json()["reason"].lower()
+    form = httpx.post(f"{closed_book_server}{RUN}", content=b'{"query": "who?"}', timeout=30,
+                      headers={"content-type": "application/x-www-form-urlencoded"})
+    assert form.status_code == 422 and check(openapi, form)["error"] == "invalid_request"
+    assert "Content-Type: application/json" in form.json()["reason"], form.json()
 
 
 def test_non_loopback_host_is_refused_without_allow_remote():
     result = subprocess.run([str(Path(sys.executable).parent / "icr2"), "serve", "pipelines/closed_book.yaml",
-                             "--host", "0.0.0.0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                             "--host", "0.0.0.0"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "not loopback" in result.stderr
 
 
@@ -132,17 +238,19 @@ def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_
 
     from icr2_components.readers.local_chat_reader import LocalChatReader
     from icr2_components.serving import create_serving_app
+    from icr2_components.serving.app import server_settings
 
     app = create_serving_app(str(ROOT / "pipelines" / "oracle.yaml"), max_body_bytes=400_000, max_new_tokens=4,
                              max_query_chars=200_000)
     context = smollm2[0].config.max_position_embeddings
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **server_settings()))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(url, timeout=60)
+        openapi = httpx.get(f"{url}/openapi.json", timeout=10).json()
         passage = " ".join(f"word{i}" for i in range(20_000))
         long_passage = httpx.post(f"{url}/oracle/run", json={"query": "what?", "documents": [
             {"content": passage, "meta": {"title": "Long"}}]}, timeout=180)
@@ -150,12 +258,12 @@ def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_
             {"content": "Paris is the capital of France.", "meta": {"title": "Paris"}}]}, timeout=180)
         for response in (long_passage, long_question):
             assert response.status_code == 413, response.text
-            payload = response.json()
+            payload = check(openapi, response)
             assert payload["error"] == "context_too_long" and payload["status"] == 413
             assert re.search(r"has \d+ tokens but smollm2-135m-instruct accepts \d+", payload["reason"]), payload
             assert f"({context} context" in payload["reason"]
         missing_docs = httpx.post(f"{url}/oracle/run", json={"query": "what?"}, timeout=30)
-        assert missing_docs.status_code == 422 and "documents" in missing_docs.json()["reason"]
+        assert missing_docs.status_code == 422 and "documents" in check(openapi, missing_docs)["reason"]
         empty_passage = httpx.post(f"{url}/oracle/run", json={"query": "q", "documents": [{"content": ""}]}, timeout=30)
         assert empty_passage.status_code == 422 and "documents.0.content" in empty_passage.json()["reason"]
 
@@ -165,7 +273,7 @@ def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_
 
         monkeypatch.setattr(LocalChatReader, "run", broken)
         failed = httpx.post(f"{url}/oracle/run", json={"query": "q", "documents": [{"content": "short"}]}, timeout=60)
-        assert failed.status_code == 500
+        assert failed.status_code == 500 and check(openapi, failed)["status"] == 500
         assert failed.json()["error"] == "pipeline_failed" and "simulated device failure" in failed.json()["reason"]
     finally:
         server.should_exit = True

@@ -4,26 +4,35 @@ from icr2_components.serving.app import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_PORT,
+    PUBLIC_PATHS,
     RequestGuard,
     create_serving_app,
+    json_error_http_protocol,
     run_server,
+    server_settings,
 )
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper, to_json
 from icr2_components.serving.refusals import RequestRefused, refusal_for
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, DocumentIn, build_request_model
+from icr2_components.serving.response_model import DocumentOut, build_result_model
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_QUERY_CHARS",
     "DEFAULT_PORT",
+    "PUBLIC_PATHS",
     "DeclaredPipelineWrapper",
     "DocumentIn",
+    "DocumentOut",
     "RequestGuard",
     "RequestRefused",
     "build_request_model",
+    "build_result_model",
     "create_serving_app",
+    "json_error_http_protocol",
     "refusal_for",
     "run_server",
+    "server_settings",
     "to_json",
 ]

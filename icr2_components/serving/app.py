@@ -2,38 +2,73 @@
 
 The pipeline is loaded by ``PipelineSpec`` (our allowlisted loader), wrapped in ``DeclaredPipelineWrapper`` and
 committed to hayhooks' registry and app programmatically (``commit_prepared_pipeline``), so hayhooks builds the
-``POST /<name>/run`` route and its handler. Around it:
+``POST /<name>/run`` handler. Around it:
 
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
 * a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read);
+* a request the HTTP parser refuses (``Content-Length: abc``) -> 400 ``bad_request``, as JSON too: uvicorn
+  answers those before any ASGI code runs, so ``run_server`` gives it a protocol class whose 400 is our JSON
+  (``json_error_http_protocol``); the connection is closed after it;
 * a request the model cannot take (its prompt is over the reader's context) -> 413 ``context_too_long``, naming
-  the limit (``refusals``); any other pipeline failure -> 500; every error as
-  ``{"error": ..., "reason": ..., "status": ...}``;
-* only the run route, ``/status`` and the API docs are reachable: hayhooks' deploy/undeploy routes are not,
-  so nobody can deploy another (non-allowlisted) pipeline into a running server.
+  the limit (``refusals``); a context-aware decoding reader given no context -> 422 ``missing_context``; any other
+  pipeline failure -> 500; every error as ``{"error": ..., "reason": ..., "status": ...}``;
+* only the run route, ``GET /status`` and ``GET /openapi.json`` are served (``PUBLIC_PATHS``); any other path is
+  a JSON 404 and a method a path does not list a JSON 405. hayhooks' deploy/undeploy, draw and OpenAI routes are
+  removed from the app, so nobody can deploy another (non-allowlisted) pipeline into a running server. There is
+  no ``/docs`` or ``/redoc`` page: FastAPI's pages load Swagger UI / ReDoc from a CDN (blank offline) and no
+  dependency of ours ships the assets; load ``/openapi.json`` into a local OpenAPI viewer instead;
+* ``/openapi.json`` describes exactly that: those three paths, the request model, the 200 body (``result``
+  with one key per declared output, typed from its socket: ``response_model``) and every error status each
+  operation can answer, with its error kinds.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import sys
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from icr2_components.evaluation.pipeline_spec import PipelineSpec
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
+from icr2_components.serving.response_model import error_model
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1416
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-PUBLIC_PATHS = {"/status", "/docs", "/openapi.json", "/redoc"}
+OPENAPI_PATH = "/openapi.json"
+PUBLIC_PATHS = {"/status", OPENAPI_PATH}  # besides the run route; every other path is a 404
+
+# status -> {error kind: when it is answered}: the catalogue behind the documented error models.
+BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is not a number (the connection is "
+            "closed after the answer), or the body could not be read")
+RUN_ERRORS: dict[int, dict[str, str]] = {
+    400: {"malformed_json": "the body is not valid JSON, or not UTF-8", "bad_request": BAD_HTTP},
+    413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)",
+          "context_too_long": "the prompt built from the request is longer than the reader's context; the reason "
+                              "names the prompt's length and the limit"},
+    422: {"invalid_request": "a field is missing, unknown, of the wrong type or out of bounds; the reason names it",
+          "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
+                             "with such a reader)"},
+    500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
+          "server_error": "an unexpected error in the server"},
+}
+STATUS_ERRORS: dict[int, dict[str, str]] = {
+    400: {"bad_request": BAD_HTTP},
+    413: {"request_too_large": "a body sent with the GET is over --max-body-bytes"},
+}
+_STATUS_ERROR_KIND = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +150,7 @@ async def _send_json(send, status: int, body: dict) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def _validation_reason(errors: list[dict]) -> tuple[int, str, str]:
+def _validation_reason(errors: list[dict], content_type: str | None = None) -> tuple[int, str, str]:
     if any(e.get("type") == "json_invalid" for e in errors):
         detail = next(e for e in errors if e.get("type") == "json_invalid")
         return 400, "malformed_json", f"the body is not valid JSON: {(detail.get('ctx') or {}).get('error', detail.get('msg'))}"
@@ -123,6 +158,12 @@ def _validation_reason(errors: list[dict]) -> tuple[int, str, str]:
     for e in errors:
         location = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
         parts.append(f"{location}: {e.get('msg')}")
+    media_type = (content_type or "").split(";")[0].strip().lower()
+    if not (media_type == "application/json" or media_type.endswith("+json")) and any(
+            tuple(e.get("loc", ())) == ("body",) for e in errors):
+        # FastAPI reads the body as JSON only when the request says so; else it validates the raw bytes
+        parts.append(f"the body is read as JSON only with Content-Type: application/json "
+                     f"(this request sent {content_type or 'none'})")
     return 422, "invalid_request", "; ".join(parts)
 
 
@@ -170,13 +211,18 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
     )
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        status, kind, reason = _validation_reason(list(error.errors()))
+    async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        status, kind, reason = _validation_reason(list(error.errors()), request.headers.get("content-type"))
         return JSONResponse(error_body(status, kind, reason), status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
-        kind = getattr(error, "error", None) or ("pipeline_failed" if error.status_code >= 500 else "http_error")
+        if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
+            # FastAPI's "There was an error parsing the body", raised from the JSON decoder's UnicodeDecodeError
+            return JSONResponse(error_body(400, "malformed_json", f"the body is not UTF-8 JSON: {error.__cause__}"),
+                                status_code=400)
+        kind = (getattr(error, "error", None) or _STATUS_ERROR_KIND.get(error.status_code)
+                or ("pipeline_failed" if error.status_code >= 500 else "http_error"))
         return JSONResponse(error_body(error.status_code, kind, str(error.detail)), status_code=error.status_code)
 
     @app.exception_handler(Exception)
@@ -184,22 +230,119 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
         logger.exception("unexpected server error")
         return JSONResponse(error_body(500, "server_error", f"{type(error).__name__}: {error}"), status_code=500)
 
-    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {f"/{spec.name}/run"},
-                       max_body_bytes=max_body_bytes)
+    run_path = f"/{spec.name}/run"
+    _serve_only(app, spec, run_path, description)
+    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes)
     app.state.icr2_spec = spec
-    app.state.icr2_run_path = f"/{spec.name}/run"
+    app.state.icr2_run_path = run_path
     return app
 
 
+def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | str, dict[str, Any]]:
+    return {status: {"model": error_model(f"{prefix}Error{status}", status, kinds),
+                     "description": " | ".join(f"{kind}: {when}" for kind, when in kinds.items())}
+            for status, kinds in catalogue.items()}
+
+
+def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: str) -> None:
+    """Keep only the routes the server answers, with their real error responses, and describe exactly those.
+
+    hayhooks' app carries its deploy/undeploy, draw, per-pipeline status and OpenAI routes and FastAPI's docs
+    pages; the middleware would 404 them, so they are removed here, from the routing and from the schema alike.
+    """
+    from hayhooks.server.routers.status import StatusResponse, status_all
+
+    hayhooks_run = next(route for route in app.router.routes
+                        if isinstance(route, APIRoute) and route.path == run_path)
+    app.docs_url = app.redoc_url = app.swagger_ui_oauth2_redirect_url = None
+    app.openapi_url = OPENAPI_PATH
+    app.router.routes[:] = []
+    if hasattr(app.router, "_mark_routes_changed"):  # FastAPI >= 0.16x caches included routers by version
+        app.router._mark_routes_changed()
+    app.setup()  # adds GET /openapi.json only (docs_url and redoc_url are None)
+    for route in app.router.routes:  # Starlette adds HEAD to a GET route; /status (an APIRoute) has none either
+        route.methods = {"GET"}
+    app.add_api_route("/status", status_all, methods=["GET"], response_model=StatusResponse, tags=["status"],
+                      operation_id="status_all", summary="Server status and the served pipeline",
+                      responses=_responses("Status", STATUS_ERRORS))
+    app.add_api_route(run_path, hayhooks_run.endpoint, methods=["POST"], response_model=hayhooks_run.response_model,
+                      name=hayhooks_run.name, tags=["pipelines"], operation_id=f"{spec.name}_run",
+                      summary=f"Run {spec.name}", description=hayhooks_run.description,
+                      responses=_responses("Run", RUN_ERRORS))
+    app.openapi_schema = None
+    app.openapi = functools.partial(_openapi, app, spec, description)
+
+
+def _openapi(app: FastAPI, spec: PipelineSpec, technique: str) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=f"icr2 serve: {spec.name}", version=app.version, routes=app.routes,
+            description=(f"One pipeline ({technique}, `{spec.path}`) at `POST /{spec.name}/run`. Every error is "
+                         "`{\"error\", \"reason\", \"status\"}` JSON; besides the statuses listed per operation, "
+                         "a path not listed here is answered 404 (`not_found`) and a method a path does not list 405 "
+                         "(`method_not_allowed`), with the same body."))
+        schema["paths"][OPENAPI_PATH] = {"get": {
+            "tags": ["status"], "summary": "This OpenAPI document", "operationId": "openapi",
+            "responses": {"200": {"description": "the OpenAPI 3.1 document of this server",
+                                  "content": {"application/json": {"schema": {"type": "object"}}}},
+                          **{str(status): response for status, response in
+                             schema["paths"]["/status"]["get"]["responses"].items() if status != "200"}}}}
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+class _JsonBadRequest:
+    """Mixin for uvicorn's HTTP protocol classes: the 400 its parser answers (before any ASGI code) is our JSON."""
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn calls this from the `except` around its parser, so the parser's own error is the one in flight
+        parser_error = sys.exc_info()[1]
+        detail = str(parser_error) if parser_error is not None and str(parser_error) else msg
+        payload = json.dumps(error_body(400, "bad_request", f"the request is not valid HTTP/1.1: {detail}")).encode()
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
+        head += [b"content-type: application/json\r\n", b"content-length: " + str(len(payload)).encode() + b"\r\n",
+                 b"connection: close\r\n\r\n"]
+        self.transport.write(b"".join(head) + payload)
+        self.transport.close()
+
+
+@functools.cache
+def json_error_http_protocol(implementation: str = "auto") -> type:
+    """uvicorn's HTTP protocol, answering its parser's errors as JSON: ``"httptools"``, ``"h11"``, or ``"auto"``
+    (as uvicorn's own: httptools when it is installed, else h11). ``server_settings`` passes it as ``http``."""
+    if implementation == "auto":
+        try:
+            import httptools  # noqa: F401
+
+            implementation = "httptools"
+        except ImportError:
+            implementation = "h11"
+    if implementation == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    elif implementation == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    else:
+        raise ValueError(f"implementation must be 'auto', 'httptools' or 'h11', got {implementation!r}.")
+    return type(f"JsonError{base.__name__}", (_JsonBadRequest, base), {})
+
+
+def server_settings() -> dict[str, Any]:
+    """The uvicorn settings ``run_server`` uses (quiet, JSON parser errors); a test server built with
+    ``uvicorn.Config(app, host=..., port=..., **server_settings())`` answers as ``icr2 serve`` does."""
+    return {"log_level": "warning", "timeout_graceful_shutdown": 5, "http": json_error_http_protocol()}
+
+
 def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_remote: bool = False) -> None:
-    """Run ``app`` with uvicorn; a non-loopback ``host`` needs ``allow_remote=True`` (the server has no auth)."""
+    """Run ``app`` with uvicorn (``server_settings``: its HTTP parser's 400s are JSON too); a non-loopback ``host``
+    needs ``allow_remote=True`` (the server has no auth)."""
     if host not in LOOPBACK_HOSTS and not allow_remote:
         raise ValueError(f"--host {host} is not a loopback address and the server has no authentication; "
                          "pass --allow-remote to bind it anyway (behind a proxy that authenticates).")
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(app, host=host, port=port, **server_settings())
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "RequestGuard", "create_serving_app",
-           "run_server"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "PUBLIC_PATHS", "RUN_ERRORS", "RequestGuard",
+           "create_serving_app", "json_error_http_protocol", "run_server", "server_settings"]

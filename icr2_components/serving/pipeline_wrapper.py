@@ -6,17 +6,19 @@ import inspect
 import threading
 from typing import Any
 
+import numpy
+from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
 from haystack import Document
 from haystack.dataclasses import ChatMessage
-from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
 
 from icr2_components.evaluation.pipeline_spec import PipelineSpec
 from icr2_components.serving.refusals import refusal_for
 from icr2_components.serving.request_model import DocumentIn
+from icr2_components.serving.response_model import build_result_model
 
 
 def to_json(value: Any) -> Any:
-    """Pipeline outputs as JSON: a chat message -> its text, a document -> id/content/score/meta."""
+    """Pipeline outputs as JSON: a chat message -> its text, a document -> id/content/score/meta, numpy -> Python."""
     if isinstance(value, ChatMessage):
         return value.text
     if isinstance(value, Document):
@@ -27,6 +29,8 @@ def to_json(value: Any) -> Any:
         return [to_json(v) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
+    if isinstance(value, numpy.generic | numpy.ndarray):  # a float32 score is a number, not its repr
+        return to_json(value.tolist())
     if hasattr(value, "to_dict"):
         return to_json(value.to_dict())
     return repr(value)  # kept visible rather than dropped
@@ -37,7 +41,9 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     Hayhooks' own ``YAMLPipelineWrapper`` loads YAML with a plain ``Pipeline.loads``, which refuses our modules;
     this wrapper takes the pipeline from ``PipelineSpec`` (our ``load_pipeline``: the ``icr2_components.*``
-    allowlist, never unsafe), maps each declared input to its sockets and returns the declared outputs as JSON.
+    allowlist, never unsafe), maps each declared input to its sockets and returns the declared outputs as JSON,
+    shaped as ``result_model`` (``build_result_model``: typed from the output sockets), which hayhooks makes the
+    ``result`` of the route's 200 schema and checks every answer against.
 
     Usage example:
     ```python
@@ -70,10 +76,13 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self._is_run_api_implemented = True
         parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
                       for name in spec.inputs]
+        # the declared outputs, typed from their sockets: hayhooks makes it the `result` of the 200 schema and
+        # validates every answer against it (an answer that does not fit is a 500, never an undocumented 200)
+        self.result_model = build_result_model(spec)
         run_api = type(self).run_api
         bound = run_api.__get__(self, type(self))
         # hayhooks reads the signature of run_api to name the request fields; ours come from the declared inputs
-        self.run_api = _with_signature(bound, parameters)
+        self.run_api = _with_signature(bound, parameters, self.result_model)
 
     def setup(self) -> None:
         """Load every model now, so that the first request does not pay for it."""
@@ -122,12 +131,12 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         return response
 
 
-def _with_signature(bound, parameters):
+def _with_signature(bound, parameters, result_model):
     def run_api(**inputs: Any) -> dict:
         return bound(**inputs)
 
     run_api.__doc__ = bound.__doc__
-    run_api.__signature__ = inspect.Signature(parameters, return_annotation=dict)
+    run_api.__signature__ = inspect.Signature(parameters, return_annotation=result_model)
     return run_api
 
 
