@@ -89,6 +89,48 @@ connections: []
         loads_pipeline(yaml_text, source="evil.yaml")
 
 
-def test_telemetry_is_off_in_this_process():
-    assert os.environ["HAYSTACK_TELEMETRY_ENABLED"] == "False"
-    assert os.environ["HF_HUB_OFFLINE"] == "1"
+_ENV_DEFAULTS = {"HAYSTACK_TELEMETRY_ENABLED": "False", "RAGAS_DO_NOT_TRACK": "true", "HF_HUB_OFFLINE": "1",
+                 "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+
+
+def _python(code: str, **extra_env: str) -> dict:
+    """Run ``code`` in a fresh interpreter whose environment has none of the defaults (tests/conftest.py sets
+    some of them in this process, so only a clean subprocess shows what the package itself does)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in _ENV_DEFAULTS}
+    env.update(extra_env)
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+_REPORT = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % sorted(_ENV_DEFAULTS)
+
+
+def test_importing_the_package_switches_telemetry_off_and_the_hub_offline():
+    before = _python(_REPORT)
+    assert all(value is None for value in before.values()), before  # the subprocess really starts without them
+    after = _python("import icr2_components; " + _REPORT)
+    assert after == _ENV_DEFAULTS
+    # Haystack imported after the package reads the variable and creates no telemetry client
+    telemetry = _python("import icr2_components, json; from haystack.telemetry import _telemetry; "
+                        "print(json.dumps({'client': _telemetry.telemetry is not None}))")
+    assert telemetry == {"client": False}
+    # a value the user chose is kept
+    kept = _python("import icr2_components; " + _REPORT, HF_HUB_OFFLINE="0", HAYSTACK_TELEMETRY_ENABLED="True")
+    assert kept == {**_ENV_DEFAULTS, "HF_HUB_OFFLINE": "0", "HAYSTACK_TELEMETRY_ENABLED": "True"}
+
+
+def test_the_icr2_cli_entry_applies_the_defaults_itself(monkeypatch, capsys):
+    """``icr2`` (icr2_components.cli:main) sets the defaults even when they were removed after import."""
+    from icr2_components.cli import main
+
+    for key in _ENV_DEFAULTS:
+        monkeypatch.delenv(key, raising=False)
+    assert main([]) == 2  # no command: prints the help
+    assert "COMMAND" in capsys.readouterr().out
+    assert {key: os.environ.get(key) for key in _ENV_DEFAULTS} == _ENV_DEFAULTS
