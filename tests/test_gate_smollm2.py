@@ -154,17 +154,40 @@ def test_chat_generator_path_parses_a_real_smollm2_reply(smollm2):
     decision = result["decision"]
     expected = reader.run(messages=[ChatMessage.from_user(decision["prompt"])])["replies"][0].text
     assert decision["scoring"] == "reply" and decision["reply"] == expected
-    parsed = parse_yes_no_reply(expected)
-    if parsed is None:
-        assert decision["parsed"] is False and "retrieve" in result
-    else:
-        assert decision["parsed"] is True and decision["retrieve"] is parsed and decision["p_yes"] == float(parsed)
+    # SmolLM2 (greedy) answers the vanilla prompt for this 2025 question with a plain "No": parsed, not retrieved
+    assert parse_yes_no_reply(expected) is False, expected
+    assert decision["parsed"] is True and decision["retrieve"] is False and decision["p_yes"] == 0.0
+    assert "no_retrieval" in result and "retrieve" not in result
+    assert gate.stats["decisions"] == 1 and gate.stats["unparsed_replies"] == 0 and gate.stats["retrieve"] == 0
     # the nested generator round-trips through YAML under the project's deserialization allowlist
     pipeline = Pipeline()
     pipeline.add_component("gate", gate)
     restored = loads_pipeline(pipeline.dumps()).get_component("gate")
     assert isinstance(restored.chat_generator, LocalChatReader) and restored.chat_generator.max_new_tokens == 6
     assert restored.to_dict() == gate.to_dict()
+
+
+def test_a_real_reply_saying_neither_yes_nor_no_follows_on_unparsed_and_is_counted(smollm2):
+    """The other parse outcome, on a real SmolLM2 reply: sampling at a very high temperature (seeded, so the reply
+    is the same each time) gives text with no yes/no word; each on_unparsed policy routes it as documented."""
+    reader = LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=4, do_sample=True, temperature=50.0, **CPU)
+    routes = {}
+    for policy in ("retrieve", "no_retrieval"):
+        gate = TimeAwareRetrievalGate(method="vanilla", chat_generator=reader, on_unparsed=policy)
+        torch.manual_seed(0)
+        result = gate.run(query=NEW_WORLD_QUESTION)
+        decision = result["decision"]
+        assert parse_yes_no_reply(decision["reply"]) is None, decision["reply"]  # the reply says neither
+        assert decision["scoring"] == "reply" and decision["parsed"] is False and decision["p_yes"] is None
+        assert decision["retrieve"] is (policy == "retrieve") and policy in result
+        assert gate.stats["decisions"] == 1 and gate.stats["unparsed_replies"] == 1
+        routes[policy] = decision["reply"]
+    assert routes["retrieve"] == routes["no_retrieval"]  # the same reply, routed two ways
+    strict = TimeAwareRetrievalGate(method="vanilla", chat_generator=reader, on_unparsed="error")
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="neither yes nor no"):
+        strict.run(query=NEW_WORLD_QUESTION)
+    assert strict.stats["unparsed_replies"] == 1
 
 
 def test_round_trip_through_to_dict_and_from_dict():
