@@ -97,25 +97,47 @@ def test_filter_round_trips_and_shares_the_readers_model(artifact_path, smollm2)
     assert again._model is reader._model is smollm2[0]
 
 
-def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split, smollm2, tmp_path):
+def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split, smollm2, tmp_path, monkeypatch):
     from pathlib import Path
 
     from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 
-    pipeline = load_pipeline("pipelines/rap.yaml") if Path("bench/results/rap_heads_smollm2.json").exists() else None
-    if pipeline is not None:
-        names = set(pipeline.graph.nodes)
-        assert {"bm25_retriever", "dense_retriever", "corpus", "rap_filter", "prompt", "reader"} <= names
-        assert pipeline.get_component("rap_filter").model == pipeline.get_component("reader").model
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the artifact and index paths in the YAML are relative to the repository
+    committed = root / "bench/results/rap_heads_smollm2.json"
+    assert committed.exists(), "the committed RAP head artifact (bench/rap.py) is missing"
+    pipeline = load_pipeline(root / "pipelines/rap.yaml")
+    names = set(pipeline.graph.nodes)
+    assert {"bm25_retriever", "dense_retriever", "corpus", "rap_filter", "prompt", "reader"} <= names
+    connections = {(c["sender"], c["receiver"]) for c in pipeline.to_dict()["connections"]}
+    assert {("corpus.documents", "rap_filter.documents"), ("rap_filter.documents", "prompt.documents"),
+            ("prompt.prompt", "reader.messages")} <= connections  # the filter sits between the CiC and the reader
+    rap, reader = pipeline.get_component("rap_filter"), pipeline.get_component("reader")
+    assert rap.model == reader.model and rap.artifact == "bench/results/rap_heads_smollm2.json"
+    rap.warm_up()  # the committed artifact matches the reader's model (a mismatch raises ArtifactMismatchError)
+    reader.warm_up()
+    assert rap._model is reader._model is smollm2[0]
     # The filter -> prompt -> reader part of the same YAML, on a held-apart CiC (retrieval needs the index).
-    text = Path("pipelines/rap.yaml").read_text().replace("bench/results/rap_heads_smollm2.json", str(artifact_path))
+    text = (root / "pipelines/rap.yaml").read_text().replace("bench/results/rap_heads_smollm2.json", str(artifact_path))
     section = _filter_to_reader(text)
     small = loads_pipeline(section)
     instance = split[1][1]
     result = small.run({"rap_filter": {"documents": instance.documents, "query": instance.query},
-                        "prompt": {"query": instance.query}}, include_outputs_from={"rap_filter"})
-    assert result["reader"]["replies"][0].text
-    assert 1 <= len(result["rap_filter"]["documents"]) <= Q
+                        "prompt": {"query": instance.query}}, include_outputs_from={"rap_filter", "prompt"})
+    kept = result["rap_filter"]["documents"]
+    assert 1 <= len(kept) < PASSAGES  # 4 heads x top-1 over 4 passages: at least one passage is dropped here
+    standalone = RetrievalAttentionFilter(artifact=str(artifact_path), top_m=1, num_heads=4, dtype="float32", device="cpu")
+    assert [d.id for d in kept] == [d.id for d in standalone.run(documents=instance.documents, query=instance.query)["documents"]]
+    prompt = result["prompt"]["prompt"][-1].text
+    kept_ids = {d.id for d in kept}
+    for document in instance.documents:  # the reader sees exactly the kept passages
+        assert (document.content in prompt) == (document.id in kept_ids), document.id
+    reply = result["reader"]["replies"][0]
+    assert reply.text and 0 < reply.meta["completion_tokens"] <= 32
+    full_prompt_tokens = small.get_component("reader").encode(
+        loads_pipeline(section).get_component("prompt").run(documents=instance.documents, query=instance.query)["prompt"]
+    )["input_ids"].shape[1]
+    assert reply.meta["prompt_tokens"] < full_prompt_tokens  # filtering shortened what the reader read
     assert small.get_component("rap_filter")._model is small.get_component("reader")._model
 
 
