@@ -67,12 +67,59 @@ def test_bundled_artifact_loads_and_matches_smollm2(smollm2):
         PH3HeadArtifact.load(ROOT / "bench/results/no_such_ph3.json")
 
 
-@pytest.mark.parametrize("name", ["cmt_ph3_context", "cmt_ph3_memory"])
-def test_ph3_pipeline_loads_from_yaml_and_answers(name, probed, monkeypatch):
+def _run_watching_heads(model, spec, instance):
+    """Run the pipeline; return its result, the (layer, head) outputs that were exactly zero in every forward pass
+    (read at each o_proj input, not through the suppression code) and the first generated step's logits."""
+    import torch
+
+    heads, head_dim = model.config.num_attention_heads, model.config.head_dim
+    active, first = set(), {}
+
+    def watch(layer):
+        def hook(_module, args):
+            x = args[0][0].reshape(args[0].shape[1], heads, head_dim)
+            active.update((layer, h) for h in range(heads) if bool(x[:, h].abs().sum() > 0))
+        return hook
+
+    def keep_first_logits(_module, _args, output):
+        first.setdefault("logits", output[0, -1].detach().clone())  # returns None: the output is left as it is
+
+    hooks = [layer.self_attn.o_proj.register_forward_pre_hook(watch(i)) for i, layer in enumerate(model.model.layers)]
+    hooks.append(model.lm_head.register_forward_hook(keep_first_logits))
+    try:
+        result = spec.run(instance.query, instance.documents, controlled=True, max_new_tokens=4)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    everything = {(layer, h) for layer in range(model.config.num_hidden_layers) for h in range(heads)}
+    return result, sorted(everything - active), first["logits"].to(torch.float32)
+
+
+def test_ph3_pipelines_load_from_yaml_suppress_their_heads_and_pull_apart(probed, smollm2, monkeypatch):
+    """PH3 +context suppresses the bundled artifact's top memory heads, PH3 +memory its top context heads (exactly
+    those outputs are zero while the YAML pipeline generates, and only during the call); and on each real
+    conflicting instance the +context variant favours the context's answer over the memory answer more than
+    the +memory variant does (first-token logit margin)."""
     from icr2_components.evaluation.pipeline_spec import PipelineSpec
 
     monkeypatch.chdir(ROOT)  # the artifact path in the YAML is relative to the repository
+    model, tokenizer = smollm2
     instances, _ = probed
-    spec = PipelineSpec.from_file(str(ROOT / "pipelines" / f"{name}.yaml"))
-    result = spec.run(instances[0].query, instances[0].documents, controlled=True, max_new_tokens=4)
-    assert result["answer"].strip()
+    bundled = PH3HeadArtifact.load(ROOT / "bench/results/ph3_heads_smollm2.json")
+    specs = {name: PipelineSpec.from_file(str(ROOT / "pipelines" / f"cmt_ph3_{name}.yaml")) for name in ("context", "memory")}
+    expected = {"context": sorted(tuple(h) for h in bundled.memory_heads[:4]),
+                "memory": sorted(tuple(h) for h in bundled.context_heads[:4])}
+    assert not set(expected["context"]) & set(expected["memory"])
+    for instance in instances:
+        target = first_answer_token(tokenizer, instance.context_answer)
+        foil = first_answer_token(tokenizer, instance.memory_answer)
+        margins = {}
+        for name, spec in specs.items():
+            result, zeroed, logits = _run_watching_heads(model, spec, instance)
+            assert result["answer"].strip()
+            assert zeroed == expected[name], (name, zeroed)
+            margins[name] = float(logits[target] - logits[foil])
+        assert margins["context"] > margins["memory"], (instance.query, margins)
+    _, zeroed_after, _ = _run_watching_heads(model, PipelineSpec.from_file(str(ROOT / "pipelines" / "closed_book.yaml")),
+                                             instances[0])
+    assert zeroed_after == []  # suppression ended with each call
