@@ -2,6 +2,19 @@
 
 Each subcommand lives in its own module under ``icr2_components/commands/`` and exposes
 ``register(subparsers)``; the module's ``run(args)`` does the work. New commands are found automatically.
+
+Errors at the edge: every error a user can cause is printed as ONE line on stderr,
+``icr2 <command>: error: <message>``, and the exit status is 1 (argparse usage errors stay 2, Ctrl-C is 130 with
+``icr2 <command>: interrupted``). The message names the input and what to do: the package's own errors
+(:class:`~icr2_components.errors.Icr2Error`) and ``ValueError``/``OSError`` carry such a message; an unreachable
+Elasticsearch names the URL and how to start a node; an error answered by Elasticsearch gives its status and
+reason; a YAML syntax error gives the file, line and column; a component that failed inside a Haystack pipeline
+(``PipelineRuntimeError``) is unwrapped to the component's name and its own error. Any other exception is
+unexpected (a bug, or a case not handled yet): it also gets one line, with its class and the hint
+"unexpected error; run with --debug for the traceback", and exit status 1.
+
+``--debug`` (or ``ICR2_DEBUG=1`` in the environment) lets the exception propagate with its full traceback;
+``-v/--verbose`` only turns on debug logging.
 """
 
 from __future__ import annotations
@@ -9,17 +22,28 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
+from typing import Any
 
 from icr2_components._environment import apply_environment_defaults
+
+DEBUG_ENV = "ICR2_DEBUG"
+START_ELASTICSEARCH = "bash scripts/elasticsearch.sh start"
+# Loggers that narrate retries of a failure the CLI then reports in its one line (shown with -v).
+_CHATTY_LOGGERS = ("elastic_transport", "elasticsearch")
 
 
 def build_parser() -> argparse.ArgumentParser:
     import icr2_components.commands as commands
 
-    parser = argparse.ArgumentParser(prog="icr2", description="Long-context RAG components: index, build, probe, compare.")
+    parser = argparse.ArgumentParser(
+        prog="icr2", description="Long-context RAG components: index, build, probe, compare.",
+        epilog=f"An error is reported as one line and exit status 1; --debug (or {DEBUG_ENV}=1) shows its traceback.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"on an error, show the full traceback instead of one line (or set {DEBUG_ENV}=1)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -29,21 +53,229 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def debug_requested(args: argparse.Namespace | None = None) -> bool:
+    """``--debug`` or ``ICR2_DEBUG`` set to 1/true/yes/on."""
+    if args is not None and getattr(args, "debug", False):
+        return True
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def one_line(text: object) -> str:
+    """The text with its line breaks and runs of spaces folded into single spaces."""
+    return " ".join(str(text).split())
+
+
+# ------------------------------------------------------------------------------------------- Elasticsearch
+
+
+def _redact(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _chain(error: BaseException):
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _url_from_error(error: BaseException) -> str | None:
+    """The node URL an Elasticsearch failure was about, from the exception chain (urllib3 keeps the connection)."""
+    for item in _chain(error):
+        url = getattr(item, "url", None)
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            return _redact(url)
+        node = getattr(getattr(item, "meta", None), "node", None)
+        if node is not None and getattr(node, "host", None):
+            return f"{node.scheme}://{node.host}:{node.port}"
+        for attribute in ("conn", "pool"):  # urllib3: NewConnectionError.conn, a timeout's pool (read lazily:
+            holder = getattr(item, attribute, None)  # NewConnectionError.pool is deprecated and warns)
+            host = getattr(holder, "host", None)
+            if host:
+                scheme = getattr(holder, "scheme", None) or ("https" if "HTTPS" in type(holder).__name__ else "http")
+                port = getattr(holder, "port", None)
+                return f"{scheme}://{host}" + (f":{port}" if port else "")
+    return None
+
+
+def _config_file(args: argparse.Namespace | None) -> str | None:
+    for name in ("config", "index"):
+        value = getattr(args, name, None) if args is not None else None
+        if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+            return value
+    return None
+
+
+def _hosts_from_config(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        import yaml
+
+        with open(path) as handle:
+            store = (yaml.safe_load(handle) or {}).get("store") or {}
+        hosts = store.get("hosts")
+    except Exception:  # noqa: BLE001 - only a hint for the message
+        return None
+    if isinstance(hosts, list):
+        hosts = ", ".join(str(h) for h in hosts)
+    return ", ".join(_redact(h.strip()) for h in hosts.split(",")) if isinstance(hosts, str) and hosts.strip() else None
+
+
+def _api_error_reason(error: Any) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        details = body["error"]
+        root = (details.get("root_cause") or [{}])[0] if isinstance(details.get("root_cause"), list) else {}
+        caused_by = details.get("caused_by") or {}
+        reasons = [details.get("reason"), root.get("reason"), caused_by.get("reason")]
+        unique = [r for i, r in enumerate(reasons) if r and r not in reasons[:i]]
+        if unique:
+            return "; ".join(str(r) for r in unique)
+    if isinstance(body, dict) and body.get("error"):
+        return str(body["error"])
+    return str(getattr(error, "message", "") or body or "no reason given")
+
+
+def describe_elasticsearch_error(error: BaseException, args: argparse.Namespace | None = None) -> str | None:
+    """One line for an ``elastic_transport``/``elasticsearch`` exception, else None."""
+    try:
+        import elastic_transport
+    except ImportError:  # pragma: no cover - installed with elasticsearch-haystack
+        return None
+    config = _config_file(args)
+    where = f" in {config}" if config else ""
+    try:
+        from elasticsearch import ApiError
+    except ImportError:  # pragma: no cover
+        ApiError = ()  # type: ignore[assignment]
+    if ApiError and isinstance(error, ApiError):
+        url = _url_from_error(error) or _hosts_from_config(config) or "the configured host"
+        status = getattr(error, "status_code", None) or getattr(getattr(error, "meta", None), "status", "?")
+        kind = getattr(error, "error", None) or getattr(error, "message", "") or type(error).__name__
+        message = f"Elasticsearch at {url} answered {status} {kind}: {one_line(_api_error_reason(error))}"
+        if status == 404 and "index_not_found" in str(kind):
+            message += f". Build the index first with `icr2 index --config {config or 'indexing/<name>.yaml'}`"
+        elif status in (401, 403):
+            message += ". Check the credentials (ELASTIC_API_KEY / ELASTIC_API_KEY_ID, or user:password in store.hosts)"
+        return message + "."
+    if isinstance(error, (elastic_transport.ConnectionError, elastic_transport.ConnectionTimeout)):
+        url = _url_from_error(error) or _hosts_from_config(config) or "the configured host (store.hosts)"
+        if isinstance(error, elastic_transport.TlsError):
+            return (f"TLS error talking to Elasticsearch at {url}: {one_line(getattr(error, 'message', error))}. "
+                    f"Check the scheme (http/https) and certificates of store.hosts{where}.")
+        if isinstance(error, elastic_transport.ConnectionTimeout):
+            reason = "the request timed out"
+        else:
+            reason = one_line(getattr(error, "message", "") or error)
+            reason = reason.split(": ")[-1] if ": " in reason else reason  # "[Errno 111] Connection refused"
+        return (f"Elasticsearch is unreachable at {url} ({reason}). Start a local node with `{START_ELASTICSEARCH}`, "
+                f"or point store.hosts{where} at a running cluster.")
+    if isinstance(error, elastic_transport.TransportError):
+        return f"Elasticsearch transport error: {type(error).__name__}: {one_line(getattr(error, 'message', error))}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ mapping
+
+
+def _is_yaml_error(error: BaseException) -> bool:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(error, yaml.YAMLError)
+
+
+def _haystack_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from haystack.core.errors import DeserializationError, PipelineError, SerializationError
+    except ImportError:  # pragma: no cover
+        return ()
+    return (DeserializationError, PipelineError, SerializationError)
+
+
+def _unwrap_pipeline_runtime_error(error: BaseException) -> tuple[BaseException, str | None]:
+    """Haystack wraps a component's exception in ``PipelineRuntimeError``: return the component's own one."""
+    try:
+        from haystack.core.errors import PipelineRuntimeError
+    except ImportError:  # pragma: no cover
+        return error, None
+    component = None
+    while isinstance(error, PipelineRuntimeError) and error.__cause__ is not None:
+        component = component or getattr(error, "component_name", None)
+        error = error.__cause__
+    return error, component
+
+
+def describe_error(error: BaseException, args: argparse.Namespace | None = None) -> tuple[str, bool]:
+    """``(one-line message, expected)`` for an exception that reached the CLI; ``expected`` is False for a bug."""
+    from icr2_components.errors import Icr2Error
+
+    error, component = _unwrap_pipeline_runtime_error(error)
+    prefix = f"component '{component}': " if component else ""
+    message = describe_elasticsearch_error(error, args)
+    if message is not None:
+        return prefix + message, True
+    if _is_yaml_error(error):
+        from icr2_components.pipeline_loading import describe_yaml_error
+
+        mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+        source = getattr(mark, "name", "") or ""
+        source = source if source and not source.startswith("<") else (_config_file(args) or "the YAML input")
+        return prefix + f"{source} is not valid YAML: {describe_yaml_error(error)}. Fix the syntax there.", True
+    if isinstance(error, OSError) and "huggingface.co" in str(error):
+        from icr2_components.models.resolver import BUNDLED_MODELS
+
+        return prefix + (
+            "a model could not be loaded: it is not in the local Hugging Face cache and the hub is offline here "
+            f"(HF_HUB_OFFLINE=1). Use a bundled alias ({', '.join(sorted(BUNDLED_MODELS))}) or a local model "
+            "folder, or download it where the hub is reachable (HF_HUB_OFFLINE=0)."), True
+    if isinstance(error, (Icr2Error, ValueError, OSError, *_haystack_errors())):
+        text = str(error)
+        cause = error.__cause__
+        if cause is not None and _is_yaml_error(cause) and str(cause) and str(cause) in text:
+            # "<file> is not valid YAML: <PyYAML's multi-line text with a caret>" -> the line, column and problem
+            from icr2_components.pipeline_loading import describe_yaml_error
+
+            text = text.replace(str(cause), describe_yaml_error(cause))
+        return prefix + one_line(text), True
+    return prefix + f"{type(error).__name__}: {one_line(error)}", False
+
+
 def main(argv: list[str] | None = None) -> int:
     apply_environment_defaults()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for name in _CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else logging.ERROR)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
+    debug = debug_requested(args)
     try:
         return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError, ConnectionError) as error:
-        # User errors: one clear line, no traceback (use -v for the traceback).
-        if args.verbose:
+    except KeyboardInterrupt:
+        if debug:
             raise
-        print(f"icr2 {args.command}: error: {error}", file=sys.stderr)
+        print(f"icr2 {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - the edge: one line each, the traceback with --debug
+        if debug:
+            raise
+        message, expected = describe_error(error, args)
+        if not expected:
+            message += " (unexpected error; run with --debug for the traceback)"
+        print(f"icr2 {args.command}: error: {message}", file=sys.stderr)
         return 1
 
 

@@ -1,17 +1,29 @@
-"""Loading YAML pipelines with this package on Haystack's deserialization allowlist (never ``unsafe``)."""
+"""Loading YAML pipelines with this package on Haystack's deserialization allowlist (never ``unsafe``).
+
+Every failure is a :class:`PipelineLoadError` whose message names the file and the cause, in one line: a YAML
+syntax error gives the line and column; a component whose ``__init__`` refused its parameters gives the
+component and the component's own message (e.g. a model path to train first); only a module refused by the
+allowlist gets the text on how to trust another package.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+import yaml
 from haystack import Pipeline
-from haystack.core.errors import DeserializationError
+from haystack.core.errors import DeserializationError, PipelineError
+
+from icr2_components.errors import UserInputError
 
 ALLOWED_MODULES = ["icr2_components.*"]
 
+_COMPONENT = re.compile(r"Couldn't deserialize component '([^']+)'")
 
-class PipelineLoadError(ValueError):
+
+class PipelineLoadError(UserInputError):
     """A pipeline YAML could not be loaded; the message says which file and why."""
 
 
@@ -28,12 +40,47 @@ def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | No
     return loads_pipeline(path.read_text(), source=str(path), extra_allowed_modules=extra_allowed_modules)
 
 
+def describe_yaml_error(error: yaml.YAMLError) -> str:
+    """``line 3, column 4: expected ',' or ']', but got '<scalar>' (while parsing a flow sequence)``, one line."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None)
+    context = getattr(error, "context", None)
+    if problem is None:
+        return " ".join(str(error).split())
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + str(problem) + (f" ({context})" if context else "")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
 def loads_pipeline(text: str, source: str = "<string>", extra_allowed_modules: list[str] | None = None) -> Pipeline:
     allowed = ALLOWED_MODULES + list(extra_allowed_modules or [])
     try:
         return Pipeline.loads(text, allowed_modules=allowed)
     except DeserializationError as error:
-        raise PipelineLoadError(
-            f"{source}: {error}. Only Haystack's own modules and {allowed} may be named in a pipeline; "
-            "pass extra_allowed_modules (or set HAYSTACK_DESERIALIZATION_ALLOWLIST) to trust another package."
-        ) from error
+        cause = error.__cause__
+        if isinstance(cause, yaml.YAMLError):
+            raise PipelineLoadError(
+                f"{source} is not valid YAML: {describe_yaml_error(cause)}. Fix the syntax there."
+            ) from error
+        if str(error).startswith("Refusing to deserialize"):
+            raise PipelineLoadError(
+                f"{source}: {_one_line(error)} Only Haystack's own modules and {allowed} may be named in a pipeline; "
+                "pass extra_allowed_modules (or set HAYSTACK_DESERIALIZATION_ALLOWLIST) to trust another package."
+            ) from error
+        match = _COMPONENT.search(str(error))
+        if cause is not None and match:
+            # a component's __init__ refused its parameters: its own message says what to do
+            raise PipelineLoadError(f"{source}: component '{match.group(1)}': {_one_line(cause)}") from error
+        raise PipelineLoadError(f"{source}: {_one_line(error)}") from error
+    except PipelineError as error:
+        # missing 'type', a component that cannot be imported, a bad connection
+        detail = _one_line(error)
+        if error.__cause__ is not None and "not imported" in detail:
+            detail += f" ({type(error.__cause__).__name__}: {_one_line(error.__cause__)})"
+        raise PipelineLoadError(f"{source}: {detail}") from error
+    except (ValueError, TypeError, AttributeError, KeyError) as error:
+        # a connection naming an unknown component (ValueError), a top level that is not a mapping, ...
+        raise PipelineLoadError(f"{source} is not a valid pipeline: {type(error).__name__}: {_one_line(error)}") from error

@@ -67,7 +67,7 @@ def run(args) -> int:
         from icr2_components.evaluation.tuning import tune_pipeline
 
         if args.dev_offset is None and args.limit is None:
-            raise SystemExit("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
+            raise ValueError("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
         offset = args.dev_offset if args.dev_offset is not None else args.limit
         tuned = [tune_pipeline(p, dataset=args.dataset, dev_limit=args.dev_limit, dev_offset=offset,
                                out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index)

@@ -55,7 +55,7 @@ class ModelCache:
     def tokenizer(self, model: str):
         from transformers import AutoTokenizer
 
-        path = resolve_model(model)
+        path = resolve_model(model, check_available=True)
         with self._lock:
             if path not in self._tokenizers:
                 tokenizer = AutoTokenizer.from_pretrained(path)
@@ -76,7 +76,7 @@ class ModelCache:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}.")
         device = device or default_device()
-        path = resolve_model(model)
+        path = resolve_model(model, check_available=True)
         torch_dtype = _torch_dtype(dtype, device)
         # key on the resolved dtype: "auto" and "float32" on a CPU are the same model, loaded once
         key = CausalLMKey(path, str(torch_dtype).removeprefix("torch."), device, attn_implementation)
@@ -97,7 +97,7 @@ class ModelCache:
         from sentence_transformers import SentenceTransformer
 
         device = device or default_device()
-        path = resolve_model(model)
+        path = resolve_model(model, check_available=True)
         with self._lock:
             if (path, device) not in self._sentence_models:
                 self._sentence_models[(path, device)] = SentenceTransformer(path, device=device)

@@ -8,6 +8,14 @@ Accepted names:
 - a local directory;
 - a Hugging Face id, returned unchanged so that ``from_pretrained`` uses the local hub cache (or the hub,
   when the user has turned ``HF_HUB_OFFLINE`` off).
+
+A name is read as a local path, never sent to the hub as an id, when it starts with ``.``, ``/`` or ``~``, has
+more than one ``/``, begins with a folder that exists here (``runs/...`` once ``runs/`` exists), or is the
+``output_dir`` of a training recipe in ``training/*.yaml``; such a path that does not exist is a
+``ModelResolutionError`` saying so and, for a recipe's output, naming the ``icr2 train`` command that writes it.
+``resolve_model(name, check_available=True)`` (what the model cache uses before loading) also refuses a hub id
+that is not in the local Hugging Face cache while the hub is offline, listing the bundled aliases, instead of
+letting ``from_pretrained`` fail with "couldn't connect to huggingface.co".
 """
 
 from __future__ import annotations
@@ -25,8 +33,11 @@ SMOLLM2_ALIAS = "smollm2-135m-instruct"
 MINILM_ALIAS = "all-minilm-l6-v2"
 
 
-class ModelResolutionError(ValueError):
-    """A model name could not be turned into something loadable."""
+from icr2_components.errors import UserInputError
+
+
+class ModelResolutionError(UserInputError):
+    """A model name could not be turned into something loadable; the message says what to use instead."""
 
 
 def cache_dir() -> Path:
@@ -130,18 +141,105 @@ def is_bundled_alias(name: str) -> bool:
     return name.strip().lower() in BUNDLED_MODELS
 
 
-def resolve_model(name_or_path: str) -> str:
-    """Return a string ``from_pretrained`` accepts for ``name_or_path``.
+def _bundled_aliases() -> str:
+    return ", ".join(sorted(BUNDLED_MODELS))
 
-    Usage:
-        >>> from icr2_components.models import resolve_model
-        >>> path = resolve_model("all-minilm-l6-v2")   # a folder inside the installed package
+
+_TRUE = {"1", "on", "yes", "true"}
+
+
+def hub_is_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set (``icr2`` sets ``HF_HUB_OFFLINE=1`` by default)."""
+    if any(os.environ.get(key, "").strip().lower() in _TRUE for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return True
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return False
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def training_recipe_writing(path: str | os.PathLike, recipes_dir: str | os.PathLike = "training") -> Path | None:
+    """The recipe in ``recipes_dir`` (relative to the working directory) whose ``output_dir`` is ``path``, if any."""
+    folder = Path(recipes_dir)
+    if not folder.is_dir():
+        return None
+    target = Path(path).expanduser().resolve()
+    import yaml
+
+    for recipe in sorted(folder.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(recipe.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        output_dir = data.get("output_dir") if isinstance(data, dict) else None
+        if isinstance(output_dir, str) and output_dir.strip():
+            if Path(output_dir).expanduser().resolve() == target:
+                return recipe
+    return None
+
+
+def looks_like_local_path(name: str) -> bool:
+    """Whether ``name`` must be read as a local path rather than a Hugging Face id (see the module docstring)."""
+    if name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
+        return True
+    if "/" in name:
+        first = name.split("/", 1)[0]
+        if first and Path(first).is_dir():
+            return True
+    return training_recipe_writing(name) is not None
+
+
+def missing_path_message(name: str) -> str:
+    """Why ``name`` (a local path that does not exist) cannot be loaded, and what to do."""
+    recipe = training_recipe_writing(name)
+    if recipe is not None:
+        return (f"Model path {name} does not exist: it is the output of {recipe}; train it first with "
+                f"`icr2 train --config {recipe.as_posix()}`.")
+    return (f"Model path {name} does not exist. If it is a fine-tuned model, train it first with "
+            f"`icr2 train --config training/<recipe>.yaml` (its output_dir); otherwise name an existing folder or a "
+            f"bundled alias ({_bundled_aliases()}).")
+
+
+def check_model_name(name_or_path: str) -> None:
+    """Cheap checks for a component's ``__init__``: a non-empty string, and no local path that does not exist.
+
+    Nothing is loaded or converted; hub ids are checked only when the model is loaded.
     """
     if not isinstance(name_or_path, str) or not name_or_path.strip():
         raise ModelResolutionError(
             f"A model must be named by a non-empty string (a bundled alias {sorted(BUNDLED_MODELS)}, "
             f"a local path or a Hugging Face id); got {name_or_path!r}."
         )
+    if is_bundled_alias(name_or_path):
+        return
+    path = Path(name_or_path).expanduser()
+    if not path.exists() and looks_like_local_path(name_or_path):
+        raise ModelResolutionError(missing_path_message(name_or_path))
+
+
+def in_local_hub_cache(repo_id: str) -> bool:
+    """Whether a snapshot of ``repo_id`` is in the local Hugging Face cache (no network)."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached, or not a valid repo id at all
+        return False
+    return True
+
+
+def resolve_model(name_or_path: str, *, check_available: bool = False) -> str:
+    """Return a string ``from_pretrained`` accepts for ``name_or_path``.
+
+    With ``check_available``, a Hugging Face id that is not in the local cache while the hub is offline raises
+    :class:`ModelResolutionError` listing the bundled aliases (rather than a network error from transformers).
+
+    Usage:
+        >>> from icr2_components.models import resolve_model
+        >>> path = resolve_model("all-minilm-l6-v2")   # a folder inside the installed package
+    """
+    check_model_name(name_or_path)
     key = name_or_path.strip().lower()
     if key in BUNDLED_MODELS:
         return str(BUNDLED_MODELS[key]())
@@ -150,6 +248,10 @@ def resolve_model(name_or_path: str) -> str:
         if path.is_dir():
             return str(path.resolve())
         raise ModelResolutionError(f"Model path {path} is a file; point to the folder that holds config.json.")
-    if name_or_path.startswith((".", "/", "~")):
-        raise ModelResolutionError(f"Model path {name_or_path} does not exist.")
+    if check_available and hub_is_offline() and not in_local_hub_cache(name_or_path):
+        raise ModelResolutionError(
+            f"Model {name_or_path!r} is not a bundled alias, not a local folder and not in the local Hugging Face "
+            f"cache, and the hub is offline here (HF_HUB_OFFLINE=1). Use a bundled alias ({_bundled_aliases()}) "
+            "or a local model folder, or download it where the hub is reachable (HF_HUB_OFFLINE=0)."
+        )
     return name_or_path

@@ -10,6 +10,7 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import ContextTooLongError
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.resolver import check_model_name
 
 
 def messages_to_dicts(messages: list[ChatMessage]) -> list[dict[str, str]]:
@@ -65,8 +66,9 @@ class LocalChatReader:
         :param attn_implementation: `sdpa`, `eager` or `flash_attention_2`.
         :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
         """
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError("model must name a Hugging Face id, a local path or a bundled alias.")
+        # a local path that does not exist (a fine-tuned model not trained yet) fails here, at pipeline load,
+        # naming the `icr2 train` recipe that writes it; a hub id is checked when the model is loaded
+        check_model_name(model)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
         if temperature <= 0:
