@@ -110,11 +110,99 @@ def test_coiecd_settings_are_checked_and_the_old_threshold_is_refused_with_a_way
         ContextAwareDecodingReader.from_dict(data)
 
 
-@pytest.mark.parametrize("name", ["cmt_cad", "cmt_acd", "cmt_coiecd"])
-def test_decoding_pipeline_loads_from_yaml_and_answers(name, nq_conflict):
+def _reference_decode(model, tokenizer, context_messages, memory_messages, combine, tokens):
+    """Greedy decoding written out here: full forward passes (no cache) with and without the context at every
+    step, the two next-token logits combined by ``combine``; returns the decoded text."""
+    import torch
+
+    from icr2_components.readers.local_chat_reader import messages_to_dicts
+
+    def ids(messages):
+        return tokenizer.apply_chat_template(messages_to_dicts(messages), add_generation_prompt=True,
+                                             return_tensors="pt", return_dict=True)["input_ids"]
+
+    context, memory, out = ids(context_messages), ids(memory_messages), []
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
+    with torch.inference_mode():
+        for _ in range(tokens):
+            z_c = model(input_ids=context, use_cache=False).logits[0, -1].float()
+            z_m = model(input_ids=memory, use_cache=False).logits[0, -1].float()
+            token = int(combine(z_c, z_m).argmax())
+            out.append(token)
+            if token in eos:
+                break
+            context = torch.cat([context, torch.tensor([[token]])], dim=1)
+            memory = torch.cat([memory, torch.tensor([[token]])], dim=1)
+    return tokenizer.decode(out, skip_special_tokens=True).strip()
+
+
+def _cad(alpha):
+    return lambda z_c, z_m: (1 + alpha) * z_c - alpha * z_m  # Shi et al. 2023
+
+
+def _acd(z_c, z_m):  # Kim et al. 2024 at weight 1: z_m + w (z_c - z_m), w = H(p_m) / (H(p_m) + H(p_c))
+    import torch
+
+    def entropy(z):
+        p = torch.softmax(z, dim=-1)
+        return -(p * torch.log_softmax(z, dim=-1)).sum()
+
+    w = entropy(z_m) / (entropy(z_m) + entropy(z_c))
+    return z_m + w * (z_c - z_m)
+
+
+def _coiecd(z_c, z_m):
+    # COIECD's rule is pinned against hand-worked cases in tests/test_decoding_rules.py; used as is here
+    from icr2_components.readers.context_aware_decoding import coiecd_logits
+
+    return coiecd_logits(z_c[None], z_m[None], 1.0, alpha=1.0, bound_ratio=4.0)[0][0]
+
+
+class _ForwardCounter:
+    """Input lengths of every forward pass of the shared SmolLM2."""
+
+    def __init__(self, model):
+        self.lengths = []
+        self._hook = model.register_forward_pre_hook(
+            lambda _m, args, kwargs: self.lengths.append(int(kwargs.get("input_ids", args[0] if args else None).shape[-1])),
+            with_kwargs=True)
+
+    def close(self):
+        self._hook.remove()
+
+
+@pytest.mark.parametrize("name, settings, combine", [
+    ("cmt_cad", {"technique": "cad", "alpha": 0.5}, _cad(0.5)),
+    ("cmt_acd", {"technique": "acd", "alpha": 1.0}, _acd),
+    ("cmt_coiecd", {"technique": "coiecd", "alpha": 1.0, "coiecd_alpha": 1.0, "coiecd_bound_ratio": 4.0}, _coiecd),
+])
+def test_decoding_pipeline_loads_from_yaml_and_answers(name, settings, combine, nq_conflict, smollm2):
+    """The YAML pipeline feeds the passages to the context prompt and the question alone to the memory prompt,
+    the reader runs two passes per generated token with the YAML's settings, and its answer is the technique's
+    greedy decoding recomputed here from the two prompts."""
+    model, tokenizer = smollm2
     query, documents = nq_conflict
     spec = PipelineSpec.from_file(str(ROOT / "pipelines" / f"{name}.yaml"))
     assert spec.context_input == "prompt.documents"
     result = spec.run(query, documents, controlled=True, max_new_tokens=TOKENS)
     assert result["answer"].strip()
     assert result["prompt_tokens"] > 50
+    pipeline = spec.pipeline(controlled=True)
+    counter = _ForwardCounter(model)
+    try:
+        run = pipeline.run({"prompt": {"query": query, "documents": documents}, "memory_prompt": {"query": query},
+                            "reader": {"max_new_tokens": TOKENS}}, include_outputs_from={"prompt", "memory_prompt"})
+    finally:
+        counter.close()
+    reply = run["reader"]["replies"][0]
+    assert reply.text == result["answer"]
+    assert {key: reply.meta[key] for key in settings} == settings
+    context_messages, memory_messages = run["prompt"]["prompt"], run["memory_prompt"]["prompt"]
+    assert all(d.content in context_messages[-1].text for d in documents)
+    assert query in memory_messages[-1].text and not any(d.content[:60] in memory_messages[-1].text for d in documents)
+    assert reply.meta["prompt_tokens"] == result["prompt_tokens"] > reply.meta["memory_prompt_tokens"] + 50
+    # two passes per generated token: the two prompts first, then one token on each cache per further step
+    steps = reply.meta["completion_tokens"]
+    assert counter.lengths == [reply.meta["prompt_tokens"], reply.meta["memory_prompt_tokens"]] + [1] * (2 * (steps - 1))
+    assert reply.text == _reference_decode(model, tokenizer, context_messages, memory_messages, combine, TOKENS)
