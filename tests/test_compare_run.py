@@ -74,6 +74,43 @@ def test_compare_20_questions_three_pipelines_report_matches_saved_answers(tmp_p
     assert "faithfulness" in capsys.readouterr().out
     check_position_curves(report, records)
     check_external_metrics(report, records)
+    check_hand_worked_report(out, records, count_calls)
+
+
+def check_hand_worked_report(out, records, count_calls):
+    """Replace the saved answers by hand-chosen ones (appended: the last record of a key wins), re-run the same
+    command (every answer cached: no model call) and compare the report with values worked out by hand."""
+    by_question = {r["question_id"]: r["answers"] for r in records}
+    assert by_question["nq-sample-00000"][0] == "Wilhelm Conrad Röntgen" and by_question["nq-sample-00001"][0] == "May 18, 2018"
+    hand = {
+        # closed_book: the gold answer verbatim for questions 0-4, a wrong word for the other 15
+        "closed_book": lambda i, gold: gold if i < 5 else "zzz",
+        # vanilla_rag: q0 contains the gold and 2 more words, q1 is 2 of the gold's 3 tokens, the rest wrong
+        "vanilla_rag": lambda i, gold: {0: "Wilhelm Conrad Röntgen won it", 1: "May 18"}.get(i, "zzz"),
+        # oracle: every answer is the gold answer verbatim
+        "oracle": lambda i, gold: gold,
+    }
+    with (out / "answers.jsonl").open("a") as handle:
+        for r in records:
+            index = int(r["question_id"].rsplit("-", 1)[1])
+            handle.write(json.dumps({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])}, ensure_ascii=False) + "\n")
+    count_calls["calls"] = 0
+    assert main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
+                 "--max-new-tokens", "6", "--out", str(out), "--no-progress"]) == 0
+    assert count_calls["calls"] == 0
+    summary = json.loads((out / "report.json").read_text())["summary"]
+    closed, rag, oracle = (summary[p]["open"] for p in ("closed_book", "vanilla_rag", "oracle"))
+    # closed_book: 5 of 20 exactly right, 15 with no common token
+    assert (closed["exact_match"], closed["answer_match"], closed["token_f1"], closed["rouge_l"]) == pytest.approx(
+        (0.25, 0.25, 0.25, 0.25))
+    # vanilla_rag, q0: 3 common tokens of 5 predicted and 3 gold -> P 3/5, R 1, F1 = 2 * 0.6 / 1.6 = 0.75 (LCS 3:
+    # ROUGE-L 0.75), the gold is contained (match 1), not equal (EM 0); q1: "may 18" against "may 18 2018" ->
+    # P 1, R 2/3, F1 = 0.8, ROUGE-L 0.8, not contained. Means over 20: EM 0, match 1/20, F1 = ROUGE-L = 1.55 / 20.
+    assert (rag["exact_match"], rag["answer_match"], rag["token_f1"], rag["rouge_l"]) == pytest.approx(
+        (0.0, 0.05, 0.0775, 0.0775))
+    assert (oracle["exact_match"], oracle["answer_match"], oracle["token_f1"], oracle["rouge_l"]) == pytest.approx(
+        (1.0, 1.0, 1.0, 1.0))
+    assert closed["n"] == rag["n"] == oracle["n"] == 20
 
 
 def check_position_curves(report, records):
