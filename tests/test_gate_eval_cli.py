@@ -51,6 +51,52 @@ def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, m
     assert summary["all"]["never"]["match"] == never
     adaptive = sum((r["context_match"] if r["retrieve"] else r["closed_book_match"]) for r in rows) / 2
     assert summary["all"]["adaptive"]["match"] == adaptive
+    check_hand_worked_summary(report)
+
+
+# Decision scores worked out by hand for labels (new_world: needs retrieval, answerable: does not). Macro precision
+# and recall over the classes present; F1 their harmonic mean. E.g. both retrieve: the retrieve class has precision
+# 1/2, recall 1/1, the no-retrieval class predicts nothing (precision 0, recall 0/1) -> P 0.25, R 0.5,
+# F1 = 2 * 0.25 * 0.5 / 0.75 = 1/3. (rate, accuracy, precision, recall, F1):
+HAND_WORKED_ALL = {
+    (True, False): (0.5, 1.0, 1.0, 1.0, 1.0),
+    (True, True): (1.0, 0.5, 0.25, 0.5, 1 / 3),
+    (False, False): (0.0, 0.5, 0.25, 0.5, 1 / 3),
+    (False, True): (0.5, 0.0, 0.0, 0.0, 0.0),
+}
+# One question per source and one class present: right is all 1, wrong all 0.
+RIGHT, WRONG = (1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 0.0)
+
+
+def _scores(row):
+    return row["retrieval_rate"], row["retrieval_accuracy"], row["precision"], row["recall"], row["f1"]
+
+
+def check_hand_worked_summary(report):
+    rows, summary = report["rows"], report["summary"]
+    new_world, answerable = rows
+    # the answers SmolLM2 gives, checked by hand: it cannot know who was elected pope in May 2025 without the
+    # passage, it knows the capital of France, and with its passage each answer contains the gold answer
+    assert new_world["closed_book_match"] is False, new_world["closed_book_answer"]
+    assert answerable["closed_book_match"] is True and "Paris" in answerable["closed_book_answer"]
+    assert new_world["context_match"] is True and any(
+        gold in new_world["context_answer"] for gold in ("Leo XIV", "Prevost")), new_world["context_answer"]
+    assert answerable["context_match"] is True and "Paris" in answerable["context_answer"]
+    assert _scores(summary["all"]["always"]) == pytest.approx(HAND_WORKED_ALL[(True, True)])
+    assert _scores(summary["all"]["never"]) == pytest.approx(HAND_WORKED_ALL[(False, False)])
+    decisions = (new_world["retrieve"], answerable["retrieve"])
+    assert _scores(summary["all"]["adaptive"]) == pytest.approx(HAND_WORKED_ALL[decisions])
+    assert summary["all"]["never"]["match"] == 0.5  # 0 (pope) + 1 (Paris), over 2
+    assert summary["all"]["always"]["match"] == 1.0  # both context answers right
+    assert summary["all"]["adaptive"]["match"] == {(True, False): 1.0, (True, True): 1.0, (False, False): 0.5,
+                                                   (False, True): 0.5}[decisions]
+    for source, needs in (("new_world", True), ("answerable", False)):
+        part = summary[source]
+        assert part["always"]["n" if "n" in part["always"] else "count"] == 1
+        assert _scores(part["always"])[1:] == pytest.approx(RIGHT if needs else WRONG)
+        assert _scores(part["never"])[1:] == pytest.approx(WRONG if needs else RIGHT)
+        decided = decisions[0] if source == "new_world" else decisions[1]
+        assert _scores(part["adaptive"])[1:] == pytest.approx(RIGHT if decided == needs else WRONG)
 
 
 def test_eval_gate_decisions_only_needs_no_reader(tmp_path, smollm2, minilm):
