@@ -108,6 +108,8 @@ def main() -> int:
             {
                 "name": f"beir-{args.folder.name}",
                 "store": {"type": store, "hosts": es_url, "index": f"icr2-beir-{args.folder.name.lower()}", "persist_path": f"{tmp}/index.json"},
+                # not read: build() is given the BEIR documents; the section is required, and this is its default
+                "corpus": {"path": "sample"},
                 "writer": {"checkpoint_path": f"{tmp}/checkpoint.json"},
             }
         )

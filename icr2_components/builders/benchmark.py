@@ -28,6 +28,7 @@ from icr2_components.builders.templates import TASK_TYPES, get_template, render_
 from icr2_components.builders.token_counting import PassageTokenCounter
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource, iter_jsonl
 from icr2_components.kilt.skips import SkipReport
+from icr2_components.strict_mapping import TypeCheckError, check_type
 from icr2_components.kilt.tasks import KiltTask, PassageSpanIndex
 
 RetrieveFn = Callable[[str, int], list[Document]]
@@ -305,6 +306,10 @@ class ICR2Instance:
         return [d for d in self.documents() if d.meta["passage_id"] in wanted]
 
 
+# the declared types of an ICR2 record's fields (``id`` may be a number in files written by other tools)
+_FIELD_TYPES = {"id": str | int, "query": str, "answers": list[str], "task_type": str, "context": list, "gold_passage_ids": list[str]}
+
+
 def read_icr2_benchmark(path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None) -> Iterator[ICR2Instance]:
     """Stream an ICR2 JSONL file; malformed lines and records missing fields are counted in ``skips``."""
     skips = skips if skips is not None else SkipReport(source=str(path))
@@ -315,6 +320,12 @@ def read_icr2_benchmark(path: str | os.PathLike, skips: SkipReport | None = None
         missing = [name for name in REQUIRED_FIELDS if name not in record]
         if missing:
             skips.skip("missing fields", line_number, ", ".join(missing))
+            continue
+        try:
+            for name, expected in _FIELD_TYPES.items():
+                check_type(record[name], expected, name)
+        except TypeCheckError as error:
+            skips.skip("wrongly typed field", line_number, str(error))
             continue
         if record["task_type"] not in TASK_TYPES:
             skips.skip("unknown task_type", line_number, str(record["task_type"]))

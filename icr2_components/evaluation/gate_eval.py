@@ -12,6 +12,7 @@ identical generations.
 from __future__ import annotations
 
 import os
+import typing
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
@@ -22,6 +23,7 @@ from icr2_components.evaluation.answer_match import answer_match
 from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
 from icr2_components.kilt.knowledge_source import iter_jsonl
 from icr2_components.kilt.skips import SkipReport
+from icr2_components.strict_mapping import TypeCheckError, check_type
 
 CLOSED_BOOK_QA_TEMPLATE = (
     "Please use your own knowledge to answer the questions. Only include the answer in your response and try to "
@@ -74,27 +76,34 @@ def record_from_json(record: dict) -> GateEvalRecord:
     question = record.get("question")
     if not isinstance(question, str) or not question.strip():
         raise ValueError("empty question")
-    truths = record.get("ground_truth", record.get("answers"))
+    key = "ground_truth" if "ground_truth" in record else "answers"
+    truths = check_type(record.get(key), str | list[str] | None, f"{key}")
     if isinstance(truths, str):
         truths = [truths]
-    truths = tuple(str(t) for t in (truths or []) if str(t).strip())
+    truths = tuple(t for t in (truths or []) if t.strip())
     if not truths:
         raise ValueError("no ground_truth answer")
-    label = record.get("needs_retrieval")
-    if label is None and record.get("param_knowledge_answerable") is not None:
-        label = not bool(record["param_knowledge_answerable"])
+    # a label must be a JSON boolean: "false" is a non-empty string, and reading it as true flips the metrics
+    label = check_type(record.get("needs_retrieval"), bool | None, "needs_retrieval")
+    # RetrievalQA writes this one as 0/1; true/false is accepted too, anything else refused
+    answerable = check_type(record.get("param_knowledge_answerable"), bool | typing.Literal[0, 1] | None, "param_knowledge_answerable")
+    if label is None and answerable is not None:
+        label = not bool(answerable)
     source = str(record.get("data_source") or record.get("source") or "unknown")
-    return GateEvalRecord(question.strip(), truths, tuple(passage_texts(record.get("context"))),
-                          None if label is None else bool(label), source)
+    return GateEvalRecord(question.strip(), truths, tuple(passage_texts(record.get("context"))), label, source)
 
 
 def read_retrievalqa_jsonl(path: str | os.PathLike, limit: int | None = None) -> tuple[list[GateEvalRecord], SkipReport]:
-    """Read records, counting malformed lines, empty questions and questions without answers."""
+    """Read records, counting malformed lines, empty questions, questions without answers and wrongly typed
+    fields (``needs_retrieval: "false"`` is a string, not a boolean: the line is skipped and counted)."""
     skips = SkipReport(source=str(path))
     records: list[GateEvalRecord] = []
     for line_number, raw in iter_jsonl(path, skips):
         try:
             records.append(record_from_json(raw))
+        except TypeCheckError as error:
+            skips.skip("wrongly typed field", line_number, str(error))
+            continue
         except ValueError as error:
             skips.skip(str(error), line_number)
             continue

@@ -1,8 +1,10 @@
 """Streaming reader of the KILT knowledge source (one JSON article per line) into passages.
 
-Memory stays flat however large the file: one article is held at a time. Bad lines are counted in a
-:class:`SkipReport` (malformed JSON with its line number, missing fields, articles with no text) and the rest
-goes on.
+Memory stays flat however large the file: one article is held at a time (and the ids already read, in a
+bitmap). Bad input is counted in a :class:`SkipReport` with its line number and the rest goes on: a line that
+is not UTF-8 (each line is decoded on its own), malformed JSON, missing or wrongly typed fields, articles with
+no text, and a repeated ``wikipedia_id`` (the first record wins). A file that cannot be read at all (named
+``.gz`` but not gzip, a gzip stream cut short) is a :class:`CorpusReadError` naming the file.
 """
 
 from __future__ import annotations
@@ -11,40 +13,101 @@ import gzip
 import io
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Iterator
 
 from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, chunk_article
+from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.kilt.skips import SkipReport
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+class CorpusReadError(ValueError):
+    """A data file cannot be read at all (not gzip though named .gz, cut short); the message names the file."""
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == GZIP_MAGIC
+
+
+def _check_compression(path: Path) -> bool:
+    """True for gzip content. A ``.gz`` name on a file that is not gzip is an error, not a traceback later."""
+    gzipped = _is_gzip(path)
+    if path.suffix == ".gz" and not gzipped:
+        raise CorpusReadError(
+            f"{path} is named .gz but is not gzip-compressed (it does not start with the gzip signature 1f 8b); "
+            "rename it without .gz if it is plain JSON lines, or re-download it."
+        )
+    return gzipped
+
+
 def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a plain or gzip-compressed text file."""
+    """Open a plain or gzip-compressed UTF-8 text file (a leading byte-order mark is dropped).
+
+    Gzip is recognised by its signature, whatever the name; a ``.gz`` file that is not gzip is a
+    :class:`CorpusReadError`.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"No such file: {path}")
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
+    if _check_compression(path):
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
+
+
+def iter_lines(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for every non-blank line, decoding each line on its own.
+
+    A line that is not valid UTF-8 is counted (with its line number and byte offset) and skipped; the lines
+    after it are read as usual, so one bad byte in a 35 GB dump costs one article, not the load. A UTF-8
+    byte-order mark on the first line is dropped. A gzip file cut short raises :class:`CorpusReadError`
+    naming the last line read (what was read before it has been yielded).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"No such file: {path}")
+    opener = gzip.open if _check_compression(path) else open
+    line_number = 0
+    with opener(path, "rb") as handle:
+        try:
+            for raw in handle:
+                line_number += 1
+                if line_number == 1 and raw.startswith(UTF8_BOM):
+                    raw = raw[len(UTF8_BOM):]
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    skips.skip("not UTF-8", line_number, f"byte {error.start} of the line is 0x{raw[error.start]:02x}")
+                    continue
+                if text.strip():
+                    yield line_number, text
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise CorpusReadError(
+                f"{path}: the gzip stream is damaged after line {line_number} ({type(error).__name__}: {error}); "
+                "the lines before it were read. Re-download or re-compress the file."
+            ) from error
 
 
 def iter_jsonl(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` for every valid JSON object line; count the rest."""
-    with open_text(path) as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                skips.skip("malformed JSON", line_number, str(error))
-                continue
-            if not isinstance(record, dict):
-                skips.skip("not a JSON object", line_number)
-                continue
-            yield line_number, record
+    """Yield ``(line_number, record)`` for every valid JSON object line; count the rest (bad UTF-8, bad JSON,
+    JSON that is not an object) in ``skips``."""
+    for line_number, line in iter_lines(path, skips):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            skips.skip("malformed JSON", line_number, str(error))
+            continue
+        if not isinstance(record, dict):
+            skips.skip("not a JSON object", line_number)
+            continue
+        yield line_number, record
 
 
 class KiltKnowledgeSource:
@@ -65,9 +128,9 @@ class KiltKnowledgeSource:
         skip_title_paragraph: bool = True,
         max_articles: int | None = None,
     ) -> None:
-        if passage_words < 1:
-            raise ValueError(f"passage_words must be at least 1, got {passage_words}.")
-        if max_articles is not None and max_articles < 1:
+        if isinstance(passage_words, bool) or not isinstance(passage_words, int) or passage_words < 1:
+            raise ValueError(f"passage_words must be an integer >= 1, got {passage_words!r}.")
+        if max_articles is not None and (isinstance(max_articles, bool) or not isinstance(max_articles, int) or max_articles < 1):
             raise ValueError(f"max_articles must be positive or None, got {max_articles}.")
         self.path = Path(path)
         if not self.path.exists():
@@ -79,8 +142,17 @@ class KiltKnowledgeSource:
         self.articles_read = 0
 
     def passages(self) -> Iterator[Passage]:
+        """The passages of every valid article, in file order.
+
+        Counted in :attr:`skips` and left out: lines that are not UTF-8 or not JSON objects, records missing
+        ``wikipedia_id``/``wikipedia_title``/``text`` or with values of the wrong type, articles with no text,
+        paragraphs that are not strings, and **repeated articles**: the first record of a ``wikipedia_id`` wins
+        and every later one is skipped whole. Passage ids are ``<wikipedia_id>-w<N>-<n>``, so a second record
+        with the same id would overwrite the first one's passages and leave a mixed article.
+        """
         self.skips = SkipReport(source=str(self.path))
         self.articles_read = 0
+        seen = SeenIds()
         for line_number, record in iter_jsonl(self.path, self.skips):
             if self.max_articles is not None and self.articles_read >= self.max_articles:
                 return
@@ -91,12 +163,27 @@ class KiltKnowledgeSource:
             if missing:
                 self.skips.skip("missing fields", line_number, ", ".join(missing))
                 continue
+            if isinstance(wikipedia_id, bool) or not isinstance(wikipedia_id, (str, int)) or not str(wikipedia_id).strip():
+                self.skips.skip("wikipedia_id is not a string or an integer", line_number, repr(wikipedia_id)[:60])
+                continue
+            if not isinstance(title, str):
+                self.skips.skip("wikipedia_title is not a string", line_number, f"wikipedia_id={wikipedia_id}, title={title!r}"[:100])
+                continue
             if not isinstance(text, list):
                 self.skips.skip("text is not a list of paragraphs", line_number)
                 continue
+            wikipedia_id = str(wikipedia_id).strip()
+            if not seen.add(wikipedia_id):
+                self.skips.skip("duplicate wikipedia_id (first record kept)", line_number, f"wikipedia_id={wikipedia_id}")
+                continue
+            not_text = sum(1 for paragraph in text if not isinstance(paragraph, str))
+            if not_text:
+                # counted per paragraph: the article's other paragraphs are still indexed
+                for _ in range(not_text):
+                    self.skips.skip("paragraph is not a string", line_number, f"wikipedia_id={wikipedia_id}")
             passages = chunk_article(
-                str(wikipedia_id),
-                str(title),
+                wikipedia_id,
+                title,
                 text,
                 passage_words=self.passage_words,
                 skip_title_paragraph=self.skip_title_paragraph,

@@ -84,9 +84,12 @@ def read_kilt_tasks(path: str | os.PathLike, skips: SkipReport | None = None, li
         bad_provenance = 0
         for output in record.get("output") or []:
             if not isinstance(output, dict):
+                skips.skip("output entry is not an object", line_number, str(record["id"]))
                 continue
             answer = output.get("answer")
-            if isinstance(answer, str) and answer.strip() and answer not in answers:
+            if answer is not None and not isinstance(answer, str):
+                skips.skip("answer is not a string", line_number, f"{record['id']}: {answer!r}"[:100])
+            elif isinstance(answer, str) and answer.strip() and answer not in answers:
                 answers.append(answer)
             for prov in output.get("provenance") or []:
                 try:

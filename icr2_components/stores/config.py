@@ -25,7 +25,7 @@ class StoreConfig:
     # in_memory: where the store is saved so that `icr2 search` in another process finds it
     persist_path: str | None = None
     # elasticsearch
-    hosts: str = "http://127.0.0.1:9200"
+    hosts: str | list[str] = "http://127.0.0.1:9200"
     index: str = "icr2-kilt"
     request_timeout: float = 60.0
     max_retries: int = 3
@@ -110,19 +110,33 @@ def _build_section(name: str, cls, values: Any, source: str):
     return dataclass_from_mapping(cls, values, f"section '{name}' of {source}", ConfigError)
 
 
+# Sections a config must spell out: without them a typo'd file would silently index the bundled sample into the
+# cache. `embedding` and `writer` have safe defaults (MiniLM on; 500 per batch).
+REQUIRED_SECTIONS = ("store", "corpus")
+
+
 def index_config_from_dict(data: dict[str, Any], source: str = "config") -> IndexConfig:
+    """Validate a config mapping: known keys only, each value of its declared type, ``store`` and ``corpus``
+    present (an empty ``corpus: {}`` is how to ask for the defaults, i.e. the bundled sample)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTIONS)}.")
     allowed = set(_SECTIONS) | {"name"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {unknown}; allowed top-level keys: {sorted(allowed)}.")
-    sections = {name: _build_section(name, cls, data.get(name), source) for name, cls in _SECTIONS.items()}
-    try:
-        config = IndexConfig(name=str(data.get("name", "index")), **sections)
-    except TypeError as error:
-        raise ConfigError(f"{source}: {error}") from error
-    return config.validate()
+    name = data.get("name", "index")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{source}: key 'name' is {name!r}; expected a non-empty string.")
+    sections = {section: _build_section(section, cls, data.get(section), source) for section, cls in _SECTIONS.items()}
+    config = IndexConfig(name=name, **sections).validate()
+    missing = [name for name in REQUIRED_SECTIONS if name not in data]
+    if missing:
+        raise ConfigError(
+            f"{source}: no {' or '.join(repr(m) for m in missing)} section. Say where the index lives "
+            "(store: {type: in_memory} or {type: elasticsearch, hosts: ..., index: ...}) and what to index "
+            "(corpus: {path: <kilt_knowledgesource.json>} or {path: sample} for the bundled sample); see indexing/kilt-sample.yaml."
+        )
+    return config
 
 
 def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> IndexConfig:
@@ -130,7 +144,17 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Index config not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where} ({problem}); fix the file (indexing/kilt-sample.yaml is a working example).") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); save the config as UTF-8.") from error
+    if data is None:
+        raise ConfigError(f"{path} is empty; an index config needs at least the 'store' and 'corpus' sections (see indexing/kilt-sample.yaml).")
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:

@@ -16,7 +16,8 @@ What it guarantees:
   (deterministic) stream, checks that the id where it stopped is the same, and refuses to resume when the
   config fingerprint differs;
 - **checked**: a final refresh and count; a mismatch with the passages streamed raises
-  :class:`DocumentCountMismatchError` (or is only reported with ``verify_count=False``);
+  :class:`DocumentCountMismatchError` (or is only reported with ``verify_count=False``), and the checkpoint
+  never records such a load as complete: the next run starts it over;
 - **nothing dropped silently**: documents Elasticsearch rejects are counted, the first ones kept as
   examples, every one appended to a ``.failures.jsonl`` file beside the checkpoint; after
   ``max_failures`` the load stops;
@@ -42,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from haystack import Document
 
@@ -355,6 +356,13 @@ class ElasticsearchStreamingWriter:
         if not self.resume:
             logger.info("resume=False: ignoring the checkpoint %s", self.checkpoint_path)
             return None
+        if checkpoint.get("count_check_failed"):
+            logger.warning(
+                "The checkpoint %s records a load whose count check failed (%s); this run loads from the start and overwrites by id.",
+                self.checkpoint_path,
+                checkpoint["count_check_failed"],
+            )
+            return None
         if checkpoint.get("completed"):
             logger.info(
                 "The checkpoint %s records a completed load (%s passages); this run loads from the start and overwrites by id.",
@@ -423,12 +431,22 @@ class ElasticsearchStreamingWriter:
 
     # -- the load -------------------------------------------------------------------------------------------
 
-    def write(self, documents: Iterable[Document], *, total: int | None = None, progress: bool | None = None) -> WriteReport:
+    def write(
+        self,
+        documents: Iterable[Document],
+        *,
+        total: int | None = None,
+        progress: bool | None = None,
+        prepare: Callable[[Iterable[Document]], Iterable[Document]] | None = None,
+    ) -> WriteReport:
         """Stream ``documents`` into the index; see the module docstring for the guarantees.
 
         :param documents: any iterable of Documents, consumed once, in order; to resume, a re-run must yield
             the same documents in the same order (KiltKnowledgeSource does).
         :param total: the stream's length when known, for the progress bar.
+        :param prepare: a costly step applied to the documents after the resumed prefix is skipped (e.g.
+            ``PassageEmbedder.embed_stream``): a resume after N passages then reads N passages instead of
+            embedding them. It must keep the documents' order and ids.
         """
         from tqdm.auto import tqdm
 
@@ -456,6 +474,8 @@ class ElasticsearchStreamingWriter:
         elif failures_path is not None and failures_path.exists():
             failures_path.unlink()
 
+        if prepare is not None:
+            stream = iter(prepare(stream))
         first = next(stream, None)
         embedding_dim = len(first.embedding) if first is not None and first.embedding is not None else None
         report.index_created = self._retrying(
@@ -512,8 +532,12 @@ class ElasticsearchStreamingWriter:
         report.expected_count = state["position"] - state["failed"]
         report.count_ok = report.index_count == report.expected_count
         report.seconds = time.perf_counter() - started
-        state["completed"] = True
         state["index_count"] = report.index_count
+        if report.count_ok:
+            state["completed"] = True
+        else:
+            # never recorded as complete: the next run starts over instead of trusting this load
+            state["count_check_failed"] = {"index_count": report.index_count, "expected_count": report.expected_count}
         self._write_checkpoint(state)
 
         if report.failed:

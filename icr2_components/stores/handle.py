@@ -15,17 +15,20 @@ import hashlib
 import json
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
 from icr2_components.kilt.sample import build_sample
+from icr2_components.kilt.seen_ids import SeenIds
+from icr2_components.kilt.skips import SkipReport
 from icr2_components.models.resolver import cache_dir
 from icr2_components.stores.config import IndexConfig, load_index_config
 from icr2_components.stores.embedding import PassageEmbedder
@@ -97,6 +100,7 @@ class IndexHandle:
         )
         self._retrievers: dict[str, Any] = {}
         self._dense_matrix = None
+        self._has_passages = False
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -109,32 +113,55 @@ class IndexHandle:
             return Path(self.config.store.persist_path).expanduser()
         return cache_dir() / "indexes" / f"{self.config.name}-{config_fingerprint(self.config)}.json"
 
-    def documents(self, progress: bool = True) -> tuple[KiltKnowledgeSource, Iterable[Document]]:
-        """The corpus as a stream of documents (embedded when embedding is on)."""
-        source = KiltKnowledgeSource(
+    def source(self) -> KiltKnowledgeSource:
+        """The configured KILT corpus as a passage source (its ``skips`` fill as it is read)."""
+        return KiltKnowledgeSource(
             corpus_path(self.config),
             passage_words=self.config.corpus.passage_words,
             skip_title_paragraph=self.config.corpus.skip_title_paragraph,
             max_articles=self.config.corpus.max_articles,
         )
+
+    def documents(self, progress: bool = True) -> tuple[KiltKnowledgeSource, Iterable[Document]]:
+        """The corpus as a stream of documents (embedded when embedding is on)."""
+        source = self.source()
         stream: Iterable[Document] = source.documents()
         if self._embedder is not None:
             stream = self._embedder.embed_stream(stream)
         return source, stream
 
     def build(self, progress: bool = True, documents: Iterable[Document] | None = None) -> IndexReport:
-        """Index the configured corpus (or the given ``documents``, e.g. a BEIR corpus) into the store."""
+        """Index the configured corpus (or the given ``documents``, e.g. a BEIR corpus) into the store.
+
+        Nothing is lost silently: the corpus reader's skips (bad lines, repeated articles) and, for given
+        ``documents``, repeated ids (the first one wins) are in ``report.skips``. A corpus that yields no passage
+        is an :class:`EmptyCorpusError`, raised before the store is touched; a store that ends up holding another
+        number of passages than were streamed is a :class:`DocumentCountMismatchError`.
+        """
         from tqdm.auto import tqdm
 
         start = time.perf_counter()
+        skips = SkipReport(source="documents")
         if documents is None:
-            source, stream = self.documents()
+            source = self.source()
+            raw: Iterator[Document] = source.documents()
         else:
             source = None
-            stream = self._embedder.embed_stream(documents) if self._embedder is not None else documents
+            raw = _first_id_wins(documents, skips)
+        first = next(raw, None)
+        if first is None:
+            what = f"corpus {source.path}" if source is not None else "the documents given to build()"
+            detail = source.skips.summary() if source is not None else "no document"
+            raise EmptyCorpusError(
+                f"{what} yielded no passage ({detail}); nothing was indexed into '{self.config.name}'. "
+                "Check corpus.path (a KILT knowledge-source JSONL, one article per line) or use path: sample."
+            )
+        raw = _prepend(first, raw)
+        embed = self._embedder.embed_stream if self._embedder is not None else None
         report = IndexReport(store=self.config.store.type, index=self.config.store.index)
         if self.is_in_memory:
             store = self._new_in_memory_store()
+            stream = embed(raw) if embed is not None else raw
             batch: list[Document] = []
             for document in tqdm(stream, desc=f"indexing {self.config.name}", unit=" passages", disable=not progress):
                 batch.append(document)
@@ -145,6 +172,16 @@ class IndexHandle:
             if batch:
                 store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
                 report.passages_streamed += len(batch)
+            stored = int(store.count_documents())
+            if stored != report.passages_streamed:
+                # ids are unique by construction (repeated ones are skipped above); a mismatch is a bug to report
+                from icr2_components.stores.elasticsearch_writer import DocumentCountMismatchError
+
+                raise DocumentCountMismatchError(
+                    f"The in-memory store for '{self.config.name}' holds {stored} documents after {report.passages_streamed} "
+                    "were streamed; nothing was saved.",
+                    report,
+                )
             path = self.persist_path()
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
@@ -155,12 +192,14 @@ class IndexHandle:
             from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
 
             writer = ElasticsearchStreamingWriter.from_config(self.config, fingerprint=config_fingerprint(self.config))
-            written = writer.write(stream, progress=progress)
+            # the writer skips a resumed prefix on the raw stream and only then embeds: a resume after N
+            # passages costs reading N passages, not N embeddings
+            written = writer.write(raw, progress=progress, prepare=embed)
             report.passages_streamed = written.passages_streamed
             report.resumed_from = written.resumed_from
             report.failed = written.failed
             report.count_ok = written.count_ok
-        report.skips = source.skips.as_dict() if source is not None else {"total": 0, "counts": {}, "examples": {}}
+        report.skips = source.skips.as_dict() if source is not None else skips.as_dict()
         report.documents_in_store = self.count()
         report.seconds = time.perf_counter() - start
         return report
@@ -197,7 +236,27 @@ class IndexHandle:
             return InMemoryDocumentStore.load_from_disk(str(path))
         from icr2_components.stores.elasticsearch_store import build_elasticsearch_store
 
+        self._require_elasticsearch_index()
         return build_elasticsearch_store(self.config.store, embedding_dim=self._embedder.dimension if self._embedder else None)
+
+    def _require_elasticsearch_index(self) -> None:
+        """Refuse to open an index that was never built: Haystack's store would create it empty, and every
+        search would answer nothing with no word."""
+        from icr2_components.stores.elasticsearch_store import build_elasticsearch_client, call_with_retries, describe_hosts
+
+        store = self.config.store
+        url = describe_hosts(store.hosts)
+        client = build_elasticsearch_client(store.hosts, request_timeout=store.request_timeout, max_retries=0)
+        try:
+            exists = call_with_retries(lambda: bool(client.indices.exists(index=store.index)), url=url,
+                                       max_retries=store.max_retries, initial_backoff=0.5, max_backoff=5.0)
+        finally:
+            client.close()
+        if not exists:
+            raise IndexNotBuiltError(
+                f"Elasticsearch at {url} has no index '{store.index}' (store.index of '{self.config.name}'): build it first "
+                "with `icr2 index --config <this config>`."
+            )
 
     def count(self) -> int:
         return int(self.document_store.count_documents())
@@ -238,6 +297,7 @@ class IndexHandle:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if method in ("dense", "hybrid") and self._embedder is None:
             raise ValueError(f"Index '{self.config.name}' was built without embeddings; set embedding.enabled: true and re-index for {method} retrieval.")
+        self._require_passages()
         if method == "bm25":
             return self._bm25(query, top_k, filters)
         if method == "dense":
@@ -246,8 +306,33 @@ class IndexHandle:
         depth = max(top_k * 2, 20)
         return reciprocal_rank_fusion([self._bm25(query, depth, filters), self._dense(query, depth, filters)], top_k=top_k)
 
+    def _require_passages(self) -> None:
+        """An empty index is an error at the first query (then remembered), not an empty answer or a numpy error."""
+        if self._has_passages:
+            return
+        if self.count() == 0:
+            raise EmptyIndexError(
+                f"Index '{self.config.name}' ({self.config.store.type}, '{self.config.store.index}') holds no passages: "
+                "its corpus was empty or the load failed. Re-index with `icr2 index --config <this config>`."
+            )
+        self._has_passages = True
+
     def _bm25(self, query: str, top_k: int, filters: dict | None) -> list[Document]:
-        return self._retriever("bm25").run(query=query, top_k=top_k, filters=filters)["documents"]
+        retriever = self._retriever("bm25")
+        if self.is_in_memory:
+            return retriever.run(query=query, top_k=top_k, filters=filters)["documents"]
+        try:
+            return retriever.run(query=query, top_k=top_k, filters=filters)["documents"]
+        except Exception as error:  # noqa: BLE001 - only the clause limit is translated, the rest re-raised
+            limit = _clause_limit(error)
+            if limit is None:
+                raise
+            raise QueryTooLongError(
+                f"The query ({len(query)} characters, {len(query.split())} words) is too long for Elasticsearch's BM25: "
+                f"it expands to more than the node's {limit} query clauses (indices.query.bool.max_clause_count). "
+                "Shorten the query (a question, not a document).",
+                limit=limit,
+            ) from error
 
     def _dense(self, query: str, top_k: int, filters: dict | None) -> list[Document]:
         embedding = self._embedder.embed_query(query)
@@ -268,6 +353,11 @@ class IndexHandle:
             if self._dense_matrix is None:
                 store = self.document_store
                 documents = [d for d in store.storage.values() if d.embedding is not None]
+                if not documents:
+                    raise EmptyIndexError(
+                        f"Index '{self.config.name}' holds {len(store.storage)} passages but none has an embedding, so dense "
+                        "retrieval has nothing to search: re-index with embedding.enabled: true, or use method bm25."
+                    )
                 matrix = np.asarray([d.embedding for d in documents], dtype=np.float32)
                 matrix /= np.linalg.norm(matrix, axis=1, keepdims=True).clip(min=1e-12)
                 self._dense_matrix = (matrix, documents)
@@ -302,6 +392,57 @@ class IndexHandle:
             return []
         found = {d.id: d for d in store.filter_documents({"field": "id", "operator": "in", "value": ids})}
         return [found[i] for i in ids if i in found]
+
+
+class EmptyCorpusError(ValueError):
+    """The corpus (or the documents given to ``build``) yielded no passage; nothing was indexed."""
+
+
+class IndexNotBuiltError(ValueError):
+    """The configured Elasticsearch index does not exist; it is built with ``icr2 index``."""
+
+
+class EmptyIndexError(ValueError):
+    """The index exists but holds no passages."""
+
+
+class QueryTooLongError(ValueError):
+    """The query expands to more clauses than Elasticsearch allows; the message names the limit."""
+
+    def __init__(self, message: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+_CLAUSE_LIMIT = re.compile(r"maxClauseCount is set to (\d+)|max_clause_count.*?(\d+)|too_many_(?:nested_)?clauses", re.IGNORECASE)
+
+
+def _clause_limit(error: BaseException) -> int | None:
+    """Elasticsearch's clause limit when ``error`` is its too-many-clauses refusal (found in the error text)."""
+    text = str(error)
+    info = getattr(error, "info", None) or getattr(error, "body", None)
+    if info:
+        text += " " + json.dumps(info, default=str)
+    match = _CLAUSE_LIMIT.search(text)
+    if match is None:
+        return None
+    number = match.group(1) or match.group(2)
+    return int(number) if number else 0
+
+
+def _first_id_wins(documents: Iterable[Document], skips: SkipReport) -> Iterator[Document]:
+    """Given documents with a repeated id: the first is kept, each repeat counted (a store would overwrite)."""
+    seen = SeenIds()
+    for position, document in enumerate(documents, start=1):
+        if not seen.add(document.id):
+            skips.skip("duplicate document id (first kept)", position, document.id)
+            continue
+        yield document
+
+
+def _prepend(first: Document, rest: Iterator[Document]) -> Iterator[Document]:
+    yield first
+    yield from rest
 
 
 def reciprocal_rank_fusion(ranked_lists: list[list[Document]], top_k: int, k: int = 60) -> list[Document]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icr2_components.strict_mapping import dataclass_from_mapping
+from icr2_components.strict_mapping import check_type, dataclass_from_mapping, field_types
 from icr2_components.training.examples import TRUNCATION_POLICIES
 from icr2_components.training.targets import SFT_METHODS
 
@@ -163,7 +163,13 @@ def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: s
     for key in ("method", "model", "output_dir", "data"):
         if key not in values:
             raise RecipeError(f"{source}: the recipe needs `{key}`.")
+    hints = field_types(TrainingRecipe)
+    for key in ("method", "model", "output_dir", "max_seq_length", "truncation", "finetuning"):
+        if key in values:
+            check_type(values[key], hints[key], f"{source}: key '{key}'", RecipeError)
     _choice(values["method"], METHODS, f"{source}: method")
+    if values["data"] is not None and not isinstance(values["data"], dict):
+        raise RecipeError(f"{source}: section data must be a mapping, got {values['data']!r}.")
     data = dict(values["data"] or {})
     sample = data.pop("build_sample", None)
     data_options = _build(DataOptions, data, f"{source}: section data")
@@ -180,8 +186,8 @@ def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: s
         raise RecipeError(f"{source}: data.validation_fraction must be in [0, 1).")
     recipe = TrainingRecipe(
         method=values["method"],
-        model=str(values["model"]),
-        output_dir=str(values["output_dir"]),
+        model=values["model"],
+        output_dir=values["output_dir"],
         data=data_options,
         max_seq_length=values.get("max_seq_length"),
         truncation=values.get("truncation", "drop_distractors"),
