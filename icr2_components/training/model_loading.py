@@ -53,7 +53,7 @@ def load_trainable(model: str, dtype: str = "float32", attn_implementation: str 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model(model)
+    path = resolve_model(model, check_available=True)
     config = AutoConfig.from_pretrained(path)
     if rope_theta:
         set_rope_theta(config, rope_theta)
