@@ -25,30 +25,37 @@ class SeenIds:
 
     def add(self, value: str | int) -> bool:
         text = str(value)
-        if text.isdigit() and text.isascii() and (len(text) == 1 or text[0] != "0"):
-            number = int(text)
-            if number < _MAX_BITMAP_ID:
-                byte, bit = divmod(number, 8)
-                if byte >= len(self._bits):
-                    # grow geometrically so a stream of rising ids costs amortised O(1)
-                    self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
-                if self._bits[byte] >> bit & 1:
-                    return False
-                self._bits[byte] |= 1 << bit
-                self.count += 1
-                return True
-        if text in self._other:
-            return False
-        self._other.add(text)
+        slot = _bitmap_slot(text)
+        if slot is None:
+            if text in self._other:
+                return False
+            self._other.add(text)
+        else:
+            byte, bit = slot
+            if byte >= len(self._bits):
+                # grow geometrically so a stream of rising ids costs amortised O(1)
+                self._bits.extend(bytes(max(byte + 1 - len(self._bits), len(self._bits))))
+            if self._bits[byte] >> bit & 1:
+                return False
+            self._bits[byte] |= 1 << bit
         self.count += 1
         return True
 
     def __contains__(self, value: str | int) -> bool:
         text = str(value)
-        if text.isdigit() and text.isascii() and (len(text) == 1 or text[0] != "0") and int(text) < _MAX_BITMAP_ID:
-            byte, bit = divmod(int(text), 8)
-            return byte < len(self._bits) and bool(self._bits[byte] >> bit & 1)
-        return text in self._other
+        slot = _bitmap_slot(text)
+        if slot is None:
+            return text in self._other
+        byte, bit = slot
+        return byte < len(self._bits) and bool(self._bits[byte] >> bit & 1)
 
     def __len__(self) -> int:
         return self.count
+
+
+def _bitmap_slot(text: str) -> tuple[int, int] | None:
+    """(byte, bit) of a canonical decimal id below the bitmap's bound; None for any other id ("007" is text)."""
+    if not (text.isascii() and text.isdigit()) or (len(text) > 1 and text[0] == "0"):
+        return None
+    number = int(text)
+    return divmod(number, 8) if number < _MAX_BITMAP_ID else None

@@ -12,6 +12,7 @@ Usage:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -156,7 +157,7 @@ class IndexHandle:
                 f"{what} yielded no passage ({detail}); nothing was indexed into '{self.config.name}'. "
                 "Check corpus.path (a KILT knowledge-source JSONL, one article per line) or use path: sample."
             )
-        raw = _prepend(first, raw)
+        raw = itertools.chain((first,), raw)
         embed = self._embedder.embed_stream if self._embedder is not None else None
         report = IndexReport(store=self.config.store.type, index=self.config.store.index)
         if self.is_in_memory:
@@ -318,11 +319,8 @@ class IndexHandle:
         self._has_passages = True
 
     def _bm25(self, query: str, top_k: int, filters: dict | None) -> list[Document]:
-        retriever = self._retriever("bm25")
-        if self.is_in_memory:
-            return retriever.run(query=query, top_k=top_k, filters=filters)["documents"]
         try:
-            return retriever.run(query=query, top_k=top_k, filters=filters)["documents"]
+            return self._retriever("bm25").run(query=query, top_k=top_k, filters=filters)["documents"]
         except Exception as error:  # noqa: BLE001 - only the clause limit is translated, the rest re-raised
             limit = _clause_limit(error)
             if limit is None:
@@ -438,11 +436,6 @@ def _first_id_wins(documents: Iterable[Document], skips: SkipReport) -> Iterator
             skips.skip("duplicate document id (first kept)", position, document.id)
             continue
         yield document
-
-
-def _prepend(first: Document, rest: Iterator[Document]) -> Iterator[Document]:
-    yield first
-    yield from rest
 
 
 def reciprocal_rank_fusion(ranked_lists: list[list[Document]], top_k: int, k: int = 60) -> list[Document]:
