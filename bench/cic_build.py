@@ -35,7 +35,8 @@ def straightforward_build(query, lists, answers, gold, provenance, randoms, rati
     """The obvious implementation: one concatenated list, every check done by rescanning what is kept."""
     from haystack import Document
 
-    from icr2_components.builders.text_checks import jaccard, normalize_text, word_shingles
+    from icr2_components.builders.near_duplicates import jaccard, word_shingles
+    from icr2_components.text.normalization import normalize_text
     from icr2_components.kilt.chunking import spans_overlap
 
     def span_of(d):
@@ -123,7 +124,7 @@ def main() -> int:
     from rich.table import Table
     from tqdm import tqdm
 
-    from icr2_components.builders import PassageTokenCounter
+    from icr2_components.models.token_counting import PassageTokenCounter
     from icr2_components.builders.corpus_assembly import CorpusAssembler
     from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks
     from icr2_components.models import MODEL_CACHE

@@ -38,7 +38,7 @@ TYPES = ("gold", "conflicting", "irrelevant")
 
 
 def matrix(questions, contexts, max_new_tokens, only):
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.evaluation.tuning import score_answer
 
     rows = {}
@@ -71,7 +71,7 @@ def cost(questions, contexts, max_new_tokens, rounds):
     """Seconds per generated token (prefill included) of each decoding technique and of plain decoding."""
     from haystack.dataclasses import ChatMessage
 
-    from icr2_components.builders.templates import render_cic_prompt
+    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader
 
     common = dict(model="smollm2-135m-instruct", max_new_tokens=max_new_tokens, dtype="float32", device="cpu")

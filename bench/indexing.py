@@ -64,7 +64,7 @@ from haystack.document_stores.types import DuplicatePolicy  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
-from icr2_components.models.resolver import cache_dir  # noqa: E402
+from icr2_components.paths import cache_dir  # noqa: E402
 from icr2_components.stores.elasticsearch_store import build_elasticsearch_client  # noqa: E402
 from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter  # noqa: E402
 

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import random
 import sys
 import time
 from pathlib import Path
@@ -52,7 +51,8 @@ def main() -> int:
     from rich.table import Table
     from tqdm import tqdm
 
-    from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder, contains_answer
+    from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
+    from icr2_components.text.normalization import contains_answer
     from icr2_components.builders.benchmark import GoldPassageLookup
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.readers import LocalChatReader

@@ -37,11 +37,12 @@ from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from icr2_components.builders.text_checks import contains_answer  # noqa: E402
-from icr2_components.filters import RetrievalHeadArtifact, encode_cic_prompt  # noqa: E402
-from icr2_components.filters.cic_instances import nq_sample_instances  # noqa: E402
-from icr2_components.filters.head_probing import split_instances  # noqa: E402
-from icr2_components.filters.probing_job import probe_to_artifact  # noqa: E402
+from icr2_components.text.normalization import contains_answer  # noqa: E402
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.filters import encode_cic_prompt  # noqa: E402
+from icr2_components.probing.cic_instances import nq_sample_instances  # noqa: E402
+from icr2_components.probing.head_probing import split_instances  # noqa: E402
+from icr2_components.probing.probing_job import probe_to_artifact  # noqa: E402
 from icr2_components.models import MODEL_CACHE  # noqa: E402
 from icr2_components.models.attention import passage_attention_scores  # noqa: E402
 

@@ -6,7 +6,7 @@ Run from the repository root: .venv/bin/python examples/oracle.py
 """
 
 from icr2_components.evaluation.compare_data import read_compare_questions
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec
 
 questions, skips, _ = read_compare_questions(None, limit=1)
 question = questions[0]

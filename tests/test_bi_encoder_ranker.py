@@ -37,7 +37,7 @@ def test_ranker_validates_and_round_trips():
 
 
 def test_reranked_pipeline_loads_declares_io_and_reorders_real_retrieval(minilm, sample_files):
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.pipeline_loading import load_pipeline
 
     spec = PipelineSpec.from_file(str(ROOT / "pipelines" / "reranked_bi_encoder.yaml"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
@@ -14,9 +13,9 @@ from icr2_components.builders.benchmark import (
     infer_task_type,
     read_icr2_benchmark,
 )
-from icr2_components.builders.text_checks import contains_answer
+from icr2_components.text.normalization import contains_answer
 from icr2_components.kilt import KiltKnowledgeSource, KiltTask, Provenance, read_kilt_tasks
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import SkipReport
 from icr2_components.models import MODEL_CACHE
 
 
@@ -68,7 +67,7 @@ def test_build_write_read_and_table_7(sample_world, tmp_path):
         confounders = [item for item in instance.context if item["origin"] != "gold"]
         assert sum(item["origin"] != "random" for item in confounders) == int(0.5 * len(confounders) + 0.5 + 1e-9)
         # prompt_tokens is the reader's count of the whole chat-templated CiC prompt
-        from icr2_components.builders import render_cic_prompt
+        from icr2_components.text.templates import render_cic_prompt
 
         text = render_cic_prompt("qa", instance.query, instance.documents(), tokenizer=tokenizer).text
         assert record["prompt_tokens"] == len(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from haystack import Document
 
-from icr2_components.builders import TASK_TYPES, CorpusInContextPromptBuilder, format_passage, render_cic_prompt
+from icr2_components.text.templates import TASK_TYPES, format_passage, render_cic_prompt
+from icr2_components.builders import CorpusInContextPromptBuilder
 from icr2_components.kilt import KiltKnowledgeSource, read_kilt_tasks
 from icr2_components.models import MODEL_CACHE
 

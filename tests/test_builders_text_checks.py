@@ -8,14 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icr2_components.builders.text_checks import (
-    NearDuplicateIndex,
-    contains_answer,
-    jaccard,
-    normalize_text,
-    prefix_length,
-    word_shingles,
-)
+from icr2_components.builders.near_duplicates import NearDuplicateIndex, jaccard, prefix_length, word_shingles
+from icr2_components.text.normalization import contains_answer, normalize_text
 from icr2_components.kilt import KiltKnowledgeSource
 
 

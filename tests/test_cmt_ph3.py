@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.cmt.ph3_artifact import PH3HeadArtifact
-from icr2_components.cmt.ph3_probing import first_answer_token, head_direct_effects, ph3_instances, probe_ph3_heads
+from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
+from icr2_components.probing.ph3_probing import first_answer_token, head_direct_effects, ph3_instances, probe_ph3_heads
 from icr2_components.models.head_suppression import suppress_heads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_probing_writes_an_artifact_that_round_trips(probed, tmp_path):
 
 def test_suppressing_context_heads_moves_the_logits_toward_memory(probed, smollm2):
     """The direct effects are a linearisation; the real, whole-model effect must agree in sign."""
-    from icr2_components.builders.templates import render_cic_prompt
+    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.readers.local_chat_reader import messages_to_dicts
 
     model, tokenizer = smollm2
@@ -100,7 +100,7 @@ def test_ph3_pipelines_load_from_yaml_suppress_their_heads_and_pull_apart(probed
     those outputs are zero while the YAML pipeline generates, and only during the call); and on each real
     conflicting instance the +context variant favours the context's answer over the memory answer more than
     the +memory variant does (first-token logit margin)."""
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
 
     monkeypatch.chdir(ROOT)  # the artifact path in the YAML is relative to the repository
     model, tokenizer = smollm2

@@ -8,10 +8,10 @@ import yaml
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.cmt.context_use_prompt_builder import CONTEXT_USE_INSTRUCTIONS, ContextUsePromptBuilder
-from icr2_components.cmt.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder, parse_verdict
-from icr2_components.cmt.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.builders.context_use_prompt_builder import CONTEXT_USE_INSTRUCTIONS, ContextUsePromptBuilder
+from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder, parse_verdict
+from icr2_components.builders.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
+from icr2_components.pipeline_spec import PipelineSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [Document(content="Hamlet is a tragedy written by William Shakespeare.", meta={"title": "Hamlet"})]
@@ -90,7 +90,7 @@ NO_JUDGE = 'Does the context below contain the answer to the question? Reply wit
 @pytest.mark.parametrize("context_type, judge_instruction, verdict", [
     ("gold", None, "relevant"), ("irrelevant", NO_JUDGE, "irrelevant")])
 def test_multi_agent_pipeline_makes_two_generator_calls_and_answers(nq, smollm2, context_type, judge_instruction, verdict):
-    from icr2_components.cmt.multi_agent_answer_prompt_builder import FAITHFUL_INSTRUCTION, MEMORY_PROMPT
+    from icr2_components.builders.multi_agent_answer_prompt_builder import FAITHFUL_INSTRUCTION, MEMORY_PROMPT
 
     model, tokenizer = smollm2
     question, contexts = nq

@@ -8,7 +8,7 @@ import yaml
 from icr2_components.cli import main
 from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
 from icr2_components.evaluation.context_types import answer_type, build_context_set
-from icr2_components.evaluation.pipeline_spec import PipelineSpec, PipelineSpecError
+from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
 from icr2_components.evaluation.text_metrics import exact_match, rouge_l, token_f1
 from icr2_components.pipeline_loading import PipelineLoadError
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.text.normalization import normalize_answer
 from icr2_components.evaluation.compare_report import build_report, write_report
 from icr2_components.evaluation.external_metrics import (
     haystack_exact_match,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.builders.templates import render_cic_prompt
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.text.templates import render_cic_prompt
+from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader, MissingContextError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,7 +45,7 @@ def _first_answered_question(tasks_path):
 
 
 def check_documented_output(name, stdout, sample_files):
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
 
     docstring = ast.get_docstring(ast.parse((ROOT / "examples" / name).read_text()))
     assert "first NQ question of the bundled sample" in docstring, name

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.evaluation.answer_match import answer_match, normalize_answer
+from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.text.normalization import normalize_answer
 from icr2_components.evaluation.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
 from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
 from icr2_components.gates import TimeAwareRetrievalGate

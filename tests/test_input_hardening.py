@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.kilt import KiltKnowledgeSource, iter_jsonl
-from icr2_components.kilt.knowledge_source import CorpusReadError
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.records import iter_jsonl
+from icr2_components.records import CorpusReadError
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import SkipReport
 from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config
 from icr2_components.stores.handle import EmptyCorpusError, EmptyIndexError
 from icr2_components.strict_mapping import TypeCheckError, check_type

@@ -4,15 +4,9 @@ import json
 
 import pytest
 
-from icr2_components.kilt import (
-    KiltKnowledgeSource,
-    PassageSpanIndex,
-    Provenance,
-    SkipReport,
-    chunk_article,
-    read_kilt_tasks,
-)
-from icr2_components.kilt.knowledge_source import open_text
+from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, Provenance, chunk_article, read_kilt_tasks
+from icr2_components.records import SkipReport
+from icr2_components.records import open_text
 
 
 def test_chunking_counts_words_and_keeps_exact_offsets():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.evaluation.pipeline_spec import PipelineSpec, controlled_variant
+from icr2_components.pipeline_spec import PipelineSpec, controlled_variant
 from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,14 +5,10 @@ import json
 import pytest
 import torch
 
-from icr2_components.filters import (
-    ArtifactMismatchError,
-    RetrievalHeadArtifact,
-    chance_hit_rate,
-    instance_hit_rates,
-    select_heads,
-    top_m_indices,
-)
+from icr2_components.artifacts.base import ArtifactMismatchError
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.filters.passage_scoring import top_m_indices
+from icr2_components.probing.head_probing import chance_hit_rate, instance_hit_rates, select_heads
 
 
 def test_hit_rate_counts_gold_within_each_heads_top_m():
@@ -51,7 +47,7 @@ def test_select_heads_ranks_by_hit_rate():
 @pytest.fixture(scope="module")
 def benchmark_file(tmp_path_factory, sample_files):
     """A small ICR2-format benchmark JSONL written from NQ-sample CiC instances (gold + BM25 confounders)."""
-    from icr2_components.filters.cic_instances import nq_sample_instances
+    from icr2_components.probing.cic_instances import nq_sample_instances
 
     path = tmp_path_factory.mktemp("bench") / "val.jsonl"
     with open(path, "w") as handle:

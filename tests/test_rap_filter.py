@@ -11,16 +11,12 @@ import dataclasses
 import pytest
 from haystack import Document
 
-from icr2_components.filters import (
-    ArtifactMismatchError,
-    ContextTooLongError,
-    RetrievalAttentionFilter,
-    RetrievalHeadArtifact,
-    probe_heads,
-    split_instances,
-)
-from icr2_components.filters.cic_instances import nq_sample_instances
-from icr2_components.filters.probing_job import probe_to_artifact
+from icr2_components.artifacts.base import ArtifactMismatchError
+from icr2_components.filters import ContextTooLongError, RetrievalAttentionFilter
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.probing.head_probing import probe_heads, split_instances
+from icr2_components.probing.cic_instances import nq_sample_instances
+from icr2_components.probing.probing_job import probe_to_artifact
 
 PASSAGES = 4
 Q = 4

@@ -7,7 +7,7 @@ from haystack import Document
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from icr2_components.builders import PassageTokenCounter
+from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.models import MODEL_CACHE
 from icr2_components.reorderers import (

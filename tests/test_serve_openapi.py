@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def result_validator(pipeline: str) -> Draft202012Validator:
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.serving.response_model import build_result_model
 
     model = build_result_model(PipelineSpec.from_file(str(ROOT / "pipelines" / pipeline)))

@@ -1,4 +1,8 @@
-"""Corpus-in-context building: the confounder-aware builder, ICR2 prompt templates, benchmark construction."""
+"""Builders: the confounder-aware corpus-in-context builder, the prompt builders, benchmark construction.
+
+The CiC prompt template itself is ground floor (``icr2_components.text.templates``): the RAP filter, the
+retrieval-head ranker and training render the very same prompt to find the passages in it.
+"""
 
 from icr2_components.builders.benchmark import (
     GoldPassageLookup,
@@ -7,6 +11,7 @@ from icr2_components.builders.benchmark import (
     build_icr2_benchmark,
     read_icr2_benchmark,
 )
+from icr2_components.builders.context_use_prompt_builder import ContextUsePromptBuilder
 from icr2_components.builders.corpus_assembly import (
     BudgetTooSmallError,
     CorpusAssembler,
@@ -15,38 +20,24 @@ from icr2_components.builders.corpus_assembly import (
     pool_round_robin,
 )
 from icr2_components.builders.corpus_builder import ConfounderAwareCorpusBuilder
+from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder
 from icr2_components.builders.prompt_builder import CorpusInContextPromptBuilder
-from icr2_components.builders.templates import (
-    TASK_TEMPLATES,
-    TASK_TYPES,
-    RenderedPrompt,
-    format_passage,
-    format_passage_id,
-    render_cic_prompt,
-)
-from icr2_components.builders.text_checks import contains_answer, normalize_text
-from icr2_components.builders.token_counting import PassageTokenCounter
+from icr2_components.builders.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
 
 __all__ = [
     "BudgetTooSmallError",
-    "GoldPassageLookup",
-    "ICR2Instance",
-    "benchmark_statistics",
-    "build_icr2_benchmark",
-    "read_icr2_benchmark",
     "ConfounderAwareCorpusBuilder",
+    "ContextUsePromptBuilder",
     "CorpusAssembler",
     "CorpusInContextPromptBuilder",
     "CorpusReport",
     "CorpusResult",
-    "PassageTokenCounter",
-    "RenderedPrompt",
-    "TASK_TEMPLATES",
-    "TASK_TYPES",
-    "contains_answer",
-    "format_passage",
-    "format_passage_id",
-    "normalize_text",
+    "GoldPassageLookup",
+    "ICR2Instance",
+    "MultiAgentAnswerPromptBuilder",
+    "RelevanceJudgePromptBuilder",
+    "benchmark_statistics",
+    "build_icr2_benchmark",
     "pool_round_robin",
-    "render_cic_prompt",
+    "read_icr2_benchmark",
 ]

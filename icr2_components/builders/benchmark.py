@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from haystack import Document
 
 from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler, validate_budget, validate_ratio
-from icr2_components.builders.templates import TASK_TYPES, get_template, render_cic_prompt
-from icr2_components.builders.token_counting import PassageTokenCounter
-from icr2_components.kilt.knowledge_source import KiltKnowledgeSource, iter_jsonl
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.text.templates import TASK_TYPES, render_cic_prompt
+from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
+from icr2_components.records import iter_jsonl
+from icr2_components.records import SkipReport
 from icr2_components.strict_mapping import TypeCheckError, check_type
 from icr2_components.kilt.tasks import KiltTask, PassageSpanIndex
 

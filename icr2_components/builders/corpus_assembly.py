@@ -30,15 +30,9 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from haystack import Document
 
-from icr2_components.builders.templates import format_passage_id
-from icr2_components.builders.text_checks import (
-    NearDuplicateIndex,
-    contains_any,
-    normalize_text,
-    normalized_answers,
-    shingle_prefix,
-    word_shingles,
-)
+from icr2_components.text.templates import format_passage_id
+from icr2_components.builders.near_duplicates import NearDuplicateIndex, shingle_prefix, word_shingles
+from icr2_components.text.normalization import contains_any, normalize_text, normalized_answers
 from icr2_components.kilt.chunking import spans_overlap
 from icr2_components.kilt.tasks import Provenance
 

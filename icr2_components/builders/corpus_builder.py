@@ -12,7 +12,7 @@ from icr2_components.builders.corpus_assembly import (
     validate_budget,
     validate_ratio,
 )
-from icr2_components.builders.token_counting import PassageTokenCounter
+from icr2_components.models.token_counting import PassageTokenCounter
 
 _FIXED_INPUTS = {
     "query", "answers", "gold_documents", "provenance", "random_documents", "candidates",

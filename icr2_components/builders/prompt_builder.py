@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.builders.templates import TASK_TYPES, get_template, render_cic_prompt
+from icr2_components.text.templates import TASK_TYPES, get_template, render_cic_prompt
 
 
 @component

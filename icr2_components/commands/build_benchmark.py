@@ -39,7 +39,7 @@ def run(args) -> int:
 
     from icr2_components.builders.benchmark import GoldPassageLookup, build_icr2_benchmark, infer_task_type
     from icr2_components.kilt import build_sample, read_kilt_tasks
-    from icr2_components.kilt.skips import SkipReport
+    from icr2_components.records import SkipReport
     from icr2_components.stores import RETRIEVAL_METHODS, open_index
     from icr2_components.stores.handle import corpus_path
 

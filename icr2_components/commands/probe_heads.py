@@ -27,9 +27,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from icr2_components.filters.cic_instances import read_benchmark_instances
-    from icr2_components.filters.probing_job import choose_instances, probe_to_artifact
-    from icr2_components.kilt.skips import SkipReport
+    from icr2_components.probing.cic_instances import read_benchmark_instances
+    from icr2_components.probing.probing_job import choose_instances, probe_to_artifact
+    from icr2_components.records import SkipReport
 
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be >= 1.")

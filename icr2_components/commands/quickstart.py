@@ -32,7 +32,7 @@ def run(args) -> int:
     from icr2_components.commands.compare import print_report
     from icr2_components.evaluation.answer_match import answer_match
     from icr2_components.evaluation.compare import run_compare
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.stores import open_index
 

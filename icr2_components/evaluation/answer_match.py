@@ -9,11 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-# One normalisation for the whole project: the corpus builder drops a confounder that "contains an answer" by
-# exactly the test the evaluation uses to score a reply (accents folded too, so "Rontgen" matches "Röntgen").
-from icr2_components.builders.text_checks import normalize_text as normalize_answer
-
-__all__ = ["answer_match", "normalize_answer"]
+from icr2_components.text.normalization import normalize_answer
 
 
 def answer_match(prediction: str, ground_truths: Iterable[str]) -> bool:

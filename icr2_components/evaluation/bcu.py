@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from icr2_components.evaluation.answer_match import answer_match, normalize_answer
+from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.text.normalization import normalize_answer
 
 CONTEXT_TYPES = ("open", "gold", "conflicting", "irrelevant")
 CONTROLLED_CONTEXT_TYPES = ("gold", "conflicting", "irrelevant")

@@ -25,7 +25,7 @@ from icr2_components.evaluation.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
 from icr2_components.evaluation.context_types import ContextSet, build_context_set
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.evaluation.position_curves import first_gold_position
 
 CACHE_FILE = "answers.jsonl"

@@ -15,7 +15,7 @@ from typing import Callable
 
 from haystack import Document
 
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import SkipReport
 
 
 @dataclass
@@ -30,7 +30,7 @@ class CompareQuestion:
 
 def is_icr2_file(path: str | os.PathLike) -> bool:
     """True when the first JSON line has the ICR2 fields (``query``, ``context``, ``gold_passage_ids``)."""
-    from icr2_components.kilt.knowledge_source import open_text
+    from icr2_components.records import open_text
 
     with open_text(path) as handle:
         for line in handle:
@@ -95,7 +95,7 @@ def read_kilt_questions(
 
 def answer_pool(path: str | os.PathLike) -> list[str]:
     """Every answer string of the whole file (the substitutes of conflicting contexts are drawn from it)."""
-    from icr2_components.kilt.knowledge_source import iter_jsonl
+    from icr2_components.records import iter_jsonl
 
     pool: set[str] = set()
     for _, record in iter_jsonl(path, SkipReport(source=str(path))):

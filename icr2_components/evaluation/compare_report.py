@@ -10,13 +10,8 @@ from typing import Any, Sequence
 
 from icr2_components.evaluation.bcu import bcu, faithfulness, memory_bcu, pareto_front
 from icr2_components.evaluation.external_metrics import external_scores
-from icr2_components.evaluation.position_curves import (
-    curve_html,
-    curve_markdown,
-    curve_rows,
-    plot_position_curves,
-    position_curves,
-)
+from icr2_components.evaluation.position_curves import curve_html, curve_markdown, curve_rows, position_curves
+from icr2_components.plotting import plot_context_types, plot_pareto, plot_position_curves
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
@@ -139,56 +134,6 @@ def html_table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def plot_pareto(report: dict, path: Path) -> bool:
-    """Faithfulness (x) vs robustness (y), one point per pipeline, the Pareto front joined; False without points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    points = {n: (v["faithfulness"], v["robustness"]) for n, v in report["cub"].items()
-              if v["faithfulness"] is not None and v["robustness"] is not None}
-    if not points:
-        return False
-    figure, axes = plt.subplots(figsize=(6, 5))
-    for name, (x, y) in points.items():
-        axes.scatter([x], [y], s=50)
-        axes.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    front = sorted((points[n] for n in report["pareto_front"]), key=lambda p: p[0])
-    if len(front) > 1:
-        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front")
-        axes.legend(loc="lower left")
-    axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness = avg(BCU gold, BCU conflicting)",
-             ylabel="robustness = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
-    axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
-def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -> None:
-    """Grouped bars: one metric per pipeline and context type."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(report["summary"])
-    kinds = list(next(iter(report["summary"].values())))
-    width = 0.8 / max(len(kinds), 1)
-    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(names)), 4))
-    for i, kind in enumerate(kinds):
-        values = [report["summary"][n][kind][metric] or 0.0 for n in names]
-        axes.bar([j + i * width for j in range(len(names))], values, width, label=kind)
-    axes.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(names))], names, rotation=20, fontsize=8)
-    axes.set(ylim=(0, 1.05), ylabel=metric, title=f"{metric} by pipeline and context type")
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
 
 
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:

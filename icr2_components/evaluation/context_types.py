@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 from haystack import Document
 
-from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.text.normalization import normalize_answer
 
 _YEAR = re.compile(r"^(1\d{3}|20\d{2})$")
 _NUMBER = re.compile(r"^[\d.,\s]+(%|\s?\w+)?$")

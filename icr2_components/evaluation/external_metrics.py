@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
-from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.text.normalization import normalize_answer
 
 OURS = {
     "exact_match": "icr2_components.evaluation.text_metrics.exact_match (SQuAD-normalised, best over gold answers)",

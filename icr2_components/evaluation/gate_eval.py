@@ -21,8 +21,8 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.evaluation.answer_match import answer_match
 from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
-from icr2_components.kilt.knowledge_source import iter_jsonl
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import iter_jsonl
+from icr2_components.records import SkipReport
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
 CLOSED_BOOK_QA_TEMPLATE = (

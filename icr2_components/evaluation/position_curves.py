@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import statistics
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from icr2_components.evaluation.answer_match import answer_match
@@ -149,39 +148,5 @@ def curve_html(section: dict, table: str, has_plot: bool) -> list[str]:
     return parts
 
 
-def plot_position_curves(section: dict, path: Path) -> bool:
-    """One panel per metric, one line per pipeline over the buckets (gaps where a bucket is empty); False if none."""
-    if not section["curves"]:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    buckets = section["buckets"]
-    figure, panels = plt.subplots(1, len(section["metrics"]), figsize=(6 * len(section["metrics"]), 4.5), squeeze=False)
-    for axes, metric in zip(panels[0], section["metrics"]):
-        for name, curve in section["curves"].items():
-            values = [curve[b][metric] for b in buckets]
-            plotted = [float("nan") if v is None else v for v in values]  # NaN: a gap, not a false 0
-            # positions form the line; "gold not shown" is no position, so it is a lone hollow marker
-            line, = axes.plot(range(len(buckets) - 1), plotted[:-1], marker="o", label=name)
-            axes.plot([len(buckets) - 1], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
-            for x, bucket in enumerate(buckets):
-                if curve[bucket]["n"]:
-                    axes.annotate(f"n={curve[bucket]['n']}", (x, values[x]), textcoords="offset points",
-                                  xytext=(0, 6), fontsize=7, ha="center", color=line.get_color())
-        axes.axvline(len(buckets) - 1.5, color="grey", linestyle=":", linewidth=1)
-        axes.set_xticks(range(len(buckets)), buckets, rotation=20, fontsize=8)
-        axes.set(ylim=(-0.05, 1.1), xlabel="position of the first gold passage", ylabel=metric,
-                 title=f"{metric} by gold position ({section['context_type']})")
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
 __all__ = ["BUCKET_LABELS", "CURVE_METRICS", "NOT_SHOWN", "POSITION_BUCKETS", "curve_rows", "first_gold_position",
-           "pipeline_curve", "plot_position_curves", "position_bucket", "position_curves"]
+           "pipeline_curve", "position_bucket", "position_curves"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from icr2_components.evaluation.answer_match import answer_match, normalize_answer
+from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.text.normalization import normalize_answer
 
 
 def _tokens(text: str) -> list[str]:

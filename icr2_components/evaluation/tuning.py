@@ -69,7 +69,7 @@ def tune_pipeline(
     """
     from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
     from icr2_components.evaluation.context_types import build_context_set
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
 
     unknown = [t for t in context_types if t not in CONTROLLED_CONTEXT_TYPES]
     if unknown:

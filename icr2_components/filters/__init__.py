@@ -1,16 +1,8 @@
-"""Context filters: Retrieval Attention Probing (ICR2 section 4.2) — head probing, artifacts, the RAP filter."""
+"""Context filters: the Retrieval Attention Probing filter (ICR2 section 4.2) and the passage scoring it runs.
 
-from icr2_components.filters.head_artifact import ArtifactMismatchError, RetrievalHeadArtifact, plot_hit_rate_heatmap
-from icr2_components.filters.head_probing import (
-    CiCInstance,
-    ProbeResult,
-    chance_hit_rate,
-    instance_hit_rates,
-    probe_heads,
-    select_heads,
-    split_instances,
-    top_m_indices,
-)
+Probing the heads (what makes the artifact the filter reads) is a job, not a component: ``icr2_components.probing``.
+"""
+
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
     ContextTooLongError,
@@ -22,22 +14,11 @@ from icr2_components.filters.passage_scoring import (
 from icr2_components.filters.retrieval_attention_filter import RetrievalAttentionFilter
 
 __all__ = [
-    "ArtifactMismatchError",
-    "CiCInstance",
     "ContextTooLongError",
     "PassageScores",
-    "ProbeResult",
     "QUERY_POSITION_MODES",
     "RetrievalAttentionFilter",
-    "RetrievalHeadArtifact",
-    "chance_hit_rate",
     "encode_cic_prompt",
-    "instance_hit_rates",
     "model_signature",
-    "plot_hit_rate_heatmap",
-    "probe_heads",
     "score_passages",
-    "select_heads",
-    "split_instances",
-    "top_m_indices",
 ]

@@ -67,7 +67,7 @@ def encode_cic_prompt(
     query_aware: bool = False,
 ) -> EncodedCiCPrompt:
     """Render the CiC prompt with the reader's chat template and map each passage to its token span."""
-    from icr2_components.builders.templates import render_cic_prompt
+    from icr2_components.text.templates import render_cic_prompt
 
     if not documents:
         raise ValueError("There are no passages to score: give at least one document.")
@@ -133,3 +133,12 @@ def model_signature(model) -> dict[str, Any]:
         "hidden_size": int(getattr(config, "hidden_size", None) or getattr(config, "n_embd")),
         "vocab_size": int(config.vocab_size),
     }
+
+
+def top_m_indices(scores: torch.Tensor, m: int) -> torch.Tensor:
+    """Indices of each head's ``m`` highest-scoring passages: (..., m). Ties go to the earlier passage."""
+    if m < 1:
+        raise ValueError(f"M must be >= 1, got {m}.")
+    m = min(m, scores.shape[-1])
+    # A stable descending sort keeps ties deterministic (torch.topk does not promise an order for ties).
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :m]

@@ -8,9 +8,14 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from icr2_components.filters.head_artifact import RetrievalHeadArtifact
-from icr2_components.filters.head_probing import top_m_indices
-from icr2_components.filters.passage_scoring import QUERY_POSITION_MODES, encode_cic_prompt, model_signature, score_passages
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.filters.passage_scoring import (
+    QUERY_POSITION_MODES,
+    encode_cic_prompt,
+    model_signature,
+    score_passages,
+    top_m_indices,
+)
 from icr2_components.models.cache import MODEL_CACHE
 
 logger = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from typing import Sequence
 
 import numpy as np
 
-from icr2_components.evaluation.answer_match import normalize_answer
+from icr2_components.text.normalization import normalize_answer
 from icr2_components.gates.prompts import Demonstration
-from icr2_components.kilt.knowledge_source import iter_jsonl
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import iter_jsonl
+from icr2_components.records import SkipReport
 
 DEFAULT_POOL = "default"
 _DEFAULT_POOL_FILES = {True: "yes_demonstrations.jsonl", False: "no_demonstrations.jsonl"}

@@ -1,9 +1,8 @@
 """KILT support: the knowledge-source and task-file readers, passage chunking, provenance mapping, the sample."""
 
 from icr2_components.kilt.chunking import Passage, chunk_article, passage_id
-from icr2_components.kilt.knowledge_source import KiltKnowledgeSource, iter_jsonl, open_text, passage_to_document
+from icr2_components.kilt.knowledge_source import KiltKnowledgeSource, passage_to_document
 from icr2_components.kilt.sample import SampleFiles, build_sample, shared_data_dir
-from icr2_components.kilt.skips import SkipReport
 from icr2_components.kilt.tasks import KiltTask, PassageSpanIndex, Provenance, read_kilt_tasks
 
 __all__ = [
@@ -13,11 +12,8 @@ __all__ = [
     "PassageSpanIndex",
     "Provenance",
     "SampleFiles",
-    "SkipReport",
     "build_sample",
     "chunk_article",
-    "iter_jsonl",
-    "open_text",
     "passage_id",
     "passage_to_document",
     "read_kilt_tasks",

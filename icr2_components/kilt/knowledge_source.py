@@ -9,11 +9,7 @@ no text, and a repeated ``wikipedia_id`` (the first record wins). A file that ca
 
 from __future__ import annotations
 
-import gzip
-import io
-import json
 import os
-import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -21,93 +17,7 @@ from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, chunk_article
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.kilt.skips import SkipReport
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-UTF8_BOM = b"\xef\xbb\xbf"
-
-
-class CorpusReadError(ValueError):
-    """A data file cannot be read at all (not gzip though named .gz, cut short); the message names the file."""
-
-
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(2) == GZIP_MAGIC
-
-
-def _check_compression(path: Path) -> bool:
-    """True for gzip content. A ``.gz`` name on a file that is not gzip is an error, not a traceback later."""
-    gzipped = _is_gzip(path)
-    if path.suffix == ".gz" and not gzipped:
-        raise CorpusReadError(
-            f"{path} is named .gz but is not gzip-compressed (it does not start with the gzip signature 1f 8b); "
-            "rename it without .gz if it is plain JSON lines, or re-download it."
-        )
-    return gzipped
-
-
-def open_text(path: str | os.PathLike) -> io.TextIOBase:
-    """Open a plain or gzip-compressed UTF-8 text file (a leading byte-order mark is dropped).
-
-    Gzip is recognised by its signature, whatever the name; a ``.gz`` file that is not gzip is a
-    :class:`CorpusReadError`.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"No such file: {path}")
-    if _check_compression(path):
-        return gzip.open(path, "rt", encoding="utf-8-sig")
-    return open(path, encoding="utf-8-sig")
-
-
-def iter_lines(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)`` for every non-blank line, decoding each line on its own.
-
-    A line that is not valid UTF-8 is counted (with its line number and byte offset) and skipped; the lines
-    after it are read as usual, so one bad byte in a 35 GB dump costs one article, not the load. A UTF-8
-    byte-order mark on the first line is dropped. A gzip file cut short raises :class:`CorpusReadError`
-    naming the last line read (what was read before it has been yielded).
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"No such file: {path}")
-    opener = gzip.open if _check_compression(path) else open
-    line_number = 0
-    with opener(path, "rb") as handle:
-        try:
-            for raw in handle:
-                line_number += 1
-                if line_number == 1 and raw.startswith(UTF8_BOM):
-                    raw = raw[len(UTF8_BOM):]
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    skips.skip("not UTF-8", line_number, f"byte {error.start} of the line is 0x{raw[error.start]:02x}")
-                    continue
-                if text.strip():
-                    yield line_number, text
-        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
-            raise CorpusReadError(
-                f"{path}: the gzip stream is damaged after line {line_number} ({type(error).__name__}: {error}); "
-                "the lines before it were read. Re-download or re-compress the file."
-            ) from error
-
-
-def iter_jsonl(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line_number, record)`` for every valid JSON object line; count the rest (bad UTF-8, bad JSON,
-    JSON that is not an object) in ``skips``."""
-    for line_number, line in iter_lines(path, skips):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            skips.skip("malformed JSON", line_number, str(error))
-            continue
-        if not isinstance(record, dict):
-            skips.skip("not a JSON object", line_number)
-            continue
-        yield line_number, record
+from icr2_components.records import SkipReport, iter_jsonl
 
 
 class KiltKnowledgeSource:

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from icr2_components.kilt.knowledge_source import open_text
-from icr2_components.models.resolver import cache_dir
+from icr2_components.records import open_text
+from icr2_components.paths import cache_dir
 
 NQ_FILE = "nq-open-oracle.jsonl.gz"
 DPR_FILE = "dpr-wiki-sample-1000.jsonl"

@@ -11,8 +11,8 @@ from typing import Iterable, Iterator
 from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, spans_overlap
-from icr2_components.kilt.knowledge_source import iter_jsonl
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.records import iter_jsonl
+from icr2_components.records import SkipReport
 
 # A provenance without paragraph ids names the whole article.
 _WHOLE_ARTICLE = ((0, 0), (1 << 30, 0))

@@ -5,7 +5,6 @@ from icr2_components.models.resolver import (
     MINILM_ALIAS,
     SMOLLM2_ALIAS,
     ModelResolutionError,
-    cache_dir,
     is_bundled_alias,
     resolve_model,
 )
@@ -16,7 +15,6 @@ __all__ = [
     "SMOLLM2_ALIAS",
     "ModelCache",
     "ModelResolutionError",
-    "cache_dir",
     "default_device",
     "is_bundled_alias",
     "resolve_model",

@@ -34,18 +34,11 @@ MINILM_ALIAS = "all-minilm-l6-v2"
 
 
 from icr2_components.errors import UserInputError
+from icr2_components.paths import cache_dir
 
 
 class ModelResolutionError(UserInputError):
     """A model name could not be turned into something loadable; the message says what to use instead."""
-
-
-def cache_dir() -> Path:
-    """The directory where converted bundled models live (``ICR2_CACHE_DIR`` overrides it)."""
-    root = os.environ.get("ICR2_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "icr2_components")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 from haystack import Document
 
-from icr2_components.builders.templates import render_cic_prompt
+from icr2_components.text.templates import render_cic_prompt
 from icr2_components.models.attention import token_spans_from_char_spans
 
 

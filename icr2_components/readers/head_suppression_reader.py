@@ -19,7 +19,7 @@ class HeadSuppressionReader(LocalChatReader):
 
     `direction="context"` (PH3 +context) suppresses the artifact's top `num_heads` *memory* heads, so the
     answer leans on the context; `direction="memory"` (PH3 +memory) suppresses its top *context* heads. The
-    heads come from a PH3 artifact (`icr2_components.cmt.ph3_probing`) or are given explicitly as
+    heads come from a PH3 artifact (`icr2_components.probing.ph3_probing`) or are given explicitly as
     `heads=[[layer, head], ...]`. `num_heads=0` is the plain reader. Suppression goes through the attention
     access's kernel tap (`icr2_components.models.head_suppression`) and lasts only for the call; the model is the
     shared `MODEL_CACHE` copy, so do not run another component on the same model concurrently with this one.
@@ -86,7 +86,7 @@ class HeadSuppressionReader(LocalChatReader):
     def warm_up(self) -> None:
         LocalChatReader.warm_up(self)
         if self.artifact is not None and self._artifact is None:
-            from icr2_components.cmt.ph3_artifact import PH3HeadArtifact
+            from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
             from icr2_components.filters.passage_scoring import model_signature
 
             loaded = PH3HeadArtifact.load(self.artifact)

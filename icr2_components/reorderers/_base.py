@@ -6,7 +6,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
-from icr2_components.builders.token_counting import PassageTokenCounter
+from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
 
 

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
 from icr2_components.serving.response_model import error_model

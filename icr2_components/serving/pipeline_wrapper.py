@@ -11,7 +11,7 @@ from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.refusals import refusal_for
 from icr2_components.serving.request_model import DocumentIn
 from icr2_components.serving.response_model import build_result_model
@@ -47,7 +47,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     Usage example:
     ```python
-    from icr2_components.evaluation.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.serving import DeclaredPipelineWrapper
 
     wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("pipelines/closed_book.yaml"), max_new_tokens=8)

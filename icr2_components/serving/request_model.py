@@ -7,7 +7,7 @@ from typing import Annotated, Any, get_args, get_origin
 from haystack import Document, Pipeline
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
-from icr2_components.evaluation.pipeline_spec import PipelineSpec, PipelineSpecError
+from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
 
 DEFAULT_MAX_QUERY_CHARS = 2000
 _JSON_SCALARS = (str, int, float, bool)

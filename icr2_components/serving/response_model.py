@@ -18,7 +18,7 @@ from haystack import Document, Pipeline
 from haystack.dataclasses import ChatMessage
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from icr2_components.evaluation.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec
 
 _JSON_SCALARS = (str, int, float, bool)
 

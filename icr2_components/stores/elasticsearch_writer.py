@@ -278,7 +278,7 @@ class ElasticsearchStreamingWriter:
         With ``writer.checkpoint_path: null`` the checkpoint is ``<cache>/checkpoints/<index>.json``. Without
         ``fingerprint`` the corpus and embedding sections of the config are the fingerprint.
         """
-        from icr2_components.models.resolver import cache_dir
+        from icr2_components.paths import cache_dir
 
         store, writer = config.store, config.writer
         checkpoint = writer.checkpoint_path or str(cache_dir() / "checkpoints" / f"{store.index}.json")

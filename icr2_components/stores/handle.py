@@ -29,8 +29,8 @@ from haystack.document_stores.types import DuplicatePolicy
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
 from icr2_components.kilt.sample import build_sample
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.kilt.skips import SkipReport
-from icr2_components.models.resolver import cache_dir
+from icr2_components.records import SkipReport
+from icr2_components.paths import cache_dir
 from icr2_components.stores.config import IndexConfig, load_index_config
 from icr2_components.stores.embedding import PassageEmbedder
 

@@ -31,8 +31,6 @@ import torch
 
 from icr2_components.rankers.head_inputs import HeadInput, encode_for_head, final_hidden_states
 from icr2_components.rankers.retrieval_head import HEAD_FOLDER, HeadConfig, RetrievalHead
-from icr2_components.training.dataset import load_sft_examples
-from icr2_components.training.examples import IGNORE_INDEX
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe

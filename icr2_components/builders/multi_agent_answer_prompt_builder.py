@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.builders.templates import render_cic_prompt
+from icr2_components.text.templates import render_cic_prompt
 
 FAITHFUL_INSTRUCTION = (
     "Answer the question using only the passages below, even if they contradict what you believe. "
@@ -42,7 +42,7 @@ class MultiAgentAnswerPromptBuilder:
 
     Usage example:
     ```python
-    from icr2_components.cmt.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder
+    from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder
 
     builder = MultiAgentAnswerPromptBuilder()
     out = builder.run(query="who wrote hamlet", documents=documents, judge_replies=judge_replies)

@@ -1,52 +1,12 @@
-"""Small pure text checks used when choosing confounders: answer containment and near-duplicate detection.
+"""Near-duplicate detection used when choosing confounders: word shingles, Jaccard similarity, a prefix-filter index.
 
-Answers are matched after the usual SQuAD/KILT normalisation (lower case, punctuation and the articles
-a/an/the removed, whitespace collapsed), as a substring, the way Lost in the Middle decides that a passage or
-a reply "contains" an answer. Substring matching errs on the side of dropping a confounder ("10" matches
-"1000"): a wrongly dropped confounder costs nothing, a kept passage that holds the answer breaks the test.
+Texts are compared after :func:`icr2_components.text.normalization.normalize_text`, the answer-containment
+normalisation, so that a confounder differing from a kept passage only in case or punctuation counts as a copy.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import string
-import unicodedata
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = str.maketrans({ch: " " for ch in string.punctuation + "‘’“”–—"})
-# the combining-mark blocks (accents left over by NFKD); a regex is much faster than a per-character test
-_COMBINING = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]")
-
-
-def normalize_text(text: str) -> str:
-    """Lower-case, strip accents' combining marks, drop punctuation and articles, collapse whitespace."""
-    if not text.isascii():
-        text = _COMBINING.sub("", unicodedata.normalize("NFKD", text))
-    text = text.lower()
-    text = text.translate(_PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def normalized_answers(answers: list[str] | None) -> list[str]:
-    """Normalised, non-empty, distinct answers (an answer that normalises to nothing cannot be matched)."""
-    result: list[str] = []
-    for answer in answers or []:
-        norm = normalize_text(answer)
-        if norm and norm not in result:
-            result.append(norm)
-    return result
-
-
-def contains_any(normalized_text: str, normalized_answer_list: list[str]) -> bool:
-    """Whether any normalised answer is a substring of the normalised text."""
-    return any(answer in normalized_text for answer in normalized_answer_list)
-
-
-def contains_answer(text: str, answers: list[str] | None) -> bool:
-    """``contains_answer("The Eiffel Tower, Paris.", ["paris"]) -> True``."""
-    return contains_any(normalize_text(text), normalized_answers(answers))
 
 
 def word_shingles(normalized_text: str, size: int = 5) -> frozenset[int]:

@@ -14,8 +14,8 @@ from typing import Iterator
 
 from haystack import Document
 
-from icr2_components.filters.head_probing import CiCInstance
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.probing.head_probing import CiCInstance
+from icr2_components.records import SkipReport
 
 
 def instance_from_benchmark_record(record: dict) -> CiCInstance:

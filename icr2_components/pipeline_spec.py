@@ -147,10 +147,10 @@ class PipelineSpec:
             component, socket = self.context_input.split(".", 1)
             data.setdefault(component, {})[socket] = documents
         if max_new_tokens:
-            from icr2_components.readers.local_chat_reader import LocalChatReader
-
-            for name, instance in pipeline.walk():
-                if isinstance(instance, LocalChatReader):
+            # Any component that takes a max_new_tokens input gets the cap (whatever its class): an unconnected
+            # input socket of that name is the contract, so a new reader needs no edit here.
+            for name, sockets in pipeline.inputs(include_components_with_connected_inputs=True).items():
+                if "max_new_tokens" in sockets:
                     data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
         outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
         start = time.perf_counter()

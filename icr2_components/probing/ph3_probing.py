@@ -11,7 +11,7 @@ answer (the gold answer, which the conflicting context replaced). This is the di
 (head -> residual -> logits) without the indirect paths through later layers; an approximation, stated here.
 
 Usage:
-    >>> from icr2_components.cmt.ph3_probing import probe_ph3_heads, ph3_instances
+    >>> from icr2_components.probing.ph3_probing import probe_ph3_heads, ph3_instances
     >>> instances, skips = ph3_instances(limit=8)           # conflicting contexts of the bundled NQ sample
     >>> artifact = probe_ph3_heads(model, tokenizer, instances, model_name="smollm2-135m-instruct")
     >>> artifact.save("bench/results/ph3_heads_smollm2.json")
@@ -25,8 +25,8 @@ from typing import Sequence
 import torch
 from haystack import Document
 
-from icr2_components.cmt.ph3_artifact import PH3HeadArtifact
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
+from icr2_components.records import SkipReport
 from icr2_components.models.attention import AttentionAccessError, attention_modules
 from icr2_components.models.head_suppression import head_outputs
 
@@ -109,7 +109,7 @@ def head_direct_effects(model, input_ids: torch.Tensor, target: int, foil: int) 
 def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_name: str, rank: int = 32,
                     skips: SkipReport | None = None) -> PH3HeadArtifact:
     """Mean direct effects over ``instances`` and the ranked context and memory heads, as an artifact."""
-    from icr2_components.builders.templates import render_cic_prompt
+    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.filters.passage_scoring import model_signature
     from icr2_components.readers.local_chat_reader import messages_to_dicts
 

@@ -6,12 +6,10 @@ shape), the prompt template and the probing method.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from icr2_components.models.head_artifact_io import HeadArtifactIO, plot_layer_head_heatmap
+from icr2_components.artifacts.base import HeadArtifactIO
 
 PH3_FORMAT = "icr2-ph3-heads/1"
 DIRECTIONS = ("context", "memory")
@@ -26,7 +24,7 @@ class PH3HeadArtifact(HeadArtifactIO):
 
     FORMAT = PH3_FORMAT
     KIND = "PH3"
-    MAKE_WITH = "icr2_components.cmt.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py"
+    MAKE_WITH = "icr2_components.probing.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py"
 
     model: str
     model_signature: dict[str, Any]
@@ -36,7 +34,7 @@ class PH3HeadArtifact(HeadArtifactIO):
     memory_heads: list[list[int]]
     instances: int
     skipped: dict[str, Any] = field(default_factory=dict)
-    prompt_template: str = "icr2_components.builders.templates.render_cic_prompt"
+    prompt_template: str = "icr2_components.text.templates.render_cic_prompt"
     format: str = PH3_FORMAT
 
     def __post_init__(self) -> None:
@@ -55,13 +53,3 @@ class PH3HeadArtifact(HeadArtifactIO):
         if not 0 <= count <= len(ranking):
             raise ValueError(f"count must be between 0 and {len(ranking)} (the heads the artifact ranks), got {count}.")
         return [(int(layer), int(head)) for layer, head in ranking[:count]]
-
-
-def plot_ph3_scores(artifact: PH3HeadArtifact, path: str | os.PathLike, count: int = 8) -> Path:
-    """A layer x head heatmap of the scores (red: toward context, blue: toward memory), top heads outlined."""
-    bound = max(1e-9, max(abs(v) for row in artifact.scores for v in row))
-    return plot_layer_head_heatmap(
-        artifact.scores, [(artifact.context_heads[:count], "darkred"), (artifact.memory_heads[:count], "navy")],
-        f"{artifact.model}: PH3 direct effect on logit(context) - logit(memory) ({artifact.instances} inst.)",
-        path, cmap="coolwarm", vmin=-bound, vmax=bound,
-    )

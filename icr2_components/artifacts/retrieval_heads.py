@@ -6,15 +6,13 @@ model (name and shape), the prompt template, the query-position mode and the agg
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from icr2_components.models.head_artifact_io import ArtifactMismatchError, HeadArtifactIO, plot_layer_head_heatmap
+from icr2_components.artifacts.base import ArtifactMismatchError, HeadArtifactIO
 
 ARTIFACT_FORMAT = "icr2-retrieval-heads/1"
-__all__ = ["ARTIFACT_FORMAT", "ArtifactMismatchError", "RetrievalHeadArtifact", "plot_hit_rate_heatmap"]
+__all__ = ["ARTIFACT_FORMAT", "ArtifactMismatchError", "RetrievalHeadArtifact"]
 
 
 @dataclass
@@ -45,7 +43,7 @@ class RetrievalHeadArtifact(HeadArtifactIO):
     instances: int
     skipped: dict[str, Any] = field(default_factory=dict)
     generation_tokens: int = 6
-    prompt_template: str = "icr2_components.builders.templates.render_cic_prompt"
+    prompt_template: str = "icr2_components.text.templates.render_cic_prompt"
     format: str = ARTIFACT_FORMAT
 
     def __post_init__(self) -> None:
@@ -58,45 +56,6 @@ class RetrievalHeadArtifact(HeadArtifactIO):
             if not (0 <= layer < layers and 0 <= head < heads):
                 raise ValueError(f"Head ({layer}, {head}) is outside the model's {layers} layers x {heads} heads.")
 
-    @classmethod
-    def from_probe(
-        cls,
-        result,
-        model: str,
-        signature: dict[str, Any],
-        m: int,
-        q: int,
-        task_type: str = "qa",
-        query_aware: bool = False,
-        query_position_mode: str = "last_prompt_token",
-        aggregate: str = "sum",
-        rank: int = 32,
-        generation_tokens: int = 6,
-    ) -> "RetrievalHeadArtifact":
-        """Select the top ``q`` heads at ``m`` from a :class:`ProbeResult` and record how they were found."""
-        from icr2_components.filters.head_probing import select_heads
-
-        if not 1 <= m <= result.hit_rates.shape[0]:
-            raise ValueError(f"M={m} was not probed (probed M = 1..{result.hit_rates.shape[0]}); raise --max-m.")
-        ranking = select_heads(result.hit_rates[m - 1], max(q, min(rank, result.hit_rates[0].numel())))
-        return cls(
-            model=model,
-            model_signature=signature,
-            task_type=task_type,
-            query_aware=query_aware,
-            query_position_mode=query_position_mode,
-            aggregate=aggregate,
-            m=m,
-            q=q,
-            heads=[list(h) for h in ranking[:q]],
-            ranking=[list(h) for h in ranking],
-            hit_rates=[[[round(float(v), 6) for v in row] for row in layer] for layer in result.hit_rates.tolist()],
-            chance_hit_rates=[round(c, 6) for c in result.chance],
-            instances=len(result.instances),
-            skipped=result.skips.as_dict(),
-            generation_tokens=generation_tokens,
-        )
-
     def head_hit_rate(self, layer: int, head: int, m: int | None = None) -> float:
         return self.hit_rates[(m or self.m) - 1][layer][head]
 
@@ -106,14 +65,3 @@ class RetrievalHeadArtifact(HeadArtifactIO):
         if q > len(self.ranking):
             raise ValueError(f"Q={q} is more heads than the artifact ranks ({len(self.ranking)}); probe again with a larger --rank.")
         return [(int(layer), int(head)) for layer, head in self.ranking[:q]]
-
-
-def plot_hit_rate_heatmap(artifact: RetrievalHeadArtifact, path: str | os.PathLike, m: int | None = None) -> Path:
-    """A layer x head heatmap of hit rates at M, the selected heads outlined."""
-    m = m or artifact.m
-    chance = artifact.chance_hit_rates[m - 1]
-    return plot_layer_head_heatmap(
-        artifact.hit_rates[m - 1], [(artifact.heads, "red")],
-        f"{artifact.model}: hit rate @M={m} ({artifact.instances} instances, chance {chance:.2f})",
-        path, cmap="viridis", vmin=0, vmax=1, colorbar_label="hit rate",
-    )

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from icr2_components.filters.head_artifact import RetrievalHeadArtifact, plot_hit_rate_heatmap
-from icr2_components.filters.head_probing import CiCInstance, ProbeResult, probe_heads
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.plotting import plot_hit_rate_heatmap
+from icr2_components.probing.head_probing import CiCInstance, ProbeResult, artifact_from_probe, probe_heads
 from icr2_components.filters.passage_scoring import model_signature
 
 
@@ -60,7 +61,7 @@ def probe_to_artifact(
         loaded, tokenizer, instances, max_m=max_m, query_position_mode=query_position_mode, aggregate=aggregate,
         query_aware=query_aware, max_context_tokens=max_context_tokens, generation_tokens=generation_tokens, progress=progress,
     )
-    artifact = RetrievalHeadArtifact.from_probe(
+    artifact = artifact_from_probe(
         result, model, model_signature(loaded), m, q, task_type=task_types.pop(), query_aware=query_aware,
         query_position_mode=query_position_mode, aggregate=aggregate, generation_tokens=generation_tokens,
     )

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.builders.templates import render_cic_prompt
+from icr2_components.text.templates import render_cic_prompt
 
 CONTEXT_USE_INSTRUCTIONS: dict[str, str] = {
     "none": "",
@@ -33,7 +33,7 @@ class ContextUsePromptBuilder:
 
     Usage example:
     ```python
-    from icr2_components.cmt.context_use_prompt_builder import ContextUsePromptBuilder
+    from icr2_components.builders.context_use_prompt_builder import ContextUsePromptBuilder
 
     builder = ContextUsePromptBuilder(instruction="faithful")
     messages = builder.run(query="who wrote hamlet", documents=documents)["prompt"]

@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.builders.templates import document_title
+from icr2_components.text.templates import document_title
 
 DEFAULT_JUDGE_INSTRUCTION = (
     "Does the context below contain the answer to the question? Reply with only \"yes\" or \"no\"."
@@ -24,7 +24,7 @@ class RelevanceJudgePromptBuilder:
 
     Usage example:
     ```python
-    from icr2_components.cmt.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
+    from icr2_components.builders.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
 
     judge = RelevanceJudgePromptBuilder()
     out = judge.run(query="who wrote hamlet", documents=documents)

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 
 class ArtifactMismatchError(ValueError):
@@ -63,40 +63,3 @@ class HeadArtifactIO:
                 f"the reader is {model_name} ({describe_signature(signature)}). Probe this reader ({self.MAKE_WITH}) "
                 "and use that artifact."
             )
-
-
-def plot_layer_head_heatmap(
-    values: Sequence[Sequence[float]],
-    outlined: Sequence[tuple[Sequence[Sequence[int]], str]],
-    title: str,
-    path: str | os.PathLike,
-    cmap: str,
-    vmin: float,
-    vmax: float,
-    colorbar_label: str | None = None,
-) -> Path:
-    """A layer x head heatmap of ``values[layer][head]`` with chosen heads outlined (``[(heads, colour), ...]``),
-    written as PNG. Both head artifacts draw theirs with it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    layers, heads = len(values), len(values[0])
-    figure, axis = plt.subplots(figsize=(max(4, heads * 0.6 + 2), max(4, layers * 0.25 + 1.5)))
-    image = axis.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, origin="lower")
-    for chosen, colour in outlined:
-        for layer, head in chosen:
-            axis.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=1.5))
-    axis.set_xlabel("head")
-    axis.set_ylabel("layer")
-    axis.set_xticks(range(heads))
-    axis.set_title(title, fontsize=8)
-    figure.colorbar(image, ax=axis, label=colorbar_label)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path

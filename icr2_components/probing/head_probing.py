@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from haystack import Document
 
-from icr2_components.filters.passage_scoring import encode_cic_prompt, score_passages
-from icr2_components.kilt.skips import SkipReport
+from icr2_components.filters.passage_scoring import encode_cic_prompt, score_passages, top_m_indices
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.records import SkipReport
 
 logger = logging.getLogger(__name__)
 
@@ -31,15 +32,6 @@ class CiCInstance:
     gold_passage_ids: list[str]
     task_type: str = "qa"
     answers: list[str] = field(default_factory=list)
-
-
-def top_m_indices(scores: torch.Tensor, m: int) -> torch.Tensor:
-    """Indices of each head's ``m`` highest-scoring passages: (..., m). Ties go to the earlier passage."""
-    if m < 1:
-        raise ValueError(f"M must be >= 1, got {m}.")
-    m = min(m, scores.shape[-1])
-    # A stable descending sort keeps ties deterministic (torch.topk does not promise an order for ties).
-    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :m]
 
 
 def instance_hit_rates(scores: torch.Tensor, passage_ids: Sequence[str], gold_ids: Iterable[str], max_m: int) -> torch.Tensor:
@@ -143,3 +135,39 @@ def split_instances(instances: Sequence[CiCInstance], probe_count: int, seed: in
     shuffled = list(instances)
     random.Random(seed).shuffle(shuffled)
     return shuffled[:probe_count], shuffled[probe_count:]
+
+
+def artifact_from_probe(
+    result: "ProbeResult",
+    model: str,
+    signature: dict[str, Any],
+    m: int,
+    q: int,
+    task_type: str = "qa",
+    query_aware: bool = False,
+    query_position_mode: str = "last_prompt_token",
+    aggregate: str = "sum",
+    rank: int = 32,
+    generation_tokens: int = 6,
+) -> RetrievalHeadArtifact:
+    """Select the top ``q`` heads at ``m`` from a :class:`ProbeResult` and record how they were found."""
+    if not 1 <= m <= result.hit_rates.shape[0]:
+        raise ValueError(f"M={m} was not probed (probed M = 1..{result.hit_rates.shape[0]}); raise --max-m.")
+    ranking = select_heads(result.hit_rates[m - 1], max(q, min(rank, result.hit_rates[0].numel())))
+    return RetrievalHeadArtifact(
+        model=model,
+        model_signature=signature,
+        task_type=task_type,
+        query_aware=query_aware,
+        query_position_mode=query_position_mode,
+        aggregate=aggregate,
+        m=m,
+        q=q,
+        heads=[list(h) for h in ranking[:q]],
+        ranking=[list(h) for h in ranking],
+        hit_rates=[[[round(float(v), 6) for v in row] for row in layer] for layer in result.hit_rates.tolist()],
+        chance_hit_rates=[round(c, 6) for c in result.chance],
+        instances=len(result.instances),
+        skipped=result.skips.as_dict(),
+        generation_tokens=generation_tokens,
+    )

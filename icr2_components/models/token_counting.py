@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 from haystack import Document
 
-from icr2_components.builders.templates import PASSAGE_SEPARATOR, document_title, format_passage
+from icr2_components.text.templates import PASSAGE_SEPARATOR, document_title, format_passage
 
 _PLACEHOLDER_ID = "PSG000"
 

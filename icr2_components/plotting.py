@@ -1,0 +1,157 @@
+"""Every plot the package draws (matplotlib, Agg backend, PNG): head heatmaps and the comparison report's figures.
+
+One module so that one style, one backend switch and one place to look serve the artifacts and the reports;
+matplotlib is imported inside each function so that importing the package never loads it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
+    from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+
+
+def plot_layer_head_heatmap(
+    values: Sequence[Sequence[float]],
+    outlined: Sequence[tuple[Sequence[Sequence[int]], str]],
+    title: str,
+    path: str | os.PathLike,
+    cmap: str,
+    vmin: float,
+    vmax: float,
+    colorbar_label: str | None = None,
+) -> Path:
+    """A layer x head heatmap of ``values[layer][head]`` with chosen heads outlined (``[(heads, colour), ...]``),
+    written as PNG. Both head artifacts draw theirs with it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    layers, heads = len(values), len(values[0])
+    figure, axis = plt.subplots(figsize=(max(4, heads * 0.6 + 2), max(4, layers * 0.25 + 1.5)))
+    image = axis.imshow(values, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax, origin="lower")
+    for chosen, colour in outlined:
+        for layer, head in chosen:
+            axis.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=1.5))
+    axis.set_xlabel("head")
+    axis.set_ylabel("layer")
+    axis.set_xticks(range(heads))
+    axis.set_title(title, fontsize=8)
+    figure.colorbar(image, ax=axis, label=colorbar_label)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def plot_hit_rate_heatmap(artifact: "RetrievalHeadArtifact", path: str | os.PathLike, m: int | None = None) -> Path:
+    """A layer x head heatmap of hit rates at M, the selected heads outlined."""
+    m = m or artifact.m
+    chance = artifact.chance_hit_rates[m - 1]
+    return plot_layer_head_heatmap(
+        artifact.hit_rates[m - 1], [(artifact.heads, "red")],
+        f"{artifact.model}: hit rate @M={m} ({artifact.instances} instances, chance {chance:.2f})",
+        path, cmap="viridis", vmin=0, vmax=1, colorbar_label="hit rate",
+    )
+
+
+def plot_ph3_scores(artifact: "PH3HeadArtifact", path: str | os.PathLike, count: int = 8) -> Path:
+    """A layer x head heatmap of the scores (red: toward context, blue: toward memory), top heads outlined."""
+    bound = max(1e-9, max(abs(v) for row in artifact.scores for v in row))
+    return plot_layer_head_heatmap(
+        artifact.scores, [(artifact.context_heads[:count], "darkred"), (artifact.memory_heads[:count], "navy")],
+        f"{artifact.model}: PH3 direct effect on logit(context) - logit(memory) ({artifact.instances} inst.)",
+        path, cmap="coolwarm", vmin=-bound, vmax=bound,
+    )
+
+
+def plot_pareto(report: dict, path: Path) -> bool:
+    """Faithfulness (x) vs robustness (y), one point per pipeline, the Pareto front joined; False without points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = {n: (v["faithfulness"], v["robustness"]) for n, v in report["cub"].items()
+              if v["faithfulness"] is not None and v["robustness"] is not None}
+    if not points:
+        return False
+    figure, axes = plt.subplots(figsize=(6, 5))
+    for name, (x, y) in points.items():
+        axes.scatter([x], [y], s=50)
+        axes.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = sorted((points[n] for n in report["pareto_front"]), key=lambda p: p[0])
+    if len(front) > 1:
+        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front")
+        axes.legend(loc="lower left")
+    axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness = avg(BCU gold, BCU conflicting)",
+             ylabel="robustness = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -> None:
+    """Grouped bars: one metric per pipeline and context type."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["summary"])
+    kinds = list(next(iter(report["summary"].values())))
+    width = 0.8 / max(len(kinds), 1)
+    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(names)), 4))
+    for i, kind in enumerate(kinds):
+        values = [report["summary"][n][kind][metric] or 0.0 for n in names]
+        axes.bar([j + i * width for j in range(len(names))], values, width, label=kind)
+    axes.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(names))], names, rotation=20, fontsize=8)
+    axes.set(ylim=(0, 1.05), ylabel=metric, title=f"{metric} by pipeline and context type")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_position_curves(section: dict, path: Path) -> bool:
+    """One panel per metric, one line per pipeline over the buckets (gaps where a bucket is empty); False if none."""
+    if not section["curves"]:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    buckets = section["buckets"]
+    figure, panels = plt.subplots(1, len(section["metrics"]), figsize=(6 * len(section["metrics"]), 4.5), squeeze=False)
+    for axes, metric in zip(panels[0], section["metrics"]):
+        for name, curve in section["curves"].items():
+            values = [curve[b][metric] for b in buckets]
+            plotted = [float("nan") if v is None else v for v in values]  # NaN: a gap, not a false 0
+            # positions form the line; "gold not shown" is no position, so it is a lone hollow marker
+            line, = axes.plot(range(len(buckets) - 1), plotted[:-1], marker="o", label=name)
+            axes.plot([len(buckets) - 1], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
+            for x, bucket in enumerate(buckets):
+                if curve[bucket]["n"]:
+                    axes.annotate(f"n={curve[bucket]['n']}", (x, values[x]), textcoords="offset points",
+                                  xytext=(0, 6), fontsize=7, ha="center", color=line.get_color())
+        axes.axvline(len(buckets) - 1.5, color="grey", linestyle=":", linewidth=1)
+        axes.set_xticks(range(len(buckets)), buckets, rotation=20, fontsize=8)
+        axes.set(ylim=(-0.05, 1.1), xlabel="position of the first gold passage", ylabel=metric,
+                 title=f"{metric} by gold position ({section['context_type']})")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
