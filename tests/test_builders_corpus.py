@@ -13,6 +13,7 @@ from haystack import Document
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from haystack.core.serialization import component_from_dict, component_to_dict
 from icr2_components.builders import ConfounderAwareCorpusBuilder
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.text.templates import render_cic_prompt
@@ -178,10 +179,11 @@ def test_unshuffled_production_corpus_keeps_pooled_order_and_origin(world):
 
 def test_run_time_overrides_and_to_dict_round_trip():
     builder = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_tokens=2000, tokenizer=TOKENIZER, confounding_ratio=0.5, seed=3)
-    data = builder.to_dict()
+    data = component_to_dict(builder, "builder")  # Haystack's default serialisation: every __init__ parameter
     assert data["init_parameters"]["retrievers"] == ["bm25", "dense"]
-    clone = ConfounderAwareCorpusBuilder.from_dict(data)
-    assert clone.to_dict() == data
+    assert data["init_parameters"]["confounding_ratio"] == 0.5 and data["init_parameters"]["seed"] == 3
+    clone = component_from_dict(ConfounderAwareCorpusBuilder, data, "builder")
+    assert component_to_dict(clone, "builder") == data
     assert {"bm25", "dense", "query", "confounding_ratio"} <= set(clone.__haystack_input__._sockets_dict)
     documents = [Document(id=f"d{i}", content=f"passage number {i} about rivers and lakes in place {i * 7}", meta={"title": "T"}) for i in range(12)]
     result = clone.run(query="q", bm25=documents[:6], dense=documents[6:], budget_passages=4, confounding_ratio=1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from haystack import Document
 
+from haystack.core.serialization import component_from_dict, component_to_dict
 from icr2_components.text.templates import TASK_TYPES, format_passage, render_cic_prompt
 from icr2_components.builders import CorpusInContextPromptBuilder
 from icr2_components.kilt import KiltKnowledgeSource, read_kilt_tasks
@@ -110,8 +111,10 @@ def test_bad_input(corpus):
 
 def test_prompt_builder_component(corpus, question):
     builder = CorpusInContextPromptBuilder(task_type="fact_verification")
-    clone = CorpusInContextPromptBuilder.from_dict(builder.to_dict())
-    assert clone.to_dict() == builder.to_dict()
+    data = component_to_dict(builder, "prompt_builder")
+    assert data["init_parameters"]["task_type"] == "fact_verification"
+    clone = component_from_dict(CorpusInContextPromptBuilder, data, "prompt_builder")
+    assert component_to_dict(clone, "prompt_builder") == data
     result = clone.run(query=question, documents=corpus)
     assert result["passage_ids"] == ["PSG001", "PSG002", "PSG003", "PSG004"]
     content = result["prompt"][-1].text

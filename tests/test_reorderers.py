@@ -7,6 +7,7 @@ from haystack import Document
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from haystack.core.serialization import component_from_dict, component_to_dict
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.models import MODEL_CACHE
@@ -99,7 +100,7 @@ def test_budgets_are_never_exceeded_and_outputs_are_deterministic(passages, coun
             reorderer.run(documents=docs)
         return
     first = reorderer.run(documents=docs)
-    second = kind.from_dict(reorderer.to_dict()).run(documents=docs)
+    second = component_from_dict(kind, component_to_dict(reorderer, "reorderer"), "reorderer").run(documents=docs)
     out, report = first["documents"], first["report"]
     assert ids(out) == ids(second["documents"])
     assert len(set(ids(out))) == len(out) and set(ids(out)) <= set(ids(docs))

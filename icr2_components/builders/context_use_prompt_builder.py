@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.text.templates import render_cic_prompt
@@ -30,6 +30,8 @@ class ContextUsePromptBuilder:
 
     `instruction` names one of `CONTEXT_USE_INSTRUCTIONS` (`none` is the plain ICR2 prompt); the search over
     them on a dev split is `icr2 compare --tune` (the pipeline's `metadata.tunable` lists the names).
+
+    Paper: CUB, "Benchmarking Context Utilisation Techniques for Language Models" (2025): https://arxiv.org/abs/2505.16518
 
     Usage example:
     ```python
@@ -70,10 +72,3 @@ class ContextUsePromptBuilder:
             return {"prompt": rendered.messages}
         content = f"{text}\n\n{rendered.messages[-1].text}"
         return {"prompt": [*rendered.messages[:-1], ChatMessage.from_user(content)]}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, instruction=self.instruction, query_aware=self.query_aware)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ContextUsePromptBuilder":
-        return default_from_dict(cls, data)

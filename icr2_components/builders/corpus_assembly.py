@@ -84,17 +84,12 @@ def provenance_span(item: Provenance | Mapping) -> tuple[str, Span]:
     return provenance.wikipedia_id, provenance.span()
 
 
-def content_digest(normalized: str) -> str:
-    # the normalised text itself: a set of strings compares exactly, and str caches its hash
-    return normalized
-
-
 @dataclass(frozen=True)
 class PassageFeatures:
     """What the checks need to know about a passage, computed once per distinct text."""
 
+    # exact repeats are found by the normalised text itself: a set of strings compares exactly, str caches its hash
     normalized: str
-    digest: str
     shingles: frozenset
     prefix: tuple
 
@@ -195,7 +190,7 @@ class CorpusAssembler:
             normalized = normalize_text(text)
             shingles = word_shingles(normalized)
             cached = PassageFeatures(
-                normalized, content_digest(normalized), shingles, shingle_prefix(shingles, self.near_duplicate_threshold)
+                normalized, shingles, shingle_prefix(shingles, self.near_duplicate_threshold)
             )
             if len(self._features) >= self.max_cache_entries:
                 self._features.clear()
@@ -253,7 +248,7 @@ class CorpusAssembler:
 
         taken: list[tuple[Document, str, int]] = []  # (document, origin, rank)
         seen: dict[str, str] = {}  # id -> text of every candidate looked at
-        accepted_digests: set[str] = set()
+        accepted_texts: set[str] = set()
         near_index = NearDuplicateIndex(self.near_duplicate_threshold)
         used_tokens = 0
 
@@ -264,7 +259,7 @@ class CorpusAssembler:
                 raise ValueError(f"Gold passage {document.id} has no text; a gold passage must carry its text.")
             features = self.features(document.content)
             if document.id in seen:
-                if self.features(seen[document.id]).digest != features.digest:
+                if self.features(seen[document.id]).normalized != features.normalized:
                     raise ValueError(f"Two different gold passages share the id {document.id!r}; ids must be unique.")
                 report.drop("duplicate gold")
                 continue
@@ -286,7 +281,7 @@ class CorpusAssembler:
             for rank, document in enumerate(gold_unique, start=1):
                 taken.append((document, ORIGIN_GOLD, rank))
                 features = self.features(document.content)
-                accepted_digests.add(features.digest)
+                accepted_texts.add(features.normalized)
                 if self.drop_near_duplicates:
                     near_index.add(document.id, features.shingles, features.prefix)
                 span = document_span(document)
@@ -309,7 +304,7 @@ class CorpusAssembler:
                 if document.id in gold_ids:
                     report.drop("is a gold passage")
                     return False
-                if previous is not content and self.features(previous).digest != self.features(content).digest:
+                if previous is not content and self.features(previous).normalized != self.features(content).normalized:
                     raise ValueError(
                         f"Two different candidate passages share the id {document.id!r}; ids must identify one "
                         "text (re-index, or give the retrievers' documents distinct ids)."
@@ -329,7 +324,7 @@ class CorpusAssembler:
             if answer_norms and contains_any(features.normalized, answer_norms):
                 report.drop("contains an answer")
                 return False
-            if features.digest in accepted_digests:
+            if features.normalized in accepted_texts:
                 report.drop("duplicate text")
                 return False
             if self.drop_near_duplicates and near_index.find(features.shingles, features.prefix) is not None:
@@ -339,7 +334,7 @@ class CorpusAssembler:
 
         def accept(document: Document) -> None:
             features = self.features(document.content)
-            accepted_digests.add(features.digest)
+            accepted_texts.add(features.normalized)
             if self.drop_near_duplicates:
                 near_index.add(document.id, features.shingles, features.prefix)
 

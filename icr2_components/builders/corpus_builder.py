@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from icr2_components.builders.corpus_assembly import (
     RESERVED_ORIGINS,
@@ -39,6 +39,8 @@ class ConfounderAwareCorpusBuilder:
     (derived from `seed` and the query) unless `shuffle=False`, which keeps gold first and then pooled order.
     Each output document is a copy carrying meta `passage_id` ("PSG001"... in output order), `origin`
     ("gold", the retriever's name or "random") and `rank` (1-based rank in the list it came from).
+
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -188,22 +190,3 @@ class ConfounderAwareCorpusBuilder:
             strict_ratio=self.strict_ratio,
         )
         return {"documents": result.documents, "report": result.report.as_dict()}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            retrievers=self.retrievers,
-            confounding_ratio=self.confounding_ratio,
-            budget_tokens=self.budget_tokens,
-            budget_passages=self.budget_passages,
-            tokenizer=self.tokenizer,
-            seed=self.seed,
-            shuffle=self.shuffle,
-            drop_near_duplicates=self.drop_near_duplicates,
-            near_duplicate_threshold=self.near_duplicate_threshold,
-            strict_ratio=self.strict_ratio,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ConfounderAwareCorpusBuilder":
-        return default_from_dict(cls, data)

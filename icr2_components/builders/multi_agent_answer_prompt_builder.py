@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.text.templates import render_cic_prompt
@@ -39,6 +39,8 @@ class MultiAgentAnswerPromptBuilder:
 
     A reply that is neither yes nor no is `unclear`; it is treated as `on_unclear` says and reported in the
     `verdict` output (never silently).
+
+    Paper: CUB, "Benchmarking Context Utilisation Techniques for Language Models" (2025): https://arxiv.org/abs/2505.16518
 
     Usage example:
     ```python
@@ -84,11 +86,3 @@ class MultiAgentAnswerPromptBuilder:
         else:
             prompt = [ChatMessage.from_user(self.memory_prompt.format(query=query))]
         return {"prompt": prompt, "verdict": verdict}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, faithful_instruction=self.faithful_instruction, memory_prompt=self.memory_prompt,
-                               on_unclear=self.on_unclear)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MultiAgentAnswerPromptBuilder":
-        return default_from_dict(cls, data)

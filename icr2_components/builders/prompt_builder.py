@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.text.templates import TASK_TYPES, get_template, render_cic_prompt
@@ -19,6 +19,8 @@ class CorpusInContextPromptBuilder:
     Passages appear in the order given, each as `ID: <meta passage_id or PSG<position>>`, `Title:`,
     `Context:`; the query follows the corpus (and also precedes it with `query_aware=True`, Lost in the
     Middle section 4.2). The reader's chat template adds the turn markers.
+
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -67,12 +69,3 @@ class CorpusInContextPromptBuilder:
             system_prompt=self.system_prompt,
         )
         return {"prompt": rendered.messages, "passage_ids": rendered.passage_ids}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self, task_type=self.task_type, query_aware=self.query_aware, system_prompt=self.system_prompt
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CorpusInContextPromptBuilder":
-        return default_from_dict(cls, data)

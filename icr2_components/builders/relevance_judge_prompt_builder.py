@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.text.templates import document_title
@@ -21,6 +21,8 @@ class RelevanceJudgePromptBuilder:
 
     The documents enter the pipeline here (`metadata.context_input: judge_prompt.documents`) and flow on to
     `MultiAgentAnswerPromptBuilder`, so compare's controlled context types reach both agents.
+
+    Paper: CUB, "Benchmarking Context Utilisation Techniques for Language Models" (2025): https://arxiv.org/abs/2505.16518
 
     Usage example:
     ```python
@@ -52,10 +54,3 @@ class RelevanceJudgePromptBuilder:
         context = "\n\n".join(f"Title: {document_title(d)}\n{d.content or ''}" for d in documents)
         text = f"{self.instruction}\n\nContext:\n{context}\n\nQuestion: {query}\nRelevant (yes/no):"
         return {"prompt": [ChatMessage.from_user(text)], "documents": documents}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, instruction=self.instruction)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RelevanceJudgePromptBuilder":
-        return default_from_dict(cls, data)

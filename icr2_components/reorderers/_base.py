@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
@@ -97,18 +97,3 @@ class BudgetedReorderer:
             "convention": self.convention,
         }
         return kept, report
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, **self._init_parameters())
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {
-            "budget_tokens": self.budget_tokens,
-            "budget_passages": self.budget_passages,
-            "tokenizer": self.tokenizer,
-            "relevance": self.relevance,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        return default_from_dict(cls, data)

@@ -37,6 +37,8 @@ class GoldAtPositionReorderer(BudgetedReorderer):
     an error: the experiment would silently measure nothing. Budgets always keep the gold passages and fill
     with the most relevant others (next-fit, never exceeded).
 
+    Paper: Lost in the Middle, Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts": https://arxiv.org/abs/2307.03172
+
     Usage example:
     ```python
     from icr2_components.reorderers import GoldAtPositionReorderer
@@ -68,9 +70,6 @@ class GoldAtPositionReorderer(BudgetedReorderer):
             raise ValueError(f"position is 1-based (1 first, -1 last) and cannot be 0; got {position!r}.")
         BudgetedReorderer.__init__(self, budget_tokens, budget_passages, tokenizer, relevance)
         self.position = position
-
-    def _init_parameters(self) -> dict[str, Any]:
-        return {"position": self.position, **BudgetedReorderer._init_parameters(self)}
 
     @component.output_types(documents=list[Document], report=dict)
     def run(

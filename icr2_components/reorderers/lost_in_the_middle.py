@@ -20,6 +20,8 @@ class LostInTheMiddleReorderer(BudgetedReorderer):
     (`relevance="score"`). With a budget (tokens of `tokenizer`, or passages), the most relevant passages
     are kept while they fit (next-fit; the budget is never exceeded) and the rest are counted in `report`.
 
+    Paper: Lost in the Middle, Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts": https://arxiv.org/abs/2307.03172
+
     Usage example:
     ```python
     from icr2_components.reorderers import LostInTheMiddleReorderer

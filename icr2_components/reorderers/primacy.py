@@ -15,6 +15,8 @@ class PrimacyReorderer(BudgetedReorderer):
     With `relevance="score"` the passages are sorted by `Document.score`, highest first (ties keep their
     input order). A budget keeps the most relevant passages that fit (next-fit, never exceeded).
 
+    Paper: Lost in the Middle, Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts": https://arxiv.org/abs/2307.03172
+
     Usage example:
     ```python
     from icr2_components.reorderers import PrimacyReorderer

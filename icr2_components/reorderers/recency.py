@@ -16,6 +16,8 @@ class RecencyReorderer(BudgetedReorderer):
     7B-scale models solely recency-biased; for them this order beats lost-in-the-middle. The budget keeps the
     most relevant passages that fit (next-fit, never exceeded), and they are then placed in reverse.
 
+    Paper: Lost in the Middle, Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts": https://arxiv.org/abs/2307.03172
+
     Usage example:
     ```python
     from icr2_components.reorderers import RecencyReorderer

@@ -15,6 +15,8 @@ class ReverseReorderer(BudgetedReorderer):
     `RecencyReorderer` it never sorts: with `relevance="score"` scores decide only which passages survive the
     budget; the survivors keep their input order, reversed.
 
+    Paper: Lost in the Middle, Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts": https://arxiv.org/abs/2307.03172
+
     Usage example:
     ```python
     from icr2_components.reorderers import ReverseReorderer
