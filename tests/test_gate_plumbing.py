@@ -94,3 +94,35 @@ def test_plumbing_api_reply_yes_routes_in_a_pipeline_and_threshold_is_refused():
     assert "retrieve" not in result["gate"] and result["gate"]["decision"]["p_yes"] == 0.0
     with pytest.raises(ValueError, match="threshold"):
         TimeAwareRetrievalGate(method="threshold", chat_generator=ScriptedChatGenerator())
+
+
+def test_plumbing_a_nested_chat_generator_round_trips_through_yaml():
+    """ScriptedChatGenerator has no to_dict of its own: the gate serialises it with component_to_dict, and
+    Haystack's default_from_dict rebuilds it from its type."""
+    gate = TimeAwareRetrievalGate(method="ta_are", chat_generator=ScriptedChatGenerator("[Yes]"), today="2025-06-01",
+                                  n_yes=1, on_unparsed="no_retrieval")
+    nested = gate.to_dict()["init_parameters"]["chat_generator"]
+    assert nested == {"type": f"{ScriptedChatGenerator.__module__}.ScriptedChatGenerator",
+                      "init_parameters": {"reply": "[Yes]"}}
+    pipeline = Pipeline()
+    pipeline.add_component("gate", gate)
+    restored = Pipeline.loads(pipeline.dumps(), allowed_modules=["icr2_components.*", ScriptedChatGenerator.__module__])
+    again = restored.get_component("gate")
+    assert isinstance(again.chat_generator, ScriptedChatGenerator) and again.chat_generator.reply == "[Yes]"
+    assert again.to_dict() == gate.to_dict()
+
+
+def test_plumbing_the_adaptive_rag_yaml_round_trips():
+    from pathlib import Path
+
+    from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
+
+    pipeline = load_pipeline(Path(__file__).resolve().parents[1] / "pipelines" / "adaptive_rag.yaml")
+    gate = pipeline.get_component("gate")
+    assert isinstance(gate, TimeAwareRetrievalGate) and gate.method == "ta_are" and gate.pool_skips == {}
+    again = loads_pipeline(pipeline.dumps())
+    assert again.to_dict()["components"] == pipeline.to_dict()["components"]
+    def edges(p):
+        return sorted((c["sender"], c["receiver"]) for c in p.to_dict()["connections"])
+
+    assert edges(again) == edges(pipeline)

@@ -1,11 +1,13 @@
 """The gate on the real SmolLM2-135M-Instruct (and MiniLM for demonstration choice): prompts, probabilities,
 the parsed-reply path through a real ChatGenerator (LocalChatReader), and routing in the YAML pipeline."""
 
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
 from haystack import Pipeline
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.gates import TimeAwareRetrievalGate, parse_yes_no_reply
@@ -192,9 +194,13 @@ def test_a_real_reply_saying_neither_yes_nor_no_follows_on_unparsed_and_is_count
 
 def test_round_trip_through_to_dict_and_from_dict():
     gate = TimeAwareRetrievalGate(method="threshold", threshold=0.3, today="2025-06-01", n_yes=3, n_no=1, **CPU)
-    data = gate.to_dict()
+    data = component_to_dict(gate, "gate")
+    assert data == gate.to_dict()
     assert data["init_parameters"]["threshold"] == 0.3 and data["init_parameters"]["chat_generator"] is None
-    assert TimeAwareRetrievalGate.from_dict(data).to_dict() == data
+    assert list(data["init_parameters"]) == list(inspect.signature(TimeAwareRetrievalGate.__init__).parameters)[1:]
+    again = component_from_dict(TimeAwareRetrievalGate, data, "gate")
+    assert component_to_dict(again, "gate") == data
+    assert (again.method, again.threshold, again.today, again.n_yes, again.n_no) == ("threshold", 0.3, "2025-06-01", 3, 1)
 
 
 @pytest.mark.slow

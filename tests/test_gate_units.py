@@ -1,14 +1,13 @@
 """Pure parts of the adaptive-retrieval gate: prompts, reply parsing, pools, metrics, record reading, validation."""
 
 import datetime as dt
-import math
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from icr2_components.evaluation.answer_match import answer_match
-from icr2_components.text.normalization import normalize_answer
 from icr2_components.evaluation.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
 from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
 from icr2_components.gates import TimeAwareRetrievalGate
@@ -21,6 +20,7 @@ from icr2_components.gates.prompts import (
     render_vanilla_prompt,
 )
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, two_way_probability
+from icr2_components.text.normalization import normalize_answer
 
 BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
 
@@ -200,3 +200,22 @@ def test_run_time_method_override_needs_a_model_when_built_without_one():
     gate = TimeAwareRetrievalGate(method="never", model=None)
     with pytest.raises(ValueError, match="needs a model"):
         gate.run(query="Who won?", method="vanilla")
+
+
+def test_init_reads_no_pool_file_the_pools_are_read_in_warm_up(tmp_path):
+    """__init__ checks only that a pool path exists; an empty pool fails when warm_up reads it."""
+    from haystack import component
+    from haystack.dataclasses import ChatMessage
+
+    @component
+    class SaysYes:
+        @component.output_types(replies=list[ChatMessage])
+        def run(self, messages: list[ChatMessage]):
+            return {"replies": [ChatMessage.from_assistant("[Yes]")]}
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    gate = TimeAwareRetrievalGate(method="ta_are", chat_generator=SaysYes(), yes_pool=str(empty))
+    assert gate.pool_skips == {}
+    with pytest.raises(ValueError, match="has no usable question; n_yes=2"):
+        gate.warm_up()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
+    from icr2_components.gates import gate_decider_names
+
     parser = subparsers.add_parser(
         "eval-gate",
         help="evaluate an adaptive-retrieval gate (retrieval rate/accuracy, P/R/F1, answer match) per data source",
@@ -16,7 +18,8 @@ def register(subparsers) -> None:
         "always and never retrieval as a table and JSON.",
     )
     parser.add_argument("data", help="RetrievalQA-format JSONL (plain or .gz)")
-    parser.add_argument("--method", default="ta_are", choices=["ta_are", "vanilla", "threshold", "always", "never"])
+    parser.add_argument("--method", default="ta_are", choices=gate_decider_names(),
+                        help="the gate's method: a registered gate decider (icr2_components/gates/deciders/)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="gate and reader model (alias, path or HF id)")
     parser.add_argument("--today", default=None, help="ISO date written in the TA-ARE prompt (default: today)")
     parser.add_argument("--no-date", action="store_true", help="TA-ARE without the date line (the paper's ablation)")

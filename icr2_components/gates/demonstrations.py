@@ -13,10 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-from icr2_components.text.normalization import normalize_answer
 from icr2_components.gates.prompts import Demonstration
-from icr2_components.records import iter_jsonl
-from icr2_components.records import SkipReport
+from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.text.normalization import normalize_answer
 
 DEFAULT_POOL = "default"
 _DEFAULT_POOL_FILES = {True: "yes_demonstrations.jsonl", False: "no_demonstrations.jsonl"}

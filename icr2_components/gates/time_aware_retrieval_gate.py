@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import logging
 import time
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
-from haystack.core.serialization import component_from_dict, component_to_dict, import_class_by_name
+from haystack import component, default_to_dict
+from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.gates.demonstrations import (
-    DEFAULT_POOL,
-    DemonstrationSelector,
-    load_demonstration_pool,
-    resolve_pool_path,
+from icr2_components.gates.demonstrations import DEFAULT_POOL
+from icr2_components.gates.gate_decider import (
+    REPLY_SCORING,
+    GateDecider,
+    GateQuestion,
+    YesNoAnswer,
+    gate_decider_class,
 )
-from icr2_components.gates.prompts import (
-    DEMONSTRATION_ORDERS,
-    interleave_demonstrations,
-    render_ta_are_prompt,
-    render_vanilla_prompt,
-)
+from icr2_components.gates.prompts import DEMONSTRATION_ORDERS
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no
-from icr2_components.models.prefix_cache import PrefixKVCache
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.prefix_cache import PrefixKVCache
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("ta_are", "vanilla", "threshold", "always", "never")
 UNPARSED_POLICIES = ("retrieve", "no_retrieval", "error")
 LOCAL_SCORINGS = ("logits", "generate")
 
@@ -47,12 +44,16 @@ def parse_today(value: str | _dt.date | None) -> _dt.date | None:
 @component
 class TimeAwareRetrievalGate:
     """
-    Routes a query to `retrieve` or `no_retrieval` by asking the model whether it needs retrieval (RetrievalQA).
+    Routes a query to `retrieve` or `no_retrieval` by asking the model whether it needs retrieval.
 
-    Methods: `ta_are` (Time-Aware Adaptive REtrieval: "Today is <date>." plus [Yes] demonstrations chosen per
-    query by embedding similarity from a pool of questions the model could not answer and [No] demonstrations
-    from a pool it could), `vanilla` (the plain yes/no prompt), `threshold` (retrieve when P(yes) under the
-    vanilla prompt reaches `threshold`: the calibration-based baseline), `always` and `never`.
+    The adaptive retrieval of the paper ["RetrievalQA: Assessing Adaptive Retrieval-Augmented Generation for
+    Short-form Open-Domain Question Answering"](https://arxiv.org/abs/2402.16457) (Zhang et al., Findings of ACL
+    2024), with its method TA-ARE and its baselines. Methods are registered gate deciders
+    (`icr2_components/gates/deciders/`, one file each): `ta_are` (Time-Aware Adaptive REtrieval: "Today is
+    <date>." plus [Yes] demonstrations chosen per query by embedding similarity from a pool of questions the model
+    could not answer and [No] demonstrations from a pool it could), `vanilla` (the plain yes/no prompt),
+    `threshold` (retrieve when P(yes) under the vanilla prompt reaches `threshold`: the calibration-based
+    baseline), `always` and `never`; `register_gate_decider` adds one.
 
     With a local model (`model`, from the shared model cache) P(yes) comes from the next-token logits of the
     answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
@@ -104,7 +105,8 @@ class TimeAwareRetrievalGate:
         reuse_prompt_prefix: bool = True,
     ) -> None:
         """
-        :param method: `ta_are`, `vanilla`, `threshold`, `always` or `never`.
+        :param method: A registered gate decider: `ta_are`, `vanilla`, `threshold`, `always`, `never`, or one
+            added with `register_gate_decider` (see `gate_decider_names()`).
         :param model: Local causal LM (Hugging Face id, path or bundled alias) scored by its logits.
         :param chat_generator: A Haystack ChatGenerator; when given, decisions are parsed from its replies and
             `model` is not loaded.
@@ -134,15 +136,14 @@ class TimeAwareRetrievalGate:
             prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE
             prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
         """
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-        if chat_generator is None and method in ("ta_are", "vanilla", "threshold") and not (isinstance(model, str) and model.strip()):
+        decider_class = gate_decider_class(method)
+        if chat_generator is None and decider_class.needs_model and not (isinstance(model, str) and model.strip()):
             raise ValueError(f"method={method!r} needs a model (a Hugging Face id, path or bundled alias) or a chat_generator.")
         if chat_generator is not None and not callable(getattr(chat_generator, "run", None)):
             raise ValueError("chat_generator must be a Haystack ChatGenerator: a component with run(messages=...).")
-        if chat_generator is not None and method == "threshold":
+        if chat_generator is not None and decider_class.needs_logits:
             raise ValueError(
-                "method='threshold' needs P(yes) from a local model's logits; a chat_generator only gives a parsed "
+                f"method={method!r} needs P(yes) from a local model's logits; a chat_generator only gives a parsed "
                 "reply. Use method='vanilla' or 'ta_are' with the chat_generator, or pass model= instead."
             )
         for name, value in (("n_yes", n_yes), ("n_no", n_no)):
@@ -158,17 +159,13 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {demonstration_order!r}.")
         if local_scoring not in LOCAL_SCORINGS:
             raise ValueError(f"local_scoring must be one of {LOCAL_SCORINGS}, got {local_scoring!r}.")
-        if local_scoring == "generate" and method == "threshold":
-            raise ValueError("method='threshold' needs P(yes) from logits; use local_scoring='logits'.")
+        if local_scoring == "generate" and decider_class.needs_logits:
+            raise ValueError(f"method={method!r} needs P(yes) from logits; use local_scoring='logits'.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
         if no_selection not in ("similar", "fixed"):
             raise ValueError(f"no_selection must be 'similar' or 'fixed', got {no_selection!r}.")
         parse_today(today)
-        # Fail at construction, not at the first query, when a pool path is wrong.
-        if method == "ta_are":
-            resolve_pool_path(yes_pool, True)
-            resolve_pool_path(no_pool, False)
         self.method = method
         self.model = model
         self.chat_generator = chat_generator
@@ -195,21 +192,39 @@ class TimeAwareRetrievalGate:
         self._prefix_cache = PrefixKVCache() if self.reuse_prompt_prefix else None
         self._model = None
         self._tokenizer = None
-        self._selector: DemonstrationSelector | None = None
-        self.pool_skips: dict[str, dict] = {}
         self.stats = {"decisions": 0, "retrieve": 0, "unparsed_replies": 0, "excluded_demonstrations": 0}
+        self._deciders: dict[str, GateDecider] = {}
+        self._decider(method)  # the method's own checks (e.g. that its pool files exist), reading no file
 
     # -- loading -----------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Load the local model (unless a chat generator decides) and, for TA-ARE, the pools and embedder."""
+        """Load the local model (unless a chat generator decides) and what the method reads (TA-ARE: the pools
+        and the embedder that ranks them)."""
+        decider = self._decider(self.method)
         if self.chat_generator is not None:
             if hasattr(self.chat_generator, "warm_up"):
                 self.chat_generator.warm_up()
-        elif self._model is None and self.method in ("ta_are", "vanilla", "threshold"):
+        elif decider.needs_model:
             self._load_model()
-        if self.method == "ta_are":
-            self._load_selector()
+        decider.warm_up()
+
+    @property
+    def pool_skips(self) -> dict[str, dict]:
+        """Skip reports of the inputs the methods read so far, by name (TA-ARE: `yes_pool`, `no_pool`)."""
+        skips: dict[str, dict] = {}
+        for decider in self._deciders.values():
+            skips.update(decider.input_skips)
+        return skips
+
+    def _decider(self, method: str) -> GateDecider:
+        """The gate's decider for ``method``, built and checked on first use (the run-time override included)."""
+        decider = self._deciders.get(method)
+        if decider is None:
+            decider = gate_decider_class(method)(self)
+            decider.check()
+            self._deciders[method] = decider
+        return decider
 
     def _load_model(self) -> None:
         if self._model is None:
@@ -217,36 +232,7 @@ class TimeAwareRetrievalGate:
                 self.model, dtype=self.dtype, device=self.device, attn_implementation=self.attn_implementation
             )
 
-    def _load_selector(self) -> DemonstrationSelector:
-        if self._selector is None:
-            yes_path = resolve_pool_path(self.yes_pool, True)
-            no_path = resolve_pool_path(self.no_pool, False)
-            yes_pool, yes_skips = load_demonstration_pool(yes_path, True)
-            no_pool, no_skips = load_demonstration_pool(no_path, False)
-            self.pool_skips = {"yes_pool": yes_skips.as_dict(), "no_pool": no_skips.as_dict()}
-            for report in (yes_skips, no_skips):
-                if report.total:
-                    logger.warning(report.summary())
-            if self.n_yes and not yes_pool:
-                raise ValueError(f"The [Yes] pool {yes_path} has no usable question; n_yes={self.n_yes} needs some.")
-            if self.n_no and not no_pool:
-                raise ValueError(f"The [No] pool {no_path} has no usable question; n_no={self.n_no} needs some.")
-            embedder = MODEL_CACHE.sentence_transformer(self.embedding_model, device=self.device)
-            self._selector = DemonstrationSelector(yes_pool, no_pool, embedder, no_selection=self.no_selection)
-        return self._selector
-
-    # -- prompts -----------------------------------------------------------------------------------------
-
-    def build_prompt(
-        self, query: str, method: str, today: _dt.date | None, n_yes: int, n_no: int
-    ) -> tuple[str, list[dict], int]:
-        """The user prompt for ``method``, the demonstrations it holds, and how many pool entries equal the query."""
-        if method == "ta_are":
-            yes_examples, no_examples, excluded = self._load_selector().select(query, n_yes, n_no)
-            demonstrations = interleave_demonstrations(yes_examples, no_examples, self.demonstration_order)
-            prompt = render_ta_are_prompt(query, today if self.time_aware else None, demonstrations)
-            return prompt, [{"question": d.question, "label": d.label, "source": d.source} for d in demonstrations], excluded
-        return render_vanilla_prompt(query), [], 0
+    # -- asking the model --------------------------------------------------------------------------------
 
     def render_for_model(self, prompt: str) -> str:
         """The chat-templated text the local model scores: the prompt as a user turn, then the answer prefix."""
@@ -255,6 +241,46 @@ class TimeAwareRetrievalGate:
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
         )
         return rendered + self.answer_prefix
+
+    def ask(self, prompt: str) -> YesNoAnswer:
+        """The model's yes/no answer to ``prompt``: parsed from the chat generator's reply, from a greedy local
+        reply (`local_scoring="generate"`), or P(yes) from the local model's logits."""
+        if self.chat_generator is not None:
+            return self._answer_from_reply(self._chat_generator_reply(prompt))
+        rendered = self.render_for_model(prompt)
+        if self.local_scoring == "generate":
+            return self._answer_from_reply(self._generated_reply(rendered), rendered_prompt=rendered)
+        score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer,
+                             prefix_cache=self._prefix_cache)
+        return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
+                           rendered_prompt=rendered, reused_prefix_tokens=score.reused_prefix_tokens)
+
+    def _chat_generator_reply(self, prompt: str) -> str:
+        result = self.chat_generator.run(messages=[ChatMessage.from_user(prompt)])
+        replies = result.get("replies") or []
+        return (replies[0].text if replies else "") or ""
+
+    def _generated_reply(self, rendered: str) -> str:
+        """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
+        import torch
+
+        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self._model.device)
+        with torch.inference_mode():
+            output = self._model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
+                do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=self._tokenizer.pad_token_id,
+            )
+        return self._tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
+
+    def _answer_from_reply(self, text: str, rendered_prompt: str | None = None) -> YesNoAnswer:
+        parsed = parse_yes_no_reply(text)
+        if parsed is None:
+            self.stats["unparsed_replies"] += 1
+            if self.on_unparsed == "error":
+                raise ValueError(f"The chat generator's reply says neither yes nor no: {text[:120]!r}.")
+            logger.warning("Gate reply says neither yes nor no (%r); routing to %s.", text[:80], self.on_unparsed)
+        return YesNoAnswer(p_yes=None if parsed is None else float(parsed), scoring=REPLY_SCORING, reply=text,
+                           rendered_prompt=rendered_prompt, route_if_unparsed=self.on_unparsed == "retrieve")
 
     # -- run ---------------------------------------------------------------------------------------------
 
@@ -280,11 +306,10 @@ class TimeAwareRetrievalGate:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("TimeAwareRetrievalGate.run needs a non-empty query string; got an empty question.")
         method = method or self.method
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
-        if method == "threshold" and (self.chat_generator is not None or self.local_scoring == "generate"):
-            raise ValueError("method='threshold' needs P(yes) from a local model's logits; this gate parses replies.")
-        if method not in ("always", "never") and self.chat_generator is None and not self.model:
+        decider = self._decider(method)
+        if decider.needs_logits and (self.chat_generator is not None or self.local_scoring == "generate"):
+            raise ValueError(f"method={method!r} needs P(yes) from a local model's logits; this gate parses replies.")
+        if decider.needs_model and self.chat_generator is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
         threshold = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= threshold <= 1.0:
@@ -296,91 +321,28 @@ class TimeAwareRetrievalGate:
         day = parse_today(today) or parse_today(self.today) or _dt.date.today()
         query = query.strip()
         start = time.perf_counter()
-        decision: dict[str, Any] = {
-            "method": method, "today": day.isoformat() if method == "ta_are" and self.time_aware else None,
-            "prompt": "", "demonstrations": [], "excluded_demonstrations": 0, "reply": None, "parsed": None,
-            "answer_mass": None,
-        }
-        if method in ("always", "never"):
-            retrieve = method == "always"
-            decision.update(p_yes=1.0 if retrieve else 0.0, scoring="fixed")
-        else:
-            prompt, demonstrations, excluded = self.build_prompt(query, method, day, n_yes, n_no)
-            decision.update(prompt=prompt, demonstrations=demonstrations, excluded_demonstrations=excluded)
-            self.stats["excluded_demonstrations"] += excluded
-            if self.chat_generator is not None:
-                retrieve = self._decide_from_reply(self._chat_generator_reply(prompt), decision)
-            elif self.local_scoring == "generate":
-                rendered = self.render_for_model(prompt)
-                decision["rendered_prompt"] = rendered
-                retrieve = self._decide_from_reply(self._generated_reply(rendered), decision)
-            else:
-                self._load_model()
-                rendered = self.render_for_model(prompt)
-                score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer,
-                                     prefix_cache=self._prefix_cache)
-                cut = threshold if method == "threshold" else 0.5
-                retrieve = score.p_yes >= cut
-                decision.update(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
-                                rendered_prompt=rendered, threshold=cut, reused_prefix_tokens=score.reused_prefix_tokens)
-        decision["retrieve"] = retrieve
+        question = GateQuestion(query=query, today=day, threshold=threshold, n_yes=n_yes, n_no=n_no)
+        decided = decider.decide(question, self if decider.needs_model else None)
+        decision = decided.as_record(method)
+        decision["retrieve"] = decided.retrieve
         decision["latency_s"] = time.perf_counter() - start
+        self.stats["excluded_demonstrations"] += decided.excluded_demonstrations
         self.stats["decisions"] += 1
-        self.stats["retrieve"] += int(retrieve)
-        route = "retrieve" if retrieve else "no_retrieval"
+        self.stats["retrieve"] += int(decided.retrieve)
+        route = "retrieve" if decided.retrieve else "no_retrieval"
         return {route: query, "decision": decision}
-
-    def _chat_generator_reply(self, prompt: str) -> str:
-        result = self.chat_generator.run(messages=[ChatMessage.from_user(prompt)])
-        replies = result.get("replies") or []
-        return (replies[0].text if replies else "") or ""
-
-    def _generated_reply(self, rendered: str) -> str:
-        """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
-        import torch
-
-        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self._model.device)
-        with torch.inference_mode():
-            output = self._model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
-                do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=self._tokenizer.pad_token_id,
-            )
-        return self._tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
-
-    def _decide_from_reply(self, text: str, decision: dict[str, Any]) -> bool:
-        parsed = parse_yes_no_reply(text)
-        decision.update(reply=text, parsed=parsed is not None, scoring="reply")
-        if parsed is None:
-            self.stats["unparsed_replies"] += 1
-            if self.on_unparsed == "error":
-                raise ValueError(f"The chat generator's reply says neither yes nor no: {text[:120]!r}.")
-            logger.warning("Gate reply says neither yes nor no (%r); routing to %s.", text[:80], self.on_unparsed)
-            parsed = self.on_unparsed == "retrieve"
-            decision["p_yes"] = None
-        else:
-            decision["p_yes"] = 1.0 if parsed else 0.0
-        return parsed
 
     # -- serialization -----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        generator = component_to_dict(self.chat_generator, "chat_generator") if self.chat_generator is not None else None
-        return default_to_dict(
-            self, method=self.method, model=self.model, chat_generator=generator, today=self.today,
-            time_aware=self.time_aware, n_yes=self.n_yes, n_no=self.n_no, yes_pool=self.yes_pool,
-            no_pool=self.no_pool, no_selection=self.no_selection, demonstration_order=self.demonstration_order,
-            embedding_model=self.embedding_model,
-            threshold=self.threshold, answer_prefix=self.answer_prefix, yes_answer=self.yes_answer,
-            no_answer=self.no_answer, on_unparsed=self.on_unparsed, local_scoring=self.local_scoring,
-            max_new_tokens=self.max_new_tokens, dtype=self.dtype, device=self.device,
-            attn_implementation=self.attn_implementation, reuse_prompt_prefix=self.reuse_prompt_prefix,
-        )
+        """Haystack's default serialisation, except that the chat generator is serialised as a component.
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TimeAwareRetrievalGate":
-        parameters = dict(data.get("init_parameters", {}))
-        generator = parameters.get("chat_generator")
-        if isinstance(generator, dict):
-            generator_class = import_class_by_name(generator["type"])
-            parameters["chat_generator"] = component_from_dict(generator_class, generator, "chat_generator")
-        return default_from_dict(cls, {**data, "init_parameters": parameters})
+        (The default would keep a generator only through its own ``to_dict``; ``component_to_dict`` also takes one
+        that relies on the default, and checks the result.) Loading needs no ``from_dict``: Haystack's
+        ``default_from_dict`` rebuilds the nested generator from its ``type``.
+        """
+        parameters = {name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters
+                      if name != "self"}
+        if self.chat_generator is not None:
+            parameters["chat_generator"] = component_to_dict(self.chat_generator, "chat_generator")
+        return default_to_dict(self, **parameters)

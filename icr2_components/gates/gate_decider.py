@@ -1,0 +1,227 @@
+"""How a TimeAwareRetrievalGate method decides: the :class:`GateDecider` base class and its registry.
+
+A gate method (``ta_are``, ``vanilla``, ``threshold``, ``always``, ``never``) is one small class in one file
+under ``gates/deciders/``, registered by name with :func:`register_gate_decider`. The gate looks its ``method``
+up here and delegates: the decider writes its prompt (if it asks the model at all), asks the gate's model
+through :class:`YesNoModel`, and turns the answer into a :class:`GateDecision`; the gate keeps the model, the
+routing and the ``decision`` record.
+
+Adding a method is one new file. Every module in ``gates/deciders/`` is imported (so registered) on the first
+lookup; a decider defined elsewhere registers when its module is imported, which must happen before a pipeline
+naming it is loaded.
+
+Usage example:
+```python
+from icr2_components.gates import GateDecider, GateDecision, TimeAwareRetrievalGate, register_gate_decider
+
+@register_gate_decider("contains_digit")
+class ContainsDigitDecider(GateDecider):
+    needs_model = False
+
+    def decide(self, question, model):
+        return GateDecision.fixed(any(character.isdigit() for character in question.query))
+
+gate = TimeAwareRetrievalGate(method="contains_digit", model=None)
+print(gate.run(query="Who won in 2025?")["decision"]["retrieve"])   # True
+```
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+from icr2_components.gates.prompts import Demonstration
+
+if TYPE_CHECKING:
+    from icr2_components.gates.time_aware_retrieval_gate import TimeAwareRetrievalGate
+
+FIXED_SCORING = "fixed"
+REPLY_SCORING = "reply"
+DEFAULT_CUT = 0.5
+"""P(yes) at or above which a prompted model's answer counts as yes (the `threshold` method moves it)."""
+
+
+@dataclass(frozen=True)
+class GateQuestion:
+    """One query to route, with this run's settings (the gate's init values or the run-time overrides)."""
+
+    query: str
+    today: _dt.date
+    threshold: float
+    n_yes: int
+    n_no: int
+
+
+@dataclass(frozen=True)
+class YesNoAnswer:
+    """A model's answer to one yes/no prompt: P(yes) and how it was obtained.
+
+    ``p_yes`` is renormalised over yes/no (``next_token`` or ``sequence_logprob`` scoring), 1.0/0.0 for a parsed
+    reply (``reply``), or None for a reply that says neither; such a reply goes where ``route_if_unparsed`` says
+    (the gate's ``on_unparsed``). ``fixed`` answers belong to deciders that ask no model.
+    """
+
+    p_yes: float | None
+    scoring: str
+    reply: str | None = None
+    answer_mass: float | None = None
+    rendered_prompt: str | None = None
+    reused_prefix_tokens: int = 0
+    route_if_unparsed: bool = True
+
+    @classmethod
+    def fixed(cls, retrieve: bool) -> YesNoAnswer:
+        """The answer of a decider that asks no model: P(yes) 1.0 or 0.0."""
+        return cls(p_yes=1.0 if retrieve else 0.0, scoring=FIXED_SCORING)
+
+    def says_yes(self, cut: float = DEFAULT_CUT) -> bool:
+        """P(yes) reaches ``cut``; a reply that says neither yes nor no follows ``route_if_unparsed``."""
+        if self.p_yes is None:
+            return self.route_if_unparsed
+        return self.p_yes >= cut
+
+    def record_fields(self, cut: float | None) -> dict[str, Any]:
+        """The fields the gate's ``decision`` output shows for this answer, in the order it shows them."""
+        if self.scoring == FIXED_SCORING:
+            return {"p_yes": self.p_yes, "scoring": self.scoring}
+        if self.scoring == REPLY_SCORING:
+            fields: dict[str, Any] = {} if self.rendered_prompt is None else {"rendered_prompt": self.rendered_prompt}
+            fields.update(reply=self.reply, parsed=self.p_yes is not None, scoring=self.scoring, p_yes=self.p_yes)
+            return fields
+        return {"p_yes": self.p_yes, "scoring": self.scoring, "answer_mass": self.answer_mass,
+                "rendered_prompt": self.rendered_prompt, "threshold": cut,
+                "reused_prefix_tokens": self.reused_prefix_tokens}
+
+
+class YesNoModel(Protocol):
+    """The gate's model as a decider sees it: a local causal LM (logits or greedy reply) or a chat generator."""
+
+    def ask(self, prompt: str) -> YesNoAnswer:
+        """Ask ``prompt`` (a user turn) and return the model's yes/no answer."""
+        ...
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What a decider decided for one query, and what the gate's ``decision`` output shows of how.
+
+    ``cut`` is the P(yes) at or above which the answer counted as yes (shown as ``threshold`` with a
+    probability); ``today`` is the date written in the prompt, if any.
+    """
+
+    retrieve: bool
+    answer: YesNoAnswer
+    cut: float | None = None
+    prompt: str = ""
+    demonstrations: tuple[Demonstration, ...] = ()
+    excluded_demonstrations: int = 0
+    today: _dt.date | None = None
+
+    @classmethod
+    def fixed(cls, retrieve: bool) -> GateDecision:
+        """A decision made without asking a model."""
+        return cls(retrieve=bool(retrieve), answer=YesNoAnswer.fixed(bool(retrieve)))
+
+    @classmethod
+    def at_cut(cls, answer: YesNoAnswer, cut: float = DEFAULT_CUT, **shown: Any) -> GateDecision:
+        """Retrieve when the model's P(yes) reaches ``cut``; ``shown``: prompt, demonstrations, ... for the record."""
+        return cls(retrieve=answer.says_yes(cut), answer=answer, cut=cut, **shown)
+
+    def as_record(self, method: str) -> dict[str, Any]:
+        """The gate's ``decision`` output (without ``retrieve`` and ``latency_s``, which the gate appends)."""
+        record: dict[str, Any] = {
+            "method": method, "today": None if self.today is None else self.today.isoformat(), "prompt": self.prompt,
+            "demonstrations": [
+                {"question": d.question, "label": d.label, "source": d.source} for d in self.demonstrations
+            ],
+            "excluded_demonstrations": self.excluded_demonstrations, "reply": None, "parsed": None, "answer_mass": None,
+        }
+        record.update(self.answer.record_fields(self.cut))
+        return record
+
+
+class GateDecider(ABC):
+    """One gate method: its prompt (if any), its checks and how it turns the model's answer into a decision.
+
+    The gate builds one decider per method it runs, passing itself: a decider reads the gate's parameters
+    (``gate.yes_pool``, ``gate.time_aware``, ...) and the run's settings (:class:`GateQuestion`). Set the class
+    flags the gate checks before it delegates: ``needs_model`` (the decider calls ``model.ask``; the gate then
+    needs a local model or a chat generator) and ``needs_logits`` (P(yes) must come from a local model's logits,
+    not a parsed reply).
+    """
+
+    name: ClassVar[str] = ""
+    needs_model: ClassVar[bool] = True
+    needs_logits: ClassVar[bool] = False
+
+    def __init__(self, gate: TimeAwareRetrievalGate) -> None:
+        self.gate = gate
+        self.input_skips: dict[str, dict] = {}
+        """Skip reports of what :meth:`warm_up` read, by input name (e.g. the TA-ARE pools)."""
+
+    def check(self) -> None:
+        """Reject gate parameters this method cannot use (ValueError naming the value), reading no file."""
+
+    def warm_up(self) -> None:
+        """Load what the method needs besides the gate's model (files, embedders); called again, it does nothing."""
+
+    @abstractmethod
+    def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
+        """Decide whether ``question`` needs retrieval; ``model`` is None when ``needs_model`` is False."""
+
+
+_DECIDERS: dict[str, type[GateDecider]] = {}
+DeciderClass = TypeVar("DeciderClass", bound=type[GateDecider])
+
+
+def register_gate_decider(name: str) -> Callable[[DeciderClass], DeciderClass]:
+    """Class decorator: make a :class:`GateDecider` the gate's ``method=name``."""
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ValueError(f"A gate decider's name must be a non-empty string without surrounding spaces, got {name!r}.")
+
+    def register(cls: DeciderClass) -> DeciderClass:
+        if not (isinstance(cls, type) and issubclass(cls, GateDecider)):
+            raise TypeError(f"@register_gate_decider({name!r}) decorates GateDecider subclasses, not {cls!r}.")
+        known = _DECIDERS.get(name)
+        # The same class imported again (a module reloaded) replaces itself; another class may not take the name.
+        if known is not None and _qualified_name(known) != _qualified_name(cls):
+            raise ValueError(f"The gate decider name {name!r} is taken by {_qualified_name(known)}; choose another "
+                             f"name for {_qualified_name(cls)}.")
+        cls.name = name
+        _DECIDERS[name] = cls
+        return cls
+
+    return register
+
+
+def gate_decider_names() -> tuple[str, ...]:
+    """The registered gate methods, sorted (the built-ins and any registered since)."""
+    _import_builtin_deciders()
+    return tuple(sorted(_DECIDERS))
+
+
+def gate_decider_class(name: str) -> type[GateDecider]:
+    """The decider registered as ``name``; a ValueError listing the registered names otherwise."""
+    _import_builtin_deciders()
+    try:
+        return _DECIDERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"method must be one of the registered gate deciders {list(gate_decider_names())}, got {name!r}. "
+            "A new method is a GateDecider subclass decorated with @register_gate_decider(name) (see "
+            "icr2_components/gates/deciders/), imported before the gate is built."
+        ) from None
+
+
+def _import_builtin_deciders() -> None:
+    # Imported on first use, not at module import: the decider modules import this one.
+    importlib.import_module("icr2_components.gates.deciders")
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
