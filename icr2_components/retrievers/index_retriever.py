@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
-from icr2_components.stores.handle import RETRIEVAL_METHODS, IndexHandle, open_index
+from icr2_components.stores.handle import IndexHandle, open_index
+from icr2_components.stores.retrieval_methods import retrieval_method_names
 
 
 @component
@@ -32,13 +33,14 @@ class IndexRetriever:
     def __init__(self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None) -> None:
         """
         :param index: Path of an index config YAML.
-        :param method: `bm25`, `dense` or `hybrid`.
+        :param method: A registered retrieval method: `bm25`, `dense` or `hybrid` (see
+            `icr2_components.stores.retrieval_methods`).
         :param top_k: Passages returned per query.
         :param name: Written into each document's `meta["retriever"]` (defaults to the method), so a corpus
             builder can tell which retriever found a passage.
         """
-        if method not in RETRIEVAL_METHODS:
-            raise ValueError(f"method must be one of {RETRIEVAL_METHODS}, got {method!r}.")
+        if method not in retrieval_method_names():
+            raise ValueError(f"method must be one of {retrieval_method_names()}, got {method!r}.")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if not isinstance(index, str) or not index:
@@ -69,10 +71,3 @@ class IndexRetriever:
             meta = dict(document.meta, retriever=self.name, retrieval_rank=rank)
             tagged.append(Document(id=document.id, content=document.content, meta=meta, score=document.score))
         return {"documents": tagged}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, index=self.index, method=self.method, top_k=self.top_k, name=self.name)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexRetriever":
-        return default_from_dict(cls, data)
