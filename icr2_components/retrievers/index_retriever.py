@@ -15,10 +15,13 @@ class IndexRetriever:
     """
     Retrieves passages from the index an `indexing/*.yaml` config describes, by BM25, dense or hybrid retrieval.
 
-    The same component serves the embedded in-memory store and Elasticsearch: only the config's `store.type`
-    differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
+    The same component serves every registered store (the embedded in-memory store, Elasticsearch): only the
+    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
     embedding uses the index's own embedding model (shared through the model cache); hybrid retrieval fuses
-    the BM25 and dense lists by reciprocal rank.
+    the BM25 and dense lists by reciprocal rank (Haystack's `DocumentJoiner`). ICR2 selects its benchmark's
+    confounding passages from the lists of strong retrievers (BM25 and dense ones among them).
+
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
