@@ -104,10 +104,15 @@ def main() -> int:
     es_url = os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200")
     for store in args.stores.split(","):
         tmp = tempfile.mkdtemp(prefix="beir-")
+        # each store type reads its own keys: the in-memory store a file to save to, Elasticsearch a node and an index
+        store_sections = {
+            "in_memory": {"persist_path": f"{tmp}/index.json"},
+            "elasticsearch": {"hosts": es_url, "index": f"icr2-beir-{args.folder.name.lower()}"},
+        }
         config = index_config_from_dict(
             {
                 "name": f"beir-{args.folder.name}",
-                "store": {"type": store, "hosts": es_url, "index": f"icr2-beir-{args.folder.name.lower()}", "persist_path": f"{tmp}/index.json"},
+                "store": {"type": store, **store_sections.get(store, {})},
                 # not read: build() is given the BEIR documents; the section is required, and this is its default
                 "corpus": {"path": "sample"},
                 "writer": {"checkpoint_path": f"{tmp}/checkpoint.json"},

@@ -11,9 +11,10 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores import IndexHandle, index_config_from_dict
-from icr2_components.stores.elasticsearch_writer import DocumentCountMismatchError, ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch_backend import QueryTooLongError
+from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
 from icr2_components.stores.embedding import PassageEmbedder
-from icr2_components.stores.handle import IndexNotBuiltError, QueryTooLongError
+from icr2_components.stores.errors import DocumentCountMismatchError, IndexNotBuiltError
 
 pytestmark = pytest.mark.elasticsearch
 

@@ -31,7 +31,7 @@ import pytest
 from haystack import Document
 
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.stores.config import StoreConfig
+from icr2_components.stores.elasticsearch_backend import ElasticsearchStoreSettings
 from icr2_components.stores.elasticsearch_store import (
     ElasticsearchUnreachableError,
     EmbeddingDimensionError,
@@ -439,7 +439,7 @@ def test_elasticsearch_document_store_and_retrievers_read_what_we_write(elastics
     for name, spec in library_default["properties"].items():
         assert ours["properties"][name] == spec
 
-    store = build_elasticsearch_store(StoreConfig(type="elasticsearch", hosts=elasticsearch_url, index=es_index_name), embedding_dim=384)
+    store = build_elasticsearch_store(ElasticsearchStoreSettings(hosts=elasticsearch_url, index=es_index_name), embedding_dim=384)
     assert store.count_documents() == 400
     target = documents[0]
     [read] = store.filter_documents({"field": "id", "operator": "==", "value": target.id})

@@ -21,7 +21,7 @@ from icr2_components.records import CorpusReadError
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport
 from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config
-from icr2_components.stores.handle import EmptyCorpusError, EmptyIndexError
+from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +154,8 @@ def sample_config(**sections) -> dict:
         ("corpus", {"passage_words": True}, r"key 'passage_words' is True \(a boolean\); expected an integer"),
         ("writer", {"batch_size": None}, r"key 'batch_size' is null; expected an integer"),
         ("embedding", {"meta_fields_to_embed": "title"}, r"key 'meta_fields_to_embed' is 'title' \(a string\); expected a list of strings"),
-        ("store", {"type": "in_memory", "request_timeout": "slow"}, r"key 'request_timeout' is 'slow' \(a string\); expected a number"),
+        ("store", {"type": "elasticsearch", "request_timeout": "slow"}, r"key 'request_timeout' is 'slow' \(a string\); expected a number"),
+        ("store", {"type": "in_memory", "bm25_k1": "high"}, r"key 'bm25_k1' is 'high' \(a string\); expected a number"),
     ],
 )
 def test_index_config_values_are_type_checked_with_key_value_and_type(section, values, message):
@@ -164,7 +165,7 @@ def test_index_config_values_are_type_checked_with_key_value_and_type(section, v
 
 
 def test_numbers_are_not_coerced_but_a_yaml_float_in_e_notation_is_a_number():
-    config = index_config_from_dict(sample_config(store={"type": "in_memory", "request_timeout": "1e2"}))
+    config = index_config_from_dict(sample_config(store={"type": "elasticsearch", "request_timeout": "1e2"}))
     assert config.store.request_timeout == 100.0
     assert index_config_from_dict(sample_config(embedding={"enabled": False})).embedding.enabled is False
 

@@ -30,6 +30,9 @@ def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
         index_config_from_dict({"stores": {}})
     with pytest.raises(ConfigError, match="store.type"):
         index_config_from_dict({"store": {"type": "faiss"}})
+    # each store type reads its own keys: an Elasticsearch key on an in-memory store is not silently ignored
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type in_memory\)"):
+        index_config_from_dict({"store": {"type": "in_memory", "hosts": "http://127.0.0.1:9200"}, "corpus": {}})
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"corpus": {"passage_words": 0}}))
     with pytest.raises(ConfigError, match="passage_words"):
@@ -61,10 +64,14 @@ def test_retrieval_finds_the_gold_passage_of_nq_questions(sample_index, nq_tasks
 def test_reciprocal_rank_fusion_rewards_agreement():
     from haystack import Document
 
-    a, b, c = (Document(id=i, content=i) for i in "abc")
+    a, b, c, d = (Document(id=i, content=i) for i in "abcd")
     fused = reciprocal_rank_fusion([[a, b, c], [b, c, a]], top_k=3)
-    assert [d.id for d in fused] == ["b", "a", "c"]
-    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+    assert [doc.id for doc in fused] == ["b", "a", "c"]
+    # Haystack's DocumentJoiner: Cormack et al.'s sum of 1 / (60 + rank), scaled by 61 / (number of lists)
+    assert fused[0].score == pytest.approx((1 / 62 + 1 / 61) * 61 / 2)
+    # equal fused scores (first in one list each) are ordered by id, whichever list came first
+    assert [doc.id for doc in reciprocal_rank_fusion([[c, d], [a, b]], top_k=4)] == ["a", "c", "b", "d"]
+    assert [doc.id for doc in reciprocal_rank_fusion([[a, b], [c, d]], top_k=2)] == ["a", "c"]
 
 
 def test_retrieval_rejects_bad_requests(sample_index):

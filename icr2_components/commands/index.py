@@ -39,7 +39,7 @@ def run(args) -> int:
     for column in ("store", "index", "passages streamed", "in store", "resumed from", "skipped", "rejected", "seconds"):
         table.add_column(column)
     table.add_row(report.store, report.index, str(report.passages_streamed), str(report.documents_in_store),
-                  str(report.resumed_from), str(report.skips.get("total", 0)), str(report.failed), f"{report.seconds:.1f}")
+                  str(report.resumed_from), str(report.skips.get("total", 0)), str(report.rejected), f"{report.seconds:.1f}")
     make_console().print(table)
     if report.skips.get("total"):
         make_console().print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")

@@ -6,10 +6,12 @@ import json
 
 
 def register(subparsers) -> None:
+    from icr2_components.stores.retrieval_methods import retrieval_method_names
+
     parser = subparsers.add_parser("search", help="query an index (BM25, dense or hybrid)")
     parser.add_argument("--config", default="indexing/kilt-sample.yaml", help="index config YAML")
     parser.add_argument("--query", "-q", required=True)
-    parser.add_argument("--method", choices=["bm25", "dense", "hybrid"], default="hybrid")
+    parser.add_argument("--method", choices=retrieval_method_names(), default="hybrid")
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
-from icr2_components.stores.handle import RETRIEVAL_METHODS, IndexHandle, open_index
+from icr2_components.stores.handle import IndexHandle, open_index
+from icr2_components.stores.retrieval_methods import retrieval_method_names
 
 
 @component
@@ -14,10 +15,13 @@ class IndexRetriever:
     """
     Retrieves passages from the index an `indexing/*.yaml` config describes, by BM25, dense or hybrid retrieval.
 
-    The same component serves the embedded in-memory store and Elasticsearch: only the config's `store.type`
-    differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
+    The same component serves every registered store (the embedded in-memory store, Elasticsearch): only the
+    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
     embedding uses the index's own embedding model (shared through the model cache); hybrid retrieval fuses
-    the BM25 and dense lists by reciprocal rank.
+    the BM25 and dense lists by reciprocal rank (Haystack's `DocumentJoiner`). ICR2 selects its benchmark's
+    confounding passages from the lists of strong retrievers (BM25 and dense ones among them).
+
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -32,13 +36,14 @@ class IndexRetriever:
     def __init__(self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None) -> None:
         """
         :param index: Path of an index config YAML.
-        :param method: `bm25`, `dense` or `hybrid`.
+        :param method: A registered retrieval method: `bm25`, `dense` or `hybrid` (see
+            `icr2_components.stores.retrieval_methods`).
         :param top_k: Passages returned per query.
         :param name: Written into each document's `meta["retriever"]` (defaults to the method), so a corpus
             builder can tell which retriever found a passage.
         """
-        if method not in RETRIEVAL_METHODS:
-            raise ValueError(f"method must be one of {RETRIEVAL_METHODS}, got {method!r}.")
+        if method not in retrieval_method_names():
+            raise ValueError(f"method must be one of {retrieval_method_names()}, got {method!r}.")
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if not isinstance(index, str) or not index:
@@ -69,10 +74,3 @@ class IndexRetriever:
             meta = dict(document.meta, retriever=self.name, retrieval_rank=rank)
             tagged.append(Document(id=document.id, content=document.content, meta=meta, score=document.score))
         return {"documents": tagged}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, index=self.index, method=self.method, top_k=self.top_k, name=self.name)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "IndexRetriever":
-        return default_from_dict(cls, data)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,35 +9,15 @@ from typing import Any
 
 import yaml
 
+from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
 from icr2_components.strict_mapping import dataclass_from_mapping
 
-STORE_TYPES = ("in_memory", "elasticsearch")
+# The store a config gets when its store section does not say `type` (the embedded one, nothing to start).
+DEFAULT_STORE_TYPE = "in_memory"
 
 
 class ConfigError(ValueError):
     """A configuration file or mapping is invalid; the message names the key and what is allowed."""
-
-
-@dataclass
-class StoreConfig:
-    type: str = "in_memory"
-    # in_memory: where the store is saved so that `icr2 search` in another process finds it
-    persist_path: str | None = None
-    # elasticsearch
-    hosts: str | list[str] = "http://127.0.0.1:9200"
-    index: str = "icr2-kilt"
-    request_timeout: float = 60.0
-    max_retries: int = 3
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
-
-    def validate(self) -> None:
-        if self.type not in STORE_TYPES:
-            raise ConfigError(f"store.type must be one of {STORE_TYPES}, got {self.type!r}.")
-        if self.type == "elasticsearch" and not self.hosts:
-            raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
-        if self.max_retries < 0:
-            raise ConfigError("store.max_retries must be >= 0.")
 
 
 @dataclass
@@ -86,9 +65,15 @@ class WriterConfig:
             raise ConfigError("writer.thread_count must be >= 1.")
 
 
+def default_store_settings() -> StoreSettings:
+    """The ``store:`` section of a config that says nothing about the store."""
+    return store_backend(DEFAULT_STORE_TYPE).settings_class()
+
+
 @dataclass
 class IndexConfig:
-    store: StoreConfig = field(default_factory=StoreConfig)
+    # the registered backend's own section (e.g. InMemoryStoreSettings, ElasticsearchStoreSettings)
+    store: StoreSettings = field(default_factory=default_store_settings)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     writer: WriterConfig = field(default_factory=WriterConfig)
@@ -99,15 +84,30 @@ class IndexConfig:
             section.validate()
         return self
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-
-_SECTIONS = {"store": StoreConfig, "corpus": CorpusConfig, "embedding": EmbeddingConfig, "writer": WriterConfig}
+# Sections read by this module; the store section is read by the backend its `type` names.
+_SECTIONS = {"corpus": CorpusConfig, "embedding": EmbeddingConfig, "writer": WriterConfig}
+_SECTION_NAMES = ("store", *_SECTIONS)
 
 
 def _build_section(name: str, cls, values: Any, source: str):
     return dataclass_from_mapping(cls, values, f"section '{name}' of {source}", ConfigError)
+
+
+def _build_store_section(values: Any, source: str) -> StoreSettings:
+    """The store section as the settings of the backend its ``type`` names (default: in_memory)."""
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"section 'store' of {source} must be a mapping such as {{type: {DEFAULT_STORE_TYPE}}}, got {values!r}.")
+    store_type = values.get("type", DEFAULT_STORE_TYPE)
+    try:
+        backend = store_backend(store_type)
+    except UnknownStoreBackendError:
+        raise ConfigError(
+            f"{source}: store.type must be one of the registered store types ({', '.join(store_backend_names())}), got {store_type!r}."
+        ) from None
+    return dataclass_from_mapping(backend.settings_class, values, f"section 'store' (type {store_type}) of {source}", ConfigError)
 
 
 # Sections a config must spell out: without them a typo'd file would silently index the bundled sample into the
@@ -119,16 +119,17 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
     """Validate a config mapping: known keys only, each value of its declared type, ``store`` and ``corpus``
     present (an empty ``corpus: {}`` is how to ask for the defaults, i.e. the bundled sample)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTIONS)}.")
-    allowed = set(_SECTIONS) | {"name"}
+        raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTION_NAMES)}.")
+    allowed = set(_SECTION_NAMES) | {"name"}
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {unknown}; allowed top-level keys: {sorted(allowed)}.")
     name = data.get("name", "index")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{source}: key 'name' is {name!r}; expected a non-empty string.")
+    store = _build_store_section(data.get("store"), source)
     sections = {section: _build_section(section, cls, data.get(section), source) for section, cls in _SECTIONS.items()}
-    config = IndexConfig(name=name, **sections).validate()
+    config = IndexConfig(name=name, store=store, **sections).validate()
     missing = [name for name in REQUIRED_SECTIONS if name not in data]
     if missing:
         raise ConfigError(

@@ -8,8 +8,8 @@ leaves open: the vector's ``dims`` when known, the BM25 ``k1``/``b`` of the conf
 similarity, and 0 replicas (a single local node cannot host replicas).
 
 Usage:
-    >>> from icr2_components.stores.config import StoreConfig
-    >>> store = build_elasticsearch_store(StoreConfig(type="elasticsearch", index="icr2-kilt"), embedding_dim=384)
+    >>> from icr2_components.stores.elasticsearch_backend import ElasticsearchStoreSettings
+    >>> store = build_elasticsearch_store(ElasticsearchStoreSettings(index="icr2-kilt"), embedding_dim=384)
     >>> store.count_documents()
 """
 
@@ -18,10 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from icr2_components.stores.config import IndexConfig, StoreConfig
+from icr2_components.stores.config import IndexConfig
+
+if TYPE_CHECKING:
+    from icr2_components.stores.elasticsearch_backend import ElasticsearchStoreSettings
 
 Similarity = Literal["cosine", "dot_product", "l2_norm", "max_inner_product"]
 T = TypeVar("T")
@@ -284,12 +287,12 @@ def _warn_on_other_bm25(client, index: str, k1: float, b: float) -> None:
 # --------------------------------------------------------------------------------------------- the store
 
 
-def store_config_of(config: StoreConfig | IndexConfig) -> StoreConfig:
+def store_config_of(config: "ElasticsearchStoreSettings | IndexConfig") -> "ElasticsearchStoreSettings":
     return config.store if isinstance(config, IndexConfig) else config
 
 
 def build_elasticsearch_store(
-    config: StoreConfig | IndexConfig,
+    config: "ElasticsearchStoreSettings | IndexConfig",
     *,
     embedding_dim: int | None = None,
     embedding_similarity: Similarity = "cosine",

@@ -60,11 +60,11 @@ from icr2_components.stores.elasticsearch_store import (
     index_embedding_dim,
     wait_until_reachable,
 )
+from icr2_components.stores.errors import DocumentCountMismatchError
 
 __all__ = [
     "BulkWriteError",
     "CheckpointMismatchError",
-    "DocumentCountMismatchError",
     "ElasticsearchStreamingWriter",
     "ElasticsearchUnreachableError",
     "EmbeddingDimensionError",
@@ -85,14 +85,6 @@ BULK_FILTER_PATH = "errors,items.*._id,items.*.status,items.*.error"
 
 class CheckpointMismatchError(RuntimeError):
     """The checkpoint belongs to another configuration, index or stream; the run refuses to resume."""
-
-
-class DocumentCountMismatchError(RuntimeError):
-    """After the load, the index holds a different number of documents than the stream delivered."""
-
-    def __init__(self, message: str, report: "WriteReport") -> None:
-        super().__init__(message)
-        self.report = report
 
 
 class BulkWriteError(RuntimeError):
