@@ -9,6 +9,7 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     from icr2_components.gates import gate_decider_names
+    from icr2_components.stores import retrieval_method_names
 
     parser = subparsers.add_parser(
         "eval-gate",
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")
     parser.add_argument("--index", default=None, help="index config used to retrieve for questions without context "
                         "(e.g. indexing/kilt-sample.yaml)")
-    parser.add_argument("--retrieval-method", default="hybrid", choices=["bm25", "dense", "hybrid"])
+    parser.add_argument("--retrieval-method", default="hybrid", choices=retrieval_method_names())
     parser.add_argument("--top-k", type=int, default=5, help="passages in the with-retrieval prompt")
     parser.add_argument("--device", default=None)
     parser.add_argument("--output", default=None, help="write the JSON report here")
