@@ -35,7 +35,7 @@ def test_probing_writes_an_artifact_that_round_trips(probed, tmp_path):
 def test_suppressing_context_heads_moves_the_logits_toward_memory(probed, smollm2):
     """The direct effects are a linearisation; the real, whole-model effect must agree in sign."""
     from icr2_components.text.templates import render_cic_prompt
-    from icr2_components.readers.local_chat_reader import messages_to_dicts
+    from icr2_components.models.chat_messages import messages_to_dicts
 
     model, tokenizer = smollm2
     instances, artifact = probed
@@ -58,7 +58,7 @@ def test_suppressing_context_heads_moves_the_logits_toward_memory(probed, smollm
 
 
 def test_bundled_artifact_loads_and_matches_smollm2(smollm2):
-    from icr2_components.filters.passage_scoring import model_signature
+    from icr2_components.models.introspection import model_signature
 
     model, _ = smollm2
     artifact = PH3HeadArtifact.load(ROOT / "bench/results/ph3_heads_smollm2.json")

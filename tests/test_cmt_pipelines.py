@@ -62,7 +62,7 @@ def test_named_instructions_lead_the_prompt():
 
 def _prompt_tokens(tokenizer, messages) -> int:
     """Tokens of a chat prompt as the reader renders it, counted here with the tokenizer."""
-    from icr2_components.readers.local_chat_reader import messages_to_dicts
+    from icr2_components.models.chat_messages import messages_to_dicts
 
     encoded = tokenizer.apply_chat_template(messages_to_dicts(messages), add_generation_prompt=True, return_dict=True)
     return len(encoded["input_ids"])

@@ -16,7 +16,7 @@ from icr2_components.evaluation.compare_cache import read_answer_records
 from icr2_components.text.normalization import normalize_answer
 from icr2_components.evaluation.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
-from icr2_components.readers.contrastive_decoding_reader import ContextAwareDecodingReader
+from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.local_chat_reader import LocalChatReader
 
 ROOT = Path(__file__).resolve().parents[1]

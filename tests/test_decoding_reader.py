@@ -7,6 +7,7 @@ context matters (the conflicting context of "what does hp mean in war and order"
 from pathlib import Path
 
 import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.text.templates import render_cic_prompt
@@ -93,10 +94,12 @@ def test_bad_settings_are_refused_at_init_and_at_run():
 def test_round_trip():
     reader = ContextAwareDecodingReader(technique="coiecd", alpha=0.7, coiecd_alpha=0.5, coiecd_bound_ratio=8.0,
                                         passes="batched", max_new_tokens=5)
-    again = ContextAwareDecodingReader.from_dict(reader.to_dict())
-    assert again.to_dict() == reader.to_dict()
-    assert (again.technique, again.alpha, again.coiecd_alpha, again.coiecd_bound_ratio, again.passes) == (
-        "coiecd", 0.7, 0.5, 8.0, "batched")
+    data = component_to_dict(reader, "reader")
+    again = component_from_dict(ContextAwareDecodingReader, data, "reader")
+    assert component_to_dict(again, "reader") == data
+    assert (again.technique, again.alpha, again.passes) == ("coiecd", 0.7, "batched")
+    assert again.rule_parameters == {"coiecd_alpha": 0.5, "coiecd_bound_ratio": 8.0}
+    assert data["init_parameters"]["coiecd_alpha"] == 0.5 and data["init_parameters"]["coiecd_bound_ratio"] == 8.0
 
 
 def test_coiecd_settings_are_checked_and_the_old_threshold_is_refused_with_a_way_out():
@@ -104,10 +107,13 @@ def test_coiecd_settings_are_checked_and_the_old_threshold_is_refused_with_a_way
         ContextAwareDecodingReader(technique="coiecd", coiecd_bound_ratio=0.5)
     with pytest.raises(ValueError, match=">= 0"):
         ContextAwareDecodingReader(technique="coiecd", coiecd_alpha=-1.0)
-    data = ContextAwareDecodingReader(technique="coiecd").to_dict()
+    data = component_to_dict(ContextAwareDecodingReader(technique="coiecd"), "reader")
     data["init_parameters"]["threshold"] = 0.5
-    with pytest.raises(ValueError, match="coiecd_bound_ratio"):
-        ContextAwareDecodingReader.from_dict(data)
+    with pytest.raises(ValueError, match=r"unknown parameters \['threshold'\].*coiecd_bound_ratio"):
+        component_from_dict(ContextAwareDecodingReader, data, "reader")
+    reader = ContextAwareDecodingReader(technique="coiecd")
+    with pytest.raises(ValueError, match="lambda"):  # a run-time override is checked as the init value is
+        reader.run(messages=[ChatMessage.from_user("q")], coiecd_bound_ratio=0.5)
 
 
 def _reference_decode(model, tokenizer, context_messages, memory_messages, combine, tokens):
@@ -115,7 +121,7 @@ def _reference_decode(model, tokenizer, context_messages, memory_messages, combi
     step, the two next-token logits combined by ``combine``; returns the decoded text."""
     import torch
 
-    from icr2_components.readers.local_chat_reader import messages_to_dicts
+    from icr2_components.models.chat_messages import messages_to_dicts
 
     def ids(messages):
         return tokenizer.apply_chat_template(messages_to_dicts(messages), add_generation_prompt=True,
@@ -154,7 +160,7 @@ def _acd(z_c, z_m):  # Kim et al. 2024 at weight 1: z_m + w (z_c - z_m), w = H(p
 
 def _coiecd(z_c, z_m):
     # COIECD's rule is pinned against hand-worked cases in tests/test_decoding_rules.py; used as is here
-    from icr2_components.readers.context_aware_decoding import coiecd_logits
+    from icr2_components.readers.decoding_rules.coiecd import coiecd_logits
 
     return coiecd_logits(z_c[None], z_m[None], 1.0, alpha=1.0, bound_ratio=4.0)[0][0]
 

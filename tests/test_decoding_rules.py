@@ -1,19 +1,15 @@
-"""The context-aware decoding rules (CAD, ACD, COIECD) as pure functions on hand-made and random logits."""
+"""The context-aware decoding rules (CAD, ACD, COIECD): pure functions on hand-made and random logits, and each
+registered rule's class."""
 
 import math
 
 import pytest
 import torch
 
-from icr2_components.readers.context_aware_decoding import (
-    acd_logits,
-    acd_mixing_weight,
-    apply_technique,
-    cad_logits,
-    coiecd_constraint,
-    coiecd_logits,
-    entropy,
-)
+from icr2_components.readers.decoding_rules import UnknownDecodingRuleError, decoding_rule, decoding_rule_names, entropy
+from icr2_components.readers.decoding_rules.acd import acd_logits, acd_mixing_weight
+from icr2_components.readers.decoding_rules.cad import cad_logits
+from icr2_components.readers.decoding_rules.coiecd import COIECDParameters, coiecd_constraint, coiecd_logits
 
 
 def _pair(seed=0, shape=(3, 50)):
@@ -21,10 +17,14 @@ def _pair(seed=0, shape=(3, 50)):
     return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
 
 
-@pytest.mark.parametrize("technique", ["cad", "acd", "coiecd"])
+def test_the_built_in_rules_are_registered():
+    assert {"cad", "acd", "coiecd"} <= set(decoding_rule_names())
+
+
+@pytest.mark.parametrize("technique", decoding_rule_names())
 def test_weight_zero_returns_the_context_logits_bit_for_bit(technique):
     z_c, z_m = _pair()
-    out, _ = apply_technique(technique, z_c, z_m, 0.0)
+    out, _ = decoding_rule(technique).combine(z_c, z_m, 0.0)
     assert torch.equal(out, z_c)
 
 
@@ -100,9 +100,11 @@ def test_coiecd_a_contested_step_is_a_conflict_resolved_toward_the_context():
     assert torch.allclose(out[conflict], (2 * lp_c - lp_m)[conflict], atol=1e-5)
     assert torch.allclose(out[~conflict], lp_c[~conflict], atol=1e-6)  # lp_m + 1 * (lp_c - lp_m)
     assert int(out.argmax()) == 0
-    logits, stats = apply_technique("coiecd", context, memory, 1.0)
+    rule = decoding_rule("coiecd", COIECDParameters(alpha=1.0, bound_ratio=4.0))
+    logits, stats = rule.combine(context, memory, 1.0)
     assert torch.equal(logits, out) and stats == {"conflict": 1.0}  # the greedy token was a conflicting one
-    assert apply_technique("coiecd", *DECISIVE, 1.0)[1] == {"conflict": 0.0}
+    assert rule.combine(*DECISIVE, 1.0)[1] == {"conflict": 0.0}
+    assert decoding_rule("coiecd").parameters == COIECDParameters(alpha=1.0, bound_ratio=4.0)  # the authors' code
 
 
 def test_coiecd_bound_ratio_sets_how_many_tokens_conflict():
@@ -158,5 +160,9 @@ def test_rules_refuse_bad_input():
         cad_logits(z_c, z_m[:, :10], 1.0)
     with pytest.raises(ValueError, match=">= 0"):
         acd_logits(z_c, z_m, -1.0)
-    with pytest.raises(ValueError, match="Unknown decoding technique"):
-        apply_technique("dola", z_c, z_m, 1.0)
+    with pytest.raises(UnknownDecodingRuleError, match=r"Unknown decoding rule 'dola'; choose one of \['acd', 'cad', 'coiecd'"):
+        decoding_rule("dola")
+    with pytest.raises(ValueError, match="lambda"):
+        COIECDParameters(bound_ratio=0.5)
+    with pytest.raises(TypeError, match="COIECDParameters"):
+        decoding_rule("cad", COIECDParameters())

@@ -52,7 +52,7 @@ def test_local_chat_reader_answers_and_shares_the_cached_model(smollm2):
     reply = reader.run(messages=[ChatMessage.from_user("What is the capital of France?")])["replies"][0]
     assert "Paris" in reply.text
     assert reply.meta["prompt_tokens"] > 5 and 0 < reply.meta["completion_tokens"] <= 12
-    assert reader._model is smollm2[0]
+    assert reader.chat_model.model is smollm2[0]
 
 
 def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smollm2):

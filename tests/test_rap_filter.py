@@ -12,7 +12,8 @@ import pytest
 from haystack import Document
 
 from icr2_components.artifacts.base import ArtifactMismatchError
-from icr2_components.filters import ContextTooLongError, RetrievalAttentionFilter
+from icr2_components.errors import ContextTooLongError
+from icr2_components.filters import RetrievalAttentionFilter
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.probing.head_probing import probe_heads, split_instances
 from icr2_components.probing.cic_instances import nq_sample_instances
@@ -90,7 +91,7 @@ def test_filter_round_trips_and_shares_the_readers_model(artifact_path, smollm2)
     reader = LocalChatReader(model="smollm2-135m-instruct", dtype="float32", device="cpu")
     again.warm_up()
     reader.warm_up()
-    assert again._model is reader._model is smollm2[0]
+    assert again._model is reader.chat_model.model is smollm2[0]
 
 
 def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split, smollm2, tmp_path, monkeypatch):
@@ -112,7 +113,7 @@ def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split,
     assert rap.model == reader.model and rap.artifact == "bench/results/rap_heads_smollm2.json"
     rap.warm_up()  # the committed artifact matches the reader's model (a mismatch raises ArtifactMismatchError)
     reader.warm_up()
-    assert rap._model is reader._model is smollm2[0]
+    assert rap._model is reader.chat_model.model is smollm2[0]
     # The filter -> prompt -> reader part of the same YAML, on a held-apart CiC (retrieval needs the index).
     text = (root / "pipelines/rap.yaml").read_text().replace("bench/results/rap_heads_smollm2.json", str(artifact_path))
     section = _filter_to_reader(text)

@@ -5,20 +5,16 @@ Probing the heads (what makes the artifact the filter reads) is a job, not a com
 
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
-    ContextTooLongError,
     PassageScores,
     encode_cic_prompt,
-    model_signature,
     score_passages,
 )
 from icr2_components.filters.retrieval_attention_filter import RetrievalAttentionFilter
 
 __all__ = [
-    "ContextTooLongError",
     "PassageScores",
     "QUERY_POSITION_MODES",
     "RetrievalAttentionFilter",
     "encode_cic_prompt",
-    "model_signature",
     "score_passages",
 ]

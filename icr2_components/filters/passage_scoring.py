@@ -12,17 +12,17 @@ template), so the heads are probed and used on exactly the input they answer fro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from haystack import Document
 
-from icr2_components.errors import ContextTooLongError  # defined there so serving and compare see one class
 from icr2_components.models.attention import (
     generation_passage_scores,
     passage_attention_scores,
     token_spans_from_char_spans,
 )
+from icr2_components.models.introspection import check_fits, context_limit
 
 QUERY_POSITION_MODES = ("last_prompt_token", "generated_tokens")
 
@@ -47,18 +47,6 @@ class PassageScores:
     query_positions: list[int]
 
 
-def context_limit(model, max_context_tokens: int | None = None) -> int:
-    """The most tokens the reader takes: ``max_context_tokens`` if given, else the model's position limit."""
-    if max_context_tokens:
-        return int(max_context_tokens)
-    config = model.config
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
-    return 1 << 30
-
-
 def encode_cic_prompt(
     tokenizer,
     task_type: str,
@@ -78,16 +66,6 @@ def encode_cic_prompt(
     token_spans = token_spans_from_char_spans(encoded["offset_mapping"], char_spans)
     input_ids = torch.tensor([encoded["input_ids"]], dtype=torch.long)
     return EncodedCiCPrompt(input_ids, list(rendered.passage_ids), token_spans, rendered.text)
-
-
-def check_fits(prompt_tokens: int, limit: int, reserved: int, model_name: str) -> None:
-    if prompt_tokens + reserved > limit:
-        raise ContextTooLongError(
-            f"The passages make a {prompt_tokens}-token prompt, but {model_name} takes at most {limit} tokens"
-            + (f" ({reserved} kept free for generated tokens)" if reserved else "")
-            + ". Give fewer or shorter passages (a smaller corpus budget).",
-            prompt_tokens=prompt_tokens, limit=limit,
-        )
 
 
 def score_passages(
@@ -121,18 +99,6 @@ def score_passages(
             model, encoded.input_ids, encoded.token_spans, query_positions=positions, aggregate=aggregate, layers=layers
         )
     return PassageScores(encoded.passage_ids, scores, prompt_tokens, positions)
-
-
-def model_signature(model) -> dict[str, Any]:
-    """What must match for heads probed on one model to mean anything on another."""
-    config = model.config
-    return {
-        "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-        "num_layers": int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")),
-        "num_heads": int(getattr(config, "num_attention_heads", None) or getattr(config, "n_head")),
-        "hidden_size": int(getattr(config, "hidden_size", None) or getattr(config, "n_embd")),
-        "vocab_size": int(config.vocab_size),
-    }
 
 
 def top_m_indices(scores: torch.Tensor, m: int) -> torch.Tensor:

@@ -12,10 +12,10 @@ from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
     encode_cic_prompt,
-    model_signature,
     score_passages,
     top_m_indices,
 )
+from icr2_components.models.introspection import model_signature
 from icr2_components.models.cache import MODEL_CACHE
 
 logger = logging.getLogger(__name__)

@@ -93,7 +93,7 @@ def probe_heads(
     """Score every head on every instance; instances without gold in context or too long are counted skips."""
     from tqdm.auto import tqdm
 
-    from icr2_components.filters.passage_scoring import ContextTooLongError
+    from icr2_components.errors import ContextTooLongError
 
     if max_m < 1:
         raise ValueError(f"max_m must be >= 1, got {max_m}.")

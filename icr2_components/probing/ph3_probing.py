@@ -110,8 +110,8 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
                     skips: SkipReport | None = None) -> PH3HeadArtifact:
     """Mean direct effects over ``instances`` and the ranked context and memory heads, as an artifact."""
     from icr2_components.text.templates import render_cic_prompt
-    from icr2_components.filters.passage_scoring import model_signature
-    from icr2_components.readers.local_chat_reader import messages_to_dicts
+    from icr2_components.models.chat_messages import messages_to_dicts
+    from icr2_components.models.introspection import model_signature
 
     skips = skips or SkipReport(source="ph3 probing")
     total, used = None, 0

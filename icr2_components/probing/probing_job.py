@@ -10,7 +10,7 @@ from typing import Sequence
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.plotting import plot_hit_rate_heatmap
 from icr2_components.probing.head_probing import CiCInstance, ProbeResult, artifact_from_probe, probe_heads
-from icr2_components.filters.passage_scoring import model_signature
+from icr2_components.models.introspection import model_signature
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 from haystack import Document, component, default_from_dict, default_to_dict
 
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.introspection import check_fits, context_limit, model_signature
 from icr2_components.rankers.retrieval_head import RetrievalHead, find_head_folder
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class RetrievalHeadRanker:
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k (K) must be >= 1, got {top_k}.")
         if max_context_tokens is not None and max_context_tokens < 1:
-            raise ValueError("max_context_tokens must be positive or None.")
+            raise ValueError(f"max_context_tokens must be a positive integer or None, got {max_context_tokens!r}.")
         self.head = head
         self.model = model
         self.top_k = top_k
@@ -74,8 +75,6 @@ class RetrievalHeadRanker:
     def warm_up(self) -> None:
         if self._head is not None:
             return
-        from icr2_components.filters.passage_scoring import model_signature
-
         head = RetrievalHead.load(self._folder)
         reader = self.model or head.config.model
         model, tokenizer = MODEL_CACHE.causal_lm(reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
@@ -99,7 +98,6 @@ class RetrievalHeadRanker:
         """
         import torch
 
-        from icr2_components.filters.passage_scoring import check_fits, context_limit
         from icr2_components.rankers.head_inputs import encode_for_head, final_hidden_states
 
         self.warm_up()

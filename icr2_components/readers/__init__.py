@@ -1,7 +1,8 @@
 """Readers: generators that answer from a (possibly long) context."""
 
-from icr2_components.readers.local_chat_reader import LocalChatReader, messages_to_dicts
-from icr2_components.readers.contrastive_decoding_reader import ContextAwareDecodingReader, MissingContextError
+from icr2_components.errors import MissingContextError
+from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.head_suppression_reader import HeadSuppressionReader
+from icr2_components.readers.local_chat_reader import LocalChatReader
 
-__all__ = ["ContextAwareDecodingReader", "HeadSuppressionReader", "LocalChatReader", "MissingContextError", "messages_to_dicts"]
+__all__ = ["ContextAwareDecodingReader", "HeadSuppressionReader", "LocalChatReader", "MissingContextError"]

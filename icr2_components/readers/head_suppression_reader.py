@@ -4,18 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from haystack import component, default_from_dict, default_to_dict
+from haystack import component
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.readers.local_chat_reader import LocalChatReader
+from icr2_components.models.introspection import model_signature
+from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 
 DIRECTIONS = ("context", "memory")
 
 
 @component
-class HeadSuppressionReader(LocalChatReader):
+class HeadSuppressionReader:
     """
     PH3 as a reader: generates (greedy) while the outputs of chosen attention heads are removed before `o_proj`.
+
+    PH3 is Jin et al. (2024), "Cutting Off the Head Ends the Conflict: A Mechanism for Interpreting and Mitigating
+    Knowledge Conflicts in Language Models", https://arxiv.org/abs/2402.18154; CUB (Hagström et al., 2025,
+    https://arxiv.org/abs/2505.16518) benchmarks it as PH3 +context and PH3 +memory.
 
     `direction="context"` (PH3 +context) suppresses the artifact's top `num_heads` *memory* heads, so the
     answer leans on the context; `direction="memory"` (PH3 +memory) suppresses its top *context* heads. The
@@ -63,19 +68,28 @@ class HeadSuppressionReader(LocalChatReader):
         :param attn_implementation: `sdpa` or `flash_attention_2` (the tap does not serve `eager`).
         :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
         """
-        LocalChatReader.__init__(self, model=model, max_new_tokens=max_new_tokens, do_sample=False, dtype=dtype,
-                                 device=device, attn_implementation=attn_implementation,
-                                 max_input_tokens=max_input_tokens)
+        check_max_new_tokens(max_new_tokens)
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
         if not isinstance(num_heads, int) or num_heads < 0:
             raise ValueError(f"num_heads must be an integer >= 0, got {num_heads!r}.")
         if artifact is None and heads is None and num_heads:
-            raise ValueError("Give a PH3 artifact (artifact=...json) or explicit heads=[[layer, head], ...].")
+            raise ValueError(
+                f"num_heads={num_heads} heads to suppress, but no PH3 artifact (artifact=...json) or explicit "
+                "heads=[[layer, head], ...] to take them from; give one, or num_heads=0."
+            )
         if heads is not None and any(not isinstance(h, (list, tuple)) or len(h) != 2 for h in heads):
             raise ValueError(f"heads must be [[layer, head], ...], got {heads!r}.")
         if not 0 <= scale <= 1:
             raise ValueError(f"scale must lie in [0, 1] (0 removes a head), got {scale}.")
+        self.chat_model = LocalChatModel(model, dtype=dtype, device=device, attn_implementation=attn_implementation,
+                                         max_input_tokens=max_input_tokens)
+        self.model = model
+        self.max_new_tokens = max_new_tokens
+        self.dtype = dtype
+        self.device = device
+        self.attn_implementation = attn_implementation
+        self.max_input_tokens = max_input_tokens
         self.artifact = artifact
         self.direction = direction
         self.num_heads = num_heads
@@ -84,13 +98,12 @@ class HeadSuppressionReader(LocalChatReader):
         self._artifact = None
 
     def warm_up(self) -> None:
-        LocalChatReader.warm_up(self)
+        self.chat_model.load()
         if self.artifact is not None and self._artifact is None:
             from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
-            from icr2_components.filters.passage_scoring import model_signature
 
             loaded = PH3HeadArtifact.load(self.artifact)
-            loaded.check_model(self.model, model_signature(self._model))
+            loaded.check_model(self.model, model_signature(self.chat_model.model))
             self._artifact = loaded
 
     def chosen_heads(self, direction: str | None = None, num_heads: int | None = None) -> list[tuple[int, int]]:
@@ -103,10 +116,10 @@ class HeadSuppressionReader(LocalChatReader):
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
         if self.heads is not None:
-            return check_heads(self._model, self.heads[:count] if num_heads is not None else self.heads)
+            return check_heads(self.chat_model.model, self.heads[:count] if num_heads is not None else self.heads)
         if count == 0:
             return []
-        return check_heads(self._model, self._artifact.heads_to_suppress(direction, count))
+        return check_heads(self.chat_model.model, self._artifact.heads_to_suppress(direction, count))
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], direction: str | None = None, num_heads: int | None = None,
@@ -116,22 +129,15 @@ class HeadSuppressionReader(LocalChatReader):
         :param direction: Overrides the init value for this call.
         :param num_heads: Overrides the init value for this call.
         :param max_new_tokens: Overrides the init value for this call.
-        :returns: `replies`: one assistant message; its meta adds `suppressed_heads` and `direction`.
+        :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens`,
+            `latency_s`, `suppressed_heads` and `direction` in its meta.
         """
         from icr2_components.models.head_suppression import suppress_heads
 
+        if not messages:
+            raise ValueError("HeadSuppressionReader.run needs at least one message.")
         heads = self.chosen_heads(direction, num_heads)
-        with suppress_heads(self._model, heads, self.scale):
-            result = LocalChatReader.run(self, messages=messages, max_new_tokens=max_new_tokens)
-        result["replies"][0].meta.update(suppressed_heads=[list(h) for h in heads], direction=direction or self.direction)
-        return result
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self, **self.loading_settings(), artifact=self.artifact, direction=self.direction, num_heads=self.num_heads,
-            heads=self.heads, scale=self.scale,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "HeadSuppressionReader":
-        return default_from_dict(cls, data)
+        with suppress_heads(self.chat_model.model, heads, self.scale):
+            reply = self.chat_model.reply(messages, max_new_tokens or self.max_new_tokens)
+        reply.meta.update(suppressed_heads=[list(h) for h in heads], direction=direction or self.direction)
+        return {"replies": [reply]}

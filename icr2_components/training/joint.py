@@ -118,7 +118,7 @@ def latest_checkpoint(output_dir: str) -> Path | None:
 
 
 def save_head(head, model, tokenizer, recipe: TrainingRecipe) -> Path:
-    from icr2_components.filters.passage_scoring import model_signature
+    from icr2_components.models.introspection import model_signature
 
     out = Path(recipe.output_dir)
     if recipe.retrieval_head.train_lm:

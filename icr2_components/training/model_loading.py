@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from icr2_components.models.introspection import CONTEXT_LENGTH_KEYS, stated_context_length
 from icr2_components.models.resolver import resolve_model
 
 
@@ -16,17 +17,16 @@ class SequenceLimitError(ValueError):
     """``max_seq_length`` is longer than the model's context."""
 
 
-def model_context_limit(config) -> int:
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, name, None)
-        if value:
-            return int(value)
-    raise ValueError(f"{type(config).__name__} states no context length; set max_seq_length in the recipe.")
-
-
 def effective_max_length(config, requested: int | None) -> int:
     """The recipe's ``max_seq_length``, or the model's context when unset; refuses more than the model allows."""
-    limit = model_context_limit(config)
+    limit = stated_context_length(config)
+    if limit is None:
+        if requested is not None:
+            return int(requested)  # nothing to check it against
+        raise ValueError(
+            f"{type(config).__name__} states no context length (none of {list(CONTEXT_LENGTH_KEYS)}); "
+            "set max_seq_length in the recipe."
+        )
     if requested is None:
         return limit
     if requested > limit:

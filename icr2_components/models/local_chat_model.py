@@ -1,0 +1,140 @@
+"""A causal LM from the shared model cache used as a chat model: what every local reader needs of its model."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.errors import ContextTooLongError
+from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.chat_messages import messages_to_dicts
+from icr2_components.models.generation_settings import decoding_arguments
+from icr2_components.models.introspection import context_limit
+from icr2_components.models.resolver import check_model_name
+
+
+def check_max_new_tokens(max_new_tokens: int) -> None:
+    """Refuse a generation budget below one token."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}.")
+
+
+class LocalChatModel:
+    """
+    One local causal LM seen as a chat model: loading (from `MODEL_CACHE`), chat-template encoding with the
+    context check, and generation of one reply with its meta.
+
+    Readers hold one of these instead of inheriting from each other, so that each reader states only its own
+    technique; the model itself is the cache's copy, shared with every other component naming it.
+
+    Usage example:
+    ```python
+    from haystack.dataclasses import ChatMessage
+    from icr2_components.models.local_chat_model import LocalChatModel
+
+    chat_model = LocalChatModel("smollm2-135m-instruct", dtype="float32", device="cpu")
+    reply = chat_model.reply([ChatMessage.from_user("What is the capital of France?")], max_new_tokens=8)
+    print(reply.text, reply.meta["completion_tokens"])
+    ```
+    """
+
+    def __init__(
+        self,
+        name: str,
+        dtype: str = "auto",
+        device: str | None = None,
+        attn_implementation: str | None = "sdpa",
+        max_input_tokens: int | None = None,
+    ) -> None:
+        """
+        :param name: Hugging Face id, local path or bundled alias.
+        :param dtype: `auto`, `float32`, `float16` or `bfloat16`.
+        :param device: `cpu`, `cuda`, `cuda:1`...; the best available by default.
+        :param attn_implementation: `sdpa`, `eager` or `flash_attention_2`.
+        :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
+        """
+        # a local path that does not exist (a fine-tuned model not trained yet) fails here, at pipeline load,
+        # naming the `icr2 train` recipe that writes it; a hub id is checked when the model is loaded
+        check_model_name(name)
+        if max_input_tokens is not None and max_input_tokens < 1:
+            raise ValueError(f"max_input_tokens must be a positive integer or None, got {max_input_tokens!r}.")
+        self.name = name
+        self.dtype = dtype
+        self.device = device
+        self.attn_implementation = attn_implementation
+        self.max_input_tokens = max_input_tokens
+        self._model = None
+        self._tokenizer = None
+
+    def load(self) -> None:
+        """Take the model and tokenizer from the shared cache (loading them on first use)."""
+        if self._model is None:
+            self._model, self._tokenizer = MODEL_CACHE.causal_lm(
+                self.name, dtype=self.dtype, device=self.device, attn_implementation=self.attn_implementation
+            )
+
+    @property
+    def model(self):
+        """The loaded Hugging Face model (the cache's shared copy)."""
+        self.load()
+        return self._model
+
+    @property
+    def tokenizer(self):
+        self.load()
+        return self._tokenizer
+
+    def context_limit(self) -> int:
+        return context_limit(self.model, self.max_input_tokens)
+
+    def eos_token_ids(self) -> set[int]:
+        """The token ids that end a reply: the generation config's, else the tokenizer's."""
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+
+    def encode(self, messages: list[ChatMessage], max_new_tokens: int):
+        """Render the chat template and tokenize; raise ``ContextTooLongError`` if the prompt and the generation
+        budget ``max_new_tokens`` do not fit the context."""
+        check_max_new_tokens(max_new_tokens)
+        encoded = self.tokenizer.apply_chat_template(
+            messages_to_dicts(messages), add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        length = int(encoded["input_ids"].shape[1])
+        context = self.context_limit()
+        limit = context - max_new_tokens
+        if length > limit:
+            raise ContextTooLongError(
+                f"The prompt has {length} tokens but {self.name} accepts {limit} "
+                f"({context} context minus max_new_tokens={max_new_tokens}). "
+                "Shorten the context (a smaller budget in the corpus builder, or a RAP filter).",
+                prompt_tokens=length, limit=limit,
+            )
+        return encoded
+
+    def reply(
+        self, messages: list[ChatMessage], max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0
+    ) -> ChatMessage:
+        """One assistant reply to ``messages`` (greedy unless ``do_sample``), with `model`, `prompt_tokens`,
+        `completion_tokens` and `latency_s` in its meta."""
+        import torch
+
+        encoded = self.encode(messages, max_new_tokens).to(self.model.device)
+        arguments: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id,
+                                     **decoding_arguments(do_sample, temperature)}
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = self.model.generate(**encoded, **arguments)
+        prompt_tokens = int(encoded["input_ids"].shape[1])
+        new_tokens = output[0, prompt_tokens:]
+        text = self.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+        meta = {
+            "model": self.name,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": int(new_tokens.shape[0]),
+            "latency_s": time.perf_counter() - start,
+        }
+        return ChatMessage.from_assistant(text, meta=meta)

@@ -1,0 +1,61 @@
+"""The decoding rules by name: ``register_decoding_rule`` adds one, ``decoding_rule`` builds one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from icr2_components.readers.decoding_rules.base import DecodingRule
+
+_RULES: dict[str, type[DecodingRule]] = {}
+
+
+class UnknownDecodingRuleError(ValueError):
+    """No decoding rule is registered under the name asked for."""
+
+
+def register_decoding_rule(name: str) -> Callable[[type[DecodingRule]], type[DecodingRule]]:
+    """Class decorator: register a ``DecodingRule`` subclass as ``name`` (the reader's ``technique``).
+
+    ``name`` prefixes the rule's parameters in the reader (``<name>_<field>``), so it must be a lowercase
+    identifier; registering a second class under a taken name is refused.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name != name.lower() or name == "none":
+        raise ValueError(
+            f"A decoding rule's name must be a lowercase identifier other than 'none' (plain decoding), got {name!r}."
+        )
+
+    def register(rule_class: type[DecodingRule]) -> type[DecodingRule]:
+        if not (isinstance(rule_class, type) and issubclass(rule_class, DecodingRule)):
+            raise TypeError(f"register_decoding_rule({name!r}) decorates DecodingRule subclasses, got {rule_class!r}.")
+        parameters = rule_class.parameters_class
+        if not (dataclasses.is_dataclass(parameters) and parameters.__dataclass_params__.frozen):
+            raise TypeError(f"{rule_class.__name__}.parameters_class must be a frozen dataclass, got {parameters!r}.")
+        taken = _RULES.get(name)
+        if taken is not None and taken is not rule_class:
+            raise ValueError(f"The decoding rule name {name!r} is taken by {taken.__module__}.{taken.__qualname__}.")
+        rule_class.name = name
+        _RULES[name] = rule_class
+        return rule_class
+
+    return register
+
+
+def decoding_rule_names() -> list[str]:
+    """The registered rules' names, sorted."""
+    return sorted(_RULES)
+
+
+def decoding_rule_class(name: str) -> type[DecodingRule]:
+    """The rule class registered as ``name``; an unknown name raises, listing the registered ones."""
+    try:
+        return _RULES[name]
+    except (KeyError, TypeError):
+        raise UnknownDecodingRuleError(
+            f"Unknown decoding rule {name!r}; choose one of {decoding_rule_names()}."
+        ) from None
+
+
+def decoding_rule(name: str, parameters: Any = None) -> DecodingRule:
+    """The rule ``name`` with ``parameters`` (its parameters class; its defaults when None)."""
+    return decoding_rule_class(name)(parameters)
