@@ -23,6 +23,8 @@ COMPONENT_PACKAGES = ("builders", "filters", "gates", "rankers", "readers", "reo
 # The only components that write their own to_dict/from_dict, and why.
 OWN_SERIALISATION = {
     "TimeAwareRetrievalGate": "it holds a chat generator, serialised as a nested component",
+    "ContextAwareDecodingReader": "a decoding rule's own parameters arrive as `<rule>_<parameter>` keywords "
+                                  "(**rule_parameters, so that a new rule is one file), which the default cannot see",
 }
 
 # Arguments without which a component cannot be built; paths that do not exist on purpose: __init__ must not
