@@ -134,3 +134,21 @@ def test_the_icr2_cli_entry_applies_the_defaults_itself(monkeypatch, capsys):
     assert main([]) == 2  # no command: prints the help
     assert "COMMAND" in capsys.readouterr().out
     assert {key: os.environ.get(key) for key in _ENV_DEFAULTS} == _ENV_DEFAULTS
+
+
+def test_introspection_reads_every_family_s_context_length_key_once_for_all_components():
+    from types import SimpleNamespace
+
+    from icr2_components.models.introspection import UNSTATED_CONTEXT_LIMIT, context_limit, stated_context_length
+    from icr2_components.training.model_loading import effective_max_length
+
+    llama, gpt2, bare = (SimpleNamespace(max_position_embeddings=8192), SimpleNamespace(n_positions=1024),
+                         SimpleNamespace())
+    assert [stated_context_length(c) for c in (llama, gpt2, bare)] == [8192, 1024, None]
+    assert context_limit(SimpleNamespace(config=gpt2)) == 1024  # the reader once read max_position_embeddings only
+    assert context_limit(SimpleNamespace(config=gpt2), 300) == 300
+    assert context_limit(SimpleNamespace(config=bare)) == UNSTATED_CONTEXT_LIMIT
+    assert effective_max_length(gpt2, None) == 1024
+    assert effective_max_length(bare, 512) == 512  # the error's advice (set max_seq_length) now works
+    with pytest.raises(ValueError, match=r"states no context length.*set max_seq_length"):
+        effective_max_length(bare, None)

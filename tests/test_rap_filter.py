@@ -131,11 +131,13 @@ def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split,
         assert (document.content in prompt) == (document.id in kept_ids), document.id
     reply = result["reader"]["replies"][0]
     assert reply.text and 0 < reply.meta["completion_tokens"] <= 32
-    full_prompt_tokens = small.get_component("reader").encode(
-        loads_pipeline(section).get_component("prompt").run(documents=instance.documents, query=instance.query)["prompt"]
+    small_reader = small.get_component("reader")
+    full_prompt_tokens = small_reader.chat_model.encode(
+        loads_pipeline(section).get_component("prompt").run(documents=instance.documents, query=instance.query)["prompt"],
+        small_reader.max_new_tokens,
     )["input_ids"].shape[1]
     assert reply.meta["prompt_tokens"] < full_prompt_tokens  # filtering shortened what the reader read
-    assert small.get_component("rap_filter")._model is small.get_component("reader")._model
+    assert small.get_component("rap_filter")._model is small_reader.chat_model.model
 
 
 def _filter_to_reader(yaml_text: str) -> str:
