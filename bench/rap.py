@@ -160,7 +160,7 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
     prompt = CorpusInContextPromptBuilder(task_type="qa")
     rap.warm_up()
     reader.warm_up()
-    assert rap._model is reader._model, "the filter and the reader must share one model"
+    assert rap._model is reader.chat_model.model, "the filter and the reader must share one model"
     totals = {"rap": 0.0, "bm25": 0.0, "minilm": 0.0, "rap_at_m": 0.0, "bm25_at_m": 0.0, "minilm_at_m": 0.0,
               "kept": 0.0, "vanilla": 0, "rap_answer": 0, "oracle": 0}
     for instance in tqdm(held, desc="recall and accuracy (held-apart)"):

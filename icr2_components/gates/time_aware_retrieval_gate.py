@@ -23,6 +23,7 @@ from icr2_components.gates.gate_decider import (
 from icr2_components.gates.prompts import DEMONSTRATION_ORDERS
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.prefix_cache import PrefixKVCache
 
 logger = logging.getLogger(__name__)
@@ -268,7 +269,7 @@ class TimeAwareRetrievalGate:
         with torch.inference_mode():
             output = self._model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
-                do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=self._tokenizer.pad_token_id,
+                pad_token_id=self._tokenizer.pad_token_id, **decoding_arguments(),
             )
         return self._tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
 

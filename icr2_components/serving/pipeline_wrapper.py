@@ -59,7 +59,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     def __init__(self, spec: PipelineSpec, max_new_tokens: int | None = None, concurrency: int = 1) -> None:
         """
         :param spec: the pipeline, loaded and checked by `PipelineSpec.from_file`.
-        :param max_new_tokens: override every `LocalChatReader`'s answer budget (None: the YAML's).
+        :param max_new_tokens: override the answer budget of every component with a `max_new_tokens` input (None: the YAML's).
         :param concurrency: pipeline runs at once; more requests wait their turn (1 suits a CPU reader).
         """
         super().__init__()
@@ -110,10 +110,9 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
                 component, socket = target.split(".", 1)
                 data.setdefault(component, {})[socket] = value
         if self.max_new_tokens:
-            from icr2_components.readers.local_chat_reader import LocalChatReader
-
-            for component_name, instance in self.pipeline.walk():
-                if isinstance(instance, LocalChatReader):
+            # every component with a max_new_tokens input gets the server's cap, whatever its class (as in compare)
+            for component_name, sockets in self.pipeline.inputs(include_components_with_connected_inputs=True).items():
+                if "max_new_tokens" in sockets:
                     data.setdefault(component_name, {})["max_new_tokens"] = self.max_new_tokens
         outputs_from = {path.split(".", 1)[0] for path in self.spec.outputs.values()}
         with self._slots:
