@@ -170,3 +170,52 @@ def test_rows_taken_during_generation_match_eager_on_the_full_sequence_tiny_rand
     positions = list(range(29, 29 + count))
     expected = aggregate_spans(_eager_rows(eager, full, positions), spans, "sum").mean(dim=2)
     assert torch.allclose(scores, expected, atol=TOLERANCE)
+
+
+def test_tap_switches_only_the_tapped_model_and_never_the_global_sdpa_tiny_random():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from icr2_components.models.attention import attention_taps
+
+    tapped_model, _ = _sdpa_and_eager(_tiny_configs()["llama"])
+    other_model, _ = _sdpa_and_eager(_tiny_configs()["qwen2"])  # a second model loaded in the same process
+    assert _attention_registry()["sdpa"] is sdpa_attention_forward
+    input_ids = torch.randint(0, 128, (1, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        other_before = other_model(input_ids=input_ids).logits
+    seen = []
+    with attention_taps(tapped_model, lambda call: seen.append(call.module)) as modules, torch.no_grad():
+        assert tapped_model.config._attn_implementation == "icr2_tapped_sdpa"
+        assert attention_implementation(tapped_model) == "sdpa"
+        assert other_model.config._attn_implementation == "sdpa"
+        assert _attention_registry()["sdpa"] is sdpa_attention_forward
+        other_during = other_model(input_ids=input_ids).logits
+        assert seen == []  # the other model's attention calls never reach the tap
+        tapped_model(input_ids=input_ids)
+        assert seen == modules
+    assert tapped_model.config._attn_implementation == "sdpa"
+    assert _attention_registry()["sdpa"] is sdpa_attention_forward
+    assert torch.equal(other_before, other_during)
+
+
+def test_the_model_kernel_sees_its_own_implementation_name_under_the_tap_tiny_random():
+    """The flash kernel reads ``module.config._attn_implementation``; under the tap it must still read its own."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    names_seen = []
+
+    def recording_sdpa(module, *args, **kwargs):
+        names_seen.append(module.config._attn_implementation)
+        return sdpa_attention_forward(module, *args, **kwargs)
+
+    AttentionInterface.register("icr2_test_recording_sdpa", recording_sdpa)
+    model, _ = _sdpa_and_eager(_tiny_configs()["llama"])
+    input_ids = torch.randint(0, 128, (1, 10), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        plain = query_attention_rows(model, input_ids)
+    model.config._attn_implementation = "icr2_test_recording_sdpa"
+    recorded = query_attention_rows(model, input_ids)
+    assert names_seen == ["icr2_test_recording_sdpa"] * 3
+    assert model.config._attn_implementation == "icr2_test_recording_sdpa"
+    assert torch.allclose(recorded, plain, atol=TOLERANCE)

@@ -7,11 +7,15 @@ rotary embedding and any q/k norm, before grouped-query expansion) and compute o
 query positions we need: ``heads x P x T`` per layer, with P the handful of positions that matter.
 
 How the tap is installed: every transformers decoder (Llama, Mistral, Qwen2, GPT-2, ... in transformers 5)
-calls its attention kernel through ``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)``. We
-wrap that entry with a pass-through that, only for attention modules registered by an active
-``attention_taps`` context, first gives the tap an :class:`AttentionCall`. Other models and modules, and all
-calls outside the context, go straight to the original kernel. A tap may observe (row capture, here) or, in a
-later tap, change the call (head suppression) by returning a replacement output.
+calls its attention kernel through ``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation)``. For
+each kernel a tapped model uses (``sdpa``, ``flash_attention_2``, ...) we register, once, a pass-through kernel
+of our own under ``icr2_tapped_<kernel>`` with ``transformers.AttentionInterface.register`` (and the kernel's
+mask builder under the same name with ``AttentionMaskInterface.register``, so the model builds the very mask it
+builds without us). An ``attention_taps`` context switches only the tapped model's config to that name and
+switches it back on exit: other models in the process, and ``ALL_ATTENTION_FUNCTIONS["sdpa"]`` itself, are never
+touched. The pass-through first gives the tap of a registered module an :class:`AttentionCall`, then runs the
+model's own kernel. A tap may observe (row capture, here) or change the call (head suppression) by returning a
+replacement output.
 
 Usage:
     >>> from icr2_components.models import MODEL_CACHE
@@ -24,6 +28,7 @@ Usage:
 
 from __future__ import annotations
 
+import copy
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,6 +61,14 @@ class AttentionCall:
     attention_mask: torch.Tensor | None
     scaling: float | None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    kernel: Callable | None = None
+    """The model's own kernel, bound to the module as it sees it untapped; :meth:`run_kernel` calls it."""
+
+    def run_kernel(self) -> Any:
+        """What the model's own kernel returns for this call: ``(output, weights)``, as if no tap were installed."""
+        if self.kernel is None:
+            raise AttentionAccessError("This AttentionCall carries no kernel; it was not made by attention_taps.")
+        return self.kernel(self.query, self.key, self.value, self.attention_mask, **self.kwargs)
 
     @property
     def query_heads(self) -> int:
@@ -76,12 +89,28 @@ class _StopForward(Exception):
     """Raised by a tap that has everything it needs, to skip the remaining layers."""
 
 
-# ---- installation of the pass-through wrapper ---------------------------------------------------------------
+# ---- the registered pass-through kernels and the per-model switch -------------------------------------------
+
+TAPPED_PREFIX = "icr2_tapped_"
+"""Prefix of our registered implementations: ``icr2_tapped_sdpa`` passes through to ``sdpa``. The kernel's name
+stays inside ours because transformers tests names by substring (``"flash" in name``, ``"sdpa" in name``)."""
 
 _LOCK = threading.RLock()
 _TAPS_BY_MODULE: dict[int, tuple[int, AttentionTap]] = {}
-_INSTALLED: dict[str, tuple[Any, Callable]] = {}  # implementation -> (registry, original kernel)
-_INSTALL_COUNTS: dict[str, int] = {}
+_REGISTERED: set[str] = set()  # kernels whose tapped pass-through is registered
+
+
+@dataclass
+class _SwitchedConfig:
+    """A model config switched to a tapped implementation while one or more contexts hold it."""
+
+    config: Any
+    implementation: str
+    holders: int
+    kernel_config: Any  # a shallow copy naming the original implementation: what the kernel reads
+
+
+_SWITCHED: dict[int, _SwitchedConfig] = {}  # id(config) -> switch
 
 
 def _attention_registry():
@@ -90,43 +119,108 @@ def _attention_registry():
     return ALL_ATTENTION_FUNCTIONS
 
 
-def _make_wrapper(original: Callable) -> Callable:
+class _ModuleAsKernelSeesIt:
+    """The attention module with ``config`` naming the original implementation.
+
+    Why: the flash kernel reads ``module.config._attn_implementation`` to pick its flash library, and during a
+    tapped call the config names ``icr2_tapped_flash_attention_2``. Every other attribute is the module's own.
+    """
+
+    def __init__(self, module: torch.nn.Module, kernel_config: Any) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "config", kernel_config)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_module"), name)
+
+
+def _bound_kernel(implementation: str, module: torch.nn.Module) -> Callable:
+    """The model's own kernel for ``module``, looked up now (a later re-registration of it is honoured)."""
+    kernel = _attention_registry()[implementation]
+    switch = _SWITCHED.get(id(getattr(module, "config", None)))
+    seen = _ModuleAsKernelSeesIt(module, switch.kernel_config) if switch is not None else module
+
+    def run(query, key, value, attention_mask, *args, **kwargs):
+        return kernel(seen, query, key, value, attention_mask, *args, **kwargs)
+
+    return run
+
+
+def _make_tapped_kernel(implementation: str) -> Callable:
     def tapped_attention(module, query, key, value, attention_mask, *args, **kwargs):
+        kernel = _bound_kernel(implementation, module)
         entry = _TAPS_BY_MODULE.get(id(module))
         if entry is not None:
             layer, tap = entry
-            call = AttentionCall(module, layer, query, key, value, attention_mask, kwargs.get("scaling"), kwargs)
+            call = AttentionCall(module, layer, query, key, value, attention_mask, kwargs.get("scaling"), kwargs, kernel)
             replacement = tap(call)
             if replacement is not None:
                 return replacement
-        return original(module, query, key, value, attention_mask, *args, **kwargs)
+        return kernel(query, key, value, attention_mask, *args, **kwargs)
 
-    tapped_attention.__wrapped__ = original  # type: ignore[attr-defined]
+    tapped_attention.__name__ = f"{TAPPED_PREFIX}{implementation}"
     return tapped_attention
 
 
-def _install(implementation: str) -> None:
-    with _LOCK:
-        if _INSTALL_COUNTS.get(implementation, 0) == 0:
-            registry = _attention_registry()
-            original = registry[implementation]
-            registry[implementation] = _make_wrapper(original)
-            _INSTALLED[implementation] = (registry, original)
-        _INSTALL_COUNTS[implementation] = _INSTALL_COUNTS.get(implementation, 0) + 1
+def _make_tapped_mask(implementation: str) -> Callable:
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    def tapped_mask(*args, **kwargs):
+        return ALL_MASK_ATTENTION_FUNCTIONS[implementation](*args, **kwargs)
+
+    return tapped_mask
 
 
-def _uninstall(implementation: str) -> None:
+def _register(implementation: str) -> str:
+    """Register the pass-through kernel (and mask builder) for ``implementation`` once; return its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    name = f"{TAPPED_PREFIX}{implementation}"
     with _LOCK:
-        _INSTALL_COUNTS[implementation] -= 1
-        if _INSTALL_COUNTS[implementation] == 0:
-            registry, original = _INSTALLED.pop(implementation)
-            registry[implementation] = original
-            del _INSTALL_COUNTS[implementation]
+        if implementation not in _REGISTERED:
+            AttentionInterface.register(name, _make_tapped_kernel(implementation))
+            # transformers builds a mask only for implementations in the mask registry's global mapping;
+            # mirror the kernel's membership so the tapped model gets exactly the mask (or None) it gets untapped.
+            if implementation in AttentionMaskInterface._global_mapping:
+                AttentionMaskInterface.register(name, _make_tapped_mask(implementation))
+            _REGISTERED.add(implementation)
+    return name
+
+
+def _configs_of(model, modules: Sequence[torch.nn.Module]) -> list[Any]:
+    """The distinct configs the attention modules dispatch by (the model's own config for a plain decoder)."""
+    configs: dict[int, Any] = {}
+    for module in modules:
+        config = getattr(module, "config", None) or model.config
+        configs[id(config)] = config
+    return list(configs.values())
+
+
+def _switch(config: Any, implementation: str, tapped: str) -> None:
+    switch = _SWITCHED.get(id(config))
+    if switch is None:
+        kernel_config = copy.copy(config)
+        kernel_config._attn_implementation_internal = implementation
+        _SWITCHED[id(config)] = _SwitchedConfig(config, implementation, 1, kernel_config)
+        # The internal attribute, not the property: the property would also rewrite the sub-configs (a vision
+        # tower's own kernel, say), which the tap leaves alone.
+        config._attn_implementation_internal = tapped
+    else:
+        switch.holders += 1
+
+
+def _switch_back(config: Any) -> None:
+    switch = _SWITCHED[id(config)]
+    switch.holders -= 1
+    if switch.holders == 0:
+        config._attn_implementation_internal = switch.implementation
+        del _SWITCHED[id(config)]
 
 
 def attention_implementation(model) -> str:
-    """The kernel name the model dispatches to (``sdpa``, ``flash_attention_2``, ``eager``...)."""
-    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+    """The kernel name the model dispatches to (``sdpa``, ``flash_attention_2``, ``eager``...), tapped or not."""
+    return str(getattr(model.config, "_attn_implementation", None) or "eager").removeprefix(TAPPED_PREFIX)
 
 
 def attention_modules(model) -> list[torch.nn.Module]:
@@ -155,6 +249,7 @@ def attention_modules(model) -> list[torch.nn.Module]:
 def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
     """Route every attention call of ``model`` through ``tap`` while the context is open.
 
+    Only this model is switched to the tapped implementation, and back on exit; other models are untouched.
     Yields the tapped modules in layer order. Not re-entrant for one model: a second tap on the same modules
     raises. Eager attention is refused (its kernel is family-specific and it already offers
     ``output_attentions``): load the model with ``attn_implementation="sdpa"``.
@@ -173,7 +268,10 @@ def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
                 "This model's attention is already tapped by another active attention_taps context; "
                 "close it first (or combine both taps into one)."
             )
-        _install(implementation)
+        tapped = _register(implementation)
+        configs = _configs_of(model, modules)
+        for config in configs:
+            _switch(config, implementation, tapped)
         for index, module in enumerate(modules):
             _TAPS_BY_MODULE[id(module)] = (index, tap)
     try:
@@ -182,7 +280,8 @@ def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
         with _LOCK:
             for module in modules:
                 _TAPS_BY_MODULE.pop(id(module), None)
-            _uninstall(implementation)
+            for config in configs:
+                _switch_back(config)
 
 
 # ---- query-row computation -----------------------------------------------------------------------------------

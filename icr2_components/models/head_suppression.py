@@ -1,8 +1,8 @@
 """Attention-head suppression (PH3) and per-head outputs, through the attention access's kernel tap.
 
 A tap on the attention kernel (see ``attention.py``) sees each layer's call; for the layers with chosen heads it
-runs the original kernel itself and scales those heads' outputs (0 by default: PH3's pruning, Jin et al. 2024,
-"Cutting Off the Head Ends the Conflict") before they reach the output projection ``o_proj``. Other heads,
+runs the model's own kernel itself (``AttentionCall.run_kernel``) and scales those heads' outputs (0 by default:
+PH3's pruning, Jin et al. 2024, "Cutting Off the Head Ends the Conflict") before they reach the output projection ``o_proj``. Other heads,
 other layers and every call outside the context are untouched. The kernel output is
 ``(batch, q_len, query_heads, head_dim)`` for every kernel transformers dispatches to (sdpa, flash, flex).
 
@@ -24,7 +24,6 @@ import torch
 from icr2_components.models.attention import (
     AttentionAccessError,
     AttentionCall,
-    attention_implementation,
     attention_modules,
     attention_taps,
 )
@@ -56,24 +55,11 @@ def check_heads(model, heads: Iterable[Sequence[int]]) -> list[tuple[int, int]]:
     return sorted(set(checked))
 
 
-def original_kernel(model):
-    """The attention kernel the model dispatches to, below any installed tap wrapper."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    kernel = ALL_ATTENTION_FUNCTIONS[attention_implementation(model)]
-    return getattr(kernel, "__wrapped__", kernel)
-
-
-def _run_kernel(kernel, call: AttentionCall):
-    return kernel(call.module, call.query, call.key, call.value, call.attention_mask, **call.kwargs)
-
-
 class HeadSuppressionTap:
     """Scales the outputs of chosen heads (0: removed) per layer; also usable with a capture of head outputs."""
 
-    def __init__(self, kernel, heads: Sequence[tuple[int, int]], scale: float = 0.0,
+    def __init__(self, heads: Sequence[tuple[int, int]], scale: float = 0.0,
                  capture_positions: Sequence[int] | None = None) -> None:
-        self.kernel = kernel
         self.scale = float(scale)
         self.by_layer: dict[int, list[int]] = {}
         for layer, head in heads:
@@ -85,7 +71,7 @@ class HeadSuppressionTap:
         chosen = self.by_layer.get(call.layer)
         if not chosen and self.capture_positions is None:
             return None  # the original kernel runs, untouched
-        output, weights = _run_kernel(self.kernel, call)
+        output, weights = call.run_kernel()
         if chosen:
             output = output.clone()
             output[:, :, chosen, :] = output[:, :, chosen, :] * self.scale
@@ -104,7 +90,7 @@ def suppress_heads(model, heads: Iterable[Sequence[int]], scale: float = 0.0) ->
     checked = check_heads(model, heads)
     if not 0 <= scale <= 1:
         raise AttentionAccessError(f"scale must lie in [0, 1] (0 removes the head, 1 leaves it), got {scale}.")
-    tap = HeadSuppressionTap(original_kernel(model), checked, scale)
+    tap = HeadSuppressionTap(checked, scale)
     with attention_taps(model, tap):
         yield checked
 
@@ -118,7 +104,7 @@ def head_outputs(model, input_ids: torch.Tensor, positions: Sequence[int] = (-1,
     """
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
-    tap = HeadSuppressionTap(original_kernel(model), check_heads(model, heads), scale, capture_positions=positions)
+    tap = HeadSuppressionTap(check_heads(model, heads), scale, capture_positions=positions)
     with attention_taps(model, tap), torch.inference_mode():
         logits = model(input_ids=input_ids.to(model.device), use_cache=False, logits_to_keep=1).logits[:, -1, :]
     return torch.stack([tap.captured[layer] for layer in sorted(tap.captured)]), logits.float().cpu()
