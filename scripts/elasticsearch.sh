@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A single-node Elasticsearch 8.x for development, tests and CI: fetch, start, stop, status.
 #
-#   bash scripts/elasticsearch.sh fetch    # newest 8.x integ-test-zip from Maven Central, cached
+#   bash scripts/elasticsearch.sh fetch    # newest 8.x integ-test-zip, fetched with Maven (mvn), cached
 #   bash scripts/elasticsearch.sh start    # 127.0.0.1:${ICR2_ES_PORT:-9200}, waits for yellow/green health
 #   bash scripts/elasticsearch.sh status   # exit 0 when the node answers, 1 otherwise
 #   bash scripts/elasticsearch.sh stop     # SIGTERM by pid file, waits, SIGKILL after a timeout
@@ -10,6 +10,13 @@
 # transport-netty4, x-pack-core, x-pack-security, apm), run with OpenJDK 17. Security is disabled
 # (xpack.security.enabled=false is accepted because x-pack-security ships in it): plain http, no auth,
 # bound to 127.0.0.1 only.
+#
+# Fetching: Maven's own client (`mvn`, with maven-dependency-plugin) resolves and downloads the zip from the
+# repository Maven is configured with (its built-in default, or a mirror in ~/.m2/settings.xml), verifying its
+# checksum (-C). The newest 8.x is the version range [8.0.0,9.0.0) resolved by Maven on a throw-away pom. The
+# Maven local repository is kept in the cache (see ICR2_ES_MAVEN_REPO), so the zip is downloaded once. The
+# distribution lacks the `GET /` handler; scripts/elasticsearch/RestRootPlugin.java stands in for it, compiled
+# with the JDK's javac into the cached copy (see install_rest_root).
 #
 # Running as root: Elasticsearch refuses to run as root ("can not run elasticsearch as root"), in this
 # distribution too. When this script runs as root it creates (once, `useradd --system`) the unprivileged
@@ -20,15 +27,16 @@
 # everything under the cache directory.
 #
 # Environment:
-#   ICR2_CACHE_DIR         cache root (default ~/.cache/icr2_components); the zip lives in <root>/elasticsearch/
+#   ICR2_CACHE_DIR         cache root (default ~/.cache/icr2_components); the distribution lives in <root>/elasticsearch/
 #   ICR2_ES_PORT           HTTP port (default 9200); the transport port is chosen by Elasticsearch
-#   ICR2_ES_VERSION        pin a version (default: newest 8.x on Maven Central, or the newest cached offline)
+#   ICR2_ES_VERSION        pin a version (default: the newest 8.x Maven resolves, or the newest cached offline)
 #   ICR2_ES_HEAP           heap size (default 1g: -Xms1g -Xmx1g)
 #   ICR2_ES_JAVA_HOME      JDK (default /usr/lib/jvm/java-17-openjdk-amd64)
 #   ICR2_ES_START_TIMEOUT  seconds to wait for health (default 180)
 #   ICR2_ES_USER           unprivileged user used when running as root (default icr2es)
 #   ICR2_ES_RUNTIME_DIR    runtime directory when running as root and the cache is unreachable to that user
-#   ICR2_MAVEN_URL         Maven repository root (default https://repo1.maven.org/maven2)
+#   ICR2_ES_MAVEN_REPO     Maven local repository (default <root>/elasticsearch/maven-repository; give
+#                          ~/.m2/repository to share Maven's own). Mirrors and proxies: Maven's settings.xml.
 set -euo pipefail
 
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
@@ -44,8 +52,12 @@ START_TIMEOUT="${ICR2_ES_START_TIMEOUT:-180}"
 STOP_TIMEOUT="${ICR2_ES_STOP_TIMEOUT:-60}"
 ES_USER="${ICR2_ES_USER:-icr2es}"
 ROOT_RUNTIME_DIR="${ICR2_ES_RUNTIME_DIR:-/var/lib/icr2_components/elasticsearch}"
-MAVEN="${ICR2_MAVEN_URL:-https://repo1.maven.org/maven2}"
-ARTIFACT_PATH="org/elasticsearch/distribution/integ-test-zip/elasticsearch"
+MAVEN_REPO="${ICR2_ES_MAVEN_REPO:-$ES_CACHE/maven-repository}"
+ES_GROUP=org.elasticsearch.distribution.integ-test-zip
+ES_ARTIFACT=elasticsearch
+DEPENDENCY_PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.6.1
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REST_ROOT_SOURCE="$SCRIPT_DIR/elasticsearch/RestRootPlugin.java"
 CLUSTER_NAME=icr2-dev
 
 log() { echo "[elasticsearch.sh] $*" >&2; }
@@ -53,14 +65,27 @@ die() { log "ERROR: $*"; exit 1; }
 
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
-http_get() { # url output-file
-    if command -v curl >/dev/null 2>&1; then
-        curl -fsSL --retry 3 --retry-delay 2 --connect-timeout 20 -o "$2" "$1"
-    elif command -v wget >/dev/null 2>&1; then
-        wget -q --tries=3 --timeout=20 -O "$2" "$1"
-    else
-        die "neither curl nor wget is installed; cannot download $1"
+# Runs Maven in batch mode, quiet, without colours, failing on a checksum mismatch (-C), with the cache's
+# local repository. Output goes to the log file $1.
+mvn_run() { # log-file maven-arguments...
+    local log_file="$1"
+    shift
+    if ! command -v mvn >/dev/null 2>&1; then
+        echo "Maven (mvn) is not installed (apt-get install maven); it fetches the Elasticsearch distribution" >"$log_file"
+        return 1
     fi
+    mvn -B -q -C -Dstyle.color=never -Dmaven.repo.local="$MAVEN_REPO" "$@" >"$log_file" 2>&1
+}
+
+# Logs what Maven said went wrong: its [ERROR] message, or the whole log when it has none.
+log_mvn_errors() { # log-file
+    local line
+    if grep -q '\[ERROR\]' "$1"; then
+        # the message ends at Maven's first empty [ERROR] line; what follows is its generic help text
+        sed -n 's/.*\[ERROR\] *//p' "$1" | awk 'NF == 0 { exit } { print }' | head -n 6
+    else
+        cat "$1"
+    fi | while IFS= read -r line; do log "mvn: $line"; done
 }
 
 # Prints the HTTP body of a GET against the node, or fails (quietly) when it does not answer.
@@ -70,62 +95,73 @@ es_get() {
 
 # ---------------------------------------------------------------------------------------------- versions
 
+# Maven resolves the range on a throw-away pom that depends on the distribution's pom (a few kB; the zip is
+# fetched only when that version is not cached). -U: ask the repository for its current version list rather
+# than one Maven fetched up to a day ago.
 newest_remote_version() {
-    local meta
-    meta="$(mktemp)"
-    if ! http_get "$MAVEN/$ARTIFACT_PATH/maven-metadata.xml" "$meta"; then
-        rm -f "$meta"
+    local probe version
+    probe="$(mktemp -d)"
+    cat >"$probe/pom.xml" <<POM
+<project>
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.icr2</groupId>
+  <artifactId>elasticsearch-version-probe</artifactId>
+  <version>0</version>
+  <dependencies>
+    <dependency>
+      <groupId>$ES_GROUP</groupId>
+      <artifactId>$ES_ARTIFACT</artifactId>
+      <version>[8.0.0,9.0.0)</version>
+      <type>pom</type>
+    </dependency>
+  </dependencies>
+</project>
+POM
+    if ! mvn_run "$probe/mvn.log" -U -f "$probe/pom.xml" "$DEPENDENCY_PLUGIN:copy-dependencies" \
+        -DoutputDirectory="$probe/resolved"; then
+        log_mvn_errors "$probe/mvn.log"
+        rm -rf "$probe"
         return 1
     fi
-    # releases only (8.x.y); sort -V orders 8.19.21 after 8.19.4
-    sed -n 's:.*<version>\([^<]*\)</version>.*:\1:p' "$meta" | grep -E '^8\.[0-9]+\.[0-9]+$' | sort -V | tail -n 1
-    rm -f "$meta"
+    version="$(find "$probe/resolved" -name "$ES_ARTIFACT-*.pom" -printf '%f\n' | sed "s/^$ES_ARTIFACT-//; s/\.pom\$//")"
+    rm -rf "$probe"
+    # releases only (8.x.y): a pre-release would sort inside the range
+    if ! echo "$version" | grep -qE '^8\.[0-9]+\.[0-9]+$'; then
+        log "Maven resolved [8.0.0,9.0.0) to '$version', which is not an 8.x.y release; pin one with ICR2_ES_VERSION"
+        return 1
+    fi
+    echo "$version"
 }
 
 newest_cached_version() {
     local dir
     for dir in "$ES_CACHE"/elasticsearch-8.*; do
-        [ -x "$dir/bin/elasticsearch" ] && basename "$dir" | sed 's/^elasticsearch-//'
+        # an if, not `[ ... ] &&`: with nothing cached the loop must still succeed (pipefail, set -e)
+        if [ -x "$dir/bin/elasticsearch" ]; then basename "$dir" | sed 's/^elasticsearch-//'; fi
     done | sort -V | tail -n 1
 }
 
 fetch_version() { # version -> unpacked in $ES_CACHE/elasticsearch-<version>
-    local version="$1" zip sums expected actual tmp
-    mkdir -p "$ES_CACHE/downloads"
-    zip="$ES_CACHE/downloads/elasticsearch-$version.zip"
+    local version="$1" tmp
     if [ -x "$ES_CACHE/elasticsearch-$version/bin/elasticsearch" ]; then
         log "Elasticsearch $version is already fetched: $ES_CACHE/elasticsearch-$version"
         return 0
     fi
-    if [ ! -s "$zip" ]; then
-        log "downloading $MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip"
-        http_get "$MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip" "$zip.part" || {
-            rm -f "$zip.part"
-            die "download of Elasticsearch $version failed"
-        }
-        sums="$(mktemp)"
-        if http_get "$MAVEN/$ARTIFACT_PATH/$version/elasticsearch-$version.zip.sha1" "$sums"; then
-            expected="$(tr -d ' \n\r' <"$sums" | cut -c1-40)"
-            actual="$(sha1sum "$zip.part" | cut -d' ' -f1)"
-            rm -f "$sums"
-            if [ "$expected" != "$actual" ]; then
-                rm -f "$zip.part"
-                die "checksum mismatch for elasticsearch-$version.zip (sha1 expected $expected, got $actual)"
-            fi
-            log "sha1 verified: $actual"
-        else
-            rm -f "$sums"
-            log "warning: no .sha1 published next to the zip; checksum not verified"
-        fi
-        mv "$zip.part" "$zip"
-    fi
     command -v unzip >/dev/null 2>&1 || die "unzip is not installed (apt-get install unzip)"
     tmp="$(mktemp -d "$ES_CACHE/unpack.XXXXXX")"
-    unzip -q "$zip" -d "$tmp" || { rm -rf "$tmp"; die "could not unzip $zip"; }
-    [ -x "$tmp/elasticsearch-$version/bin/elasticsearch" ] || { rm -rf "$tmp"; die "unexpected layout in $zip"; }
+    log "fetching $ES_GROUP:$ES_ARTIFACT:$version:zip with Maven (local repository $MAVEN_REPO)"
+    if ! mvn_run "$tmp/mvn.log" "$DEPENDENCY_PLUGIN:copy" -Dartifact="$ES_GROUP:$ES_ARTIFACT:$version:zip" \
+        -DoutputDirectory="$tmp"; then
+        log_mvn_errors "$tmp/mvn.log"
+        rm -rf "$tmp"
+        die "Maven could not fetch Elasticsearch $version ($ES_GROUP:$ES_ARTIFACT:$version:zip)"
+    fi
+    local zip="$tmp/$ES_ARTIFACT-$version.zip"
+    unzip -q "$zip" -d "$tmp" || { rm -rf "$tmp"; die "could not unzip $ES_GROUP:$ES_ARTIFACT:$version:zip"; }
+    [ -x "$tmp/elasticsearch-$version/bin/elasticsearch" ] || { rm -rf "$tmp"; die "unexpected layout in $ES_GROUP:$ES_ARTIFACT:$version:zip"; }
     rm -rf "$ES_CACHE/elasticsearch-$version"
     mv "$tmp/elasticsearch-$version" "$ES_CACHE/elasticsearch-$version"
-    rm -rf "$tmp"
+    rm -rf "$tmp"  # the zip's copy; Maven keeps the zip itself in its local repository
     log "Elasticsearch $version unpacked in $ES_CACHE/elasticsearch-$version"
 }
 
@@ -133,8 +169,9 @@ fetch_version() { # version -> unpacked in $ES_CACHE/elasticsearch-<version>
 
 # The integ-test-zip leaves out the `rest-root` module, so `GET /` answers 405 there; the Python client's
 # info() and ElasticsearchDocumentStore (which calls info() before anything else) fail on it. The module is
-# not published on Maven Central, so this script compiles a minimal equivalent (same JSON fields as the
-# official handler) with the JDK's javac and installs it as the module `icr2-rest-root` of the cached copy.
+# not published to Maven repositories, so this script compiles a minimal equivalent (same JSON fields as the
+# official handler), scripts/elasticsearch/RestRootPlugin.java, with the JDK's javac and installs it as the
+# module `icr2-rest-root` of the cached copy.
 REST_ROOT_MODULE=icr2-rest-root
 
 install_rest_root() { # es-home version
@@ -147,93 +184,11 @@ install_rest_root() { # es-home version
         log "         ElasticsearchDocumentStore, which calls info() first, will not connect"
         return 0
     fi
+    [ -f "$REST_ROOT_SOURCE" ] || die "the GET / module's source is missing: $REST_ROOT_SOURCE"
     build="$(mktemp -d)"
-    mkdir -p "$build/src/org/icr2/restroot" "$build/classes"
-    cat >"$build/src/org/icr2/restroot/RestRootPlugin.java" <<'JAVA'
-package org.icr2.restroot;
-
-import java.util.Collection;
-import java.util.List;
-import java.util.function.Predicate;
-import java.util.function.Supplier;
-
-import org.elasticsearch.Build;
-import org.elasticsearch.client.internal.node.NodeClient;
-import org.elasticsearch.cluster.metadata.IndexNameExpressionResolver;
-import org.elasticsearch.cluster.node.DiscoveryNodes;
-import org.elasticsearch.cluster.service.ClusterService;
-import org.elasticsearch.common.io.stream.NamedWriteableRegistry;
-import org.elasticsearch.common.settings.ClusterSettings;
-import org.elasticsearch.common.settings.IndexScopedSettings;
-import org.elasticsearch.common.settings.Settings;
-import org.elasticsearch.common.settings.SettingsFilter;
-import org.elasticsearch.features.NodeFeature;
-import org.elasticsearch.plugins.ActionPlugin;
-import org.elasticsearch.plugins.Plugin;
-import org.elasticsearch.rest.BaseRestHandler;
-import org.elasticsearch.rest.RestController;
-import org.elasticsearch.rest.RestHandler;
-import org.elasticsearch.rest.RestRequest;
-import org.elasticsearch.rest.RestResponse;
-import org.elasticsearch.rest.RestStatus;
-import org.elasticsearch.xcontent.XContentBuilder;
-
-/** GET / and HEAD /: the node, cluster and version summary that the rest-root module serves. */
-public class RestRootPlugin extends Plugin implements ActionPlugin {
-    private volatile ClusterService clusterService;
-
-    @Override
-    public Collection<?> createComponents(PluginServices services) {
-        this.clusterService = services.clusterService();
-        return List.of();
-    }
-
-    @Override
-    public Collection<RestHandler> getRestHandlers(Settings settings, NamedWriteableRegistry registry, RestController controller,
-            ClusterSettings clusterSettings, IndexScopedSettings indexScopedSettings, SettingsFilter settingsFilter,
-            IndexNameExpressionResolver resolver, Supplier<DiscoveryNodes> nodes, Predicate<NodeFeature> features) {
-        return List.of(new BaseRestHandler() {
-            @Override
-            public String getName() {
-                return "icr2_rest_root_action";
-            }
-
-            @Override
-            public List<Route> routes() {
-                return List.of(new Route(RestRequest.Method.GET, "/"), new Route(RestRequest.Method.HEAD, "/"));
-            }
-
-            @Override
-            protected RestChannelConsumer prepareRequest(RestRequest request, NodeClient client) {
-                return channel -> {
-                    Build build = Build.current();
-                    XContentBuilder b = channel.newBuilder();
-                    b.startObject();
-                    b.field("name", clusterService.localNode().getName());
-                    b.field("cluster_name", clusterService.getClusterName().value());
-                    b.field("cluster_uuid", clusterService.state().metadata().clusterUUID());
-                    b.startObject("version");
-                    b.field("number", build.qualifiedVersion());
-                    b.field("build_flavor", build.flavor());
-                    b.field("build_type", build.type().displayName());
-                    b.field("build_hash", build.hash());
-                    b.field("build_date", build.date());
-                    b.field("build_snapshot", build.isSnapshot());
-                    b.field("lucene_version", org.apache.lucene.util.Version.LATEST.toString());
-                    b.field("minimum_wire_compatibility_version", build.minWireCompatVersion());
-                    b.field("minimum_index_compatibility_version", build.minIndexCompatVersion());
-                    b.endObject();
-                    b.field("tagline", "You Know, for Search");
-                    b.endObject();
-                    channel.sendResponse(new RestResponse(RestStatus.OK, b));
-                };
-            }
-        });
-    }
-}
-JAVA
+    mkdir -p "$build/classes"
     if ! "$javac" --release 17 -nowarn -cp "$home/lib/*" -d "$build/classes" \
-        "$build/src/org/icr2/restroot/RestRootPlugin.java" >"$build/javac.log" 2>&1; then
+        "$REST_ROOT_SOURCE" >"$build/javac.log" 2>&1; then
         cat "$build/javac.log" >&2
         rm -rf "$build"
         die "could not compile the GET / module against Elasticsearch $version"
@@ -261,11 +216,11 @@ cmd_fetch() {
     mkdir -p "$ES_CACHE"
     if [ -z "$version" ]; then
         if version="$(newest_remote_version)" && [ -n "$version" ]; then
-            log "newest 8.x on Maven Central: $version"
+            log "newest 8.x that Maven resolves: $version"
         else
             version="$(newest_cached_version)"
-            [ -n "$version" ] || die "could not read $MAVEN/$ARTIFACT_PATH/maven-metadata.xml and nothing is cached in $ES_CACHE"
-            log "Maven Central unreachable; using the newest cached version $version"
+            [ -n "$version" ] || die "Maven could not resolve the newest 8.x of $ES_GROUP:$ES_ARTIFACT and nothing is cached in $ES_CACHE"
+            log "Maven could not resolve the newest 8.x (offline?); using the newest cached version $version"
         fi
     fi
     fetch_version "$version"
