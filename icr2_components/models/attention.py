@@ -192,14 +192,22 @@ def _configs_of(model, modules: Sequence[torch.nn.Module]) -> list[Any]:
     """The distinct configs the attention modules dispatch by (the model's own config for a plain decoder)."""
     configs: dict[int, Any] = {}
     for module in modules:
-        config = getattr(module, "config", None) or model.config
+        config = getattr(module, "config", None)
+        config = model.config if config is None else config
         configs[id(config)] = config
     return list(configs.values())
 
 
-def _switch(config: Any, implementation: str, tapped: str) -> None:
+def _implementation_of(config: Any) -> str:
+    return str(getattr(config, "_attn_implementation", None) or "eager").removeprefix(TAPPED_PREFIX)
+
+
+def _switch(config: Any) -> None:
+    """Point ``config`` at the tapped pass-through of its own kernel (counted: two models may share a config)."""
     switch = _SWITCHED.get(id(config))
     if switch is None:
+        implementation = _implementation_of(config)
+        tapped = _register(implementation)
         kernel_config = copy.copy(config)
         kernel_config._attn_implementation_internal = implementation
         _SWITCHED[id(config)] = _SwitchedConfig(config, implementation, 1, kernel_config)
@@ -220,7 +228,7 @@ def _switch_back(config: Any) -> None:
 
 def attention_implementation(model) -> str:
     """The kernel name the model dispatches to (``sdpa``, ``flash_attention_2``, ``eager``...), tapped or not."""
-    return str(getattr(model.config, "_attn_implementation", None) or "eager").removeprefix(TAPPED_PREFIX)
+    return _implementation_of(model.config)
 
 
 def attention_modules(model) -> list[torch.nn.Module]:
@@ -261,6 +269,12 @@ def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
             "model with attn_implementation='sdpa' (MODEL_CACHE.causal_lm(..., attn_implementation='sdpa'))."
         )
     modules = attention_modules(model)
+    configs = _configs_of(model, modules)
+    if any(_implementation_of(config) == "eager" for config in configs):
+        raise AttentionAccessError(
+            f"Some attention modules of {type(model).__name__} run eager attention; attention access taps "
+            "sdpa/flash kernels. Load the model with attn_implementation='sdpa'."
+        )
     with _LOCK:
         busy = [m for m in modules if id(m) in _TAPS_BY_MODULE]
         if busy:
@@ -268,10 +282,8 @@ def attention_taps(model, tap: AttentionTap) -> Iterator[list[torch.nn.Module]]:
                 "This model's attention is already tapped by another active attention_taps context; "
                 "close it first (or combine both taps into one)."
             )
-        tapped = _register(implementation)
-        configs = _configs_of(model, modules)
         for config in configs:
-            _switch(config, implementation, tapped)
+            _switch(config)
         for index, module in enumerate(modules):
             _TAPS_BY_MODULE[id(module)] = (index, tap)
     try:
