@@ -31,9 +31,13 @@ def test_ranker_validates_and_round_trips():
         BiEncoderRanker(cross_encoder="  ")
     with pytest.raises(ValueError, match="non-empty query"):
         BiEncoderRanker().run(query=" ", documents=[Document(content="a")])
+    from haystack.core.serialization import component_from_dict, component_to_dict
+
     ranker = BiEncoderRanker(top_k=5, cross_encoder="some/cross-encoder", batch_size=8)
-    again = BiEncoderRanker.from_dict(ranker.to_dict())
+    data = component_to_dict(ranker, "ranker")  # Haystack's default serialisation
+    again = component_from_dict(BiEncoderRanker, data, "ranker")
     assert (again.top_k, again.cross_encoder, again.batch_size) == (5, "some/cross-encoder", 8)
+    assert component_to_dict(again, "ranker") == data
 
 
 def test_reranked_pipeline_loads_declares_io_and_reorders_real_retrieval(minilm, sample_files):

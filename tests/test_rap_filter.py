@@ -82,16 +82,22 @@ def test_filter_keeps_each_heads_top_m_with_scores_in_meta(split, artifact_path,
 
 
 def test_filter_round_trips_and_shares_the_readers_model(artifact_path, smollm2):
+    from haystack.core.serialization import component_from_dict, component_to_dict
+
     from icr2_components.readers import LocalChatReader
 
     rap = RetrievalAttentionFilter(artifact=str(artifact_path), top_m=2, num_heads=3, dtype="float32", device="cpu")
-    data = rap.to_dict()
-    again = RetrievalAttentionFilter.from_dict(data)
-    assert again.to_dict() == data and data["init_parameters"]["model"] == "smollm2-135m-instruct"
+    data = component_to_dict(rap, "rap_filter")  # Haystack's default serialisation: the init parameters as given
+    again = component_from_dict(RetrievalAttentionFilter, data, "rap_filter")
+    # model=None: the artifact's model, read at warm_up (the artifact is not read before)
+    assert component_to_dict(again, "rap_filter") == data and data["init_parameters"]["model"] is None
+    assert again._artifact is None
     reader = LocalChatReader(model="smollm2-135m-instruct", dtype="float32", device="cpu")
     again.warm_up()
     reader.warm_up()
+    assert again._reader == "smollm2-135m-instruct"
     assert again._model is reader.chat_model.model is smollm2[0]
+    assert component_to_dict(again, "rap_filter") == data  # warming up changes no init parameter
 
 
 def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split, smollm2, tmp_path, monkeypatch):
@@ -182,15 +188,20 @@ def test_no_passages_and_m_beyond_the_passages_are_reported(artifact_path, split
 
 
 def test_bad_parameters_say_what_to_do(artifact_path, tmp_path):
+    # The artifact is read at warm_up (moved there from __init__): building touches nothing on disk, and what
+    # needs the file or its content is refused at warm_up, before any model is loaded.
+    missing = RetrievalAttentionFilter(artifact=str(tmp_path / "none.json"))
     with pytest.raises(FileNotFoundError, match="icr2 probe-heads"):
-        RetrievalAttentionFilter(artifact=str(tmp_path / "none.json"))
+        missing.warm_up()
     with pytest.raises(ValueError, match="top_m"):
         RetrievalAttentionFilter(artifact=str(artifact_path), top_m=0)
     with pytest.raises(ValueError, match="probe again with a larger --rank"):
-        RetrievalAttentionFilter(artifact=str(artifact_path), num_heads=500)
+        RetrievalAttentionFilter(artifact=str(artifact_path), num_heads=500).warm_up()
     with pytest.raises(ValueError, match="not a retrieval-head artifact"):
         (tmp_path / "x.json").write_text('{"format": "other"}')
-        RetrievalAttentionFilter(artifact=str(tmp_path / "x.json"))
+        RetrievalAttentionFilter(artifact=str(tmp_path / "x.json")).warm_up()
+    with pytest.raises(ValueError, match="not a retrieval-head artifact"):  # a run without warm_up reads it too
+        RetrievalAttentionFilter(artifact=str(tmp_path / "x.json")).run(documents=[], query="q")
 
 
 def test_documents_without_text_are_an_error_not_a_silent_drop(artifact_path):

@@ -97,10 +97,22 @@ def test_ranker_round_trips_and_refuses_a_missing_head(trained_head, tmp_path):
     from icr2_components.rankers import RetrievalHeadRanker
 
     _, root = trained_head
+    from haystack.core.serialization import component_from_dict, component_to_dict
+
     ranker = RetrievalHeadRanker(head=str(root / "out"), top_k=1)
-    assert RetrievalHeadRanker.from_dict(ranker.to_dict()).to_dict() == ranker.to_dict()
+    data = component_to_dict(ranker, "ranker")  # Haystack's default serialisation
+    assert component_to_dict(component_from_dict(RetrievalHeadRanker, data, "ranker"), "ranker") == data
+    assert data["init_parameters"] == {"head": str(root / "out"), "model": None, "top_k": 1, "keep_order": False,
+                                       "dtype": "float32", "device": None, "max_context_tokens": None}
+    # The head is read at warm_up (moved there from __init__): building touches nothing on disk.
+    missing = RetrievalHeadRanker(head=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="icr2 train"):
-        RetrievalHeadRanker(head=str(tmp_path))
+        missing.warm_up()
+    with pytest.raises(FileNotFoundError, match="icr2 train"):  # a run without warm_up warms up first
+        missing.run(documents=[], query="q")
+    (tmp_path / "config.json").write_text('{"format": "something else"}')  # a config.json that is not a head's
+    with pytest.raises(FileNotFoundError, match="icr2 train"):
+        RetrievalHeadRanker(head=str(tmp_path)).warm_up()
     with pytest.raises(ValueError, match="top_k"):
         RetrievalHeadRanker(head=str(root / "out"), top_k=0)
 

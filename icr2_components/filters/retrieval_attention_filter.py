@@ -1,4 +1,8 @@
-"""RetrievalAttentionFilter: keep the passages the reader's retrieval heads attend to (ICR2 RAP, section 4.2)."""
+"""RetrievalAttentionFilter: keep the passages the reader's retrieval heads attend to (ICR2 RAP, section 4.2).
+
+ICR2: Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models",
+https://arxiv.org/abs/2501.08248
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import (
@@ -40,10 +44,11 @@ def union_of_top_m(head_scores: dict[str, list[float]], m: int) -> tuple[list[in
 class RetrievalAttentionFilter:
     """
     Replaces a long corpus-in-context by the passages the reader's retrieval heads attend to: one forward
-    pass of the reader over the CiC prompt, each probed head's top-M passages, united (ICR2 RAP).
+    pass of the reader over the CiC prompt, each probed head's top-M passages, united: retrieval attention
+    probing (RAP), section 4.2 of ICR2 ([Qiu et al. 2025](https://arxiv.org/abs/2501.08248)).
 
     The heads come from an artifact written by `icr2 probe-heads` for this reader, prompt template and
-    query-position mode. The reader is taken from the shared `MODEL_CACHE` with the same name, dtype, device
+    query-position mode; it is read in `warm_up` (or by the first `run`), never in `__init__`. The reader is taken from the shared `MODEL_CACHE` with the same name, dtype, device
     and sdpa attention as `LocalChatReader`, so a RAP pipeline holds one copy of the weights. The forward pass
     stops after the deepest selected head's layer, and no T x T attention matrix is built.
 
@@ -74,9 +79,9 @@ class RetrievalAttentionFilter:
         generation_tokens: int | None = None,
     ) -> None:
         """
-        :param artifact: Path of the retrieval-head JSON written by `icr2 probe-heads`.
-        :param model: The reader (alias, path or HF id); defaults to the artifact's model. Must be the model
-            the heads were probed on.
+        :param artifact: Path of the retrieval-head JSON written by `icr2 probe-heads` (read at `warm_up`).
+        :param model: The reader (alias, path or HF id); None: the artifact's model, decided at `warm_up`. Must
+            be the model the heads were probed on.
         :param top_m: M, passages kept per head (defaults to the artifact's M).
         :param num_heads: Q, heads used (defaults to the artifact's Q; at most the heads the artifact ranks).
         :param dtype: As for `LocalChatReader` (use the same value to share the loaded model).
@@ -85,35 +90,45 @@ class RetrievalAttentionFilter:
         :param generation_tokens: Tokens generated first in the `generated_tokens` query-position
             mode (defaults to the artifact's, the number the heads were probed with).
         """
-        loaded = RetrievalHeadArtifact.load(artifact)  # raises FileNotFoundError naming `icr2 probe-heads`
         if top_m is not None and top_m < 1:
             raise ValueError(f"top_m (M) must be >= 1, got {top_m}.")
-        if num_heads is not None:
-            if num_heads < 1:
-                raise ValueError(f"num_heads (Q) must be >= 1, got {num_heads}.")
-            loaded.top_heads(num_heads)  # raises when the artifact ranks fewer heads
+        if num_heads is not None and num_heads < 1:
+            raise ValueError(f"num_heads (Q) must be >= 1, got {num_heads}.")
         if max_context_tokens is not None and max_context_tokens < 1:
             raise ValueError("max_context_tokens must be positive or None.")
         if generation_tokens is not None and generation_tokens < 1:
             raise ValueError(f"generation_tokens must be >= 1, got {generation_tokens}.")
-        if loaded.query_position_mode not in QUERY_POSITION_MODES:
-            raise ValueError(f"{artifact} uses an unknown query-position mode {loaded.query_position_mode!r}.")
         self.artifact = artifact
-        self.model = model or loaded.model
+        self.model = model
         self.top_m = top_m
         self.num_heads = num_heads
         self.dtype = dtype
         self.device = device
         self.max_context_tokens = max_context_tokens
         self.generation_tokens = generation_tokens
-        self._artifact = loaded
+        self._artifact: RetrievalHeadArtifact | None = None
+        self._reader: str | None = None  # `model`, or the artifact's model when `model` is None
         self._model = None
         self._tokenizer = None
 
+    def _load_artifact(self) -> RetrievalHeadArtifact:
+        """Read and check the artifact once (the reader is not needed for this)."""
+        if self._artifact is None:
+            loaded = RetrievalHeadArtifact.load(self.artifact)  # names `icr2 probe-heads` when it is missing
+            if self.num_heads is not None:
+                loaded.top_heads(self.num_heads)  # raises when the artifact ranks fewer heads
+            if loaded.query_position_mode not in QUERY_POSITION_MODES:
+                raise ValueError(f"{self.artifact} uses an unknown query-position mode {loaded.query_position_mode!r}.")
+            self._artifact = loaded
+            self._reader = self.model or loaded.model
+        return self._artifact
+
     def warm_up(self) -> None:
+        """Read the artifact and take the reader from `MODEL_CACHE`, refusing a reader the heads were not probed on."""
+        artifact = self._load_artifact()
         if self._model is None:
-            model, tokenizer = MODEL_CACHE.causal_lm(self.model, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
-            self._artifact.check_model(self.model, model_signature(model))
+            model, tokenizer = MODEL_CACHE.causal_lm(self._reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
+            artifact.check_model(self._reader, model_signature(model))
             self._model, self._tokenizer = model, tokenizer
 
     @component.output_types(documents=list[Document], report=dict)
@@ -133,7 +148,7 @@ class RetrievalAttentionFilter:
         :returns: `documents`: the kept passages; `report`: counts in and out, M and Q used, the prompt length,
             whether M was clamped to the number of passages.
         """
-        artifact = self._artifact
+        artifact = self._load_artifact()
         m = top_m or self.top_m or artifact.m
         heads = artifact.top_heads(num_heads or self.num_heads or artifact.q)
         report: dict[str, Any] = {"passages_in": len(documents), "top_m": m, "heads": [head_name(*h) for h in heads],
@@ -153,7 +168,7 @@ class RetrievalAttentionFilter:
         scored = score_passages(
             self._model, self._tokenizer, encoded, artifact.query_position_mode, artifact.aggregate,
             layers=layers, generation_tokens=self.generation_tokens or artifact.generation_tokens,
-            max_context_tokens=self.max_context_tokens, model_name=self.model,
+            max_context_tokens=self.max_context_tokens, model_name=self._reader,
         )
         row_of_layer = {layer: row for row, layer in enumerate(layers)}
         head_scores = {head_name(l, h): scored.scores[row_of_layer[l], h].tolist() for l, h in heads}
@@ -167,20 +182,3 @@ class RetrievalAttentionFilter:
             output.append(replace(document, meta=meta))
         report.update(passages_out=len(output), prompt_tokens=scored.prompt_tokens, empty_input=False)
         return {"documents": output, "report": report}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self,
-            artifact=self.artifact,
-            model=self.model,
-            top_m=self.top_m,
-            num_heads=self.num_heads,
-            dtype=self.dtype,
-            device=self.device,
-            max_context_tokens=self.max_context_tokens,
-            generation_tokens=self.generation_tokens,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RetrievalAttentionFilter":
-        return default_from_dict(cls, data)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
 
@@ -20,7 +20,8 @@ class BiEncoderRanker:
     `SentenceTransformersDiversityRanker` orders for diversity and loads its own copy of the model; this ranker
     takes the bi-encoder from the shared `MODEL_CACHE` (the dense retriever's all-MiniLM-L6-v2 by default, so one
     copy serves both). Given `cross_encoder` (a local path or Hugging Face id of a cross-encoder), it scores
-    (query, passage) pairs with `sentence_transformers.CrossEncoder` instead.
+    (query, passage) pairs with `sentence_transformers.CrossEncoder` instead. These are the re-ranking baselines
+    (MiniLM, TinyBERT) of ICR2 ([Qiu et al. 2025](https://arxiv.org/abs/2501.08248), appendix D).
 
     Usage example:
     ```python
@@ -102,11 +103,3 @@ class BiEncoderRanker:
         order = sorted(range(len(documents)), key=lambda i: -scores[i])  # stable: ties keep retrieval order
         kept = order[:k] if k is not None else order
         return {"documents": [replace(documents[i], score=scores[i]) for i in kept]}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, model=self.model, top_k=self.top_k, cross_encoder=self.cross_encoder,
-                               device=self.device, batch_size=self.batch_size)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BiEncoderRanker":
-        return default_from_dict(cls, data)

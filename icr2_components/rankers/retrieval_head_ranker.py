@@ -1,4 +1,8 @@
-"""RetrievalHeadRanker: keeps the K passages a trained retrieval head (ICR2 section 4.3) scores highest."""
+"""RetrievalHeadRanker: keeps the K passages a trained retrieval head (ICR2 section 4.3) scores highest.
+
+ICR2: Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models",
+https://arxiv.org/abs/2501.08248
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from haystack import Document, component, default_from_dict, default_to_dict
+from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import check_fits, context_limit, model_signature
@@ -19,7 +23,10 @@ logger = logging.getLogger(__name__)
 class RetrievalHeadRanker:
     """
     Scores the corpus in context with a trained retrieval head over the reader's final hidden states and keeps
-    the top K passages (the C* the reader then answers from).
+    the top K passages (the C* the reader then answers from): joint retrieval head training, section 4.3 of ICR2
+    ([Qiu et al. 2025](https://arxiv.org/abs/2501.08248)).
+
+    The head is read in `warm_up` (or by the first `run`), never in `__init__`.
 
     The reader comes from the shared `MODEL_CACHE` (the head's recorded reader by default: the base alias when
     only the head was trained, the fine-tuned folder when the reader was trained with it), so a generator naming
@@ -47,7 +54,8 @@ class RetrievalHeadRanker:
         max_context_tokens: int | None = None,
     ) -> None:
         """
-        :param head: Folder of a trained head (`<output_dir>/retrieval_head`, or the training output folder).
+        :param head: Folder of a trained head (`<output_dir>/retrieval_head`, or the training output folder); read
+            at `warm_up`.
         :param model: The reader whose hidden states the head reads; defaults to the one it was trained on.
         :param top_k: K, passages kept (defaults to the K the head was trained with).
         :param keep_order: Keep the kept passages in prompt order instead of by descending score.
@@ -55,7 +63,6 @@ class RetrievalHeadRanker:
         :param device: As for `LocalChatReader`.
         :param max_context_tokens: Refuse prompts longer than this (default: the model's context length).
         """
-        folder = find_head_folder(head)  # FileNotFoundError naming `icr2 train`
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k (K) must be >= 1, got {top_k}.")
         if max_context_tokens is not None and max_context_tokens < 1:
@@ -67,21 +74,22 @@ class RetrievalHeadRanker:
         self.dtype = dtype
         self.device = device
         self.max_context_tokens = max_context_tokens
-        self._folder = folder
         self._head: RetrievalHead | None = None
         self._model = None
         self._tokenizer = None
 
     def warm_up(self) -> None:
+        """Read the head and take its reader from `MODEL_CACHE`, refusing a reader the head was not trained on."""
         if self._head is not None:
             return
-        head = RetrievalHead.load(self._folder)
+        folder = find_head_folder(self.head)  # FileNotFoundError naming `icr2 train`
+        head = RetrievalHead.load(folder)
         reader = self.model or head.config.model
         model, tokenizer = MODEL_CACHE.causal_lm(reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
         signature = model_signature(model)
         if head.config.model_signature and signature != head.config.model_signature:
             raise ValueError(
-                f"The retrieval head at {self._folder} was trained on {head.config.model} "
+                f"The retrieval head at {folder} was trained on {head.config.model} "
                 f"({head.config.model_signature}) but the reader {reader} is {signature}; use the head's reader."
             )
         self._head = head.to(model.device)
@@ -123,13 +131,3 @@ class RetrievalHeadRanker:
         kept = [replace(documents[i], meta={**(documents[i].meta or {}), "retrieval_head_score": scores[i]}) for i in order]
         report.update(passages_out=len(kept), prompt_tokens=prompt_tokens, empty_input=False)
         return {"documents": kept, "report": report}
-
-    def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(
-            self, head=self.head, model=self.model, top_k=self.top_k, keep_order=self.keep_order, dtype=self.dtype,
-            device=self.device, max_context_tokens=self.max_context_tokens,
-        )
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RetrievalHeadRanker":
-        return default_from_dict(cls, data)
