@@ -48,9 +48,10 @@ class RetrievalAttentionFilter:
     probing (RAP), section 4.2 of ICR2 ([Qiu et al. 2025](https://arxiv.org/abs/2501.08248)).
 
     The heads come from an artifact written by `icr2 probe-heads` for this reader, prompt template and
-    query-position mode; it is read in `warm_up` (or by the first `run`), never in `__init__`. The reader is taken from the shared `MODEL_CACHE` with the same name, dtype, device
-    and sdpa attention as `LocalChatReader`, so a RAP pipeline holds one copy of the weights. The forward pass
-    stops after the deepest selected head's layer, and no T x T attention matrix is built.
+    query-position mode; it is read in `warm_up` (or by the first `run`), never in `__init__`. The reader is
+    taken from the shared `MODEL_CACHE` with the same name, dtype, device and sdpa attention as
+    `LocalChatReader`, so a RAP pipeline holds one copy of the weights. The forward pass stops after the deepest
+    selected head's layer, and no T x T attention matrix is built.
 
     Kept documents are copies, in their input order, with meta `rap_score` (the summed attention of the
     selected heads), `rap_head_scores` (`{"L17H2": attention}`) and `rap_selected_by` (the heads whose top-M

@@ -2,9 +2,10 @@
 
 A tap on the attention kernel (see ``attention.py``) sees each layer's call; for the layers with chosen heads it
 runs the model's own kernel itself (``AttentionCall.run_kernel``) and scales those heads' outputs (0 by default:
-PH3's pruning, Jin et al. 2024, "Cutting Off the Head Ends the Conflict") before they reach the output projection ``o_proj``. Other heads,
-other layers and every call outside the context are untouched. The kernel output is
-``(batch, q_len, query_heads, head_dim)`` for every kernel transformers dispatches to (sdpa, flash, flex).
+PH3's pruning, Jin et al. 2024, "Cutting Off the Head Ends the Conflict") before they reach the output
+projection ``o_proj``. Other heads, other layers and every call outside the context are untouched. The kernel
+output is ``(batch, q_len, query_heads, head_dim)`` for every kernel transformers dispatches to (sdpa, flash,
+flex).
 
 Usage:
     >>> from icr2_components.models import MODEL_CACHE
