@@ -96,7 +96,7 @@ class RetrievalAttentionFilter:
         if num_heads is not None and num_heads < 1:
             raise ValueError(f"num_heads (Q) must be >= 1, got {num_heads}.")
         if max_context_tokens is not None and max_context_tokens < 1:
-            raise ValueError("max_context_tokens must be positive or None.")
+            raise ValueError(f"max_context_tokens must be a positive integer or None, got {max_context_tokens!r}.")
         if generation_tokens is not None and generation_tokens < 1:
             raise ValueError(f"generation_tokens must be >= 1, got {generation_tokens}.")
         self.artifact = artifact
