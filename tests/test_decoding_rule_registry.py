@@ -48,11 +48,11 @@ class ContextOnly(DecodingRule):
 
 
 @pytest.fixture
-def context_only(monkeypatch):
+def context_only():
     """``ContextOnly`` registered as ``context_only`` for one test (the registry is restored afterwards)."""
-    monkeypatch.setattr(registry, "_RULES", dict(registry._RULES))
     register_decoding_rule("context_only")(ContextOnly)
-    return "context_only"
+    yield "context_only"
+    registry._RULES.unregister("context_only")
 
 
 def test_a_rule_defined_in_a_test_decodes_in_the_reader_as_the_plain_reader(context_only, smollm2):

@@ -145,7 +145,7 @@ def test_a_model_asking_decider_gets_the_gates_model_and_its_flags_are_enforced(
     finally:
         from icr2_components.gates import gate_decider
 
-        gate_decider._DECIDERS.pop("echo_at_0_8")
+        gate_decider._DECIDERS.unregister("echo_at_0_8")
 
 
 def test_the_cli_offers_the_registered_methods():

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from icr2_components.gates.prompts import Demonstration
+from icr2_components.registry import Registry
 
 if TYPE_CHECKING:
     from icr2_components.gates.time_aware_retrieval_gate import TimeAwareRetrievalGate
@@ -175,7 +176,13 @@ class GateDecider(ABC):
         """Decide whether ``question`` needs retrieval; ``model`` is None when ``needs_model`` is False."""
 
 
-_DECIDERS: dict[str, type[GateDecider]] = {}
+_DECIDERS: Registry[type[GateDecider]] = Registry(
+    "gate decider",
+    ValueError,
+    unknown_message=lambda name, names: f"method must be one of the registered gate deciders {list(names)}, got {name!r}.",
+    how_to_add="A new method is a GateDecider subclass decorated with @register_gate_decider(name) (see "
+    "icr2_components/gates/deciders/), imported before the gate is built.",
+)
 DeciderClass = TypeVar("DeciderClass", bound=type[GateDecider])
 
 
@@ -187,13 +194,9 @@ def register_gate_decider(name: str) -> Callable[[DeciderClass], DeciderClass]:
     def register(cls: DeciderClass) -> DeciderClass:
         if not (isinstance(cls, type) and issubclass(cls, GateDecider)):
             raise TypeError(f"@register_gate_decider({name!r}) decorates GateDecider subclasses, not {cls!r}.")
-        known = _DECIDERS.get(name)
         # The same class imported again (a module reloaded) replaces itself; another class may not take the name.
-        if known is not None and _qualified_name(known) != _qualified_name(cls):
-            raise ValueError(f"The gate decider name {name!r} is taken by {_qualified_name(known)}; choose another "
-                             f"name for {_qualified_name(cls)}.")
+        _DECIDERS.register(name, cls)
         cls.name = name
-        _DECIDERS[name] = cls
         return cls
 
     return register
@@ -202,26 +205,15 @@ def register_gate_decider(name: str) -> Callable[[DeciderClass], DeciderClass]:
 def gate_decider_names() -> tuple[str, ...]:
     """The registered gate methods, sorted (the built-ins and any registered since)."""
     _import_builtin_deciders()
-    return tuple(sorted(_DECIDERS))
+    return _DECIDERS.names()
 
 
 def gate_decider_class(name: str) -> type[GateDecider]:
     """The decider registered as ``name``; a ValueError listing the registered names otherwise."""
     _import_builtin_deciders()
-    try:
-        return _DECIDERS[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"method must be one of the registered gate deciders {list(gate_decider_names())}, got {name!r}. "
-            "A new method is a GateDecider subclass decorated with @register_gate_decider(name) (see "
-            "icr2_components/gates/deciders/), imported before the gate is built."
-        ) from None
+    return _DECIDERS.get(name)
 
 
 def _import_builtin_deciders() -> None:
     # Imported on first use, not at module import: the decider modules import this one.
     importlib.import_module("icr2_components.gates.deciders")
-
-
-def _qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
 
 from haystack import Document
 
+from icr2_components.registry import Registry
+
 if TYPE_CHECKING:
     from icr2_components.stores.config import IndexConfig
     from icr2_components.stores.embedding import PassageEmbedder
@@ -199,7 +201,16 @@ class UnknownStoreBackendError(ValueError):
     """No store backend is registered under the name; the message lists the registered ones."""
 
 
-_STORE_BACKENDS: dict[str, type[StoreBackend]] = {}
+_STORE_BACKENDS: Registry[type[StoreBackend]] = Registry(
+    "store type",
+    UnknownStoreBackendError,
+    unknown_message=lambda name, names: f"Unknown store type {name!r}; registered store types: {', '.join(names)}.",
+    taken_message=lambda name, holder, newcomer: (
+        f"Store type {name!r} is already served by {holder.__module__}.{holder.__name__}; "  # type: ignore[attr-defined]
+        f"register {newcomer.__name__} under another name."  # type: ignore[attr-defined]
+    ),
+    how_to_add="A new store is a StoreBackend subclass decorated with @register_store_backend (icr2_components.stores.backend).",
+)
 
 
 def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[StoreBackend]]:
@@ -216,11 +227,8 @@ def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[Sto
         default_type = next(f.default for f in dataclasses.fields(settings) if f.name == "type")
         if default_type != name:
             raise TypeError(f"{settings.__name__}.type must default to {name!r} (the name {cls.__name__} is registered under), got {default_type!r}.")
-        registered = _STORE_BACKENDS.get(name)
-        if registered is not None and registered is not cls:
-            raise ValueError(f"Store type {name!r} is already served by {registered.__module__}.{registered.__name__}; register {cls.__name__} under another name.")
+        _STORE_BACKENDS.register(name, cls)
         cls.name = name
-        _STORE_BACKENDS[name] = cls
         return cls
 
     return register
@@ -228,15 +236,9 @@ def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[Sto
 
 def store_backend(name: str) -> type[StoreBackend]:
     """The backend class registered as ``name``; :class:`UnknownStoreBackendError` lists the registered names."""
-    try:
-        return _STORE_BACKENDS[name]
-    except (KeyError, TypeError):
-        raise UnknownStoreBackendError(
-            f"Unknown store type {name!r}; registered store types: {', '.join(store_backend_names())}. "
-            "A new store is a StoreBackend subclass decorated with @register_store_backend (icr2_components.stores.backend)."
-        ) from None
+    return _STORE_BACKENDS.get(name)
 
 
 def store_backend_names() -> tuple[str, ...]:
     """The registered store types, sorted."""
-    return tuple(sorted(_STORE_BACKENDS))
+    return _STORE_BACKENDS.names()

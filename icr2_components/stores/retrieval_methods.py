@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Callable
 from haystack import Document
 from haystack.components.joiners import DocumentJoiner
 
+from icr2_components.registry import Registry
+
 if TYPE_CHECKING:
     from icr2_components.stores.handle import IndexHandle
 
@@ -44,7 +46,16 @@ class UnknownRetrievalMethodError(ValueError):
     """No retrieval method is registered under the name; the message lists the registered ones."""
 
 
-_RETRIEVAL_METHODS: dict[str, RetrievalMethod] = {}
+_RETRIEVAL_METHODS: Registry[RetrievalMethod] = Registry(
+    "retrieval method",
+    UnknownRetrievalMethodError,
+    sort_names=False,
+    origin=lambda method: method.function,
+    unknown_message=lambda name, names: f"Unknown retrieval method {name!r}; choose one of {names}.",
+    taken_message=lambda name, holder, newcomer: (
+        f"Retrieval method {name!r} is already registered ({holder.__module__}.{holder.__name__})."  # type: ignore[attr-defined]
+    ),
+)
 
 
 def register_retrieval_method(name: str, *, needs_embeddings: bool = False) -> Callable[[RetrievalFunction], RetrievalFunction]:
@@ -53,10 +64,7 @@ def register_retrieval_method(name: str, *, needs_embeddings: bool = False) -> C
         raise ValueError(f"A retrieval method's name must be a non-empty string, got {name!r}.")
 
     def register(function: RetrievalFunction) -> RetrievalFunction:
-        registered = _RETRIEVAL_METHODS.get(name)
-        if registered is not None and registered.function is not function:
-            raise ValueError(f"Retrieval method {name!r} is already registered ({registered.function.__module__}.{registered.function.__name__}).")
-        _RETRIEVAL_METHODS[name] = RetrievalMethod(name, function, needs_embeddings)
+        _RETRIEVAL_METHODS.register(name, RetrievalMethod(name, function, needs_embeddings))
         return function
 
     return register
@@ -64,15 +72,12 @@ def register_retrieval_method(name: str, *, needs_embeddings: bool = False) -> C
 
 def retrieval_method(name: str) -> RetrievalMethod:
     """The method registered as ``name``; :class:`UnknownRetrievalMethodError` lists the registered names."""
-    try:
-        return _RETRIEVAL_METHODS[name]
-    except (KeyError, TypeError):
-        raise UnknownRetrievalMethodError(f"Unknown retrieval method {name!r}; choose one of {retrieval_method_names()}.") from None
+    return _RETRIEVAL_METHODS.get(name)
 
 
 def retrieval_method_names() -> tuple[str, ...]:
     """The registered retrieval methods, in registration order (bm25, dense, hybrid first)."""
-    return tuple(_RETRIEVAL_METHODS)
+    return _RETRIEVAL_METHODS.names()
 
 
 # Haystack's RRF scores a document sum_i 1 / (61 + rank0_i), rescaled by 61 / (number of lists): the same

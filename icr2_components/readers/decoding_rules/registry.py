@@ -6,12 +6,18 @@ import dataclasses
 from typing import Any, Callable
 
 from icr2_components.readers.decoding_rules.base import DecodingRule
-
-_RULES: dict[str, type[DecodingRule]] = {}
+from icr2_components.registry import Registry, qualified_name
 
 
 class UnknownDecodingRuleError(ValueError):
     """No decoding rule is registered under the name asked for."""
+
+
+_RULES: Registry[type[DecodingRule]] = Registry(
+    "decoding rule",
+    UnknownDecodingRuleError,
+    taken_message=lambda name, holder, newcomer: f"The decoding rule name {name!r} is taken by {qualified_name(holder)}.",
+)
 
 
 def register_decoding_rule(name: str) -> Callable[[type[DecodingRule]], type[DecodingRule]]:
@@ -31,11 +37,8 @@ def register_decoding_rule(name: str) -> Callable[[type[DecodingRule]], type[Dec
         parameters = rule_class.parameters_class
         if not (dataclasses.is_dataclass(parameters) and parameters.__dataclass_params__.frozen):
             raise TypeError(f"{rule_class.__name__}.parameters_class must be a frozen dataclass, got {parameters!r}.")
-        taken = _RULES.get(name)
-        if taken is not None and taken is not rule_class:
-            raise ValueError(f"The decoding rule name {name!r} is taken by {taken.__module__}.{taken.__qualname__}.")
+        _RULES.register(name, rule_class)
         rule_class.name = name
-        _RULES[name] = rule_class
         return rule_class
 
     return register
@@ -43,17 +46,12 @@ def register_decoding_rule(name: str) -> Callable[[type[DecodingRule]], type[Dec
 
 def decoding_rule_names() -> list[str]:
     """The registered rules' names, sorted."""
-    return sorted(_RULES)
+    return list(_RULES.names())
 
 
 def decoding_rule_class(name: str) -> type[DecodingRule]:
     """The rule class registered as ``name``; an unknown name raises, listing the registered ones."""
-    try:
-        return _RULES[name]
-    except (KeyError, TypeError):
-        raise UnknownDecodingRuleError(
-            f"Unknown decoding rule {name!r}; choose one of {decoding_rule_names()}."
-        ) from None
+    return _RULES.get(name)
 
 
 def decoding_rule(name: str, parameters: Any = None) -> DecodingRule:
