@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 
+from icr2_components.models.generation_settings import decoding_arguments
+
 AGGREGATIONS = ("sum", "mean", "max")
 """How a passage's attention is summarised over its tokens (the paper sums; mean and max are options)."""
 
@@ -448,12 +450,9 @@ def generation_passage_scores(
             input_ids=input_ids.to(model.device),
             attention_mask=torch.ones_like(input_ids).to(model.device),
             max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
             pad_token_id=pad_token_id,
             eos_token_id=eos_token_id,
+            **decoding_arguments(),
         )
     chosen = sorted(tap.steps) if layers is None else sorted(set(layers))
     missing = [layer for layer in chosen if layer not in tap.steps]
