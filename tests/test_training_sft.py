@@ -128,11 +128,14 @@ def test_sft_resumes_from_its_last_checkpoint(train_file, tmp_path):
     from icr2_components.training.sft import train_sft
 
     out = tmp_path / "resume"
+    # LoRA without merging: each checkpoint holds the adapter and its optimizer state (a few MB), not the 135M
+    # model's 1.6 GB, so the test does not fill a small CI disk. Resuming is the same Trainer path either way.
+    small = {"finetuning": "lora", "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "merge": False}}
     training = {"learning_rate": 1e-4, "max_steps": 2, "gradient_accumulation_steps": 1, "device": "cpu", "save_steps": 1}
-    first = train_sft(sft_recipe("da", train_file, out, training=training), progress=False).summary
+    first = train_sft(sft_recipe("da", train_file, out, training=training, **small), progress=False).summary
     assert first["resumed_from"] is None and (out / "checkpoint-2" / "trainer_state.json").exists()
-    resumed = train_sft(sft_recipe("da", train_file, out, training={**training, "max_steps": 3, "resume_from_checkpoint": True}),
-                        progress=False).summary
+    resumed = train_sft(sft_recipe("da", train_file, out, training={**training, "max_steps": 3, "resume_from_checkpoint": True},
+                                   **small), progress=False).summary
     assert resumed["resumed_from"].endswith("checkpoint-2") and resumed["resumed_at_step"] == 2
     assert resumed["global_steps"] == 3
     logged_steps = [entry["step"] for entry in resumed["log_history"] if "loss" in entry]
