@@ -16,6 +16,7 @@ import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError, PipelineError
 
+from icr2_components.backends import check_model_access
 from icr2_components.errors import UserInputError
 
 ALLOWED_MODULES = ["icr2_components.*"]
@@ -57,6 +58,13 @@ def _one_line(text: object) -> str:
 
 def loads_pipeline(text: str, source: str = "<string>", extra_allowed_modules: list[str] | None = None) -> Pipeline:
     allowed = ALLOWED_MODULES + list(extra_allowed_modules or [])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None  # Pipeline.loads reports the syntax error below, with its line and column
+    if isinstance(data, dict):
+        # a served (black-box) reader beside a component that needs the weights: refuse now, naming both
+        check_model_access(data, source)
     try:
         return Pipeline.loads(text, allowed_modules=allowed)
     except DeserializationError as error:

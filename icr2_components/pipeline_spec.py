@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from haystack import Document, Pipeline
 
+from icr2_components.backends import Backend, apply_backend
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 
 
@@ -94,10 +95,13 @@ class PipelineSpec:
     outputs: dict[str, str]
     context_input: str | None
     hash: str
+    backend: Backend | None = None
     _pipelines: dict[str, Pipeline] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_file(cls, path: str) -> "PipelineSpec":
+    def from_file(cls, path: str, backend: Backend | None = None) -> "PipelineSpec":
+        """Load and check ``path``; with ``backend`` (``icr2_components.backends``) its model-using components
+        follow that backend (a served reader, served token counts), and the hash covers the backend."""
         file = Path(path)
         if not file.exists():
             raise FileNotFoundError(f"Pipeline file not found: {path}")
@@ -106,13 +110,18 @@ class PipelineSpec:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as error:
             raise PipelineSpecError(f"{path} is not valid YAML: {error}") from error
-        pipeline = loads_pipeline(text, source=str(path))  # refuses modules outside the allowlist
+        source = str(path)
+        if backend is not None:
+            data = apply_backend(data, backend, source)
+            text = yaml.safe_dump(data, sort_keys=False)
+            source = f"{path} on backend {backend.describe()}"
+        pipeline = loads_pipeline(text, source=source)  # refuses modules outside the allowlist
         inputs, outputs = parse_declared_io(data, str(path))
         check_targets(pipeline, inputs, outputs, str(path))
         context_input = (data.get("metadata") or {}).get("context_input")
         if context_input is not None and (not isinstance(context_input, str) or "." not in context_input):
             raise PipelineSpecError(f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}.")
-        spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, file_hash(text))
+        spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, file_hash(text), backend)
         spec._pipelines["open"] = pipeline
         return spec
 

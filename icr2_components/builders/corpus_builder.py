@@ -12,6 +12,7 @@ from icr2_components.builders.corpus_assembly import (
     validate_budget,
     validate_ratio,
 )
+from icr2_components.backends import Backend, follow_tokenizer
 from icr2_components.models.token_counting import PassageTokenCounter
 
 _FIXED_INPUTS = {
@@ -117,6 +118,11 @@ class ConfounderAwareCorpusBuilder:
         self._assembler: CorpusAssembler | None = None
         for name in retrievers:
             component.set_input_type(self, name, list[Document], default=None)
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """Under another backend (`icr2_components.backends`), a token budget counts with that backend's model."""
+        return follow_tokenizer(f"{cls.__module__}.{cls.__name__}", init_parameters, backend)
 
     def warm_up(self) -> None:
         if self._assembler is None:

@@ -22,6 +22,8 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
     parser.add_argument("--index", default="indexing/kilt-sample.yaml",
                         help="index config for gold passages and irrelevant candidates of a KILT task file")
+    parser.add_argument("--backend", help="backend file (backends/*.yaml) every pipeline's model follows, e.g. "
+                        "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipelines' own local models)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--tune", action="store_true",
                         help="first tune each pipeline's metadata.tunable on a dev split (max mean BCU over gold, "
@@ -58,8 +60,10 @@ def print_report(report: dict) -> None:
 
 
 def run(args) -> int:
+    from icr2_components.backends import resolve_backend
     from icr2_components.evaluation.compare import run_compare
 
+    backend = resolve_backend(args.backend)
     pipelines = args.pipelines
     if args.tune:
         from pathlib import Path
@@ -70,7 +74,8 @@ def run(args) -> int:
             raise ValueError("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
         offset = args.dev_offset if args.dev_offset is not None else args.limit
         tuned = [tune_pipeline(p, dataset=args.dataset, dev_limit=args.dev_limit, dev_offset=offset,
-                               out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index)
+                               out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index,
+                               backend=backend)
                  for p in pipelines]
         for result in tuned:
             print(f"tuned {result['pipeline']}: {result['best'] or 'nothing tunable'} "
@@ -78,6 +83,6 @@ def run(args) -> int:
         pipelines = [result["tuned_file"] for result in tuned]
     report = run_compare(pipelines, dataset=args.dataset, context_types=args.context_types, limit=args.limit,
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, backend=backend)
     print_report(report)
     return 0

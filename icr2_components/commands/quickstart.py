@@ -19,6 +19,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="runs/quickstart", help="report folder (default runs/quickstart)")
     parser.add_argument("--pipelines-dir", default="pipelines")
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--backend", help="backend file (backends/*.yaml), e.g. backends/llama_cpp_server.yaml "
+                        "(default: ICR2_BACKEND, else the pipelines' own local models)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -38,6 +40,9 @@ def run(args) -> int:
 
     if args.questions < 0 or args.compare_questions < 1:
         raise ValueError("--questions must be >= 0 and --compare-questions >= 1.")
+    from icr2_components.backends import resolve_backend
+
+    backend = resolve_backend(args.backend)
     console = make_console()
     folder = Path(args.pipelines_dir)
     paths = [folder / f"{name}.yaml" for name in DEFAULT_PIPELINES]
@@ -49,7 +54,7 @@ def run(args) -> int:
     console.print(f"[bold]1.[/bold] sample index: {handle.count()} passages ({sample.articles} articles, "
                   f"{sample.questions} NQ questions)")
     if args.questions:
-        spec = PipelineSpec.from_file(str(folder / "vanilla_rag.yaml"))
+        spec = PipelineSpec.from_file(str(folder / "vanilla_rag.yaml"), backend=backend)
         table = Table(title=f"2. vanilla RAG on {args.questions} NQ questions")
         for column in ("question", "answer", "gold", "match", "s"):
             table.add_column(column)
@@ -61,6 +66,6 @@ def run(args) -> int:
         console.print(table)
     console.print(f"[bold]3.[/bold] compare of {', '.join(DEFAULT_PIPELINES)} on {args.compare_questions} questions")
     report = run_compare([str(p) for p in paths], limit=args.compare_questions, context_types=args.context_types,
-                         out_dir=args.out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress)
+                         out_dir=args.out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress, backend=backend)
     print_report(report)
     return 0

@@ -21,12 +21,15 @@ def register(subparsers) -> None:
     parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
                         help=f"longest accepted query (default {DEFAULT_MAX_QUERY_CHARS})")
     parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
+    parser.add_argument("--backend", help="backend file (backends/*.yaml) the pipeline's model follows, e.g. "
+                        "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipeline's own local model)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="pipeline runs at once; other requests wait (default 1, suits a CPU reader)")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    from icr2_components.backends import resolve_backend
     from icr2_components.serving.app import LOOPBACK_HOSTS, create_serving_app, run_server
 
     if not 0 < args.port < 65536:
@@ -35,7 +38,8 @@ def run(args) -> int:
         raise ValueError(f"--host {args.host} is not loopback and the server has no authentication; "
                          "add --allow-remote to bind it anyway.")
     app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
-                             max_new_tokens=args.max_new_tokens, concurrency=args.concurrency)
+                             max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
+                             backend=resolve_backend(args.backend))
     print(f"icr2 serve: POST http://{args.host}:{args.port}{app.state.icr2_run_path}  "
           f"inputs {sorted(app.state.icr2_spec.inputs)}  (Ctrl-C stops)", flush=True)
     run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote)

@@ -20,7 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from icr2_components.backends import Backend
 from icr2_components.errors import find_in_causes
+from icr2_components.models.served_model import ServedModelError
 from icr2_components.evaluation.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
@@ -39,11 +41,12 @@ def parse_context_types(text: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def load_specs(paths: Sequence[str]) -> list[PipelineSpec]:
-    """Load and check every pipeline before any question runs (a bad file fails the run at once)."""
+def load_specs(paths: Sequence[str], backend: Backend | None = None) -> list[PipelineSpec]:
+    """Load and check every pipeline before any question runs (a bad file fails the run at once); with
+    ``backend``, each follows it (``icr2_components.backends``) and its cache key covers it."""
     if not paths:
         raise ValueError("Name at least one pipeline YAML (--pipelines pipelines/closed_book.yaml ...).")
-    specs = [PipelineSpec.from_file(p) for p in paths]
+    specs = [PipelineSpec.from_file(p, backend=backend) for p in paths]
     seen: dict[str, int] = {}
     for spec in specs:
         if spec.name in seen:
@@ -98,6 +101,7 @@ def run_compare(
     max_new_tokens: int | None = None,
     index: str = "indexing/kilt-sample.yaml",
     progress: bool = True,
+    backend: Backend | None = None,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs)."""
     from tqdm.auto import tqdm
@@ -109,7 +113,7 @@ def run_compare(
         raise ValueError("--limit must be a positive integer.")
     if max_new_tokens is not None and max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be a positive integer.")
-    specs = load_specs(pipelines)
+    specs = load_specs(pipelines, backend)
     questions, skips, dataset_path = read_compare_questions(dataset, limit=limit, index=index)
     if not questions:
         raise ValueError(f"{dataset_path} has no usable question ({skips.summary()}).")
@@ -156,6 +160,9 @@ def run_compare(
                     except Exception as error:
                         # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
                         # prompt longer than the reader's context) is this question's problem, anything else a bug.
+                        down = find_in_causes(error, ServedModelError)
+                        if down is not None:
+                            raise down  # the LLM server is down or broken: every further question would fail too
                         cause = find_in_causes(error, ValueError)
                         if cause is None:
                             raise

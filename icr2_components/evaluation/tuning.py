@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from icr2_components.backends import Backend
+
 from icr2_components.evaluation.bcu import CONTROLLED_CONTEXT_TYPES, bcu
 
 
@@ -61,6 +63,7 @@ def tune_pipeline(
     max_new_tokens: int | None = None,
     index: str = "indexing/kilt-sample.yaml",
     context_types: Sequence[str] = CONTROLLED_CONTEXT_TYPES,
+    backend: Backend | None = None,
 ) -> dict[str, Any]:
     """Search ``metadata.tunable`` of ``path`` on questions ``[dev_offset, dev_offset + dev_limit)``.
 
@@ -97,7 +100,7 @@ def tune_pipeline(
         setting = dict(zip(keys, values))
         variant_file = out / f"{source.stem}.candidate.yaml"
         variant_file.write_text(yaml.safe_dump(with_parameters(data, setting), sort_keys=False))
-        spec = PipelineSpec.from_file(str(variant_file))
+        spec = PipelineSpec.from_file(str(variant_file), backend=backend)
         per_type: dict[str, list[float]] = {t: [] for t in context_types}
         for question in questions:
             context_set = contexts[question.id]

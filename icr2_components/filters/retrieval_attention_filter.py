@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import Document, component
 
+from icr2_components.backends import Backend
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
@@ -67,6 +68,18 @@ class RetrievalAttentionFilter:
     short_corpus, report = result["documents"], result["report"]
     ```
     """
+
+    requires_model_weights: ClassVar[str] = (
+        "scores passages by the attention of its probed heads (Retrieval Attention Probing), which needs the weights"
+    )
+    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
+        if backend.served_model is None and backend.model and "model" in init_parameters:
+            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
+        return None
 
     def __init__(
         self,

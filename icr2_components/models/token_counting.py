@@ -50,6 +50,14 @@ class PassageTokenCounter:
 
     @classmethod
     def for_model(cls, model: str) -> "PassageTokenCounter":
+        """Counts with ``model``'s tokenizer: a bundled alias, path or Hugging Face id, or a served model's
+        tokenizer written as its API URL (``http://127.0.0.1:8089/v1#smollm2-135m-instruct``), counted by the
+        server's tokenize endpoint."""
+        from icr2_components.models.served_model import ServedTokenizer, is_served_tokenizer, parse_served_tokenizer
+
+        if is_served_tokenizer(model):
+            url, served_name = parse_served_tokenizer(model)
+            return cls(ServedTokenizer(url, served_name))
         from icr2_components.models.cache import MODEL_CACHE
 
         return cls(MODEL_CACHE.tokenizer(model))
@@ -78,6 +86,10 @@ class PassageTokenCounter:
 
     def count_text(self, text: str) -> int:
         return self._encode_batch([text])[0]
+
+    def count_many_texts(self, texts: list[str]) -> list[int]:
+        """Tokens of each plain text (not cached: prompts rarely repeat)."""
+        return self._encode_batch(list(texts)) if texts else []
 
     def cache_size(self) -> int:
         return len(self._cache)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import Document, component
 
+from icr2_components.backends import Backend
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import check_fits, context_limit, model_signature
 from icr2_components.rankers.retrieval_head import RetrievalHead, find_head_folder
@@ -42,6 +43,18 @@ class RetrievalHeadRanker:
     kept, report = result["documents"], result["report"]
     ```
     """
+
+    requires_model_weights: ClassVar[str] = (
+        "ranks passages with the model's attention heads and a trained head, which needs the weights"
+    )
+    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
+        if backend.served_model is None and backend.model and "model" in init_parameters:
+            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
+        return None
 
     def __init__(
         self,

@@ -7,12 +7,13 @@ import dataclasses
 import inspect
 import time
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from haystack import component, default_to_dict
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.backends import Backend
 from icr2_components.errors import MissingContextError
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
@@ -89,6 +90,18 @@ class ContextAwareDecodingReader:
     print(reader.run(messages=context, memory_messages=memory)["replies"][0].text)
     ```
     """
+
+    requires_model_weights: ClassVar[str] = (
+        "contrasts the next-token distributions with and without the context at every step, which needs the full logits"
+    )
+    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
+        if backend.served_model is None and backend.model and "model" in init_parameters:
+            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
+        return None
 
     def __init__(
         self,

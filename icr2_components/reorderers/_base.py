@@ -6,6 +6,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from icr2_components.backends import Backend, follow_tokenizer
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
 
@@ -41,6 +42,11 @@ class BudgetedReorderer:
         self.tokenizer = tokenizer
         self.relevance = relevance
         self._counter: PassageTokenCounter | None = None
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """Under another backend (`icr2_components.backends`), a token budget counts with that backend's model."""
+        return follow_tokenizer(f"{cls.__module__}.{cls.__name__}", init_parameters, backend)
 
     def _place(self, kept: list[Document], documents: list[Document]) -> list[Document]:
         """Order ``kept`` (most relevant first) for the prompt; ``documents`` is the input, for reference."""

@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from icr2_components.backends import Backend
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
@@ -179,7 +180,7 @@ def _configure_hayhooks() -> None:
 
 def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                        max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, max_new_tokens: int | None = None,
-                       concurrency: int = 1) -> FastAPI:
+                       concurrency: int = 1, backend: Backend | None = None) -> FastAPI:
     """Build hayhooks' app serving ``pipeline_path`` at ``POST /<file stem>/run``; models are loaded now.
 
     Usage example:
@@ -192,7 +193,7 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}.")
-    spec = PipelineSpec.from_file(str(pipeline_path))  # allowlisted load, declared IO checked
+    spec = PipelineSpec.from_file(str(pipeline_path), backend=backend)  # allowlisted load, declared IO checked
     request_model = build_request_model(spec, max_query_chars=max_query_chars)
     wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)
     wrapper.setup()

@@ -1,0 +1,305 @@
+"""A model behind an OpenAI-compatible server (vLLM, llama.cpp, Ollama, TGI, OpenAI): what a pipeline needs to
+know of it besides chat completions, which Haystack's ``OpenAIChatGenerator`` does.
+
+* :class:`ServedModel`: where the server is (``api_base_url``, ending in ``/v1``), the model name, the environment
+  variable holding the API key, time-out and retries, and the context length (stated, or asked of the server).
+* :class:`ServedTokenizer`: counts tokens with the served model's own tokenizer through the server's tokenize
+  endpoint, whichever the server has: vLLM and llama.cpp's ``llama-server`` answer ``POST /tokenize``,
+  llama-cpp-python's server ``POST /extras/tokenize``, TGI ``POST /tokenize`` with ``inputs``. Ollama and OpenAI
+  have none: name a local tokenizer instead (``tokenizer:`` in the backend file).
+* :func:`served_tokenizer_spec` / :func:`parse_served_tokenizer`: a served tokenizer written as a string, so the
+  components' ``tokenizer`` parameter stays a string in YAML: ``"http://127.0.0.1:8089/v1"`` or
+  ``"http://127.0.0.1:8089/v1#smollm2-135m-instruct"`` (model after ``#``).
+
+Every network failure is a :class:`ServedModelError` with one line that names the server and what to do; nothing
+hangs (each request has the time-out, and retries are bounded).
+
+Usage example:
+```python
+from icr2_components.models.served_model import ServedModel
+
+served = ServedModel(api_base_url="http://127.0.0.1:8089/v1", model="smollm2-135m-instruct")
+print(served.served_tokenizer().count("What is the capital of France?"), served.resolved_context_length())
+```
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from icr2_components.errors import UserInputError
+
+DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_MAX_RETRIES = 2
+NO_KEY = "no-key"
+"""Sent as the API key when ``api_key_env`` is unset: local servers (llama.cpp, vLLM, Ollama) ignore it."""
+
+
+class ServedModelError(UserInputError):
+    """The LLM server is unreachable, timed out, or answered something that is not what the API promises."""
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _attempts(retries: int) -> str:
+    return "1 attempt" if retries == 0 else f"{retries + 1} attempts"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """An OpenAI-compatible server and one model on it.
+
+    :param api_base_url: The API root, e.g. ``http://127.0.0.1:8089/v1`` (llama.cpp), ``http://host:8000/v1``
+        (vLLM), ``http://127.0.0.1:11434/v1`` (Ollama), ``https://api.openai.com/v1``.
+    :param model: The model name the server knows (``--model_alias``, ``--served-model-name``, ``gpt-4o-mini``).
+    :param api_key_env: Environment variable holding the API key; None (or unset) sends a placeholder.
+    :param timeout_s: Seconds one request may take before it counts as failed.
+    :param max_retries: Retries after a connection error, time-out, 429 or 5xx (then the error is raised).
+    :param context_length: The served model's context in tokens; None asks the server (vLLM's ``/v1/models``
+        ``max_model_len``, llama.cpp's ``/props``), and when it does not say, only the server's own refusal
+        stops an over-long prompt.
+    :param tokenizer: ``server`` (the server's tokenize endpoint) or a local tokenizer (bundled alias, path or
+        Hugging Face id) for servers without one (Ollama, OpenAI).
+    """
+
+    api_base_url: str
+    model: str
+    api_key_env: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    context_length: int | None = None
+    tokenizer: str = "server"
+
+    def __post_init__(self) -> None:
+        check_server_settings(self.api_base_url, self.model, self.timeout_s, self.max_retries, self.context_length)
+        if not isinstance(self.tokenizer, str) or not self.tokenizer.strip():
+            raise UserInputError(f"tokenizer must be 'server' or a tokenizer name, got {self.tokenizer!r}.")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], source: str = "served model") -> ServedModel:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserInputError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}.")
+        missing = [name for name in ("api_base_url", "model") if not values.get(name)]
+        if missing:
+            raise UserInputError(f"{source}: set {' and '.join(missing)} (e.g. api_base_url: http://127.0.0.1:8089/v1).")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def server_root(self) -> str:
+        """The server's root URL (the API root without its trailing ``/v1``), where tokenize endpoints live."""
+        return server_root(self.api_base_url)
+
+    def api_key(self) -> str:
+        """The key from ``api_key_env``, or a placeholder when none is configured or the variable is unset."""
+        if self.api_key_env:
+            value = os.environ.get(self.api_key_env)
+            if value:
+                return value
+        return NO_KEY
+
+    def tokenizer_spec(self) -> str:
+        """What a component's ``tokenizer`` parameter holds to count with this model's tokenizer."""
+        if self.tokenizer == "server":
+            return served_tokenizer_spec(self.api_base_url, self.model)
+        return self.tokenizer
+
+    def served_tokenizer(self) -> ServedTokenizer:
+        """Counts with the server's tokenize endpoint (whatever ``tokenizer`` says: this is the server's own)."""
+        return ServedTokenizer(self.api_base_url, self.model, timeout_s=self.timeout_s, max_retries=self.max_retries)
+
+    def resolved_context_length(self) -> int | None:
+        """``context_length`` when stated, else what the server says (cached per server), else None."""
+        if self.context_length:
+            return int(self.context_length)
+        return discover_context_length(self.api_base_url, self.model, self.timeout_s)
+
+
+def check_server_settings(api_base_url: object, model: object, timeout_s: object, max_retries: object,
+                          context_length: object) -> None:
+    """The checks every component taking a server runs in ``__init__``: one clear line per bad value."""
+    if not isinstance(api_base_url, str) or not api_base_url.startswith(("http://", "https://")):
+        raise UserInputError(f"api_base_url must be an http(s) URL such as http://127.0.0.1:8089/v1, got {api_base_url!r}.")
+    if not isinstance(model, str) or not model.strip():
+        raise UserInputError(f"model must name the served model (as the server's /v1/models lists it), got {model!r}.")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+        raise UserInputError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}.")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise UserInputError(f"max_retries must be a non-negative integer, got {max_retries!r}.")
+    if context_length is not None and (isinstance(context_length, bool) or not isinstance(context_length, int)
+                                       or context_length < 1):
+        raise UserInputError(f"context_length must be a positive integer or null (ask the server), got {context_length!r}.")
+
+
+def server_root(api_base_url: str) -> str:
+    """``http://host:8089/v1`` -> ``http://host:8089``: tokenize and props endpoints live at the server's root."""
+    root = api_base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def served_tokenizer_spec(api_base_url: str, model: str | None = None) -> str:
+    """The string a component's ``tokenizer`` parameter holds for a served model's tokenizer."""
+    return api_base_url.rstrip("/") + (f"#{model}" if model else "")
+
+
+def is_served_tokenizer(spec: object) -> bool:
+    return isinstance(spec, str) and spec.startswith(("http://", "https://"))
+
+
+def parse_served_tokenizer(spec: str) -> tuple[str, str | None]:
+    """``"http://h:8089/v1#name"`` -> ``("http://h:8089/v1", "name")``; no fragment -> model None."""
+    url, _, model = spec.partition("#")
+    return url, (model or None)
+
+
+_FAILURE_HINT = "Start the server (llama.cpp here: bash scripts/llama_server.sh start) or fix api_base_url."
+
+
+def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int) -> tuple[int, Any]:
+    """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times."""
+    import httpx
+
+    last: Exception | None = None
+    for _ in range(retries + 1):
+        try:
+            response = client.request(method, url, json=body, timeout=timeout_s)
+        except httpx.TimeoutException as error:
+            last = error
+            continue
+        except httpx.TransportError as error:
+            last = error
+            continue
+        try:
+            return response.status_code, response.json()
+        except ValueError:
+            return response.status_code, None
+    if isinstance(last, httpx.TimeoutException):
+        raise ServedModelError(f"The LLM server did not answer {method} {url} within {timeout_s:g} s "
+                               f"({_attempts(retries)}). {_FAILURE_HINT}") from last
+    raise ServedModelError(f"The LLM server at {url} is not reachable ({_one_line(last)}; {_attempts(retries)}). "
+                           f"{_FAILURE_HINT}") from last
+
+
+def _count_from(body: Any) -> int | None:
+    """Token count from any tokenize endpoint's answer: ``{"count"}``, ``{"tokens": [...]}`` or TGI's list."""
+    if isinstance(body, dict):
+        if isinstance(body.get("count"), int):
+            return body["count"]
+        if isinstance(body.get("tokens"), list):
+            return len(body["tokens"])
+    if isinstance(body, list):
+        return len(body)
+    return None
+
+
+class ServedTokenizer:
+    """Counts tokens with a served model's tokenizer, through the server's tokenize endpoint.
+
+    Behaves as much like a Hugging Face tokenizer as ``PassageTokenCounter`` needs:
+    ``tokenizer(texts, add_special_tokens=False)["input_ids"]`` gives one list per text (of the right length;
+    the ids themselves are the server's). Texts go as concurrent requests (``workers``) on one connection pool.
+    """
+
+    # The endpoint styles, tried in order until one answers; the first that works is kept for this server.
+    STYLES = (
+        ("/tokenize", lambda text, model: {"model": model, "prompt": text, "content": text, "inputs": text,
+                                           "add_special_tokens": False, "add_special": False}),
+        ("/extras/tokenize", lambda text, model: {"input": text, "model": model}),
+    )
+
+    def __init__(self, api_base_url: str, model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_retries: int = DEFAULT_MAX_RETRIES, workers: int = 8) -> None:
+        import httpx
+
+        self.api_base_url = api_base_url
+        self.model = model
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.workers = workers
+        self._root = server_root(api_base_url)
+        self._client = httpx.Client()
+        self._style: tuple | None = None
+        self._lock = threading.Lock()
+
+    def _pick_style(self, text: str) -> int:
+        tried = []
+        for style in self.STYLES:
+            status, body = _request_json(self._client, "POST", self._root + style[0], style[1](text, self.model),
+                                         self.timeout_s, self.max_retries)
+            count = _count_from(body) if status == 200 else None
+            if count is not None:
+                self._style = style
+                return count
+            tried.append(f"{style[0]} -> {status}")
+        raise ServedModelError(
+            f"The server at {self._root} has no tokenize endpoint this library knows ({', '.join(tried)}). "
+            "Name a local tokenizer instead (tokenizer: <HF id, path or alias> in the backend file)."
+        )
+
+    def count(self, text: str) -> int:
+        with self._lock:
+            style = self._style
+            if style is None:
+                return self._pick_style(text)
+        status, body = _request_json(self._client, "POST", self._root + style[0], style[1](text, self.model),
+                                     self.timeout_s, self.max_retries)
+        count = _count_from(body) if status == 200 else None
+        if count is None:
+            raise ServedModelError(f"The server's {style[0]} answered {status} with {_one_line(body)[:120]!r}, not a "
+                                   "token list; check that api_base_url points at the LLM server.")
+        return count
+
+    def count_many(self, texts: list[str]) -> list[int]:
+        if not texts:
+            return []
+        first = self.count(texts[0])  # settles the endpoint style before the concurrent requests
+        if len(texts) == 1:
+            return [first]
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            return [first, *pool.map(self.count, texts[1:])]
+
+    def __call__(self, texts: str | list[str], add_special_tokens: bool = False) -> dict[str, list]:
+        single = isinstance(texts, str)
+        counts = self.count_many([texts] if single else list(texts))
+        ids = [[0] * n for n in counts]  # lengths are what counting needs; the ids stay on the server
+        return {"input_ids": ids[0] if single else ids}
+
+
+_DISCOVERED: dict[tuple[str, str], int | None] = {}
+
+
+def discover_context_length(api_base_url: str, model: str, timeout_s: float = 10.0) -> int | None:
+    """The served model's context as the server states it (vLLM ``max_model_len``, llama.cpp ``n_ctx``), or None."""
+    import httpx
+
+    key = (api_base_url, model)
+    if key in _DISCOVERED:
+        return _DISCOVERED[key]
+    found: int | None = None
+    with httpx.Client() as client:
+        status, body = _request_json(client, "GET", api_base_url.rstrip("/") + "/models", None, timeout_s, 0)
+        if status == 200 and isinstance(body, dict):
+            for entry in body.get("data") or []:
+                if isinstance(entry, dict) and entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
+                    found = entry["max_model_len"]
+        if found is None:
+            status, body = _request_json(client, "GET", server_root(api_base_url) + "/props", None, timeout_s, 0)
+            if status == 200 and isinstance(body, dict):
+                n_ctx = (body.get("default_generation_settings") or {}).get("n_ctx") or body.get("n_ctx")
+                found = n_ctx if isinstance(n_ctx, int) and n_ctx > 0 else None
+    _DISCOVERED[key] = found
+    return found
+
+
+__all__ = ["ServedModel", "ServedModelError", "ServedTokenizer", "check_server_settings", "discover_context_length",
+           "is_served_tokenizer", "parse_served_tokenizer", "served_tokenizer_spec", "server_root"]

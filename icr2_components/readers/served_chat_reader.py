@@ -1,0 +1,227 @@
+"""A reader whose model runs behind an OpenAI-compatible server (vLLM, llama.cpp, Ollama, TGI, OpenAI)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, ClassVar
+
+from haystack import component
+from haystack.dataclasses import ChatMessage
+
+from icr2_components.errors import ContextTooLongError
+from icr2_components.models.local_chat_model import check_max_new_tokens
+from icr2_components.models.served_model import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    ServedModel,
+    ServedModelError,
+)
+from icr2_components.models.token_counting import PassageTokenCounter
+
+PER_MESSAGE_TOKENS = 8
+"""Tokens a chat template adds around each message (role markers, separators): counted before sending."""
+TEMPLATE_MARGIN_TOKENS = 32
+"""Tokens a chat template may add once (SmolLM2's adds a 20-token system turn when none is given)."""
+
+_CONTEXT_WORDS = ("context", "too long", "maximum", "exceed", "n_ctx")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _attempts(max_retries: int) -> str:
+    return "1 attempt" if max_retries == 0 else f"{max_retries + 1} attempts"
+
+
+@component
+class ServedChatReader:
+    """
+    Answers chat messages with a model behind an OpenAI-compatible server, through Haystack's own
+    `OpenAIChatGenerator` (the HTTP client is OpenAI's; this component adds what a reader of this library promises).
+
+    The black-box reader of ICR2's pipelines (Qiu et al., 2025, "Eliciting In-context Retrieval and Reasoning for
+    Long-context Large Language Models", https://arxiv.org/abs/2501.08248): the same `messages` in and `replies`
+    out as `LocalChatReader`, so any black-box pipeline (closed-book, vanilla, corpus-in-context, query-aware,
+    reordered, reranked, oracle, adaptive, multi-agent, prompting) runs on vLLM or TGI on GPUs, or llama.cpp or
+    Ollama on CPUs, by switching the backend (`icr2 compare --backend backends/llama_cpp_server.yaml`) rather
+    than editing YAML. Beyond the generator it:
+
+    * checks the prompt against the served model's context before sending it, counting with the served model's
+      tokenizer (the server's tokenize endpoint, or a named tokenizer), and turns the server's own context
+      refusal into the same `ContextTooLongError` (`icr2 serve` answers 413);
+    * bounds every call (`timeout_s`, `max_retries`) and turns a server that is down, slow, or answering something
+      that is not a chat completion into one line naming the server and what to do (`ServedModelError`);
+    * decodes greedily by default and puts `prompt_tokens`, `completion_tokens` and `latency_s` in the reply's meta.
+
+    White-box techniques (RAP, CAD/ACD/COIECD, PH3, the retrieval-head ranker) need the weights and refuse to load
+    beside this reader.
+
+    Usage example:
+    ```python
+    from haystack.dataclasses import ChatMessage
+    from icr2_components.readers import ServedChatReader
+
+    # bash scripts/llama_server.sh start   (llama.cpp's OpenAI-compatible server, SmolLM2 GGUF, port 8089)
+    reader = ServedChatReader(api_base_url="http://127.0.0.1:8089/v1", model="smollm2-135m-instruct",
+                              max_new_tokens=32, context_length=8192)
+    result = reader.run(messages=[ChatMessage.from_user("What is the capital of France?")])
+    print(result["replies"][0].text, result["replies"][0].meta["prompt_tokens"])
+    ```
+    """
+
+    black_box: ClassVar[bool] = True
+    """Marks a reader that sees only tokens: white-box components refuse to share a pipeline with it."""
+
+    def __init__(
+        self,
+        api_base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        context_length: int | None = None,
+        tokenizer: str | None = "server",
+        generation_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """
+        :param api_base_url: The server's API root, ending in `/v1` (e.g. `http://127.0.0.1:8089/v1`).
+        :param model: The served model's name (as `/v1/models` lists it).
+        :param api_key_env: Environment variable with the API key (OpenAI: `OPENAI_API_KEY`); None sends a
+            placeholder, which local servers ignore.
+        :param max_new_tokens: Most tokens generated per reply (sent as `max_tokens`).
+        :param temperature: 0 decodes greedily (the default, as `LocalChatReader`).
+        :param timeout_s: Seconds one request may take.
+        :param max_retries: Retries after a connection error, time-out, 429 or 5xx.
+        :param context_length: The served model's context; None asks the server (vLLM, llama-server say it).
+        :param tokenizer: `server` (the server's tokenize endpoint), a local tokenizer name for servers without one
+            (Ollama, OpenAI), or None to skip the check before sending (the server's refusal still maps to
+            `ContextTooLongError`).
+        :param generation_kwargs: Further chat-completion arguments (e.g. `{"seed": 0}`, `{"stop": ["\\n"]}`).
+        """
+        check_max_new_tokens(max_new_tokens)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}.")
+        if generation_kwargs is not None and not isinstance(generation_kwargs, dict):
+            raise ValueError(f"generation_kwargs must be a mapping of chat-completion arguments, got {generation_kwargs!r}.")
+        reserved = {"max_tokens", "max_completion_tokens", "temperature", "stream"} & set(generation_kwargs or {})
+        if reserved:
+            raise ValueError(f"generation_kwargs may not set {sorted(reserved)}: use max_new_tokens and temperature.")
+        self.served = ServedModel(api_base_url=api_base_url, model=model, api_key_env=api_key_env, timeout_s=timeout_s,
+                                  max_retries=max_retries, context_length=context_length,
+                                  tokenizer=tokenizer or "server")
+        self.api_base_url = api_base_url
+        self.model = model
+        self.api_key_env = api_key_env
+        self.max_new_tokens = max_new_tokens
+        self.temperature = float(temperature)
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.context_length = context_length
+        self.tokenizer = tokenizer
+        self.generation_kwargs = dict(generation_kwargs or {})
+        self._generator = None
+        self._counter: PassageTokenCounter | None = None
+
+    def warm_up(self) -> None:
+        if self._generator is None:
+            from haystack.components.generators.chat import OpenAIChatGenerator
+            from haystack.utils import Secret
+
+            self._generator = OpenAIChatGenerator(
+                api_key=Secret.from_token(self.served.api_key()), model=self.model, api_base_url=self.api_base_url,
+                timeout=float(self.timeout_s), max_retries=int(self.max_retries),
+            )
+        if self._counter is None and self.tokenizer:
+            self._counter = PassageTokenCounter.for_model(self.served.tokenizer_spec())
+
+    def prompt_tokens(self, messages: list[ChatMessage]) -> int:
+        """The prompt's tokens as counted before sending (an upper estimate: the template is the server's): each
+        message's text plus `PER_MESSAGE_TOKENS`, plus `TEMPLATE_MARGIN_TOKENS` once."""
+        self.warm_up()
+        assert self._counter is not None
+        texts = [m.text or "" for m in messages]
+        return (sum(self._counter.count_many_texts(texts)) + PER_MESSAGE_TOKENS * len(texts)
+                + TEMPLATE_MARGIN_TOKENS)
+
+    def _check_fits(self, messages: list[ChatMessage], max_new_tokens: int) -> None:
+        if not self.tokenizer:
+            return
+        context = self.served.resolved_context_length()
+        if not context:
+            return
+        length = self.prompt_tokens(messages)
+        limit = context - max_new_tokens
+        if length > limit:
+            raise ContextTooLongError(
+                f"The prompt has about {length} tokens but {self.model} at {self.api_base_url} accepts {limit} "
+                f"({context} context minus max_new_tokens={max_new_tokens}). "
+                "Shorten the context (a smaller budget in the corpus builder).",
+                prompt_tokens=length, limit=limit,
+            )
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], max_new_tokens: int | None = None,
+            streaming_callback: Callable | None = None) -> dict[str, Any]:
+        """
+        :param messages: The conversation; the last message is usually the user's prompt.
+        :param max_new_tokens: Overrides the init value for this call.
+        :param streaming_callback: Called with each `StreamingChunk` as the server streams the reply.
+        :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens`,
+            `latency_s` and `finish_reason` in its meta.
+        :raises ContextTooLongError: the prompt does not fit the served model's context.
+        :raises ServedModelError: the server is down, timed out, or answered something that is not a completion.
+        """
+        if not messages:
+            raise ValueError("ServedChatReader.run needs at least one message.")
+        budget = max_new_tokens or self.max_new_tokens
+        check_max_new_tokens(budget)
+        self.warm_up()
+        self._check_fits(messages, budget)
+        kwargs = {**self.generation_kwargs, "max_tokens": budget, "temperature": self.temperature}
+        start = time.perf_counter()
+        result = self._call(messages, kwargs, streaming_callback)
+        latency = time.perf_counter() - start
+        replies = result.get("replies") if isinstance(result, dict) else None
+        if not replies:
+            raise ServedModelError(f"The LLM server at {self.api_base_url} returned no choices for {self.model}; "
+                                   "check that it serves chat completions for that model.")
+        reply = replies[0]
+        meta = dict(reply.meta or {})
+        usage = meta.get("usage") or {}
+        meta.update(model=meta.get("model") or self.model, prompt_tokens=usage.get("prompt_tokens"),
+                    completion_tokens=usage.get("completion_tokens"), latency_s=latency)
+        return {"replies": [ChatMessage.from_assistant((reply.text or "").strip(), meta=meta)]}
+
+    def _call(self, messages: list[ChatMessage], kwargs: dict[str, Any], streaming_callback: Callable | None) -> dict:
+        import openai
+
+        where = f"The LLM server at {self.api_base_url} (model {self.model})"
+        try:
+            return self._generator.run(messages=messages, generation_kwargs=kwargs,
+                                       streaming_callback=streaming_callback)
+        except openai.APITimeoutError as error:
+            raise ServedModelError(f"{where} did not answer within {self.timeout_s:g} s "
+                                   f"({_attempts(self.max_retries)}). Raise timeout_s or check the server.") from error
+        except openai.APIConnectionError as error:
+            raise ServedModelError(f"{where} is not reachable ({_one_line(error)}, {_attempts(self.max_retries)}). "
+                                   "Start the server (llama.cpp here: bash scripts/llama_server.sh start) or fix "
+                                   "api_base_url.") from error
+        except openai.AuthenticationError as error:
+            raise ServedModelError(f"{where} refused the API key"
+                                   + (f" from ${self.api_key_env}" if self.api_key_env else " (none configured: set "
+                                      "api_key_env)") + f": {_one_line(error.message)}") from error
+        except openai.NotFoundError as error:
+            raise ServedModelError(f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
+                                   f"GET {self.api_base_url.rstrip('/')}/models and that api_base_url ends in /v1.") from error
+        except openai.APIStatusError as error:
+            message = _one_line(error.message)
+            if error.status_code in (400, 413, 422) and any(w in message.lower() for w in _CONTEXT_WORDS):
+                raise ContextTooLongError(f"{where} refused the prompt as too long: {message}. Shorten the context "
+                                          "(a smaller budget in the corpus builder).") from error
+            raise ServedModelError(f"{where} answered {error.status_code}: {message}") from error
+        except (openai.APIResponseValidationError, ValueError, TypeError, KeyError, AttributeError) as error:
+            raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "
+                                   f"({type(error).__name__}: {_one_line(error)[:200]}).") from error
