@@ -35,6 +35,7 @@ REQUIRED_ARGUMENTS = {
     "RetrievalAttentionFilter": {"artifact": "no/such/retrieval-heads.json"},
     "RetrievalHeadRanker": {"head": "no/such/retrieval-head"},
     "HeadSuppressionReader": {"artifact": "no/such/ph3-heads.json"},
+    "ServedChatReader": {"api_base_url": "http://127.0.0.1:8089/v1", "model": "smollm2-135m-instruct"},
 }
 
 

@@ -222,6 +222,7 @@ class ServedChatReader:
                 raise ContextTooLongError(f"{where} refused the prompt as too long: {message}. Shorten the context "
                                           "(a smaller budget in the corpus builder).") from error
             raise ServedModelError(f"{where} answered {error.status_code}: {message}") from error
-        except (openai.APIResponseValidationError, ValueError, TypeError, KeyError, AttributeError) as error:
+        except (openai.APIResponseValidationError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as error:
+            # Haystack asserts the response type; openai parses HTML or junk into a str, not a ChatCompletion
             raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "
                                    f"({type(error).__name__}: {_one_line(error)[:200]}).") from error
