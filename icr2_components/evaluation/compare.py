@@ -180,6 +180,7 @@ def run_compare(
         "context_types": types,
         "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
         "max_new_tokens": max_new_tokens,
+        "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "counters": counters,
         "dataset_skips": skips.as_dict(),
         "missing_contexts": missing_contexts,
