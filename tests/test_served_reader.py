@@ -150,6 +150,24 @@ def test_each_black_box_pipeline_answers_through_the_server(name, backend):
     assert result["prompt_tokens"] and result["prompt_tokens"] > 20
 
 
+def test_haystacks_own_openai_chat_generator_named_in_yaml_is_a_reader_too(llama_server_url, monkeypatch, tmp_path):
+    """A hand-written pipeline may name Haystack's OpenAIChatGenerator directly, its key read from a variable."""
+    import yaml
+
+    monkeypatch.setenv("ICR2_TEST_LLM_KEY", "sk-local")
+    data = yaml.safe_load((REPO / "pipelines" / "closed_book.yaml").read_text())
+    data["components"]["reader"] = {
+        "type": "haystack.components.generators.chat.openai.OpenAIChatGenerator",
+        "init_parameters": {"model": MODEL, "api_base_url": llama_server_url, "timeout": 60, "max_retries": 1,
+                            "api_key": {"type": "env_var", "env_vars": ["ICR2_TEST_LLM_KEY"], "strict": True},
+                            "generation_kwargs": {"max_tokens": 16, "temperature": 0}},
+    }
+    path = tmp_path / "closed_book_openai.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = PipelineSpec.from_file(str(path)).run("What is the capital of France?", None, controlled=False)
+    assert "Paris" in result["answer"]
+
+
 def test_vanilla_rag_open_retrieves_from_the_sample_and_answers_through_the_server(backend, sample_files):
     spec = PipelineSpec.from_file(str(REPO / "pipelines" / "vanilla_rag.yaml"), backend=backend)
     result = spec.run("who sings does he love me with reba", None, controlled=False, max_new_tokens=16)
