@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from icr2_components.errors import UserInputError
+from icr2_components.errors import ContextTooLongError, UserInputError
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_RETRIES = 2
@@ -275,6 +277,56 @@ class ServedTokenizer:
         return {"input_ids": ids[0] if single else ids}
 
 
+_CONTEXT_WORDS = ("context", "too long", "maximum", "exceed", "n_ctx")
+
+
+@contextmanager
+def served_chat_errors(served: ServedModel, hint: str = "") -> Iterator[None]:
+    """Turns what the OpenAI client raises around one chat completion into one line naming the server.
+
+    A server that is down, slow or refuses the key is a :class:`ServedModelError` (after the client's bounded
+    retries: ``served.max_retries`` and ``served.timeout_s``); a prompt the server refuses as too long is a
+    ``ContextTooLongError``; an answer that is not a chat completion is a ``ServedModelError`` too. ``hint`` is
+    added to a 4xx that is not about the context (e.g. which argument to change).
+
+    Usage example:
+    ```python
+    with served_chat_errors(served):
+        result = generator.run(messages=messages)   # Haystack's OpenAIChatGenerator
+    ```
+    """
+    import openai
+
+    where = f"The LLM server at {served.api_base_url} (model {served.model})"
+    try:
+        yield
+    except openai.APITimeoutError as error:
+        raise ServedModelError(f"{where} did not answer within {served.timeout_s:g} s "
+                               f"({_attempts(served.max_retries)}). Raise timeout_s or check the server.") from error
+    except openai.APIConnectionError as error:
+        raise ServedModelError(f"{where} is not reachable ({_one_line(error)}, {_attempts(served.max_retries)}). "
+                               f"{_FAILURE_HINT}") from error
+    except openai.AuthenticationError as error:
+        raise ServedModelError(f"{where} refused the API key"
+                               + (f" from ${served.api_key_env}" if served.api_key_env else " (none configured: set "
+                                  "api_key_env)") + f": {_one_line(error.message)}") from error
+    except openai.NotFoundError as error:
+        raise ServedModelError(f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
+                               f"GET {served.api_base_url.rstrip('/')}/models and that api_base_url ends in /v1.") from error
+    except openai.APIStatusError as error:
+        message = _one_line(error.message)
+        if error.status_code in (400, 413, 422) and any(w in message.lower() for w in _CONTEXT_WORDS):
+            raise ContextTooLongError(f"{where} refused the prompt as too long: {message}. Shorten the context "
+                                      "(a smaller budget in the corpus builder).") from error
+        extra = f" {hint}" if hint and 400 <= error.status_code < 500 else ""
+        raise ServedModelError(f"{where} answered {error.status_code}: {message}{extra}") from error
+    except (openai.APIResponseValidationError, ValueError, TypeError, KeyError, AttributeError) as error:
+        if isinstance(error, UserInputError):
+            raise
+        raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "
+                               f"({type(error).__name__}: {_one_line(error)[:200]}).") from error
+
+
 _DISCOVERED: dict[tuple[str, str], int | None] = {}
 
 
@@ -302,4 +354,4 @@ def discover_context_length(api_base_url: str, model: str, timeout_s: float = 10
 
 
 __all__ = ["ServedModel", "ServedModelError", "ServedTokenizer", "check_server_settings", "discover_context_length",
-           "is_served_tokenizer", "parse_served_tokenizer", "served_tokenizer_spec", "server_root"]
+           "is_served_tokenizer", "parse_served_tokenizer", "served_chat_errors", "served_tokenizer_spec", "server_root"]
