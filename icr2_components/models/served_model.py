@@ -320,7 +320,8 @@ def served_chat_errors(served: ServedModel, hint: str = "") -> Iterator[None]:
                                       "(a smaller budget in the corpus builder).") from error
         extra = f" {hint}" if hint and 400 <= error.status_code < 500 else ""
         raise ServedModelError(f"{where} answered {error.status_code}: {message}{extra}") from error
-    except (openai.APIResponseValidationError, ValueError, TypeError, KeyError, AttributeError) as error:
+    except (openai.APIResponseValidationError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as error:
+        # Haystack asserts the response type; openai parses HTML or junk into a str, not a ChatCompletion
         if isinstance(error, UserInputError):
             raise
         raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "

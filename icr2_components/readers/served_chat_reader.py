@@ -15,6 +15,7 @@ from icr2_components.models.served_model import (
     DEFAULT_TIMEOUT_S,
     ServedModel,
     ServedModelError,
+    served_chat_errors,
 )
 from icr2_components.models.token_counting import PassageTokenCounter
 
@@ -22,17 +23,6 @@ PER_MESSAGE_TOKENS = 8
 """Tokens a chat template adds around each message (role markers, separators): counted before sending."""
 TEMPLATE_MARGIN_TOKENS = 32
 """Tokens a chat template may add once (SmolLM2's adds a 20-token system turn when none is given)."""
-
-_CONTEXT_WORDS = ("context", "too long", "maximum", "exceed", "n_ctx")
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
-def _attempts(max_retries: int) -> str:
-    return "1 attempt" if max_retries == 0 else f"{max_retries + 1} attempts"
-
 
 @component
 class ServedChatReader:
@@ -196,33 +186,6 @@ class ServedChatReader:
         return {"replies": [ChatMessage.from_assistant((reply.text or "").strip(), meta=meta)]}
 
     def _call(self, messages: list[ChatMessage], kwargs: dict[str, Any], streaming_callback: Callable | None) -> dict:
-        import openai
-
-        where = f"The LLM server at {self.api_base_url} (model {self.model})"
-        try:
+        with served_chat_errors(self.served):
             return self._generator.run(messages=messages, generation_kwargs=kwargs,
                                        streaming_callback=streaming_callback)
-        except openai.APITimeoutError as error:
-            raise ServedModelError(f"{where} did not answer within {self.timeout_s:g} s "
-                                   f"({_attempts(self.max_retries)}). Raise timeout_s or check the server.") from error
-        except openai.APIConnectionError as error:
-            raise ServedModelError(f"{where} is not reachable ({_one_line(error)}, {_attempts(self.max_retries)}). "
-                                   "Start the server (llama.cpp here: bash scripts/llama_server.sh start) or fix "
-                                   "api_base_url.") from error
-        except openai.AuthenticationError as error:
-            raise ServedModelError(f"{where} refused the API key"
-                                   + (f" from ${self.api_key_env}" if self.api_key_env else " (none configured: set "
-                                      "api_key_env)") + f": {_one_line(error.message)}") from error
-        except openai.NotFoundError as error:
-            raise ServedModelError(f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
-                                   f"GET {self.api_base_url.rstrip('/')}/models and that api_base_url ends in /v1.") from error
-        except openai.APIStatusError as error:
-            message = _one_line(error.message)
-            if error.status_code in (400, 413, 422) and any(w in message.lower() for w in _CONTEXT_WORDS):
-                raise ContextTooLongError(f"{where} refused the prompt as too long: {message}. Shorten the context "
-                                          "(a smaller budget in the corpus builder).") from error
-            raise ServedModelError(f"{where} answered {error.status_code}: {message}") from error
-        except (openai.APIResponseValidationError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as error:
-            # Haystack asserts the response type; openai parses HTML or junk into a str, not a ChatCompletion
-            raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "
-                                   f"({type(error).__name__}: {_one_line(error)[:200]}).") from error
