@@ -69,7 +69,8 @@ def test_a_decider_defined_in_a_test_routes_in_a_pipeline_and_after_a_yaml_round
     gate = TimeAwareRetrievalGate(method="contains_digit", model=None)
     pipeline = _routing_pipeline(gate)
     _check_routes(pipeline)
-    assert gate.stats == {"decisions": 4, "retrieve": 2, "unparsed_replies": 0, "excluded_demonstrations": 0}
+    assert gate.stats == {"decisions": 4, "retrieve": 2, "unparsed_replies": 0, "reply_fallbacks": 0,
+                          "excluded_demonstrations": 0}
 
     text = pipeline.dumps()
     assert "method: contains_digit" in text

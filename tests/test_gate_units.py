@@ -19,7 +19,13 @@ from icr2_components.gates.prompts import (
     render_ta_are_prompt,
     render_vanilla_prompt,
 )
-from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, two_way_probability
+from icr2_components.gates.yes_no_scoring import (
+    answer_key,
+    answer_position,
+    parse_yes_no_reply,
+    score_yes_no_top_logprobs,
+    two_way_probability,
+)
 from icr2_components.text.normalization import normalize_answer
 
 BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
@@ -161,7 +167,12 @@ def test_read_retrievalqa_counts_empty_questions_and_missing_answers(tmp_path):
     [({"method": "sometimes"}, "method must be one of"), ({"n_yes": -1}, "n_yes"), ({"threshold": 1.5}, "threshold"),
      ({"today": "June 1st"}, "ISO date"), ({"on_unparsed": "guess"}, "on_unparsed"), ({"model": ""}, "needs a model"),
      ({"yes_pool": "/no/such/pool.jsonl"}, "does not exist"), ({"yes_answer": "No"}, "two different"),
-     ({"chat_generator": object()}, "ChatGenerator")],
+     ({"chat_generator": object()}, "ChatGenerator"), ({"server": "http://127.0.0.1:8089/v1"}, "mapping"),
+     ({"server": {"api_base_url": "127.0.0.1:8089", "model": "m"}}, "http"), ({"server": {"model": "m"}}, "api_base_url"),
+     ({"server": {"api_base_url": "http://h/v1", "model": "m", "port": 1}}, "unknown key"),
+     ({"server": {"api_base_url": "http://h/v1", "model": "m", "timeout_s": 0}}, "timeout_s"),
+     ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "top_logprobs": 21}, "top_logprobs"),
+     ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "chat_generator": lambda: None}, "not both")],
 )
 def test_init_rejects_bad_parameters_with_what_to_do(kwargs, message):
     with pytest.raises((ValueError, FileNotFoundError), match=message):
@@ -219,3 +230,63 @@ def test_init_reads_no_pool_file_the_pools_are_read_in_warm_up(tmp_path):
     assert gate.pool_skips == {}
     with pytest.raises(ValueError, match="has no usable question; n_yes=2"):
         gate.warm_up()
+
+
+def _position(token: str, top: dict[str, float]) -> dict:
+    return {"token": token, "logprob": top.get(token, -1.0),
+            "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top.items()]}
+
+
+def test_answer_key_reads_case_space_and_bracket_variants():
+    assert {answer_key(t) for t in ("Yes", " yes", "[Yes", "YES", "Yes]", " [yes]", "Yes,")} == {"yes"}
+    assert {answer_key(t) for t in ("No", " no", "[No", "NO.")} == {"no"}
+    assert answer_key("Yesterday") == "yesterday" and answer_key("Not") == "not" and answer_key(" [") == ""
+    assert answer_key("Yes, retrieve]") == "yes"
+
+
+def test_top_logprobs_scoring_skips_the_answer_prefix_and_sums_variants():
+    """OpenAI-shaped logprobs (as Haystack keeps them in reply.meta["logprobs"]), written by hand."""
+    prefixed = {"content": [_position("[", {"[": -0.1, "Yes": -3.0}), _position(" ", {" ": -0.2}),
+                            _position("Yes", {"Yes": math.log(0.4), " yes": math.log(0.1), "No": math.log(0.3),
+                                              "[No": math.log(0.1), "Yesterday": math.log(0.05)}),
+                            _position("]", {"]": -0.01})]}
+    assert answer_position(prefixed["content"], "[") == 2
+    score = score_yes_no_top_logprobs(prefixed, "Yes", "No", "[")
+    assert score.scoring == "top_logprobs"
+    assert score.p_yes == pytest.approx(0.5 / 0.9) and score.answer_mass == pytest.approx(0.9)
+    # without a prefix the first position is the answer position
+    unprefixed = {"content": [_position("You", {"You": math.log(0.2), "No": math.log(0.06), "Yes": math.log(0.02)})]}
+    assert answer_position(unprefixed["content"], "[") == 0
+    assert score_yes_no_top_logprobs(unprefixed, "Yes", "No", "[").p_yes == pytest.approx(0.25)
+
+
+def test_top_logprobs_scoring_gives_none_when_it_cannot_say():
+    neither = {"content": [_position("Maybe", {"Maybe": -0.5, "Perhaps": -1.0})]}
+    only_chosen = {"content": [{"token": "Yes", "logprob": -0.1, "top_logprobs": []}]}
+    only_prefix = {"content": [_position("[", {"[": -0.1}), _position("\n", {"\n": -0.1})]}
+    for logprobs in (None, {}, {"content": None}, {"content": []}, neither, only_chosen, only_prefix):
+        assert score_yes_no_top_logprobs(logprobs, "Yes", "No", "[") is None, logprobs
+    assert score_yes_no_top_logprobs(neither, "Yes", "Yes!", "[") is None  # answers that read the same
+
+
+def test_threshold_needs_probabilities_but_a_server_gives_them():
+    from haystack import component
+    from haystack.dataclasses import ChatMessage
+
+    @component
+    class Generator:
+        def __init__(self, generation_kwargs=None):
+            self.generation_kwargs = generation_kwargs
+
+        @component.output_types(replies=list[ChatMessage])
+        def run(self, messages: list[ChatMessage]):
+            return {"replies": [ChatMessage.from_assistant("[Yes]")]}
+
+    with pytest.raises(ValueError, match="not asked for log-probabilities"):
+        TimeAwareRetrievalGate(method="threshold", chat_generator=Generator())
+    asked = TimeAwareRetrievalGate(method="threshold", chat_generator=Generator({"logprobs": True, "top_logprobs": 5}))
+    served = TimeAwareRetrievalGate(method="threshold", model=None, server={"api_base_url": "http://h/v1", "model": "m"})
+    assert asked.gives_probabilities and served.gives_probabilities
+    # a reply without log-probabilities is parsed, counted, and thresholded as 1.0
+    decision = asked.run(query="Who won?")["decision"]
+    assert decision["scoring"] == "reply" and decision["p_yes"] == 1.0 and asked.stats["reply_fallbacks"] == 1

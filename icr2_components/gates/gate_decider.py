@@ -62,7 +62,8 @@ class GateQuestion:
 class YesNoAnswer:
     """A model's answer to one yes/no prompt: P(yes) and how it was obtained.
 
-    ``p_yes`` is renormalised over yes/no (``next_token`` or ``sequence_logprob`` scoring), 1.0/0.0 for a parsed
+    ``p_yes`` is renormalised over yes/no (``next_token`` or ``sequence_logprob`` scoring from a local model,
+    ``top_logprobs`` from a server's log-probabilities, with the generated ``reply`` kept), 1.0/0.0 for a parsed
     reply (``reply``), or None for a reply that says neither; such a reply goes where ``route_if_unparsed`` says
     (the gate's ``on_unparsed``). ``fixed`` answers belong to deciders that ask no model.
     """
@@ -94,9 +95,12 @@ class YesNoAnswer:
             fields: dict[str, Any] = {} if self.rendered_prompt is None else {"rendered_prompt": self.rendered_prompt}
             fields.update(reply=self.reply, parsed=self.p_yes is not None, scoring=self.scoring, p_yes=self.p_yes)
             return fields
-        return {"p_yes": self.p_yes, "scoring": self.scoring, "answer_mass": self.answer_mass,
-                "rendered_prompt": self.rendered_prompt, "threshold": cut,
-                "reused_prefix_tokens": self.reused_prefix_tokens}
+        scored: dict[str, Any] = {"p_yes": self.p_yes, "scoring": self.scoring, "answer_mass": self.answer_mass,
+                                  "rendered_prompt": self.rendered_prompt, "threshold": cut,
+                                  "reused_prefix_tokens": self.reused_prefix_tokens}
+        if self.reply is not None:  # a server's generated tokens, whose log-probabilities gave p_yes
+            scored["reply"] = self.reply
+        return scored
 
 
 class YesNoModel(Protocol):
@@ -152,8 +156,8 @@ class GateDecider(ABC):
     The gate builds one decider per method it runs, passing itself: a decider reads the gate's parameters
     (``gate.yes_pool``, ``gate.time_aware``, ...) and the run's settings (:class:`GateQuestion`). Set the class
     flags the gate checks before it delegates: ``needs_model`` (the decider calls ``model.ask``; the gate then
-    needs a local model or a chat generator) and ``needs_logits`` (P(yes) must come from a local model's logits,
-    not a parsed reply).
+    needs a local model, a server or a chat generator) and ``needs_logits`` (P(yes) must be a probability: a
+    local model's logits or a server's log-probabilities, not a reply parsed by design).
     """
 
     name: ClassVar[str] = ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime as _dt
 import inspect
 import logging
@@ -12,6 +13,7 @@ from haystack import component, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.backends import Backend
 from icr2_components.gates.demonstrations import DEFAULT_POOL
 from icr2_components.gates.gate_decider import (
     REPLY_SCORING,
@@ -21,15 +23,40 @@ from icr2_components.gates.gate_decider import (
     gate_decider_class,
 )
 from icr2_components.gates.prompts import DEMONSTRATION_ORDERS
-from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no
+from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no, score_yes_no_top_logprobs
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.prefix_cache import PrefixKVCache
+from icr2_components.models.served_model import ServedModel, ServedModelError, served_chat_errors
 
 logger = logging.getLogger(__name__)
 
 UNPARSED_POLICIES = ("retrieve", "no_retrieval", "error")
 LOCAL_SCORINGS = ("logits", "generate")
+SERVER_KEYS = ("api_base_url", "model", "api_key_env", "timeout_s", "max_retries")
+"""The `server` keys a backend hands the gate (a backend's `served_model` block is accepted whole)."""
+MAX_TOP_LOGPROBS = 20
+"""OpenAI's and vLLM's (default) limit on `top_logprobs`; TGI allows 5."""
+
+
+_ASKING_SERVER = contextvars.ContextVar("icr2_gate_asking_server", default=False)
+
+
+class _ExpectedTruncation(logging.Filter):
+    """Drops Haystack's "completion truncated" warning while the gate asks a server: it asks for a few tokens on
+    purpose (the answer is read from the first ones), so every reply is cut short and the warning says nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_ASKING_SERVER.get() and "truncated before reaching a natural stopping point" in record.getMessage())
+
+
+_TRUNCATION_FILTER = _ExpectedTruncation()
+
+
+def asks_for_logprobs(chat_generator: Any) -> bool:
+    """Whether a chat generator is configured to return log-probabilities (``generation_kwargs["logprobs"]``)."""
+    kwargs = getattr(chat_generator, "generation_kwargs", None)
+    return isinstance(kwargs, dict) and bool(kwargs.get("logprobs"))
 
 
 def parse_today(value: str | _dt.date | None) -> _dt.date | None:
@@ -56,13 +83,28 @@ class TimeAwareRetrievalGate:
     `threshold` (retrieve when P(yes) under the vanilla prompt reaches `threshold`: the calibration-based
     baseline), `always` and `never`; `register_gate_decider` adds one.
 
-    With a local model (`model`, from the shared model cache) P(yes) comes from the next-token logits of the
-    answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
-    `local_scoring="generate"` instead generates the answer greedily and parses it (the slower baseline). With a
-    `chat_generator` (any Haystack ChatGenerator, e.g. one behind an API) the decision is parsed from its reply;
-    a reply that says neither yes nor no follows `on_unparsed` and is counted in `stats`. Consecutive prompts
-    share their start (system turn, date, instruction), so the gate keeps the last prompt's key/value cache and
-    runs only what follows the shared prefix (`reuse_prompt_prefix`).
+    Where the model runs:
+
+    * a local model (`model`, from the shared model cache): P(yes) comes from the next-token logits of the
+      answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
+      `local_scoring="generate"` instead generates the answer greedily and parses it (the slower baseline).
+      Consecutive prompts share their start (system turn, date, instruction), so the gate keeps the last
+      prompt's key/value cache and runs only what follows the shared prefix (`reuse_prompt_prefix`).
+    * an OpenAI-compatible server (`server`: vLLM, llama.cpp, Ollama, TGI, OpenAI; the keys of a backend's
+      `served_model`): the gate asks through Haystack's `OpenAIChatGenerator` for a few greedy tokens with
+      `logprobs` and `top_logprobs`, and P(yes) comes from the probabilities of the answer variants ("Yes",
+      " yes", "[Yes", ...) among the top tokens of the first answer position (a chat API cannot open the answer
+      with "[", so generated "[" and spaces are skipped): scoring `top_logprobs`, with `answer_mass` the yes+no
+      share. The `threshold` method works over the server too. `icr2 compare --backend
+      backends/llama_cpp_server.yaml` turns a local gate into this one (`backend_variant`). A server that is
+      down or slow is one `ServedModelError` line, after `timeout_s` and `max_retries` at most.
+    * any Haystack ChatGenerator (`chat_generator`): P(yes) from its replies' log-probabilities when it returns
+      them (`reply.meta["logprobs"]`, e.g. an `OpenAIChatGenerator` with `generation_kwargs` `logprobs` and
+      `top_logprobs`), else the decision is parsed from its reply.
+
+    A reply without usable log-probabilities (a server that sends none, or neither answer among the top tokens)
+    is parsed instead (scoring `reply`, counted in `stats["reply_fallbacks"]`); a reply that says neither yes nor
+    no follows `on_unparsed` and is counted in `stats["unparsed_replies"]`.
 
     Only the chosen output receives the query; `decision` (always sent) holds the decision, P(yes), the prompt,
     the demonstrations and the date used.
@@ -76,6 +118,23 @@ class TimeAwareRetrievalGate:
     result = gate.run(query="Who won the 2025 Eurovision Song Contest?")
     print(result["decision"]["retrieve"], result["decision"]["p_yes"])
     print("retrieve" in result)   # True when the query was routed to retrieval
+
+    # the same gate asking llama.cpp's OpenAI-compatible server (bash scripts/llama_server.sh start)
+    served = TimeAwareRetrievalGate(method="ta_are", model=None, today="2025-06-01",
+                                    server={"api_base_url": "http://127.0.0.1:8089/v1", "model": "smollm2-135m-instruct",
+                                            "timeout_s": 30, "max_retries": 1})
+    decision = served.run(query="Who won the 2025 Eurovision Song Contest?")["decision"]
+    print(decision["scoring"], decision["p_yes"], decision["answer_mass"])   # top_logprobs 0.3... 0.1...
+    ```
+
+    In a pipeline YAML the served gate is
+    ```yaml
+    gate:
+      type: icr2_components.gates.time_aware_retrieval_gate.TimeAwareRetrievalGate
+      init_parameters:
+        method: ta_are
+        model: null
+        server: {api_base_url: "http://127.0.0.1:8089/v1", model: smollm2-135m-instruct, timeout_s: 120, max_retries: 2}
     ```
     """
 
@@ -84,6 +143,7 @@ class TimeAwareRetrievalGate:
         method: str = "ta_are",
         model: str | None = "smollm2-135m-instruct",
         chat_generator: Any = None,
+        server: dict[str, Any] | None = None,
         today: str | None = None,
         time_aware: bool = True,
         n_yes: int = 2,
@@ -100,6 +160,7 @@ class TimeAwareRetrievalGate:
         on_unparsed: str = "retrieve",
         local_scoring: str = "logits",
         max_new_tokens: int = 8,
+        top_logprobs: int = MAX_TOP_LOGPROBS,
         dtype: str = "auto",
         device: str | None = None,
         attn_implementation: str | None = "sdpa",
@@ -109,8 +170,12 @@ class TimeAwareRetrievalGate:
         :param method: A registered gate decider: `ta_are`, `vanilla`, `threshold`, `always`, `never`, or one
             added with `register_gate_decider` (see `gate_decider_names()`).
         :param model: Local causal LM (Hugging Face id, path or bundled alias) scored by its logits.
-        :param chat_generator: A Haystack ChatGenerator; when given, decisions are parsed from its replies and
-            `model` is not loaded.
+        :param chat_generator: A Haystack ChatGenerator; when given, `model` is not loaded and P(yes) comes from
+            its replies' log-probabilities when it returns them, else the decision is parsed from its reply.
+        :param server: An OpenAI-compatible server to ask instead of a local model: `api_base_url` (ending in
+            `/v1`), `model` (the served name) and optionally `api_key_env`, `timeout_s`, `max_retries` (the keys of
+            `ServedModel`; `context_length` and `tokenizer` are accepted and unused: the gate's prompt is short).
+            `model` is then not loaded. Not together with `chat_generator`.
         :param today: ISO date written in the TA-ARE prompt; None means the day of each run.
         :param time_aware: Write "Today is <date>." in the TA-ARE prompt (False: the paper's no-date ablation).
         :param n_yes: [Yes] demonstrations per query (TA-ARE).
@@ -129,7 +194,10 @@ class TimeAwareRetrievalGate:
             `no_retrieval` or `error`.
         :param local_scoring: `logits` (one forward pass, P(yes) from the next-token logits) or `generate`
             (greedy generation from the same prompt, reply parsed: the slower baseline `bench/gate.py` times).
-        :param max_new_tokens: Generation budget of `local_scoring="generate"`.
+        :param max_new_tokens: Generation budget of `local_scoring="generate"`, and the `max_tokens` asked of a
+            server (the answer is read from the first tokens; the rest is for a reply parsed as a fallback).
+        :param top_logprobs: Most likely tokens a server returns per position (OpenAI and vLLM allow up to 20, TGI
+            5): the more, the rarer a fallback to parsing because neither answer was among them.
         :param dtype: Local model dtype (`auto`, `float32`, `float16`, `bfloat16`).
         :param device: Local model device; the best available by default.
         :param attn_implementation: Local model attention implementation.
@@ -138,15 +206,24 @@ class TimeAwareRetrievalGate:
             prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
         """
         decider_class = gate_decider_class(method)
-        if chat_generator is None and decider_class.needs_model and not (isinstance(model, str) and model.strip()):
-            raise ValueError(f"method={method!r} needs a model (a Hugging Face id, path or bundled alias) or a chat_generator.")
+        if server is not None and chat_generator is not None:
+            raise ValueError("Give the gate either a chat_generator or a server, not both.")
+        served = self._check_server(server) if server is not None else None
+        if (chat_generator is None and served is None and decider_class.needs_model
+                and not (isinstance(model, str) and model.strip())):
+            raise ValueError(f"method={method!r} needs a model (a Hugging Face id, path or bundled alias), a server "
+                             "or a chat_generator.")
         if chat_generator is not None and not callable(getattr(chat_generator, "run", None)):
             raise ValueError("chat_generator must be a Haystack ChatGenerator: a component with run(messages=...).")
-        if chat_generator is not None and decider_class.needs_logits:
+        if chat_generator is not None and decider_class.needs_logits and not asks_for_logprobs(chat_generator):
             raise ValueError(
-                f"method={method!r} needs P(yes) from a local model's logits; a chat_generator only gives a parsed "
-                "reply. Use method='vanilla' or 'ta_are' with the chat_generator, or pass model= instead."
+                f"method={method!r} needs P(yes); this chat_generator is not asked for log-probabilities, so it only "
+                "gives a reply to parse. Pass server= (the gate asks for logprobs), a chat_generator whose "
+                "generation_kwargs set logprobs and top_logprobs, or model= (a local model's logits)."
             )
+        if (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
+                or not 1 <= top_logprobs <= MAX_TOP_LOGPROBS):
+            raise ValueError(f"top_logprobs must be an integer from 1 to {MAX_TOP_LOGPROBS}, got {top_logprobs!r}.")
         for name, value in (("n_yes", n_yes), ("n_no", n_no)):
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
@@ -160,7 +237,7 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {demonstration_order!r}.")
         if local_scoring not in LOCAL_SCORINGS:
             raise ValueError(f"local_scoring must be one of {LOCAL_SCORINGS}, got {local_scoring!r}.")
-        if local_scoring == "generate" and decider_class.needs_logits:
+        if local_scoring == "generate" and decider_class.needs_logits and chat_generator is None and served is None:
             raise ValueError(f"method={method!r} needs P(yes) from logits; use local_scoring='logits'.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
@@ -170,6 +247,7 @@ class TimeAwareRetrievalGate:
         self.method = method
         self.model = model
         self.chat_generator = chat_generator
+        self.server = dict(server) if server is not None else None
         self.today = today
         self.time_aware = time_aware
         self.n_yes = n_yes
@@ -186,6 +264,7 @@ class TimeAwareRetrievalGate:
         self.on_unparsed = on_unparsed
         self.local_scoring = local_scoring
         self.max_new_tokens = max_new_tokens
+        self.top_logprobs = top_logprobs
         self.dtype = dtype
         self.device = device
         self.attn_implementation = attn_implementation
@@ -193,22 +272,79 @@ class TimeAwareRetrievalGate:
         self._prefix_cache = PrefixKVCache() if self.reuse_prompt_prefix else None
         self._model = None
         self._tokenizer = None
-        self.stats = {"decisions": 0, "retrieve": 0, "unparsed_replies": 0, "excluded_demonstrations": 0}
+        self._served = served
+        self._server_generator = None
+        self.stats = {"decisions": 0, "retrieve": 0, "unparsed_replies": 0, "reply_fallbacks": 0,
+                      "excluded_demonstrations": 0}
+        """`reply_fallbacks`: decisions parsed from a reply that carried no usable log-probabilities;
+        `unparsed_replies`: replies that said neither yes nor no."""
         self._deciders: dict[str, GateDecider] = {}
         self._decider(method)  # the method's own checks (e.g. that its pool files exist), reading no file
+
+    @staticmethod
+    def _check_server(server: Any) -> ServedModel:
+        if not isinstance(server, dict):
+            raise ValueError("server must be a mapping of ServedModel keys (api_base_url, model, api_key_env, "
+                             f"timeout_s, max_retries), got {server!r}.")
+        return ServedModel.from_dict(dict(server), "TimeAwareRetrievalGate server")
+
+    @classmethod
+    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
+        """This gate's pipeline entry under ``backend`` (see `icr2_components.backends`): asking the served model
+        (`server`, model None) for a served backend, or the backend's local model; the method, prompts,
+        demonstration pools and their embedding model (local) stay."""
+        if backend.served_model is not None:
+            served = backend.served_model.to_dict()
+            server = {key: served[key] for key in SERVER_KEYS if served.get(key) is not None}
+            parameters = {**init_parameters, "model": None, "chat_generator": None, "server": server}
+        elif backend.model:
+            parameters = {**init_parameters, "model": backend.model, "chat_generator": None, "server": None}
+        else:
+            return None
+        return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": parameters}
 
     # -- loading -----------------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
-        """Load the local model (unless a chat generator decides) and what the method reads (TA-ARE: the pools
-        and the embedder that ranks them)."""
+        """Load the local model (unless a server or a chat generator decides) and what the method reads (TA-ARE:
+        the pools and the embedder that ranks them)."""
         decider = self._decider(self.method)
-        if self.chat_generator is not None:
+        if self._served is not None:
+            self._server()
+        elif self.chat_generator is not None:
             if hasattr(self.chat_generator, "warm_up"):
                 self.chat_generator.warm_up()
         elif decider.needs_model:
             self._load_model()
         decider.warm_up()
+
+    def _server(self):
+        """Haystack's OpenAIChatGenerator for `server`, asking for greedy tokens with their top log-probabilities."""
+        if self._server_generator is None:
+            from haystack.components.generators.chat import OpenAIChatGenerator
+            from haystack.utils import Secret
+
+            generator_logger = logging.getLogger(OpenAIChatGenerator.__module__)
+            if _TRUNCATION_FILTER not in generator_logger.filters:
+                generator_logger.addFilter(_TRUNCATION_FILTER)
+            served = self._served
+            self._server_generator = OpenAIChatGenerator(
+                api_key=Secret.from_token(served.api_key()), model=served.model, api_base_url=served.api_base_url,
+                timeout=float(served.timeout_s), max_retries=int(served.max_retries),
+                generation_kwargs={"logprobs": True, "top_logprobs": self.top_logprobs,
+                                   "max_tokens": self.max_new_tokens, "temperature": 0.0},
+            )
+        return self._server_generator
+
+    @property
+    def gives_probabilities(self) -> bool:
+        """Whether P(yes) is a probability rather than a parsed reply: local logits, a server's log-probabilities,
+        or a chat generator asked for them (a reply without them still falls back to parsing)."""
+        if self._served is not None:
+            return True
+        if self.chat_generator is not None:
+            return asks_for_logprobs(self.chat_generator)
+        return self.local_scoring == "logits"
 
     @property
     def pool_skips(self) -> dict[str, dict]:
@@ -244,10 +380,11 @@ class TimeAwareRetrievalGate:
         return rendered + self.answer_prefix
 
     def ask(self, prompt: str) -> YesNoAnswer:
-        """The model's yes/no answer to ``prompt``: parsed from the chat generator's reply, from a greedy local
-        reply (`local_scoring="generate"`), or P(yes) from the local model's logits."""
-        if self.chat_generator is not None:
-            return self._answer_from_reply(self._chat_generator_reply(prompt))
+        """The model's yes/no answer to ``prompt``: P(yes) from a server's (or chat generator's) top
+        log-probabilities, else parsed from its reply; parsed from a greedy local reply (`local_scoring="generate"`);
+        or P(yes) from the local model's logits."""
+        if self._served is not None or self.chat_generator is not None:
+            return self._answer_from_chat(self._chat_reply(prompt))
         rendered = self.render_for_model(prompt)
         if self.local_scoring == "generate":
             return self._answer_from_reply(self._generated_reply(rendered), rendered_prompt=rendered)
@@ -256,10 +393,40 @@ class TimeAwareRetrievalGate:
         return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
                            rendered_prompt=rendered, reused_prefix_tokens=score.reused_prefix_tokens)
 
-    def _chat_generator_reply(self, prompt: str) -> str:
-        result = self.chat_generator.run(messages=[ChatMessage.from_user(prompt)])
-        replies = result.get("replies") or []
-        return (replies[0].text if replies else "") or ""
+    def _chat_reply(self, prompt: str) -> ChatMessage | None:
+        """The first reply of the server (errors as one `ServedModelError` line) or of the chat generator."""
+        messages = [ChatMessage.from_user(prompt)]
+        if self._served is None:
+            replies = self.chat_generator.run(messages=messages).get("replies") or []
+            return replies[0] if replies else None
+        served, generator = self._served, self._server()
+        asking = _ASKING_SERVER.set(True)
+        try:
+            with served_chat_errors(served, hint=f"The gate asks for logprobs with top_logprobs={self.top_logprobs}; "
+                                                 "a server allowing fewer needs a lower top_logprobs."):
+                result = generator.run(messages=messages)
+        finally:
+            _ASKING_SERVER.reset(asking)
+        replies = result.get("replies") if isinstance(result, dict) else None
+        if not replies:
+            raise ServedModelError(f"The LLM server at {served.api_base_url} returned no choices for {served.model}; "
+                                   "check that it serves chat completions for that model.")
+        return replies[0]
+
+    def _answer_from_chat(self, reply: ChatMessage | None) -> YesNoAnswer:
+        """P(yes) from the reply's top log-probabilities; the parsed reply when it has none usable."""
+        text = ((reply.text if reply is not None else "") or "").strip()
+        logprobs = (reply.meta or {}).get("logprobs") if reply is not None else None
+        score = score_yes_no_top_logprobs(logprobs, self.yes_answer, self.no_answer, self.answer_prefix)
+        if score is not None:
+            return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass, reply=text)
+        self.stats["reply_fallbacks"] += 1
+        if self.stats["reply_fallbacks"] == 1 and self.gives_probabilities:
+            why = ("neither answer was among its top log-probabilities" if logprobs
+                   else "the reply carried no log-probabilities")
+            logger.warning("Gate: %s, so the decision is parsed from the reply %r (counted in "
+                           "stats['reply_fallbacks']; warned once).", why, text[:80])
+        return self._answer_from_reply(text)
 
     def _generated_reply(self, rendered: str) -> str:
         """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
@@ -308,9 +475,10 @@ class TimeAwareRetrievalGate:
             raise ValueError("TimeAwareRetrievalGate.run needs a non-empty query string; got an empty question.")
         method = method or self.method
         decider = self._decider(method)
-        if decider.needs_logits and (self.chat_generator is not None or self.local_scoring == "generate"):
-            raise ValueError(f"method={method!r} needs P(yes) from a local model's logits; this gate parses replies.")
-        if decider.needs_model and self.chat_generator is None and not self.model:
+        if decider.needs_logits and not self.gives_probabilities:
+            raise ValueError(f"method={method!r} needs P(yes) (a local model's logits or a server's log-probabilities); "
+                             "this gate parses replies.")
+        if decider.needs_model and self.chat_generator is None and self._served is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
         threshold = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= threshold <= 1.0:
@@ -336,7 +504,8 @@ class TimeAwareRetrievalGate:
     # -- serialization -----------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Haystack's default serialisation, except that the chat generator is serialised as a component.
+        """Haystack's default serialisation, except that the chat generator is serialised as a component (a
+        `server` is a plain mapping, kept as given).
 
         (The default would keep a generator only through its own ``to_dict``; ``component_to_dict`` also takes one
         that relies on the default, and checks the result.) Loading needs no ``from_dict``: Haystack's

@@ -1,10 +1,17 @@
-"""The probability of "yes" for a yes/no prompt: from next-token logits, sequence log-probabilities, or a reply.
+"""The probability of "yes" for a yes/no prompt: from next-token logits, sequence log-probabilities, a server's
+top log-probabilities, or a reply.
 
 For a local causal LM the gate renders the chat template, opens the assistant turn with the answer prefix
 ("[", since the prompt asks for "[Yes]" or "[No]") and reads the next-token logits of "Yes" and "No": one
 forward pass, no sampling. P(yes) is renormalised over the two answers. When the tokenizer has no single token
 for an answer, the two full answers are scored as continuations (summed token log-probabilities) in one
 batched forward pass instead.
+
+Behind an OpenAI-compatible server only generated tokens come back, each with its ``top_logprobs`` (the most
+likely tokens at that position). A chat API cannot open the assistant turn with the answer prefix, so
+:func:`score_yes_no_top_logprobs` skips generated tokens that are only the prefix or whitespace and, at the first
+answer position, sums the probability of the variants of each answer among the top tokens ("Yes", " yes",
+"[Yes", "YES", ...): P(yes) renormalised over the two sums, and their total as the answer mass.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from dataclasses import dataclass
 
 NEXT_TOKEN = "next_token"
 SEQUENCE_LOGPROB = "sequence_logprob"
+TOP_LOGPROBS = "top_logprobs"
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,76 @@ def _sequence_logprobs(model, prompt_ids: list[int], answers: list[list[int]], p
         targets = torch.tensor(answer, device=model.device)
         totals.append(float(logprobs[index, positions, targets].sum()))
     return totals
+
+
+_EDGE_PUNCTUATION = re.compile(r"^[\W_]+|[\W_]+$")
+_FIRST_WORD = re.compile(r"[^\W_]+")
+
+
+def answer_key(text: str) -> str:
+    """What answer a token or answer text stands for: its first word, case-folded, without spaces or brackets
+    ("[Yes" -> "yes", " NO]" -> "no", "Yes, retrieve]" -> "yes"); "" for a token that is only punctuation."""
+    match = _FIRST_WORD.search(_EDGE_PUNCTUATION.sub("", text or ""))
+    return match.group(0).casefold() if match else ""
+
+
+def answer_position(content: list, answer_prefix: str) -> int | None:
+    """Index of the first generated token that is not the answer prefix or whitespace (None if all are).
+
+    ``content`` is the OpenAI ``logprobs.content`` list; tokens are skipped while together (whitespace removed)
+    they spell a beginning of ``answer_prefix`` ("[" for the TA-ARE prompt), the way a local model's answer turn
+    is opened with the prefix before its next token is read.
+    """
+    target = "".join((answer_prefix or "").split())
+    spelled = ""
+    for index, position in enumerate(content):
+        token = position.get("token") if isinstance(position, dict) else None
+        if not isinstance(token, str):
+            return None
+        piece = "".join(token.split())
+        if not piece:
+            continue
+        if target and target.startswith(spelled + piece) and len(spelled + piece) <= len(target):
+            spelled += piece
+            continue
+        return index
+    return None
+
+
+def score_yes_no_top_logprobs(logprobs: object, yes_answer: str, no_answer: str,
+                              answer_prefix: str = "") -> YesNoScore | None:
+    """P(yes) from a chat completion's log-probabilities, or None when they cannot give one.
+
+    ``logprobs`` is the choice's ``logprobs`` object as Haystack's ``OpenAIChatGenerator`` keeps it in
+    ``reply.meta["logprobs"]`` (``{"content": [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}]}``).
+    At the first answer position (:func:`answer_position`) the probabilities of the top tokens standing for each
+    answer (:func:`answer_key`: case, leading space and bracket variants) are summed; P(yes) is the yes sum over
+    both. None when there are no log-probabilities, no answer position, or neither answer among the top tokens.
+    """
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    yes_key, no_key = answer_key(yes_answer), answer_key(no_answer)
+    if not yes_key or not no_key or yes_key == no_key:
+        return None
+    index = answer_position(content, answer_prefix)
+    if index is None:
+        return None
+    candidates = content[index].get("top_logprobs") or []
+    if not candidates:  # the server sent only the chosen token: one answer's probability, not both
+        return None
+    masses = {yes_key: 0.0, no_key: 0.0}
+    for candidate in candidates:
+        if not isinstance(candidate, dict) or not isinstance(candidate.get("token"), str):
+            continue
+        logprob = candidate.get("logprob")
+        key = answer_key(candidate["token"])
+        if key in masses and isinstance(logprob, (int, float)) and not math.isnan(logprob):
+            masses[key] += math.exp(min(float(logprob), 0.0))
+    yes_mass, no_mass = masses[yes_key], masses[no_key]
+    if yes_mass + no_mass <= 0.0:
+        return None
+    return YesNoScore(yes_mass / (yes_mass + no_mass), TOP_LOGPROBS, min(yes_mass + no_mass, 1.0))
 
 
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)

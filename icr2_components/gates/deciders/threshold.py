@@ -17,8 +17,10 @@ from icr2_components.gates.prompts import render_vanilla_prompt
 class ThresholdDecider(GateDecider):
     """Asks the model the Fig. 5 prompt and retrieves when P(yes) >= the run's `threshold`.
 
-    A parsed reply has no probability to threshold, so the gate refuses this method with a chat generator or
-    `local_scoring="generate"` (``needs_logits``).
+    P(yes) comes from a local model's logits or a server's top log-probabilities; a gate that only parses replies
+    (`local_scoring="generate"`, a chat generator not asked for logprobs) refuses this method (``needs_logits``).
+    When a server's reply carries no usable log-probabilities, the parsed reply (P(yes) 1.0 or 0.0) is compared
+    with the threshold instead, counted in the gate's `stats["reply_fallbacks"]`.
     """
 
     needs_logits = True
