@@ -75,6 +75,7 @@ logits move slightly with how much was reused: the same prompt gave P(yes) 0.370
 another prompt. The server is shared, so two requests of a test may not follow each other: compare within this."""
 
 
+@pytest.mark.llama_server
 def test_p_yes_comes_from_the_servers_top_logprobs_on_real_ta_are_prompts(served_ta_are, llama_server_url):
     for question in QUESTIONS:
         decision = served_ta_are.run(query=question)["decision"]
@@ -96,6 +97,7 @@ PEARSON_FLOOR = 0.4
 """Measured 0.725 on the 14 questions below (0.57 to 0.80 on other quarters of the set, 0.703 on all 53)."""
 
 
+@pytest.mark.llama_server
 def test_served_p_yes_follows_the_local_logits_on_retrievalqa_questions(served_ta_are, smollm2):
     """Same TA-ARE prompts, SmolLM2 twice: fp32 safetensors here (logits after the "[" answer prefix) and the Q4_1
     GGUF behind llama.cpp (top_logprobs of the first answer token, no prefix: a chat API cannot prefill). On all 53
@@ -122,6 +124,7 @@ def test_served_p_yes_follows_the_local_logits_on_retrievalqa_questions(served_t
     assert sum(abs(x - y) for x, y in pairs) / len(pairs) < 0.1, pairs
 
 
+@pytest.mark.llama_server
 def test_threshold_method_routes_by_the_threshold_over_http(llama_server_url):
     question = QUESTIONS[0]
     probe = TimeAwareRetrievalGate(method="threshold", model=None, server=server(llama_server_url))
@@ -140,6 +143,7 @@ def test_threshold_method_routes_by_the_threshold_over_http(llama_server_url):
     assert vanilla.run(query=question)["decision"]["p_yes"] == pytest.approx(p, abs=SERVER_NOISE)
 
 
+@pytest.mark.llama_server
 def test_a_generator_without_logprobs_falls_back_to_the_parsed_reply(llama_server_url):
     plain = OpenAIChatGenerator(api_key=Secret.from_token("no-key"), model=SERVED_NAME, api_base_url=llama_server_url,
                                 timeout=120, max_retries=1, generation_kwargs={"max_tokens": 8, "temperature": 0})
@@ -161,6 +165,7 @@ def test_a_generator_without_logprobs_falls_back_to_the_parsed_reply(llama_serve
     assert by_logprobs["p_yes"] == pytest.approx(served.run(query=QUESTIONS[1])["decision"]["p_yes"], abs=SERVER_NOISE)
 
 
+@pytest.mark.llama_server
 def test_answers_absent_from_the_top_logprobs_fall_back_to_the_parsed_reply(llama_server_url):
     """Answer words SmolLM2 never puts among its 20 most likely first tokens: the reply is parsed instead."""
     gate = TimeAwareRetrievalGate(method="vanilla", model=None, server=server(llama_server_url),
@@ -173,6 +178,7 @@ def test_answers_absent_from_the_top_logprobs_fall_back_to_the_parsed_reply(llam
     assert gate.stats["unparsed_replies"] == int(expected is None)
 
 
+@pytest.mark.llama_server
 def test_adaptive_pipeline_runs_on_the_llama_cpp_backend(llama_server_url, minilm, sample_files):
     backend = load_backend(ROOT / "backends" / "llama_cpp_server.yaml")
     assert backend.served_model.api_base_url == llama_server_url
