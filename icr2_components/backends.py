@@ -55,6 +55,8 @@ BLACK_BOX_TYPES = (
     "haystack.components.generators.chat.openai.OpenAIChatGenerator",
     "haystack.components.generators.chat.azure.AzureOpenAIChatGenerator",
     "haystack_integrations.components.generators.ollama.chat.chat_generator.OllamaChatGenerator",
+    # llama.cpp in process: the weights are here, but the integration exposes no attention or logits hook.
+    "haystack_integrations.components.generators.llama_cpp.chat.chat_generator.LlamaCppChatGenerator",
 )
 BLACK_BOX_PIPELINES_HINT = ("closed_book, vanilla_rag, corpus_in_context, query_aware, reordered_*, reranked_bi_encoder, "
                             "oracle, adaptive_rag, cmt_multi_agent, cmt_prompting")

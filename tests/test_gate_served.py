@@ -29,20 +29,6 @@ QUESTIONS = ["Who became Chancellor of Germany in May 2025?", "What is the capit
              "Who won the 2025 Nobel Prize in Chemistry?"]
 
 
-@pytest.fixture(scope="module")
-def llama_server_url():
-    """The running llama.cpp server's API root. (Module-level until the session fixture of
-    tests/llama_server_fixtures.py lands; it fails, never skips, when the server does not answer.)"""
-    url = "http://127.0.0.1:8089/v1"
-    try:
-        models = httpx.get(url + "/models", timeout=30).json()
-    except (httpx.HTTPError, ValueError) as error:
-        pytest.fail(f"The llama.cpp server at {url} does not answer /v1/models ({error}); start it with "
-                    "bash scripts/llama_server.sh start.")
-    assert SERVED_NAME in [m.get("id") for m in models.get("data", [])], models
-    return url
-
-
 def server(url: str, **overrides) -> dict:
     # generous: the server is shared with other test runs on two cores, and answers one request at a time
     return {"api_base_url": url, "model": SERVED_NAME, "timeout_s": 120, "max_retries": 1, **overrides}

@@ -172,8 +172,3 @@ def test_vanilla_rag_open_retrieves_from_the_sample_and_answers_through_the_serv
     spec = PipelineSpec.from_file(str(REPO / "pipelines" / "vanilla_rag.yaml"), backend=backend)
     result = spec.run("who sings does he love me with reba", None, controlled=False, max_new_tokens=16)
     assert len(result["shown_ids"]) == 3 and result["answer"].strip()
-
-
-@pytest.fixture(scope="session")
-def llama_server_url():  # TEMP until tests/llama_server_fixtures.py lands
-    return "http://127.0.0.1:8089/v1"

