@@ -7,6 +7,7 @@ in a header), the OpenAI-shaped errors the client raises as its own exceptions, 
 Every JSON answer and every streamed chunk is checked against what the server's /openapi.json documents."""
 
 import contextlib
+import functools
 import json
 import re
 import socket
@@ -301,3 +302,39 @@ def test_other_declared_inputs_are_request_fields_and_other_outputs_come_back(tm
             client.chat.completions.create(model="oracle_ids", messages=question,
                                            extra_body={"documents": [{"text": "no content"}]})
         assert caught.value.param == "documents.0.content", caught.value.body
+
+
+def test_a_reader_that_cannot_stream_sends_its_whole_answer_in_one_chunk(server, client, completion, monkeypatch):
+    """Without a streaming reader (here: the wrapper told it has none) the stream is the role, the whole answer as
+    one piece, the finish reason and [DONE], and the answer is the same."""
+    monkeypatch.setattr(server[1].state.icr2_wrapper, "streaming_components", [])
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                                 stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert pieces == [completion.parse().choices[0].message.content]
+    assert chunks[-1].choices[0].finish_reason == completion.parse().choices[0].finish_reason
+
+
+def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(client, url, monkeypatch):
+    """The headers are sent once the first token is out, so a later failure is a `data: {"error": ...}` event
+    (no [DONE]); the openai client raises it as APIError. The failure is simulated inside the reader, after it
+    streamed one piece, as a device failure would happen."""
+    from haystack.dataclasses import StreamingChunk
+
+    from icr2_components.readers.local_chat_reader import LocalChatReader
+
+    @functools.wraps(LocalChatReader.run)  # Haystack reads the sockets from run's signature
+    def fails_midway(self, messages, max_new_tokens=None, streaming_callback=None):
+        streaming_callback(StreamingChunk(content="Par"))
+        raise RuntimeError("simulated device failure")
+
+    monkeypatch.setattr(LocalChatReader, "run", fails_midway)
+    received = []
+    with pytest.raises(openai.APIError, match="simulated device failure") as caught:
+        for chunk in client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                                    stream=True):
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["", "Par"] and caught.value.code == "pipeline_failed"
+    _, events = stream_events(url, {"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
+                                    "stream": True})
+    assert json.loads(events[-1])["error"]["type"] == "server_error" and "[DONE]" not in events

@@ -30,8 +30,8 @@ from icr2_components.serving.refusals import RequestRefused
 OWNED_BY = "icr2_components"
 FINISH_REASONS = ("stop", "length")
 
-BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is not a number (the connection is "
-            "closed after the answer), or the body could not be read")
+BAD_HTTP = ("the Content-Length is not a number (checked here when the HTTP server passes such a request on; "
+            "uvicorn's parser refuses it first, in the server-wide shape below)")
 # status -> {OpenAI error code: when it is answered}
 OPENAI_CHAT_ERRORS: dict[int, dict[str, str]] = {
     400: {"malformed_json": "the body is not valid JSON, or not UTF-8",

@@ -45,7 +45,7 @@ import logging
 import time
 import uuid
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import Any, Union
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
@@ -68,6 +68,7 @@ from icr2_components.serving.openai_models import (
 )
 from icr2_components.serving.pipeline_wrapper import ChatAnswer, DeclaredPipelineWrapper
 from icr2_components.serving.refusals import RequestRefused
+from icr2_components.serving.response_model import error_model
 
 MODELS_PATHS = ("/v1/models", "/models")
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -75,6 +76,10 @@ OPENAI_PATHS = frozenset(MODELS_PATHS + CHAT_PATHS)
 SSE_DATA_KEY = "x-event-data"  # the media type's extension naming the schema of each event's data
 
 logger = logging.getLogger(__name__)
+# uvicorn's HTTP parser refuses some requests (`Content-Length: abc`) before any route is known: that 400 is the
+# server-wide `{"error": "bad_request", "reason", "status"}` on every path (app.json_error_http_protocol)
+PARSER_400 = error_model("HttpParserError400", 400, {"bad_request": "uvicorn's HTTP parser refused the request "
+                                                                    "before routing (the connection is closed)"})
 
 
 def is_openai_path(path: str) -> bool:
@@ -88,9 +93,16 @@ def openai_error_response(status: int, kind: str, message: str, param: str | Non
 
 
 def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | str, dict[str, Any]]:
-    return {status: {"model": openai_error_model(f"{prefix}Error{status}", status, codes),
-                     "description": " | ".join(f"{code}: {when}" for code, when in codes.items())}
-            for status, codes in catalogue.items()}
+    responses = {}
+    for status, codes in catalogue.items():
+        model: Any = openai_error_model(f"{prefix}Error{status}", status, codes)
+        description = " | ".join(f"{code}: {when}" for code, when in codes.items())
+        if status == 400:
+            model = Union[model, PARSER_400]  # noqa: UP007 - a type object FastAPI documents as anyOf
+            description += (" | a request uvicorn's HTTP parser refuses (before routing) is answered in the "
+                            "server-wide shape `{\"error\": \"bad_request\", \"reason\", \"status\"}`")
+        responses[status] = {"model": model, "description": description}
+    return responses
 
 
 _HEADERS = {
@@ -100,6 +112,17 @@ _HEADERS = {
     "x-icr2-ignored-fields": "the request fields the server accepted but does not use, comma-separated "
                              "(empty when none)",
 }
+
+
+CHAT_DESCRIPTION = (
+    "OpenAI's chat completion, answered by the pipeline. The text of the LAST user message is the pipeline's "
+    "`query`; its other declared inputs are top-level fields. The pipeline declares no chat-history input, so the "
+    "other messages are not used (`x-icr2-ignored-messages` counts them). Other OpenAI fields (`temperature`, "
+    "`top_p`, `tools`...) are accepted and not used: each reader decodes as its YAML says "
+    "(`x-icr2-ignored-fields` names them). `stream: true` answers server-sent `chat.completion.chunk` events: the "
+    "reader's tokens as it generates them (the whole answer in one chunk when it cannot stream), then `data: "
+    "[DONE]`. Errors are OpenAI's `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`."
+)
 
 
 def add_openai_routes(app: FastAPI, spec: PipelineSpec, wrapper: DeclaredPipelineWrapper,
@@ -138,7 +161,7 @@ def add_openai_routes(app: FastAPI, spec: PipelineSpec, wrapper: DeclaredPipelin
         app.add_api_route(path, chat_completions, methods=["POST"], response_model=completion_model,
                           tags=["openai"], operation_id="openai_chat_completions" + ("_alias" if index else ""),
                           summary=f"Chat with {spec.name}" + (" (alias of /v1/chat/completions)" if index else ""),
-                          description=(ChatCompletionRequest.model_fields["messages"].description or "") + ".",
+                          description=CHAT_DESCRIPTION,
                           responses={200: ok, **_responses("OpenAIChat", OPENAI_CHAT_ERRORS)})
     return {stream_schema: chunk_model.model_json_schema(ref_template="#/components/schemas/{model}")}
 
