@@ -128,7 +128,8 @@ def test_a_completion_is_the_run_routes_answer_with_usage(completion, run_answer
     text = answer.choices[0].message.content
     assert text and text == run_answer
     assert "paris" in text.lower()
-    assert answer.model == MODEL and answer.object == "chat.completion" and answer.choices[0].message.role == "assistant"
+    assert answer.model == MODEL and answer.object == "chat.completion"
+    assert answer.choices[0].message.role == "assistant"
     assert answer.choices[0].finish_reason in ("stop", "length")
     assert answer.usage.prompt_tokens > 10 and 0 < answer.usage.completion_tokens <= MAX_NEW_TOKENS
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
@@ -203,7 +204,8 @@ def test_an_over_long_prompt_is_a_bad_request_naming_the_limit(client, openapi, 
         list(result) if stream else None
     error = caught.value
     assert error.status_code == 400 and error.code == "context_length_exceeded"
-    assert re.search(r"has \d+ tokens but smollm2-135m-instruct accepts \d+ \(\d+ context", error.message), error.message
+    limit = re.search(r"has \d+ tokens but smollm2-135m-instruct accepts \d+ \(\d+ context", error.message)
+    assert limit, error.message
     assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
 
 
@@ -292,7 +294,7 @@ def test_other_declared_inputs_are_request_fields_and_other_outputs_come_back(tm
         assert_documented(openapi, "/v1/chat/completions", "POST", 200, json.loads(raw.content))
         chunks = list(client.chat.completions.create(model="oracle_ids", messages=question, stream=True,
                                                      extra_body={"documents": passages}))
-        last = [c for c in chunks if c.choices and c.choices[0].finish_reason][0]
+        last = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
         assert last.model_extra["icr2_outputs"] == {"passage_ids": run["passage_ids"]}
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == run["replies"][0]
         with pytest.raises(openai.BadRequestError) as caught:
@@ -325,7 +327,8 @@ def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(
 
     @functools.wraps(LocalChatReader.run)  # Haystack reads the sockets from run's signature
     def fails_midway(self, messages, max_new_tokens=None, streaming_callback=None):
-        streaming_callback(StreamingChunk(content="Par"))
+        if streaming_callback is not None:
+            streaming_callback(StreamingChunk(content="Par"))
         raise RuntimeError("simulated device failure")
 
     monkeypatch.setattr(LocalChatReader, "run", fails_midway)
@@ -338,3 +341,6 @@ def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(
     _, events = stream_events(url, {"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
                                     "stream": True})
     assert json.loads(events[-1])["error"]["type"] == "server_error" and "[DONE]" not in events
+    with pytest.raises(openai.InternalServerError, match="simulated device failure") as caught:  # not streamed
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}])
+    assert caught.value.code == "pipeline_failed" and caught.value.status_code == 500

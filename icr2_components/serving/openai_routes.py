@@ -47,9 +47,9 @@ import uuid
 from collections.abc import Generator, Iterator
 from typing import Any, Union
 
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from icr2_components.pipeline_spec import PipelineSpec
@@ -85,11 +85,6 @@ PARSER_400 = error_model("HttpParserError400", 400, {"bad_request": "uvicorn's H
 def is_openai_path(path: str) -> bool:
     """Errors on these paths are OpenAI-shaped: the OpenAI routes, and any other path under /v1/ (a 404)."""
     return path in OPENAI_PATHS or path.startswith("/v1/")
-
-
-def openai_error_response(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
-    status, body = openai_error(status, kind, message, param)
-    return JSONResponse(body, status_code=status)
 
 
 def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | str, dict[str, Any]]:
@@ -167,7 +162,7 @@ def add_openai_routes(app: FastAPI, spec: PipelineSpec, wrapper: DeclaredPipelin
 
 
 async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_model: type[BaseModel],
-                completion_model: type[BaseModel], body: ChatCompletionRequest) -> JSONResponse | StreamingResponse:
+                completion_model: type[BaseModel], body: ChatCompletionRequest) -> Response:
     if body.model != spec.name:
         raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this server; "
                                  f"it serves {spec.name!r} (GET /v1/models).", param="model")
@@ -183,14 +178,24 @@ async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_mo
         raise ChatRequestRefused(422, "invalid_request", reasons.replace("query:", f"messages[{query_index}].content "
                                                                          "(the query):"), param=param) from error
     inputs = {name: getattr(validated, name) for name in spec.inputs}
-    budget = body.max_completion_tokens or body.max_tokens
     ignored = sorted(set(body.model_extra or {}) | ({"stream_options"} if body.stream_options and not body.stream
                                                     else set()))
     headers = {"x-icr2-query-message": str(query_index),
                "x-icr2-ignored-messages": str(len(body.messages) - 1),
                "x-icr2-ignored-fields": ",".join(ignored)}
-    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
+    try:
+        return await _answer(spec, wrapper, completion_model, body, inputs, headers)
+    except HTTPException:
+        raise
+    except Exception as error:  # as on the run route: a failure the request did not cause
+        logger.exception("pipeline failed")
+        raise RequestRefused(500, "pipeline_failed", f"{type(error).__name__}: {error}") from error
+
+
+async def _answer(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, completion_model: type[BaseModel],
+                  body: ChatCompletionRequest, inputs: dict, headers: dict[str, str]) -> Response:
+    budget = body.max_completion_tokens or body.max_tokens
+    completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     if not body.stream:
         answer = await run_in_threadpool(wrapper.answer, inputs, budget)
         payload = {"id": completion_id, "object": "chat.completion", "created": created, "model": spec.name,
@@ -240,5 +245,4 @@ def _sse(first: str | ChatAnswer, events: Iterator[str | ChatAnswer], completion
         yield f"data: {json.dumps(openai_error(status, kind, message)[1])}\n\n"
 
 
-__all__ = ["CHAT_PATHS", "MODELS_PATHS", "OPENAI_PATHS", "add_openai_routes", "is_openai_path",
-           "openai_error_response"]
+__all__ = ["CHAT_PATHS", "MODELS_PATHS", "OPENAI_PATHS", "add_openai_routes", "is_openai_path"]
