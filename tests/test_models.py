@@ -55,6 +55,26 @@ def test_local_chat_reader_answers_and_shares_the_cached_model(smollm2):
     assert reader.chat_model.model is smollm2[0]
 
 
+def test_local_chat_reader_streams_pieces_that_make_the_reply(smollm2):
+    """The streaming_callback gets the reply token by token (Haystack StreamingChunks), the pieces concatenate to
+    exactly the reply's text, which is the one the same call gives unstreamed; a last chunk says why it ended."""
+    reader = LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=12, dtype="float32", device="cpu")
+    for question, budget in (("What is the capital of France?", 12), ("Écris une phrase sur un café d'été.", 6)):
+        chunks = []
+        messages = [ChatMessage.from_user(question)]
+        streamed = reader.run(messages=messages, max_new_tokens=budget, streaming_callback=chunks.append)["replies"][0]
+        plain = reader.run(messages=messages, max_new_tokens=budget)["replies"][0]
+        pieces = [chunk.content for chunk in chunks[:-1]]
+        assert "".join(pieces) == streamed.text == plain.text and len(pieces) > 2 and all(pieces)
+        assert chunks[0].start and not any(chunk.start for chunk in chunks[1:])
+        assert chunks[-1].content == "" and chunks[-1].finish_reason == streamed.meta["finish_reason"]
+        assert chunks[-1].meta["completion_tokens"] == streamed.meta["completion_tokens"]
+        assert chunks[0].component_info.type.endswith("LocalChatReader")
+    assert streamed.meta["finish_reason"] == "length" and streamed.meta["completion_tokens"] == 6
+    with pytest.raises(TypeError, match="callable"):
+        reader.run(messages=messages, streaming_callback="print")
+
+
 def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smollm2):
     reader = LocalChatReader(max_new_tokens=8, max_input_tokens=64, dtype="float32", device="cpu")
     with pytest.raises(ValueError, match=r"accepts 56 "):

@@ -164,22 +164,28 @@ def test_oversize_body_gets_413_declared_or_chunked(closed_book_server, openapi)
 
 def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, openapi):
     """Every documented operation is answered (not 404) with a documented status and body; every route the app
-    had from hayhooks or FastAPI beyond those (deploy, undeploy, draw, OpenAI, /docs, /redoc) is a JSON 404."""
+    had from hayhooks or FastAPI beyond those (deploy, undeploy, draw, hayhooks' Responses and Files, /docs,
+    /redoc) is a JSON 404. The OpenAI routes are ours (tests/test_serve_openai.py drives them with the client)."""
     from icr2_components.serving.app import PUBLIC_PATHS
 
     operations = {(path, method) for path, item in openapi["paths"].items() for method in item}
-    assert operations == {("/status", "get"), ("/openapi.json", "get"), (RUN, "post")}
+    assert operations == {("/status", "get"), ("/openapi.json", "get"), (RUN, "post"), ("/v1/models", "get"),
+                          ("/models", "get"), ("/v1/chat/completions", "post"), ("/chat/completions", "post")}
     assert set(openapi["paths"]) == PUBLIC_PATHS | {RUN}
     for path, method in sorted(operations):
         body = {"content": b"{}", "headers": {"content-type": "application/json"}} if method == "post" else {}
         response = httpx.request(method.upper(), f"{closed_book_server}{path}", timeout=30, **body)
         assert response.status_code != 404, (method, path, response.text)
-        check(openapi, response)  # {} on the run route: a documented 422; the GETs: a documented 200
-    for path in ("/status", "/openapi.json"):  # their documented 413: a GET whose body is over the limit
+        check(openapi, response)  # {} on a POST route: a documented 422 (400 on OpenAI's); the GETs: a 200
+    for path in ("/status", "/openapi.json", "/v1/models", "/models"):  # their documented 413: a GET's big body
         response = httpx.request("GET", f"{closed_book_server}{path}", content=b"x" * (MAX_BODY + 1), timeout=30)
-        assert response.status_code == 413 and check(openapi, response)["error"] == "request_too_large"
+        assert response.status_code == 413, (path, response.text)
+        payload = check(openapi, response)
+        assert (payload["error"]["code"] if "/models" in path else payload["error"]) == "request_too_large"
     # the run route documents each status it answers (each produced by a real request in this file) and no other
     assert sorted(openapi["paths"][RUN]["post"]["responses"]) == ["200", "400", "413", "422", "500"]
+    for path in ("/v1/chat/completions", "/chat/completions"):  # OpenAI's: invalid input is a 400, not a 422
+        assert sorted(openapi["paths"][path]["post"]["responses"]) == ["200", "400", "404", "413", "500"]
     # no FastAPI default left: errors are {error, reason, status}, never {"detail": [...]}
     assert not {"HTTPValidationError", "ValidationError"} & set(openapi["components"]["schemas"])
     assert '"detail"' not in json.dumps(openapi)
@@ -187,13 +193,17 @@ def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, 
     status = httpx.get(f"{closed_book_server}/status", timeout=10).json()
     assert status["pipelines"] == ["closed_book"]
     for method, path in [("POST", "/deploy-yaml"), ("POST", "/deploy_files"), ("POST", "/undeploy/closed_book"),
-                         ("GET", "/draw/closed_book"), ("GET", "/status/closed_book"), ("GET", "/v1/models"),
-                         ("POST", "/v1/chat/completions"), ("POST", "/chat/completions"), ("POST", "/v1/responses"),
-                         ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/docs/oauth2-redirect"), ("GET", f"{RUN}/")]:
+                         ("GET", "/draw/closed_book"), ("GET", "/status/closed_book"), ("POST", "/responses"),
+                         ("POST", "/files"), ("GET", "/docs"), ("GET", "/redoc"), ("GET", "/docs/oauth2-redirect"),
+                         ("GET", f"{RUN}/")]:
         response = httpx.request(method, f"{closed_book_server}{path}", timeout=10)
         assert response.status_code == 404, (method, path, response.status_code)
         assert response.json() == {"error": "not_found", "status": 404, "reason": response.json()["reason"]}
         assert "not served" in response.json()["reason"]
+    for method, path in [("POST", "/v1/responses"), ("POST", "/v1/files"), ("GET", "/v1/models/closed_book")]:
+        response = httpx.request(method, f"{closed_book_server}{path}", timeout=10)  # OpenAI's shape under /v1/
+        assert response.status_code == 404, (method, path, response.status_code)
+        assert response.json()["error"]["code"] == "not_found" and "not served" in response.json()["error"]["message"]
     for method, path in [("GET", RUN), ("POST", "/status"), ("HEAD", "/status"), ("HEAD", "/openapi.json")]:
         wrong_method = httpx.request(method, f"{closed_book_server}{path}", timeout=10)
         assert wrong_method.status_code == 405, (method, path)
@@ -201,9 +211,10 @@ def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, 
             assert wrong_method.json() == {"error": "method_not_allowed", "reason": "Method Not Allowed", "status": 405}
 
 
-@pytest.mark.parametrize("method, path", [("POST", RUN), ("GET", "/status")])
+@pytest.mark.parametrize("method, path", [("POST", RUN), ("GET", "/status"), ("POST", "/v1/chat/completions")])
 def test_a_content_length_that_is_not_a_number_gets_a_json_400(closed_book_server, openapi, method, path):
-    """uvicorn's HTTP parser refuses the request before any app code runs; `icr2 serve` answers it as JSON."""
+    """uvicorn's HTTP parser refuses the request before any app code runs (or knows the route); `icr2 serve`
+    answers it as JSON, in the server-wide shape, which the OpenAI routes document too."""
     status, headers, body = raw_request(
         closed_book_server, f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             "Content-Length: abc\r\n\r\n{}".encode())

@@ -133,3 +133,103 @@ def test_both_uvicorn_parsers_answer_a_bad_content_length_as_json(implementation
     payload = json.loads(body)
     assert payload["error"] == "bad_request" and payload["status"] == 400
     assert "content-length" in payload["reason"].lower(), payload
+
+
+def test_every_refusal_has_a_documented_openai_code():
+    """Each error a chat request can get, from the run route's catalogue or a refusal, maps to a code its OpenAI
+    status documents (a prompt over the context: 400 context_length_exceeded, as OpenAI answers it)."""
+    from icr2_components.serving.app import RUN_ERRORS
+    from icr2_components.serving.openai_models import ICR2_TO_OPENAI, OPENAI_CHAT_ERRORS, openai_error
+    from icr2_components.serving.refusals import CLIENT_ERRORS
+
+    kinds = {kind for kinds in RUN_ERRORS.values() for kind in kinds} | {kind for _, kind in CLIENT_ERRORS.values()}
+    for kind in kinds | {"model_not_found"}:
+        status, code = ICR2_TO_OPENAI[kind]
+        assert code in OPENAI_CHAT_ERRORS[status], (kind, status, code)
+    status, body = openai_error(413, "context_too_long", "The prompt has 9000 tokens but m accepts 8160")
+    assert status == 400 and body == {"error": {"message": "The prompt has 9000 tokens but m accepts 8160",
+                                                "type": "invalid_request_error", "param": None,
+                                                "code": "context_length_exceeded"}}
+    assert openai_error(500, "pipeline_failed", "x")[1]["error"]["type"] == "server_error"
+
+
+def test_the_chat_request_carries_the_other_declared_inputs_typed_as_on_the_run_route():
+    from icr2_components.pipeline_spec import PipelineSpec
+    from icr2_components.serving.openai_models import build_chat_request_model
+    from icr2_components.serving.request_model import build_request_model
+
+    spec = PipelineSpec.from_file(str(ROOT / "pipelines" / "oracle.yaml"))
+    model = build_chat_request_model(spec, build_request_model(spec))
+    schema = model.model_json_schema()
+    assert set(schema["required"]) == {"model", "messages", "documents"} and "query" not in schema["properties"]
+    body = {"model": "oracle", "messages": [{"role": "user", "content": "q"}], "temperature": 0.5,
+            "documents": [{"content": "Paris is the capital of France.", "meta": {"title": "Paris"}}]}
+    parsed = model.model_validate(body)
+    assert parsed.documents[0].content.startswith("Paris") and parsed.model_extra == {"temperature": 0.5}
+    for wrong in ({**body, "documents": []}, {**body, "documents": [{"text": "x"}]}, {**body, "messages": []},
+                  {**body, "n": 2}, {**body, "max_tokens": 0}):
+        with pytest.raises(ValueError):
+            model.model_validate(wrong)
+
+
+def test_the_completion_documents_the_other_declared_outputs_only_where_there_are_some():
+    from icr2_components.pipeline_spec import PipelineSpec
+    from icr2_components.serving.openai_models import build_chat_response_models
+    from icr2_components.serving.response_model import build_result_model
+
+    def models(name):
+        spec = PipelineSpec.from_file(str(ROOT / "pipelines" / name))
+        return build_chat_response_models(spec, build_result_model(spec))
+
+    answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m", "usage": None,
+              "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop",
+                           "logprobs": None}]}
+    closed_book, _ = models("closed_book.yaml")
+    closed = Draft202012Validator(closed_book.model_json_schema())
+    assert closed.is_valid(answer)
+    assert not closed.is_valid({**answer, "icr2_outputs": {}})
+    assert not closed.is_valid({**answer, "choices": []})
+    assert not closed.is_valid({**answer, "usage": {"prompt_tokens": 1}})
+    vanilla, chunk = models("vanilla_rag.yaml")
+    passage = {"id": "1", "content": "Paris is the capital of France.", "score": 0.5, "meta": {}}
+    with_documents = Draft202012Validator(vanilla.model_json_schema())
+    assert with_documents.is_valid({**answer, "icr2_outputs": {"documents": [passage]}})
+    assert not with_documents.is_valid(answer)
+    chunks = Draft202012Validator(chunk.model_json_schema())
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    assert chunks.is_valid({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                 "finish_reason": None}]})
+    assert chunks.is_valid({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+                            "icr2_outputs": {"documents": [passage]}})
+    assert chunks.is_valid({**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                                             "total_tokens": 5}})
+    assert not chunks.is_valid({**base, "choices": [{"index": 0, "delta": {"content": 3}, "finish_reason": None}]})
+
+
+def test_the_query_is_the_last_user_message_text():
+    from icr2_components.serving.openai_models import ChatRequestRefused, query_from_messages
+
+    assert query_from_messages([{"role": "system", "content": "s"}, {"role": "user", "content": "first"},
+                                {"role": "assistant", "content": "a"}, {"role": "user", "content": "second"},
+                                {"role": "assistant", "content": "prefill"}]) == (3, "second")
+    assert query_from_messages([{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                             {"type": "text", "text": "b"}]}]) == (0, "a\nb")
+    with pytest.raises(ChatRequestRefused, match="no user message") as caught:
+        query_from_messages([{"role": "system", "content": "s"}])
+    assert caught.value.param == "messages" and caught.value.status_code == 422
+    with pytest.raises(ChatRequestRefused, match="not text") as caught:
+        query_from_messages([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}])
+    assert caught.value.param == "messages[0].content"
+
+
+@pytest.mark.parametrize("pipeline, streamers", [
+    ("closed_book.yaml", ["reader"]),
+    ("adaptive_rag.yaml", ["closed_book_reader", "rag_reader"]),  # two branches behind a joiner; the gate is not
+    ("cmt_multi_agent.yaml", ["reader"]),
+])
+def test_the_readers_that_write_the_answer_are_the_ones_streamed(pipeline, streamers):
+    from icr2_components.pipeline_spec import PipelineSpec
+    from icr2_components.serving.pipeline_wrapper import reply_streamers
+
+    spec = PipelineSpec.from_file(str(ROOT / "pipelines" / pipeline))
+    assert reply_streamers(spec.pipeline(controlled=False), spec.outputs["replies"]) == streamers

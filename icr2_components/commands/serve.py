@@ -1,4 +1,5 @@
-"""``icr2 serve pipelines/<name>.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (hayhooks)."""
+"""``icr2 serve pipelines/<name>.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (hayhooks), at
+``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ def register(subparsers) -> None:
     from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
 
     parser = subparsers.add_parser(
-        "serve", help="serve a pipeline YAML (declared inputs/outputs) at POST /<name>/run",
+        "serve", help="serve a pipeline YAML (declared inputs/outputs) at POST /<name>/run and as an OpenAI-compatible "
+        "chat model at /v1",
         description="Loads the pipeline with the icr2_components allowlist (never unsafe), validates requests "
         "from its declared inputs and answers errors as JSON with a reason. Binds to loopback by default.")
     parser.add_argument("pipeline", help="pipeline YAML, e.g. pipelines/closed_book.yaml")
@@ -20,7 +22,8 @@ def register(subparsers) -> None:
                         help=f"larger request bodies get 413 (default {DEFAULT_MAX_BODY_BYTES})")
     parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
                         help=f"longest accepted query (default {DEFAULT_MAX_QUERY_CHARS})")
-    parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
+    parser.add_argument("--max-new-tokens", type=int,
+                        help="override every reader's answer budget (an OpenAI request's max_tokens may only lower it)")
     parser.add_argument("--backend", help="backend file (backends/*.yaml) the pipeline's model follows, e.g. "
                         "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipeline's own local model)")
     parser.add_argument("--concurrency", type=int, default=1,
@@ -40,7 +43,8 @@ def run(args) -> int:
     app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
                              max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                              backend=resolve_backend(args.backend))
-    print(f"icr2 serve: POST http://{args.host}:{args.port}{app.state.icr2_run_path}  "
-          f"inputs {sorted(app.state.icr2_spec.inputs)}  (Ctrl-C stops)", flush=True)
+    base = f"http://{args.host}:{args.port}"
+    print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
+          f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)
     run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote)
     return 0

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from haystack.dataclasses import ChatMessage
@@ -13,6 +15,8 @@ from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.introspection import context_limit
 from icr2_components.models.resolver import check_model_name
+
+logger = logging.getLogger(__name__)
 
 
 def check_max_new_tokens(max_new_tokens: int) -> None:
@@ -116,25 +120,82 @@ class LocalChatModel:
         return encoded
 
     def reply(
-        self, messages: list[ChatMessage], max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0
+        self, messages: list[ChatMessage], max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
+        on_text: Callable[[str], None] | None = None,
     ) -> ChatMessage:
         """One assistant reply to ``messages`` (greedy unless ``do_sample``), with `model`, `prompt_tokens`,
-        `completion_tokens` and `latency_s` in its meta."""
+        `completion_tokens`, `finish_reason` (`stop`: the model ended it; `length`: the budget did) and
+        `latency_s` in its meta.
+
+        ``on_text`` receives the reply's text while it is generated, in pieces whose concatenation is exactly
+        the returned text (``ReplyStreamer``); the generation itself is the same, with or without it.
+        """
         import torch
 
         encoded = self.encode(messages, max_new_tokens).to(self.model.device)
         arguments: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": self.tokenizer.pad_token_id,
                                      **decoding_arguments(do_sample, temperature)}
+        if on_text is not None:
+            arguments["streamer"] = ReplyStreamer(self.tokenizer, on_text)
         start = time.perf_counter()
         with torch.inference_mode():
             output = self.model.generate(**encoded, **arguments)
         prompt_tokens = int(encoded["input_ids"].shape[1])
         new_tokens = output[0, prompt_tokens:]
-        text = self.tokenizer.decode(new_tokens, skip_special_tokens=True).strip()
+        text = reply_text(self.tokenizer, new_tokens.tolist())
+        ended = new_tokens.shape[0] > 0 and int(new_tokens[-1]) in self.eos_token_ids()
         meta = {
             "model": self.name,
             "prompt_tokens": prompt_tokens,
             "completion_tokens": int(new_tokens.shape[0]),
+            "finish_reason": "length" if not ended and new_tokens.shape[0] >= max_new_tokens else "stop",
             "latency_s": time.perf_counter() - start,
         }
         return ChatMessage.from_assistant(text, meta=meta)
+
+
+def reply_text(tokenizer, token_ids: list[int]) -> str:
+    """The text of generated tokens as a reply: decoded without special tokens, surrounding whitespace removed."""
+    return tokenizer.decode(token_ids, skip_special_tokens=True).strip()
+
+
+class ReplyStreamer:
+    """A transformers ``generate`` streamer handing the reply's text to ``on_text`` as tokens arrive.
+
+    Each step decodes the tokens so far as ``reply_text`` does and passes on what is new; whitespace at the end
+    is held back until text follows it, and a step that ends inside a multi-byte character waits for the next,
+    so that the pieces concatenate to exactly the final reply text (``end`` passes on the rest).
+
+    Usage example:
+    ```python
+    pieces = []
+    model.generate(**encoded, max_new_tokens=16, streamer=ReplyStreamer(tokenizer, pieces.append))
+    ```
+    """
+
+    def __init__(self, tokenizer, on_text: Callable[[str], None]) -> None:
+        self.tokenizer = tokenizer
+        self.on_text = on_text
+        self.token_ids: list[int] = []
+        self.sent = ""
+        self._prompt_skipped = False
+
+    def put(self, value) -> None:
+        if not self._prompt_skipped:  # generate puts the prompt first
+            self._prompt_skipped = True
+            return
+        self.token_ids.extend(int(token) for token in value.reshape(-1).tolist())
+        text = reply_text(self.tokenizer, self.token_ids)
+        if not text.endswith("\ufffd"):
+            self._pass_on(text)
+
+    def end(self) -> None:
+        text = reply_text(self.tokenizer, self.token_ids)
+        self._pass_on(text)
+        if text != self.sent:  # a tokenizer whose decoding of a prefix changed later: said, never silent
+            logger.warning("streamed reply text %r differs from the final text %r", self.sent, text)
+
+    def _pass_on(self, text: str) -> None:
+        if len(text) > len(self.sent) and text.startswith(self.sent):
+            piece, self.sent = text[len(self.sent):], text
+            self.on_text(piece)

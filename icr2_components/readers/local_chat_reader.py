@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from haystack import component
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingChunk, SyncStreamingCallbackT
 
 from icr2_components.backends import Backend
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
@@ -34,6 +34,11 @@ class LocalChatReader:
     reader.warm_up()
     result = reader.run(messages=[ChatMessage.from_user("What is the capital of France?")])
     print(result["replies"][0].text)
+
+    # streamed: the callback gets the reply as it is generated (Haystack's StreamingChunk), then a last chunk
+    # with no text and the `finish_reason`; the pieces concatenate to exactly the reply's text
+    reader.run(messages=[ChatMessage.from_user("Name three colours.")],
+               streaming_callback=lambda chunk: print(chunk.content, end="", flush=True))
     ```
     """
 
@@ -95,15 +100,35 @@ class LocalChatReader:
         self.chat_model.load()
 
     @component.output_types(replies=list[ChatMessage])
-    def run(self, messages: list[ChatMessage], max_new_tokens: int | None = None) -> dict[str, Any]:
+    def run(self, messages: list[ChatMessage], max_new_tokens: int | None = None,
+            streaming_callback: SyncStreamingCallbackT | None = None) -> dict[str, Any]:
         """
         :param messages: The conversation; the last message is usually the user's prompt.
         :param max_new_tokens: Overrides the init value for this call.
-        :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens` and
-            `latency_s` in its meta.
+        :param streaming_callback: Called with each piece of the reply as it is generated (a `StreamingChunk`,
+            `index` 0, `start` on the first), then once with empty content, the `finish_reason` and the usage in
+            its meta. Only at run time: a callable is no init parameter, so the component serialises as before.
+        :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens`,
+            `finish_reason` and `latency_s` in its meta.
         """
         if not messages:
             raise ValueError("LocalChatReader.run needs at least one message.")
+        on_text = None
+        if streaming_callback is not None:
+            if not callable(streaming_callback):
+                raise TypeError(f"streaming_callback must be callable, got {type(streaming_callback).__name__}.")
+            info = ComponentInfo.from_component(self)
+            started = False
+
+            def on_text(piece: str) -> None:
+                nonlocal started
+                streaming_callback(StreamingChunk(content=piece, index=0, start=not started, component_info=info))
+                started = True
+
         reply = self.chat_model.reply(messages, max_new_tokens or self.max_new_tokens, do_sample=self.do_sample,
-                                      temperature=self.temperature)
+                                      temperature=self.temperature, on_text=on_text)
+        if streaming_callback is not None:
+            usage = {key: reply.meta[key] for key in ("model", "prompt_tokens", "completion_tokens")}
+            streaming_callback(StreamingChunk(content="", meta=usage, component_info=info,
+                                              finish_reason=reply.meta["finish_reason"]))
         return {"replies": [reply]}

@@ -1,4 +1,5 @@
-"""Serving library pipelines over HTTP through hayhooks (``icr2 serve``), loaded with our allowlisted loader."""
+"""Serving library pipelines over HTTP through hayhooks (``icr2 serve``), loaded with our allowlisted loader: at
+``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
 
 from icr2_components.serving.app import (
     DEFAULT_HOST,
@@ -11,7 +12,8 @@ from icr2_components.serving.app import (
     run_server,
     server_settings,
 )
-from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper, to_json
+from icr2_components.serving.openai_routes import OPENAI_PATHS
+from icr2_components.serving.pipeline_wrapper import ChatAnswer, DeclaredPipelineWrapper, to_json
 from icr2_components.serving.refusals import RequestRefused, refusal_for
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, DocumentIn, build_request_model
 from icr2_components.serving.response_model import DocumentOut, build_result_model
@@ -21,7 +23,9 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_QUERY_CHARS",
     "DEFAULT_PORT",
+    "OPENAI_PATHS",
     "PUBLIC_PATHS",
+    "ChatAnswer",
     "DeclaredPipelineWrapper",
     "DocumentIn",
     "DocumentOut",

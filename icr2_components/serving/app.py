@@ -13,14 +13,21 @@ committed to hayhooks' registry and app programmatically (``commit_prepared_pipe
 * a request the model cannot take (its prompt is over the reader's context) -> 413 ``context_too_long``, naming
   the limit (``refusals``); a context-aware decoding reader given no context -> 422 ``missing_context``; any other
   pipeline failure -> 500; every error as ``{"error": ..., "reason": ..., "status": ...}``;
-* only the run route, ``GET /status`` and ``GET /openapi.json`` are served (``PUBLIC_PATHS``); any other path is
-  a JSON 404 and a method a path does not list a JSON 405. hayhooks' deploy/undeploy, draw and OpenAI routes are
-  removed from the app, so nobody can deploy another (non-allowlisted) pipeline into a running server. There is
-  no ``/docs`` or ``/redoc`` page: FastAPI's pages load Swagger UI / ReDoc from a CDN (blank offline) and no
-  dependency of ours ships the assets; load ``/openapi.json`` into a local OpenAPI viewer instead;
-* ``/openapi.json`` describes exactly that: those three paths, the request model, the 200 body (``result``
-  with one key per declared output, typed from its socket: ``response_model``) and every error status each
-  operation can answer, with its error kinds.
+* the pipeline is also an OpenAI-compatible chat model (``openai_routes``): ``GET /v1/models`` and
+  ``POST /v1/chat/completions`` (and hayhooks' aliases ``/models``, ``/chat/completions``), where the last user
+  message is the query, ``stream: true`` streams the reader's tokens as server-sent events, and every error is
+  OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (a prompt over the context: 400
+  ``context_length_exceeded``), so that the official ``openai`` client works against
+  ``OpenAI(base_url="http://127.0.0.1:1416/v1", api_key="unused")``;
+* only the run route, the OpenAI routes, ``GET /status`` and ``GET /openapi.json`` are served
+  (``PUBLIC_PATHS``); any other path is a JSON 404 and a method a path does not list a JSON 405 (OpenAI-shaped
+  under ``/v1/``). hayhooks' deploy/undeploy, draw, Responses and Files routes are removed from the app, so
+  nobody can deploy another (non-allowlisted) pipeline into a running server. There is no ``/docs`` or
+  ``/redoc`` page: FastAPI's pages load Swagger UI / ReDoc from a CDN (blank offline) and no dependency of ours
+  ships the assets; load ``/openapi.json`` into a local OpenAPI viewer instead;
+* ``/openapi.json`` describes exactly that: those paths, the request models, the 200 bodies (``result``
+  with one key per declared output, typed from its socket: ``response_model``; the ``chat.completion`` and the
+  streamed chunk: ``openai_models``) and every error status each operation can answer, with its error kinds.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from icr2_components.backends import Backend
 from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.openai_models import openai_error
+from icr2_components.serving.openai_routes import OPENAI_PATHS, add_openai_routes, is_openai_path
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
 from icr2_components.serving.response_model import error_model
@@ -49,7 +58,7 @@ DEFAULT_PORT = 1416
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 OPENAPI_PATH = "/openapi.json"
-PUBLIC_PATHS = {"/status", OPENAPI_PATH}  # besides the run route; every other path is a 404
+PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS  # besides the run route; every other path is a 404
 
 # status -> {error kind: when it is answered}: the catalogue behind the documented error models.
 BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is not a number (the connection is "
@@ -78,8 +87,21 @@ def error_body(status: int, error: str, reason: str) -> dict[str, Any]:
     return {"error": error, "reason": reason, "status": status}
 
 
+def error_for_path(path: str, status: int, error: str, reason: str, param: str | None = None) -> tuple[int, dict]:
+    """``(status, body)`` of an error: OpenAI's shape on the OpenAI routes (and under /v1/), else ours."""
+    if is_openai_path(path):
+        return openai_error(status, error, reason, param)
+    return status, error_body(status, error, reason)
+
+
+def error_response(request: Request, status: int, error: str, reason: str, param: str | None = None) -> JSONResponse:
+    status, body = error_for_path(request.url.path, status, error, reason, param)
+    return JSONResponse(body, status_code=status)
+
+
 class RequestGuard:
-    """ASGI middleware: path allowlist (404) and a request-size limit (413), both answered as JSON."""
+    """ASGI middleware: path allowlist (404) and a request-size limit (413), both answered as JSON (OpenAI's error
+    shape on the OpenAI paths)."""
 
     def __init__(self, app, allowed_paths: set[str], max_body_bytes: int) -> None:
         self.app = app
@@ -92,21 +114,21 @@ class RequestGuard:
             return
         path = scope.get("path", "")
         if path not in self.allowed_paths:
-            await _send_json(send, 404, error_body(404, "not_found",
+            await _send_json(send, *error_for_path(path, 404, "not_found",
                                                    f"{path} is not served; try {sorted(self.allowed_paths)}"))
             return
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
-        too_big = error_body(413, "request_too_large",
-                             f"the request body is over the limit of {self.max_body_bytes} bytes "
-                             "(icr2 serve --max-body-bytes raises it)")
+        _, too_big = error_for_path(path, 413, "request_too_large",
+                                    f"the request body is over the limit of {self.max_body_bytes} bytes "
+                                    "(icr2 serve --max-body-bytes raises it)")
         if declared is not None:
             try:
                 if int(declared) > self.max_body_bytes:
                     await _drain_and_send(receive, send, 413, too_big)
                     return
             except ValueError:
-                await _send_json(send, 400, error_body(400, "bad_request", "Content-Length is not an integer"))
+                await _send_json(send, *error_for_path(path, 400, "bad_request", "Content-Length is not an integer"))
                 return
         # Read the body here (at most the limit + 1 byte), then replay it: a chunked body is bounded too.
         chunks, size, more = [], 0, True
@@ -189,6 +211,8 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
 
     app = create_serving_app("pipelines/closed_book.yaml", max_new_tokens=16)
     run_server(app, host="127.0.0.1", port=1416)   # POST /closed_book/run {"query": "..."}
+    # and as an OpenAI model: OpenAI(base_url="http://127.0.0.1:1416/v1", api_key="unused").chat.completions
+    #     .create(model="closed_book", messages=[{"role": "user", "content": "..."}])
     ```
     """
     if max_body_bytes < 1:
@@ -213,29 +237,33 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        status, kind, reason = _validation_reason(list(error.errors()), request.headers.get("content-type"))
-        return JSONResponse(error_body(status, kind, reason), status_code=status)
+        errors = list(error.errors())
+        status, kind, reason = _validation_reason(errors, request.headers.get("content-type"))
+        param = None
+        if kind == "invalid_request" and errors:
+            param = ".".join(str(p) for p in errors[0].get("loc", ()) if p != "body") or None
+        return error_response(request, status, kind, reason, param)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         if error.status_code == 400 and isinstance(error.__cause__, UnicodeDecodeError):
             # FastAPI's "There was an error parsing the body", raised from the JSON decoder's UnicodeDecodeError
-            return JSONResponse(error_body(400, "malformed_json", f"the body is not UTF-8 JSON: {error.__cause__}"),
-                                status_code=400)
+            return error_response(request, 400, "malformed_json", f"the body is not UTF-8 JSON: {error.__cause__}")
         kind = (getattr(error, "error", None) or _STATUS_ERROR_KIND.get(error.status_code)
                 or ("pipeline_failed" if error.status_code >= 500 else "http_error"))
-        return JSONResponse(error_body(error.status_code, kind, str(error.detail)), status_code=error.status_code)
+        return error_response(request, error.status_code, kind, str(error.detail), getattr(error, "param", None))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, error: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.exception("unexpected server error")
-        return JSONResponse(error_body(500, "server_error", f"{type(error).__name__}: {error}"), status_code=500)
+        return error_response(request, 500, "server_error", f"{type(error).__name__}: {error}")
 
     run_path = f"/{spec.name}/run"
-    _serve_only(app, spec, run_path, description)
+    _serve_only(app, spec, run_path, description, wrapper, request_model)
     app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes)
     app.state.icr2_spec = spec
     app.state.icr2_run_path = run_path
+    app.state.icr2_wrapper = wrapper
     return app
 
 
@@ -245,11 +273,13 @@ def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | 
             for status, kinds in catalogue.items()}
 
 
-def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: str) -> None:
+def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: str,
+                wrapper: DeclaredPipelineWrapper, request_model) -> None:
     """Keep only the routes the server answers, with their real error responses, and describe exactly those.
 
     hayhooks' app carries its deploy/undeploy, draw, per-pipeline status and OpenAI routes and FastAPI's docs
     pages; the middleware would 404 them, so they are removed here, from the routing and from the schema alike.
+    Its OpenAI routes are replaced by ours (``openai_routes``): one model, OpenAI-shaped errors, real streaming.
     """
     from hayhooks.server.routers.status import StatusResponse, status_all
 
@@ -270,18 +300,33 @@ def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: st
                       name=hayhooks_run.name, tags=["pipelines"], operation_id=f"{spec.name}_run",
                       summary=f"Run {spec.name}", description=hayhooks_run.description,
                       responses=_responses("Run", RUN_ERRORS))
+    extra_schemas = add_openai_routes(app, spec, wrapper, request_model)
     app.openapi_schema = None
-    app.openapi = functools.partial(_openapi, app, spec, description)
+    app.openapi = functools.partial(_openapi, app, spec, description, extra_schemas)
 
 
-def _openapi(app: FastAPI, spec: PipelineSpec, technique: str) -> dict[str, Any]:
+def _openapi(app: FastAPI, spec: PipelineSpec, technique: str, extra_schemas: dict[str, Any]) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(
             title=f"icr2 serve: {spec.name}", version=app.version, routes=app.routes,
-            description=(f"One pipeline ({technique}, `{spec.path}`) at `POST /{spec.name}/run`. Every error is "
-                         "`{\"error\", \"reason\", \"status\"}` JSON; besides the statuses listed per operation, "
-                         "a path not listed here is answered 404 (`not_found`) and a method a path does not list 405 "
-                         "(`method_not_allowed`), with the same body."))
+            description=(f"One pipeline ({technique}, `{spec.path}`) at `POST /{spec.name}/run`, and as the one "
+                         f"model (`{spec.name}`) of an OpenAI-compatible API at `/v1` (`GET /v1/models`, `POST "
+                         "/v1/chat/completions`; the last user message is the query). Every error of the icr2 "
+                         "routes is `{\"error\", \"reason\", \"status\"}` JSON, and of the OpenAI routes "
+                         "OpenAI's `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`; besides the "
+                         "statuses listed per operation, a path not listed here is answered 404 (`not_found`) and a "
+                         "method a path does not list 405 (`method_not_allowed`), in the shape of its route (OpenAI's "
+                         "under `/v1/`)."))
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, extra in extra_schemas.items():
+            extra = dict(extra)
+            schemas.update({**extra.pop("$defs", {}), name: extra})
+        for path in OPENAI_PATHS:  # FastAPI's default 422 ({"detail": [...]}): those errors are our 400s there
+            for operation in schema["paths"][path].values():
+                operation["responses"].pop("422", None)
+        if "HTTPValidationError" not in json.dumps(schema["paths"]):
+            schemas.pop("HTTPValidationError", None)
+            schemas.pop("ValidationError", None)
         schema["paths"][OPENAPI_PATH] = {"get": {
             "tags": ["status"], "summary": "This OpenAPI document", "operationId": "openapi",
             "responses": {"200": {"description": "the OpenAPI 3.1 document of this server",

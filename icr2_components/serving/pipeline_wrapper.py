@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import inspect
+import logging
+import queue
 import threading
+from collections.abc import Generator, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
+import networkx
 import numpy
 from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
 from haystack import Document
-from haystack.dataclasses import ChatMessage
+from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.openai_models import ChatRequestRefused, query_from_messages
 from icr2_components.serving.refusals import refusal_for
 from icr2_components.serving.request_model import DocumentIn
 from icr2_components.serving.response_model import build_result_model
+
+logger = logging.getLogger(__name__)
+_STREAM_EVENTS: ContextVar[queue.Queue] = ContextVar("icr2_serve_stream_events")
+
+
+def stream_to_request(chunk: StreamingChunk) -> None:
+    """The ``streaming_callback`` the streaming readers get: passes a chunk's text to the request being answered
+    in this thread. Module-level, as hayhooks' own, because Haystack serialises run inputs into its snapshots."""
+    if chunk.content:
+        _STREAM_EVENTS.get().put(chunk.content)
 
 
 def to_json(value: Any) -> Any:
@@ -36,6 +53,22 @@ def to_json(value: Any) -> Any:
     return repr(value)  # kept visible rather than dropped
 
 
+@dataclass
+class ChatAnswer:
+    """The pipeline's answer as a chat completion: the first reply's text, why it ended, the reader's token
+    counts (None when its reply meta has none) and the other declared outputs as JSON."""
+
+    text: str
+    finish_reason: str = "stop"
+    usage: dict[str, int] | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+class _Finished:
+    def __init__(self, result: dict | None = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+
+
 class DeclaredPipelineWrapper(BasePipelineWrapper):
     """Serves one ``pipelines/<name>.yaml`` through hayhooks at ``POST /<name>/run``.
 
@@ -45,6 +78,12 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     shaped as ``result_model`` (``build_result_model``: typed from the output sockets), which hayhooks makes the
     ``result`` of the route's 200 schema and checks every answer against.
 
+    It also answers as an OpenAI chat model, hayhooks' way (``run_chat_completion``: the last user message is
+    the query; a string, or a generator of ``StreamingChunk`` when the body asks to stream), and through
+    ``answer`` / ``stream_answer``, which ``icr2 serve``'s ``/v1/chat/completions`` uses (``openai_routes``).
+    A stream carries the reader's tokens as they are generated when the component that writes ``replies`` (or,
+    through a joiner, the last ones before it) takes a ``streaming_callback``; else the whole answer at the end.
+
     Usage example:
     ```python
     from icr2_components.pipeline_spec import PipelineSpec
@@ -53,8 +92,15 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("pipelines/closed_book.yaml"), max_new_tokens=8)
     wrapper.setup()
     print(wrapper.run_api(query="What is the capital of France?")["replies"][0])
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    print(wrapper.run_chat_completion("closed_book", messages, {}))
+    for chunk in wrapper.run_chat_completion("closed_book", messages, {"stream": True}):
+        print(chunk.content, end="")
     ```
     """
+
+    skip_mcp = True  # the server mounts no MCP or A2A face (hayhooks would list a chat-capable wrapper)
+    skip_a2a = True
 
     def __init__(self, spec: PipelineSpec, max_new_tokens: int | None = None, concurrency: int = 1) -> None:
         """
@@ -74,6 +120,8 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
         self._is_run_api_implemented = True
+        self._is_run_chat_completion_implemented = True
+        self.streaming_components: list[str] = []
         parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
                       for name in spec.inputs]
         # the declared outputs, typed from their sockets: hayhooks makes it the `result` of the 200 schema and
@@ -89,6 +137,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         if self.pipeline is None:
             self.pipeline = self.spec.pipeline(controlled=False)
             self.pipeline.warm_up()
+            self.streaming_components = reply_streamers(self.pipeline, self.spec.outputs["replies"])
 
     def run_api(self, **inputs: Any) -> dict:
         """Answer one request: the declared inputs in, the declared outputs (JSON) out.
@@ -96,6 +145,12 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         A failure the request caused (a prompt over the reader's context) is raised as ``RequestRefused`` (4xx);
         any other exception propagates and is answered 500.
         """
+        result = self._run(self._pipeline_data(inputs))
+        return {name: to_json(_output(result, path)) for name, path in self.spec.outputs.items()}
+
+    def _pipeline_data(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> dict[str, dict]:
+        """The run data for the declared ``inputs``, with the answer budgets: ``max_new_tokens`` (a request's)
+        lowers each component's budget (the server's ``max_new_tokens``, else its own), never raises it."""
         self.setup()
         unknown = set(inputs) - set(self.spec.inputs)
         if unknown:
@@ -109,26 +164,130 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
             for target in self.spec.inputs[name]:
                 component, socket = target.split(".", 1)
                 data.setdefault(component, {})[socket] = value
-        if self.max_new_tokens:
+        if self.max_new_tokens or max_new_tokens:
             # every component with a max_new_tokens input gets the server's cap, whatever its class (as in compare)
             for component_name, sockets in self.pipeline.inputs(include_components_with_connected_inputs=True).items():
                 if "max_new_tokens" in sockets:
-                    data.setdefault(component_name, {})["max_new_tokens"] = self.max_new_tokens
+                    cap = self.max_new_tokens or getattr(self.pipeline.get_component(component_name),
+                                                         "max_new_tokens", None)
+                    budget = min(max_new_tokens, cap) if max_new_tokens and isinstance(cap, int) else (
+                        max_new_tokens or cap)
+                    data.setdefault(component_name, {})["max_new_tokens"] = budget
+        return data
+
+    def _run(self, data: dict[str, dict]) -> dict:
+        """Run the pipeline in one of the ``concurrency`` slots; an input-caused failure is a ``RequestRefused``."""
         outputs_from = {path.split(".", 1)[0] for path in self.spec.outputs.values()}
         with self._slots:
             try:
-                result = self.pipeline.run(data, include_outputs_from=outputs_from)
+                return self.pipeline.run(data, include_outputs_from=outputs_from)
             except Exception as error:
                 refusal = refusal_for(error)
                 if refusal is None:
                     raise
                 raise refusal from error
-        response = {}
-        for name, path in self.spec.outputs.items():
-            component, socket = path.split(".", 1)
-            response[name] = to_json(result.get(component, {}).get(socket))
-        return response
 
+    def _chat_answer(self, result: dict) -> ChatAnswer:
+        replies = _output(result, self.spec.outputs["replies"])
+        if not replies:
+            raise RuntimeError(f"the pipeline produced no reply at {self.spec.outputs['replies']} for this request")
+        reply = replies[0] if isinstance(replies, list | tuple) else replies
+        meta = reply.meta if isinstance(reply, ChatMessage) else {}
+        text = reply.text if isinstance(reply, ChatMessage) else to_json(reply)
+        if not isinstance(text, str):
+            raise TypeError(f"the pipeline's first reply is not text: {text!r}")
+        usage = None
+        if isinstance(meta.get("prompt_tokens"), int) and isinstance(meta.get("completion_tokens"), int):
+            usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                     "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+        finish = meta.get("finish_reason") if meta.get("finish_reason") in ("stop", "length") else "stop"
+        outputs = {name: to_json(_output(result, path)) for name, path in self.spec.outputs.items()
+                   if name != "replies"}
+        return ChatAnswer(text=text, finish_reason=finish, usage=usage, outputs=outputs)
+
+    def answer(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> ChatAnswer:
+        """The chat answer to the declared ``inputs`` (``query``: the last user message's text)."""
+        return self._chat_answer(self._run(self._pipeline_data(inputs, max_new_tokens)))
+
+    def stream_answer(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> Iterator[str | ChatAnswer]:
+        """The answer as it is generated: text pieces (the streaming readers' tokens), then the ``ChatAnswer``,
+        whose text the pieces concatenate to. The pipeline runs in its own thread (and slot); a failure is raised
+        from the iterator, a refusal as ``RequestRefused``. A pipeline with no streaming reader yields the whole
+        text as one piece."""
+        data = self._pipeline_data(inputs, max_new_tokens)
+        events: queue.Queue = queue.Queue()
+        for name in self.streaming_components:
+            data.setdefault(name, {})["streaming_callback"] = stream_to_request
+
+        def work() -> None:
+            _STREAM_EVENTS.set(events)  # this thread's: the pipeline runs its components here
+            try:
+                events.put(_Finished(result=self._run(data)))
+            except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+                events.put(_Finished(error=error))
+
+        threading.Thread(target=work, name=f"icr2-serve-{self.spec.name}", daemon=True).start()
+
+        def pieces() -> Generator[str | ChatAnswer, None, None]:
+            streamed = ""
+            while True:
+                event = events.get()
+                if isinstance(event, str):
+                    streamed += event
+                    yield event
+                    continue
+                if event.error is not None:
+                    raise event.error
+                answer = self._chat_answer(event.result)
+                if answer.text != streamed:
+                    if answer.text.startswith(streamed):
+                        yield answer.text[len(streamed):]   # no streaming reader, or a step after it added text
+                    else:
+                        logger.warning("the streamed text %r is not the start of the answer %r", streamed, answer.text)
+                yield answer
+                return
+
+        return pieces()
+
+    def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str | Generator:
+        """hayhooks' OpenAI hook: the last user message is the query (the other declared inputs from ``body``);
+        the answer text, or with ``body["stream"]`` a generator of ``StreamingChunk`` (the last one carries the
+        ``finish_reason``)."""
+        if model != self.spec.name:
+            raise ChatRequestRefused(404, "model_not_found", f"model {model!r} is not served; this server serves "
+                                     f"{self.spec.name!r}", param="model")
+        _, query = query_from_messages(messages)
+        inputs = {"query": query, **{name: body[name] for name in self.spec.inputs if name != "query" and name in body}}
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")
+        if not body.get("stream"):
+            return self.answer(inputs, budget).text
+
+        def chunks() -> Generator[StreamingChunk, None, None]:
+            for event in self.stream_answer(inputs, budget):
+                if isinstance(event, ChatAnswer):
+                    yield StreamingChunk(content="", finish_reason=event.finish_reason,
+                                         meta={"usage": event.usage} if event.usage else {})
+                else:
+                    yield StreamingChunk(content=event)
+
+        return chunks()
+
+
+def _output(result: dict, path: str) -> Any:
+    component, socket = path.split(".", 1)
+    return result.get(component, {}).get(socket)
+
+
+def reply_streamers(pipeline, replies_path: str) -> list[str]:
+    """The components whose ``streaming_callback`` streams the answer: those taking one (hayhooks'
+    ``is_streaming_component``) among the ``replies`` component and its ancestors, less any that feeds another
+    (a judge before the answering reader); two branches' readers behind a joiner both stream (one runs)."""
+    from hayhooks.server.pipelines.streaming import is_streaming_component
+
+    target = replies_path.split(".", 1)[0]
+    upstream = networkx.ancestors(pipeline.graph, target) | {target}
+    capable = {name for name in upstream if is_streaming_component(pipeline.get_component(name))}
+    return sorted(name for name in capable if not networkx.descendants(pipeline.graph, name) & capable)
 
 def _with_signature(bound, parameters, result_model):
     def run_api(**inputs: Any) -> dict:
@@ -139,4 +298,4 @@ def _with_signature(bound, parameters, result_model):
     return run_api
 
 
-__all__ = ["DeclaredPipelineWrapper", "to_json"]
+__all__ = ["ChatAnswer", "DeclaredPipelineWrapper", "reply_streamers", "to_json"]

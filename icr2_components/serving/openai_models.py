@@ -1,0 +1,288 @@
+"""The OpenAI-compatible bodies ``icr2 serve`` reads and answers, as Pydantic models, so that ``/openapi.json``
+states them exactly (the routes are in ``openai_routes``).
+
+* request (``POST /v1/chat/completions``): OpenAI's ``model``, ``messages``, ``stream``, ``stream_options``,
+  ``max_completion_tokens`` (or the older ``max_tokens``) and ``n`` (1 only), plus one top-level field per
+  declared input other than ``query``, typed as in ``POST /<name>/run`` (the oracle's ``documents``). Other
+  OpenAI fields (``temperature``, ``top_p``, ``tools``...) are accepted and not used: the pipeline's readers
+  decode as their YAML says; the answer's ``x-icr2-ignored-fields`` header names them.
+* the query is the text of the LAST user message (``query_from_messages``); a library pipeline declares no
+  chat-history input, so every other message (system, earlier turns, a trailing assistant prefill) is not seen
+  by the pipeline: the answer's ``x-icr2-ignored-messages`` header counts them and ``x-icr2-query-message``
+  gives the index of the message used.
+* 200: a ``chat.completion`` (one choice; ``usage`` from the reply's ``prompt_tokens``/``completion_tokens``
+  meta, null when the reader reports none; ``icr2_outputs``: the pipeline's other declared outputs, e.g. the
+  retrieved ``documents``), or with ``stream: true`` server-sent ``chat.completion.chunk`` events ending with
+  ``data: [DONE]``.
+* every error: OpenAI's ``{"error": {"message", "type", "param", "code"}}``, one model per status, whose
+  ``code`` is the list of codes that status can carry (``OPENAI_CHAT_ERRORS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.refusals import RequestRefused
+
+OWNED_BY = "icr2_components"
+FINISH_REASONS = ("stop", "length")
+
+BAD_HTTP = ("the Content-Length is not a number (checked here when the HTTP server passes such a request on; "
+            "uvicorn's parser refuses it first, in the server-wide shape below)")
+# status -> {OpenAI error code: when it is answered}
+OPENAI_CHAT_ERRORS: dict[int, dict[str, str]] = {
+    400: {"malformed_json": "the body is not valid JSON, or not UTF-8",
+          "bad_request": BAD_HTTP,
+          "invalid_request": "a field is missing, of the wrong type or out of bounds (the query too: the last user "
+                             "message's text), or there is no user message; `param` names the field",
+          "context_length_exceeded": "the prompt built from the request is longer than the reader's context (as "
+                                     "OpenAI answers it); the message names the prompt's length and the limit",
+          "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
+                             "with such a reader)"},
+    404: {"model_not_found": "`model` is not the served pipeline's name (GET /v1/models lists it)"},
+    413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)"},
+    500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
+          "server_error": "an unexpected error in the server"},
+}
+OPENAI_MODELS_ERRORS: dict[int, dict[str, str]] = {
+    400: {"bad_request": BAD_HTTP},
+    413: {"request_too_large": "a body sent with the GET is over --max-body-bytes"},
+}
+# the icr2 error kind (RUN_ERRORS, refusals) -> (status, OpenAI code) on an OpenAI route
+ICR2_TO_OPENAI: dict[str, tuple[int, str]] = {
+    "context_too_long": (400, "context_length_exceeded"),
+    "missing_context": (400, "missing_context"),
+    "invalid_request": (400, "invalid_request"),
+    "malformed_json": (400, "malformed_json"),
+    "bad_request": (400, "bad_request"),
+    "model_not_found": (404, "model_not_found"),
+    "not_found": (404, "not_found"),
+    "method_not_allowed": (405, "method_not_allowed"),
+    "request_too_large": (413, "request_too_large"),
+    "pipeline_failed": (500, "pipeline_failed"),
+    "server_error": (500, "server_error"),
+}
+
+
+def openai_error_type(status: int) -> str:
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def openai_error(status: int, kind: str, message: str, param: str | None = None) -> tuple[int, dict[str, Any]]:
+    """``(status, body)`` of an error on an OpenAI route, from the icr2 error kind and status it would have on
+    ``POST /<name>/run`` (a prompt over the context is 400 ``context_length_exceeded`` here, as OpenAI answers)."""
+    status, code = ICR2_TO_OPENAI.get(kind, (status, kind))
+    return status, {"error": {"message": message, "type": openai_error_type(status), "param": param, "code": code}}
+
+
+class ChatRequestRefused(RequestRefused):
+    """A chat request the server refuses: the icr2 error kind, and the request field at fault (OpenAI's param)."""
+
+    def __init__(self, status_code: int, error: str, reason: str, param: str | None = None) -> None:
+        super().__init__(status_code, error, reason)
+        self.param = param
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Open):
+    """One part of a message's content; only `text` parts can be a query."""
+
+    type: str = Field(..., description="`text` (read); other kinds, e.g. `image_url`, are refused in the query")
+    text: str | None = None
+
+
+class ChatMessageIn(_Open):
+    """One message of the conversation, as OpenAI's Chat Completions API takes it."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = Field(
+        None, description="text, or a list of content parts; of the last user message, the text is the query")
+    name: str | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool = Field(False, description="send one more chunk, with `usage` and no choices, "
+                                                   "before `data: [DONE]`")
+
+
+class ChatCompletionRequest(_Open):
+    """OpenAI's chat completion request; fields not listed here are accepted and reported as ignored."""
+
+    model: str = Field(..., description="the served pipeline's name (GET /v1/models)")
+    messages: list[ChatMessageIn] = Field(
+        ..., min_length=1,
+        description="the conversation; the text of the LAST user message is the pipeline's `query`. The "
+                    "pipeline declares no chat-history input, so the other messages are not used (the "
+                    "`x-icr2-ignored-messages` header counts them)")
+    stream: bool = Field(False, description="answer with server-sent `chat.completion.chunk` events, then "
+                                            "`data: [DONE]`; the reader's tokens as they are generated when it "
+                                            "streams (LocalChatReader does), else the whole answer in one chunk")
+    stream_options: StreamOptions | None = None
+    max_completion_tokens: int | None = Field(
+        None, ge=1, description="at most this many answer tokens: lowers each reader's budget (the server's "
+                                "--max-new-tokens, else the YAML's), never raises it")
+    max_tokens: int | None = Field(None, ge=1, description="the older name of `max_completion_tokens`")
+    n: int | None = Field(None, ge=1, le=1, description="one choice only")
+
+
+class ModelCard(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(..., description="the pipeline's name: the `model` of a chat completion request")
+    object: Literal["model"]
+    created: int = Field(..., description="when the server loaded the pipeline (Unix seconds)")
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    """The served pipeline, as the one model of an OpenAI-compatible server."""
+
+    model_config = ConfigDict(extra="forbid")
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt_tokens: int = Field(..., description="the prompt of the reader that wrote the answer (not a gate's)")
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["assistant"]
+    content: str
+
+
+class Choice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    index: Literal[0]
+    message: AssistantMessage
+    finish_reason: Literal[FINISH_REASONS] = Field(  # type: ignore[valid-type]
+        ..., description="`length`: the answer budget ended the reply; `stop`: the model did")
+    logprobs: None = None
+
+
+class Delta(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["assistant"] | None = Field(None, description="on the first chunk only")
+    content: str | None = Field(None, description="the next piece of the answer (none on the last chunk)")
+
+
+class ChunkChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    index: Literal[0]
+    delta: Delta
+    finish_reason: Literal[FINISH_REASONS] | None = Field(  # type: ignore[valid-type]
+        ..., description="set on the last chunk of the answer only")
+    logprobs: None = None
+
+
+def _model_name(spec: PipelineSpec, suffix: str) -> str:
+    return "".join(part.capitalize() for part in spec.name.split("_")) + suffix
+
+
+def build_chat_request_model(spec: PipelineSpec, request_model: type[BaseModel]) -> type[ChatCompletionRequest]:
+    """``ChatCompletionRequest`` plus the pipeline's declared inputs other than ``query``, each typed and
+    required as in ``request_model`` (``POST /<name>/run``'s body)."""
+    extra: dict[str, Any] = {}
+    for name, field in request_model.model_fields.items():
+        if name == "query":
+            continue
+        if name in ChatCompletionRequest.model_fields:
+            raise ValueError(f"{spec.path}: input {name!r} has the name of an OpenAI chat request field, so the "
+                             "OpenAI route cannot carry it; rename the input.")
+        extra[name] = (field.annotation, field)
+    return create_model(_model_name(spec, "ChatCompletionRequest"), __base__=ChatCompletionRequest, **extra)
+
+
+def build_chat_response_models(spec: PipelineSpec, result_model: type[BaseModel]) -> tuple[type[BaseModel], ...]:
+    """``(completion, chunk)``: the ``chat.completion`` body and one streamed ``chat.completion.chunk``, with
+    ``icr2_outputs`` typed from the pipeline's declared outputs other than ``replies`` (when it has any)."""
+    others = {name: (field.annotation, field) for name, field in result_model.model_fields.items()
+              if name != "replies"}
+    outputs: dict[str, Any] = {}
+    if others:
+        outputs_model = create_model(_model_name(spec, "Icr2Outputs"), __config__=ConfigDict(extra="forbid"),
+                                     **others)
+        outputs = {"icr2_outputs": (outputs_model, Field(..., description="the pipeline's other declared outputs"))}
+    completion = create_model(
+        _model_name(spec, "ChatCompletion"), __config__=ConfigDict(extra="forbid"),
+        id=(str, ...), object=(Literal["chat.completion"], ...), created=(int, ...),
+        model=(str, Field(..., description="the pipeline's name")),
+        choices=(list[Choice], Field(..., min_length=1, max_length=1)),
+        usage=(Usage | None, Field(..., description="null when the reader reports no token counts")),
+        **outputs,
+    )
+    chunk_outputs = {name: (value[0] | None, Field(None, description="on the last chunk of the answer"))
+                     for name, value in outputs.items()}
+    chunk = create_model(
+        _model_name(spec, "ChatCompletionChunk"), __config__=ConfigDict(extra="forbid"),
+        id=(str, Field(..., description="the same on every chunk of one answer")),
+        object=(Literal["chat.completion.chunk"], ...), created=(int, ...), model=(str, ...),
+        choices=(list[ChunkChoice], Field(..., max_length=1,
+                                          description="one choice; none on the usage chunk")),
+        usage=(Usage | None, Field(None, description="only on the chunk `stream_options.include_usage` asks for")),
+        **chunk_outputs,
+    )
+    return completion, chunk
+
+
+def openai_error_model(name: str, status: int, codes: dict[str, str]) -> type[BaseModel]:
+    """The OpenAI error body of one status: ``error.code`` is one of ``codes`` (code -> when it is answered)."""
+    meaning = "; ".join(f"{code}: {when}" for code, when in codes.items())
+    detail = create_model(
+        f"{name}Detail", __config__=ConfigDict(extra="forbid"),
+        message=(str, Field(..., description="what was wrong and, where it applies, the limit or how to fix it")),
+        type=(Literal[openai_error_type(status)], ...),
+        param=(str | None, Field(..., description="the request field at fault, when there is one")),
+        code=(Literal[tuple(codes)], Field(..., description=meaning)),
+    )
+    return create_model(name, __config__=ConfigDict(extra="forbid"), error=(detail, ...))
+
+
+def message_text(content: Any) -> str | None:
+    """The text of a message's content (a string, or its `text` parts joined by newlines); None when a part is
+    not text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        part_type = part.type if isinstance(part, ContentPart) else (part or {}).get("type")
+        text = part.text if isinstance(part, ContentPart) else (part or {}).get("text")
+        if part_type != "text" or not isinstance(text, str):
+            return None
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def query_from_messages(messages: list[ChatMessageIn | dict]) -> tuple[int, str]:
+    """``(index, text)`` of the last user message (hayhooks' ``get_last_user_message`` rule), refused with a
+    ``ChatRequestRefused`` naming the message when there is none or it is not text."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        role = message.role if isinstance(message, ChatMessageIn) else (message or {}).get("role")
+        if role != "user":
+            continue
+        content = message.content if isinstance(message, ChatMessageIn) else message.get("content")
+        text = message_text(content)
+        if text is None:
+            raise ChatRequestRefused(422, "invalid_request", f"messages[{index}] (the last user message, whose text "
+                                     "is the query) has a content part that is not text; send its question as text",
+                                     param=f"messages[{index}].content")
+        return index, text
+    raise ChatRequestRefused(422, "invalid_request", "messages has no user message; the last user message is the "
+                             "pipeline's query", param="messages")
+
+
+__all__ = ["OPENAI_CHAT_ERRORS", "OPENAI_MODELS_ERRORS", "ChatCompletionRequest", "ChatRequestRefused", "ModelList",
+           "build_chat_request_model", "build_chat_response_models", "openai_error", "openai_error_model",
+           "query_from_messages"]

@@ -1,0 +1,346 @@
+"""icr2 serve as an OpenAI-compatible server, driven by the official `openai` client over real HTTP: a real
+uvicorn on a free loopback port serving pipelines/closed_book.yaml with the real SmolLM2 (12 new tokens at most).
+
+The model list, a completion equal to what POST /closed_book/run answers (greedy decoding), real token streaming
+whose pieces concatenate to that answer, multi-turn (the last user message is the query, the others are counted
+in a header), the OpenAI-shaped errors the client raises as its own exceptions, and the /run surface unchanged.
+Every JSON answer and every streamed chunk is checked against what the server's /openapi.json documents."""
+
+import contextlib
+import functools
+import json
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from jsonschema import Draft202012Validator
+from openai import OpenAI
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_NEW_TOKENS = 12
+MAX_BODY = 200_000
+MODEL = "closed_book"
+FRANCE = "What is the capital of France?"
+
+
+@contextlib.contextmanager
+def serving(pipeline: Path, **options):
+    """`create_serving_app(pipeline)` behind a real uvicorn on a free loopback port: (url, app)."""
+    import uvicorn
+
+    from icr2_components.serving import create_serving_app
+    from icr2_components.serving.app import server_settings
+
+    app = create_serving_app(str(pipeline), **options)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uvicorn_server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, **server_settings()))
+    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not uvicorn_server.started and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert uvicorn_server.started, "the server did not start in 60 s"
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        uvicorn_server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=MAX_NEW_TOKENS, max_body_bytes=MAX_BODY,
+                 max_query_chars=MAX_BODY) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def url(server) -> str:
+    return server[0]
+
+
+@pytest.fixture(scope="module")
+def client(url) -> OpenAI:
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def openapi(url) -> dict:
+    return httpx.get(f"{url}/openapi.json", timeout=30).json()
+
+
+@pytest.fixture(scope="module")
+def run_answer(url) -> str:
+    """What POST /closed_book/run answers to FRANCE: the reference for every OpenAI answer below."""
+    response = httpx.post(f"{url}/{MODEL}/run", json={"query": FRANCE}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["result"]["replies"][0]
+
+
+@pytest.fixture(scope="module")
+def completion(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": FRANCE}])
+    return raw
+
+
+def validator(openapi: dict, schema: dict) -> Draft202012Validator:
+    return Draft202012Validator({**schema, "components": openapi["components"]})
+
+
+def assert_documented(openapi: dict, path: str, method: str, status: int, payload: dict,
+                      media_type: str = "application/json") -> None:
+    responses = openapi["paths"][path][method.lower()]["responses"]
+    assert str(status) in responses, f"{method} {path} answered {status}; /openapi.json lists {sorted(responses)}"
+    schema = responses[str(status)]["content"][media_type]["schema"]
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in validator(openapi, schema).iter_errors(payload)]
+    assert not errors, (status, payload, errors)
+
+
+def stream_events(url: str, body: dict) -> tuple[httpx.Response, list[str]]:
+    """The raw server-sent events of a streamed completion (the `data:` of each)."""
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as response:
+        text = response.read().decode()
+    events = [block.removeprefix("data: ") for block in text.split("\n\n") if block]
+    return response, events
+
+
+def test_the_pipeline_is_the_one_model(client, url, openapi):
+    models = client.models.list()
+    assert [model.id for model in models] == [MODEL]
+    assert models.data[0].owned_by == "icr2_components" and models.data[0].object == "model"
+    for path in ("/v1/models", "/models"):  # hayhooks' alias answers the same
+        response = httpx.get(f"{url}{path}", timeout=30)
+        assert response.status_code == 200 and response.json()["data"][0]["id"] == MODEL
+        assert_documented(openapi, path, "GET", 200, response.json())
+
+
+def test_a_completion_is_the_run_routes_answer_with_usage(completion, run_answer, openapi):
+    answer = completion.parse()
+    text = answer.choices[0].message.content
+    assert text and text == run_answer
+    assert "paris" in text.lower()
+    assert answer.model == MODEL and answer.object == "chat.completion"
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.choices[0].finish_reason in ("stop", "length")
+    assert answer.usage.prompt_tokens > 10 and 0 < answer.usage.completion_tokens <= MAX_NEW_TOKENS
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+    assert completion.headers["x-icr2-ignored-messages"] == "0" and completion.headers["x-icr2-query-message"] == "0"
+    assert completion.headers["x-icr2-ignored-fields"] == ""
+    assert_documented(openapi, "/v1/chat/completions", "POST", 200, json.loads(completion.content))
+    assert "icr2_outputs" not in json.loads(completion.content)  # closed-book declares `replies` only
+
+
+def test_streaming_sends_the_tokens_as_they_come_and_they_make_the_same_answer(client, url, completion, openapi):
+    reference = completion.parse()
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                                 stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == reference.choices[0].message.content
+    assert len(pieces) > 1, pieces  # real streaming: the reader's tokens, not one chunk at the end
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == reference.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == reference.usage.model_dump()
+    assert len({c.id for c in chunks}) == 1
+
+    # on the wire: each event's data is the documented chunk, and the stream ends with [DONE]
+    response, events = stream_events(url, {"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
+                                           "stream": True})
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert events[-1] == "[DONE]"
+    media = openapi["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]["text/event-stream"]
+    chunk_schema = validator(openapi, media["x-event-data"])
+    for event in events[:-1]:
+        assert not list(chunk_schema.iter_errors(json.loads(event))), event
+    assert "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events[:-1]) == "".join(pieces)
+    assert all(json.loads(e).get("usage") is None for e in events[:-1])  # no usage chunk unless asked
+
+
+def test_the_last_user_message_is_the_query_and_the_other_turns_are_counted(client, completion):
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, temperature=0.3, messages=[
+        {"role": "system", "content": "You answer in German."},
+        {"role": "user", "content": "What is the capital of Italy?"},
+        {"role": "assistant", "content": "Rome."},
+        {"role": "user", "content": [{"type": "text", "text": FRANCE}]},  # content parts: their text
+        {"role": "assistant", "content": "The"},                          # a trailing prefill is not used either
+    ])
+    assert raw.parse().choices[0].message.content == completion.parse().choices[0].message.content
+    assert raw.headers["x-icr2-query-message"] == "3" and raw.headers["x-icr2-ignored-messages"] == "4"
+    assert raw.headers["x-icr2-ignored-fields"] == "temperature"  # the reader decodes as its YAML says
+
+
+def test_max_tokens_lowers_the_budget_and_never_raises_it(client):
+    short = client.chat.completions.create(model=MODEL, max_tokens=2, messages=[{"role": "user", "content": FRANCE}])
+    assert short.usage.completion_tokens == 2 and short.choices[0].finish_reason == "length"
+    capped = client.chat.completions.create(model=MODEL, max_completion_tokens=500,
+                                            messages=[{"role": "user", "content": "Tell me a long story."}])
+    assert capped.usage.completion_tokens == MAX_NEW_TOKENS and capped.choices[0].finish_reason == "length"
+
+
+def test_an_unknown_model_is_the_clients_not_found_error(client, openapi):
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": FRANCE}])
+    assert caught.value.code == "model_not_found" and caught.value.param == "model"
+    assert MODEL in caught.value.message
+    assert_documented(openapi, "/v1/chat/completions", "POST", 404, {"error": caught.value.body})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_over_long_prompt_is_a_bad_request_naming_the_limit(client, openapi, stream):
+    """The reader refuses a prompt over SmolLM2's context; the client gets OpenAI's context_length_exceeded, and
+    a streamed request gets it before any event (the stream had not started)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        result = client.chat.completions.create(model=MODEL, stream=stream,
+                                                messages=[{"role": "user", "content": "word " * 10_000}])
+        list(result) if stream else None
+    error = caught.value
+    assert error.status_code == 400 and error.code == "context_length_exceeded"
+    limit = re.search(r"has \d+ tokens but smollm2-135m-instruct accepts \d+ \(\d+ context", error.message)
+    assert limit, error.message
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
+
+
+@pytest.mark.parametrize("messages, extra, param, words", [
+    ([{"role": "assistant", "content": "Hello"}], {}, "messages", ["no user message"]),
+    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}], {},
+     "messages[0].content", ["not text"]),
+    ([{"role": "user", "content": "   "}], {}, "messages[0].content", ["the query", "at least 1 character"]),
+    ([], {}, "messages", ["at least 1 item"]),
+    ([{"role": "user", "content": FRANCE}], {"n": 2}, "n", ["less than or equal to 1"]),
+    ([{"role": "user", "content": FRANCE}], {"max_tokens": 0}, "max_tokens", ["greater than or equal to 1"]),
+    ([{"role": "robot", "content": FRANCE}], {}, "messages.0.role", ["messages.0.role"]),
+])
+def test_invalid_requests_are_bad_requests_naming_the_field(client, openapi, messages, extra, param, words):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=messages, **extra)
+    error = caught.value
+    assert error.code == "invalid_request" and error.param == param, error.body
+    assert all(word in error.message for word in words), error.message
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
+
+
+def test_transport_errors_are_openai_shaped_too(client, url, openapi):
+    with pytest.raises(openai.APIStatusError) as caught:  # over --max-body-bytes
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x" * (MAX_BODY + 1)}])
+    assert caught.value.status_code == 413 and caught.value.code == "request_too_large"
+    assert_documented(openapi, "/v1/chat/completions", "POST", 413, {"error": caught.value.body})
+    malformed = httpx.post(f"{url}/v1/chat/completions", content=b'{"model": ', timeout=30,
+                           headers={"content-type": "application/json"})
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == "malformed_json"
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, malformed.json())
+    big_get = httpx.request("GET", f"{url}/v1/models", content=b"x" * (MAX_BODY + 1), timeout=30)
+    assert big_get.status_code == 413
+    assert_documented(openapi, "/v1/models", "GET", 413, big_get.json())
+    for method, path, status in [("GET", "/v1/chat/completions", 405), ("POST", "/v1/models", 405),
+                                 ("POST", "/v1/embeddings", 404), ("POST", "/v1/responses", 404)]:
+        response = httpx.request(method, f"{url}{path}", timeout=30)
+        assert response.status_code == status, (method, path)
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}, response.json()
+    with pytest.raises(openai.NotFoundError):  # an OpenAI API the server does not have
+        client.embeddings.create(model=MODEL, input="x")
+
+
+def test_the_run_route_is_unchanged(url, run_answer):
+    assert httpx.post(f"{url}/{MODEL}/run", json={"query": FRANCE}, timeout=300).json() == {
+        "result": {"replies": [run_answer]}}
+    refused = httpx.post(f"{url}/{MODEL}/run", json={}, timeout=30)
+    assert refused.status_code == 422 and refused.json()["error"] == "invalid_request"
+    assert set(refused.json()) == {"error", "reason", "status"}
+    assert httpx.get(f"{url}/status", timeout=30).status_code == 200
+
+
+def test_the_wrapper_answers_hayhooks_chat_convention(server, completion):
+    """`run_chat_completion` (hayhooks' BasePipelineWrapper hook): a string, or StreamingChunks when streaming."""
+    wrapper = server[1].state.icr2_wrapper
+    reference = completion.parse().choices[0].message.content
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": FRANCE}]
+    assert wrapper.run_chat_completion(MODEL, messages, {}) == reference
+    chunks = list(wrapper.run_chat_completion(MODEL, messages, {"stream": True}))
+    assert "".join(chunk.content for chunk in chunks) == reference and len(chunks) > 2
+    assert chunks[-1].finish_reason in ("stop", "length") and chunks[-1].meta["usage"]["completion_tokens"] > 0
+    assert wrapper.streaming_components == ["reader"]
+
+
+def test_other_declared_inputs_are_request_fields_and_other_outputs_come_back(tmp_path):
+    """The oracle's gold passages travel as its declared input `documents` (the client's extra_body), checked as on
+    its run route; a pipeline declaring more outputs than `replies` (here the oracle with its prompt's passage ids
+    declared too) answers them under `icr2_outputs`, streamed on the last chunk."""
+    oracle = tmp_path / "oracle_ids.yaml"
+    text = (ROOT / "pipelines" / "oracle.yaml").read_text()
+    oracle.write_text(text.replace("  replies: reader.replies",
+                                   "  replies: reader.replies\n  passage_ids: prompt.passage_ids"))
+    with serving(oracle, max_new_tokens=16) as (url, _):
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+        openapi = httpx.get(f"{url}/openapi.json", timeout=30).json()
+        passages = [{"content": "Zorbania's capital is the city of Quelport.", "meta": {"title": "Zorbania"}}]
+        question = [{"role": "user", "content": "What is the capital of Zorbania?"}]
+        raw = client.chat.completions.with_raw_response.create(model="oracle_ids", messages=question,
+                                                               extra_body={"documents": passages})
+        answer = raw.parse()
+        run = httpx.post(f"{url}/oracle_ids/run", json={"query": question[0]["content"], "documents": passages},
+                         timeout=300).json()["result"]
+        assert answer.choices[0].message.content == run["replies"][0]
+        assert "Quelport" in answer.choices[0].message.content
+        assert answer.model_extra["icr2_outputs"] == {"passage_ids": run["passage_ids"]} and run["passage_ids"]
+        assert_documented(openapi, "/v1/chat/completions", "POST", 200, json.loads(raw.content))
+        chunks = list(client.chat.completions.create(model="oracle_ids", messages=question, stream=True,
+                                                     extra_body={"documents": passages}))
+        last = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+        assert last.model_extra["icr2_outputs"] == {"passage_ids": run["passage_ids"]}
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == run["replies"][0]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="oracle_ids", messages=question)
+        assert caught.value.param == "documents" and "Field required" in caught.value.message
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="oracle_ids", messages=question,
+                                           extra_body={"documents": [{"text": "no content"}]})
+        assert caught.value.param == "documents.0.content", caught.value.body
+
+
+def test_a_reader_that_cannot_stream_sends_its_whole_answer_in_one_chunk(server, client, completion, monkeypatch):
+    """Without a streaming reader (here: the wrapper told it has none) the stream is the role, the whole answer as
+    one piece, the finish reason and [DONE], and the answer is the same."""
+    monkeypatch.setattr(server[1].state.icr2_wrapper, "streaming_components", [])
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                                 stream=True))
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices[0].delta.content]
+    assert pieces == [completion.parse().choices[0].message.content]
+    assert chunks[-1].choices[0].finish_reason == completion.parse().choices[0].finish_reason
+
+
+def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(client, url, monkeypatch):
+    """The headers are sent once the first token is out, so a later failure is a `data: {"error": ...}` event
+    (no [DONE]); the openai client raises it as APIError. The failure is simulated inside the reader, after it
+    streamed one piece, as a device failure would happen."""
+    from haystack.dataclasses import StreamingChunk
+
+    from icr2_components.readers.local_chat_reader import LocalChatReader
+
+    @functools.wraps(LocalChatReader.run)  # Haystack reads the sockets from run's signature
+    def fails_midway(self, messages, max_new_tokens=None, streaming_callback=None):
+        if streaming_callback is not None:
+            streaming_callback(StreamingChunk(content="Par"))
+        raise RuntimeError("simulated device failure")
+
+    monkeypatch.setattr(LocalChatReader, "run", fails_midway)
+    received = []
+    with pytest.raises(openai.APIError, match="simulated device failure") as caught:
+        for chunk in client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                                    stream=True):
+            received.append(chunk.choices[0].delta.content)
+    assert received == ["", "Par"] and caught.value.code == "pipeline_failed"
+    _, events = stream_events(url, {"model": MODEL, "messages": [{"role": "user", "content": FRANCE}],
+                                    "stream": True})
+    assert json.loads(events[-1])["error"]["type"] == "server_error" and "[DONE]" not in events
+    with pytest.raises(openai.InternalServerError, match="simulated device failure") as caught:  # not streamed
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}])
+    assert caught.value.code == "pipeline_failed" and caught.value.status_code == 500
