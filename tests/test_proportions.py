@@ -5,7 +5,11 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from icr2_components.evaluation.proportions import exact_mcnemar, paired_outcomes, wilson_interval
+from icr2_components.evaluation.proportions import (
+    exact_mcnemar,
+    paired_outcomes,
+    wilson_interval,
+)
 
 
 @pytest.mark.parametrize("successes,n", [(0, 1), (1, 1), (0, 20), (5, 40), (12, 30), (16, 40), (39, 40), (50, 50),

@@ -17,8 +17,8 @@ library only.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Sequence
 
 
 def _check_count(name: str, value: int) -> None:
