@@ -73,8 +73,16 @@ def plot_ph3_scores(artifact: "PH3HeadArtifact", path: str | os.PathLike, count:
     )
 
 
+# distinct hollow markers, largest first, so that pipelines at the same point stay visible as nested shapes
+_PARETO_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*")
+
+
 def plot_pareto(report: dict, path: Path) -> bool:
-    """Faithfulness (x) vs robustness (y), one point per pipeline, the Pareto front joined; False without points."""
+    """Faithfulness (x) vs robustness (y), one point per pipeline, the Pareto front joined; False without points.
+
+    No text is drawn beside the points (names of pipelines at the same or nearby points would overlap): each
+    pipeline has its own colour and hollow marker, nested when points coincide, and the legend outside the axes
+    names it with its values."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -84,25 +92,31 @@ def plot_pareto(report: dict, path: Path) -> bool:
               if v["faithfulness"] is not None and v["robustness"] is not None}
     if not points:
         return False
-    figure, axes = plt.subplots(figsize=(6, 5))
-    for name, (x, y) in points.items():
-        axes.scatter([x], [y], s=50)
-        axes.annotate(name, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    figure, axes = plt.subplots(figsize=(8.5, 5))
+    colours = plt.get_cmap("tab10").colors
+    count = len(points)
+    for index, (name, (x, y)) in enumerate(points.items()):
+        size = 60 + 110 * (count - 1 - index)  # earlier pipelines get bigger markers: coincident ones nest
+        axes.scatter([x], [y], s=size, marker=_PARETO_MARKERS[index % len(_PARETO_MARKERS)], facecolors="none",
+                     edgecolors=[colours[index % len(colours)]], linewidths=1.8, zorder=3,
+                     label=f"{name}  (F {x:.2f}, R {y:.2f})" + ("  *front" if name in report["pareto_front"] else ""))
     front = sorted((points[n] for n in report["pareto_front"]), key=lambda p: p[0])
     if len(front) > 1:
-        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front")
-        axes.legend(loc="lower left")
-    axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness = avg(BCU gold, BCU conflicting)",
-             ylabel="robustness = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
+        axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front", zorder=2)
+    axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness F = avg(BCU gold, BCU conflicting)",
+             ylabel="robustness R = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
+    axes.set_aspect("equal")
     axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, borderaxespad=0.0, labelspacing=1.2)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")  # the legend sits outside the axes
     plt.close(figure)
     return True
 
 
 def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -> None:
-    """Grouped bars: one metric per pipeline and context type."""
+    """Grouped bars: one metric per pipeline and context type; answer match gets its Wilson 95% interval as error bars
+    (from ``answer_match_ci95`` in the summary rows, where present)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -111,15 +125,26 @@ def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -
     names = list(report["summary"])
     kinds = list(next(iter(report["summary"].values())))
     width = 0.8 / max(len(kinds), 1)
-    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(names)), 4))
+    figure, axes = plt.subplots(figsize=(max(7, 1.6 * len(names) + 1.5), 4.2))
     for i, kind in enumerate(kinds):
-        values = [report["summary"][n][kind][metric] or 0.0 for n in names]
-        axes.bar([j + i * width for j in range(len(names))], values, width, label=kind)
+        rows = [report["summary"][n][kind] for n in names]
+        values = [row[metric] or 0.0 for row in rows]
+        errors = None
+        if metric == "answer_match" and any(row.get("answer_match_ci95") for row in rows):
+            intervals = [row.get("answer_match_ci95") or (v, v) for row, v in zip(rows, values)]
+            errors = [[max(0.0, v - low) for v, (low, _) in zip(values, intervals)],
+                      [max(0.0, high - v) for v, (_, high) in zip(values, intervals)]]
+        axes.bar([j + i * width for j in range(len(names))], values, width, label=kind, yerr=errors,
+                 error_kw={"elinewidth": 1, "capsize": 3, "ecolor": "dimgrey"})
     axes.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(names))], names, rotation=20, fontsize=8)
-    axes.set(ylim=(0, 1.05), ylabel=metric, title=f"{metric} by pipeline and context type")
-    axes.legend(fontsize=8)
+    has_intervals = metric == "answer_match" and any(
+        row.get("answer_match_ci95") for per_type in report["summary"].values() for row in per_type.values())
+    title = f"{metric} by pipeline and context type" + ("\n(error bars: Wilson 95% interval)" if has_intervals else "")
+    axes.set(ylim=(0, 1.05), ylabel=metric)
+    axes.set_title(title, fontsize=10)
+    axes.legend(fontsize=8, title="context", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
 
 

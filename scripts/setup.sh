@@ -36,13 +36,17 @@ if [ ! -f "$stamp" ] && ! { [ "$mode" = quickstart ] && [ -f ".venv/.icr2-setup-
   rm -f .venv/.icr2-setup-*
   touch "$stamp"
 fi
-# Convert the bundled SmolLM2 GGUF to a safetensors folder once (about 20 s), and write the sample corpus.
+# Convert the bundled SmolLM2 GGUF to a safetensors folder once (about 20 s), write the sample corpus, and build
+# its embedded index once (so that `icr2 quickstart` starts answering at once).
 .venv/bin/python - <<'PY'
 import icr2_components  # noqa: F401  (sets telemetry/offline defaults)
 from icr2_components.kilt import build_sample
 from icr2_components.models import resolve_model
+from icr2_components.stores import open_index
 resolve_model("smollm2-135m-instruct")
 resolve_model("all-minilm-l6-v2")
 files = build_sample()
 print(f"setup: models ready; sample corpus {files.corpus} ({files.articles} articles, {files.questions} questions)")
+index = open_index("indexing/kilt-sample.yaml")
+print(f"setup: sample index ready ({index.count()} passages)")
 PY

@@ -144,3 +144,28 @@ def test_ragas_is_importable_and_its_rouge_l_differs_from_ours_only_by_stemming(
         equal = max(ExactMatch().score(reference=normalize_answer(g), response=normalized).value for g in gold)
         assert present == float(answer_match(prediction, gold))
         assert equal == float(exact_match(prediction, gold))
+
+
+def test_report_rows_carry_wilson_intervals_and_paired_tests_against_closed_book(tmp_path):
+    """rag vs closed_book on q1-q3 (open): rag right on q1, q2 and wrong on q3; closed_book right on all three."""
+    from icr2_components.evaluation.proportions import exact_mcnemar, wilson_interval
+
+    records = hand_built_records()
+    report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"])
+    rag = report["summary"]["rag"]["open"]
+    # 8 answers without error; answer match on q1, q2, q4, q5, q6, q7, q8 (q3 says London)
+    assert rag["n"] == 8 and rag["answer_match"] == pytest.approx(7 / 8)
+    assert rag["answer_match_ci95"] == list(wilson_interval(7, 8))
+    assert report["summary"]["closed_book"]["open"]["answer_match_ci95"] == [pytest.approx(wilson_interval(3, 3)[0]), 1.0]
+    assert report["summary"]["closed_book"]["gold"]["answer_match_ci95"] is None  # no record: no interval
+    assert report["paired_tests"] == [{"pipeline": "rag", "baseline": "closed_book", "context_type": "open",
+                                       "metric": "answer_match", "n": 3, "both": 2, "only_a": 0, "only_b": 1,
+                                       "neither": 0, "p_value": exact_mcnemar(0, 1)}]
+    write_report(report, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    low, high = wilson_interval(7, 8)
+    assert f"| 0.875 | {low:.2f}-{high:.2f} |" in markdown and "answer_match 95% CI" in markdown
+    assert "## Paired answer match against closed-book" in markdown
+    assert "| rag | closed_book | open | 3 | 2 | 0 | 1 | 0 | 1.0000 |" in markdown
+    assert "exact McNemar" in (tmp_path / "report.html").read_text()
+    assert json.loads((tmp_path / "report.json").read_text())["paired_tests"][0]["only_b"] == 1

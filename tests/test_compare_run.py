@@ -14,6 +14,7 @@ from icr2_components.evaluation.bcu import bcu
 from icr2_components.evaluation.compare import run_compare
 from icr2_components.evaluation.compare_cache import read_answer_records
 from icr2_components.text.normalization import normalize_answer
+from icr2_components.evaluation.proportions import wilson_interval
 from icr2_components.evaluation.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
@@ -111,6 +112,18 @@ def check_hand_worked_report(out, records, count_calls):
     assert (oracle["exact_match"], oracle["answer_match"], oracle["token_f1"], oracle["rouge_l"]) == pytest.approx(
         (1.0, 1.0, 1.0, 1.0))
     assert closed["n"] == rag["n"] == oracle["n"] == 20
+    # answer match's Wilson 95% intervals (5/20, 1/20, 20/20) and the paired tests against closed-book: on the
+    # same 20 questions the oracle alone is right on 15 (q5-q19) -> exact McNemar p = 2 / 2^15; vanilla is right
+    # only on q0, where closed-book is right too; closed-book alone on q1-q4 -> p = 2 / 2^4
+    assert closed["answer_match_ci95"] == pytest.approx(list(wilson_interval(5, 20)))
+    assert rag["answer_match_ci95"] == pytest.approx(list(wilson_interval(1, 20)))
+    assert oracle["answer_match_ci95"] == pytest.approx([wilson_interval(20, 20)[0], 1.0])
+    paired = {t["pipeline"]: t for t in json.loads((out / "report.json").read_text())["paired_tests"]}
+    assert {k: paired["oracle"][k] for k in ("n", "both", "only_a", "only_b", "neither")} == {
+        "n": 20, "both": 5, "only_a": 15, "only_b": 0, "neither": 0}
+    assert paired["oracle"]["p_value"] == pytest.approx(2 / 2**15)
+    assert (paired["vanilla_rag"]["both"], paired["vanilla_rag"]["only_a"], paired["vanilla_rag"]["only_b"]) == (1, 0, 4)
+    assert paired["vanilla_rag"]["p_value"] == pytest.approx(2 / 2**4)
 
 
 def check_position_curves(report, records):

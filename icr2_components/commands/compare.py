@@ -34,25 +34,31 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def print_report(report: dict) -> None:
-    from icr2_components.commands._console import make_console
+def print_table(console, title: str, header: list[str], rows: list[list[str]]) -> None:
     from rich.table import Table
 
-    from icr2_components.evaluation.compare_report import cub_rows, summary_rows
+    table = Table(title=title)
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def print_report(report: dict) -> None:
+    from icr2_components.commands._console import make_console
+    from icr2_components.evaluation.compare_report import cub_rows, paired_rows, summary_rows
     from icr2_components.evaluation.position_curves import curve_rows
 
     console = make_console()
-    tables = [("per pipeline and context type", summary_rows(report)),
-              ("faithfulness / robustness (CUB BCU)", cub_rows(report))]
+    tables = [("per pipeline and context type", summary_rows(report))]
+    if report.get("paired_tests"):
+        tables.append(("answer match against closed-book, same questions (exact McNemar)", paired_rows(report)))
+    tables.append(("faithfulness / robustness (CUB BCU)", cub_rows(report)))
     if report.get("position_curves", {}).get("curves"):
         tables.append(("accuracy by position of the first gold passage", curve_rows(report["position_curves"])))
     for title, (header, rows) in tables:
-        table = Table(title=f"icr2 compare: {title}")
-        for column in header:
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        print_table(console, f"icr2 compare: {title}", header, rows)
     run = report["run"]
     console.print(f"model runs: {run['counters']}; dataset skips: {run['dataset_skips']['counts']}; "
                   f"contexts not built: {run['missing_contexts']}")

@@ -1,71 +1,197 @@
 """``icr2 quickstart``: the first command of the README, end to end on the bundled sample in a few minutes.
 
-1. builds (first run) or opens the embedded index of the bundled KILT sample;
-2. answers a few NQ questions with the default pipeline (vanilla RAG);
-3. runs a small ``icr2 compare`` of closed-book, vanilla, reordered and oracle and writes the report.
+1. opens (building on first use) the embedded index of the bundled KILT sample;
+2. does context help? closed-book, vanilla RAG and the oracle (the gold passage) answer the same NQ questions
+   (40 by default): a few example answers, answer match with its Wilson 95% interval, and the exact McNemar test
+   of oracle against closed-book on the same questions;
+3. how do the techniques use context? CUB's gold, conflicting and irrelevant contexts on a few questions
+   (5 by default, a demo of the report, not a result) for the same pipelines and the lost-in-the-middle reorderer:
+   faithfulness, robustness and the Pareto plot.
+
+The pipelines are the library's YAMLs with two quickstart settings, written to ``<out>/pipelines/`` (the file
+says what changed): at most ``--top-k`` retrieved passages (3: short prompts), and a short-answer instruction
+as the system message of the corpus-in-context prompt (the closed-book prompt already asks for a concise
+answer). Answers get ``--max-new-tokens`` (32: given 48, every SmolLM2 oracle answer on the first 20 sample
+questions that matched had matched by its 25th token; a 16-token cap cut a quarter to a third of them before the
+answer). Step 2 at 40 questions and step 3 at 5 take about 7 minutes on a quiet 2-core CPU.
 """
 
 from __future__ import annotations
 
-DEFAULT_PIPELINES = ["closed_book", "vanilla_rag", "reordered_lost_in_the_middle", "oracle"]
+import copy
+from pathlib import Path
+from typing import Any
+
+CONTEXT_PIPELINES = ["closed_book", "vanilla_rag", "oracle"]
+CUB_PIPELINES = ["closed_book", "vanilla_rag", "reordered_lost_in_the_middle", "oracle"]
+CUB_CONTEXT_TYPES = "gold,conflicting,irrelevant"
+SHORT_ANSWER_PROMPT = "Answer with a short phrase of a few words, not a full sentence."
+NEXT_STEPS = ("Next: a bigger model. On your own LLM server (vLLM, llama.cpp, Ollama, OpenAI): `icr2 quickstart "
+              "--backend backends/vllm.yaml` (README 'Use your own LLM server'); or locally, a backend file with "
+              "`kind: local` and `model: HuggingFaceTB/SmolLM2-1.7B-Instruct`.")
+_RETRIEVER_TYPE = "IndexRetriever"
+_PROMPT_TYPE = "CorpusInContextPromptBuilder"
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("quickstart", help="index the sample, answer a few NQ questions, run a small compare")
-    parser.add_argument("--questions", type=int, default=3, help="questions answered by the default pipeline (3)")
-    parser.add_argument("--compare-questions", type=int, default=5,
-                        help="questions in the compare (5: a few minutes on a quiet 2-core CPU)")
-    parser.add_argument("--context-types", default="open,gold,conflicting,irrelevant")
+    parser = subparsers.add_parser(
+        "quickstart", help="index the sample; closed-book vs RAG vs oracle on 40 NQ questions with 95% intervals "
+        "and a paired test; a small CUB compare with its Pareto plot")
+    parser.add_argument("--questions", type=int, default=3, help="example answers shown (3)")
+    parser.add_argument("--compare-questions", type=int, default=40,
+                        help="questions in step 2, closed-book vs RAG vs oracle (40: about 4 minutes on a quiet "
+                        "2-core CPU; enough for the oracle's gain to be significant)")
+    parser.add_argument("--cub-questions", type=int, default=5,
+                        help="questions in step 3, the CUB context types (5: about 2 minutes; a demo of the report)")
+    parser.add_argument("--top-k", type=int, default=3, help="most passages retrieved per question (3)")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="answer budget in tokens (32)")
     parser.add_argument("--out", default="runs/quickstart", help="report folder (default runs/quickstart)")
     parser.add_argument("--pipelines-dir", default="pipelines")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--backend", help="backend file (backends/*.yaml), e.g. backends/llama_cpp_server.yaml "
                         "(default: ICR2_BACKEND, else the pipelines' own local models)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(handler=run)
 
 
-def run(args) -> int:
-    from pathlib import Path
+def quickstart_variant(data: dict[str, Any], top_k: int, system_prompt: str) -> tuple[dict[str, Any], list[str]]:
+    """A copy of a pipeline dict with the quickstart settings, and what changed: every ``IndexRetriever``'s
+    ``top_k`` capped at ``top_k``, and ``system_prompt`` given to every ``CorpusInContextPromptBuilder`` that has
+    none."""
+    variant = copy.deepcopy(data)
+    changes = []
+    for name, component in (variant.get("components") or {}).items():
+        kind = str(component.get("type", "")).rsplit(".", 1)[-1]
+        parameters = component.setdefault("init_parameters", {})
+        if kind == _RETRIEVER_TYPE and parameters.get("top_k", top_k + 1) > top_k:
+            changes.append(f"{name}.top_k {parameters.get('top_k', 'default')} -> {top_k}")
+            parameters["top_k"] = top_k
+        if kind == _PROMPT_TYPE and not parameters.get("system_prompt"):
+            parameters["system_prompt"] = system_prompt
+            changes.append(f"{name}.system_prompt: {system_prompt!r}")
+    return variant, changes
 
-    from icr2_components.commands._console import make_console
-    from rich.table import Table
 
-    from icr2_components.commands.compare import print_report
-    from icr2_components.evaluation.answer_match import answer_match
-    from icr2_components.evaluation.compare import run_compare
-    from icr2_components.pipeline_spec import PipelineSpec
-    from icr2_components.kilt import build_sample, read_kilt_tasks
-    from icr2_components.stores import open_index
+def write_variants(names: list[str], pipelines_dir: Path, out_dir: Path, top_k: int) -> list[str]:
+    """Write the quickstart variant of each named pipeline to ``out_dir``; returns their paths."""
+    import yaml
 
-    if args.questions < 0 or args.compare_questions < 1:
-        raise ValueError("--questions must be >= 0 and --compare-questions >= 1.")
-    from icr2_components.backends import resolve_backend
-
-    backend = resolve_backend(args.backend)
-    console = make_console()
-    folder = Path(args.pipelines_dir)
-    paths = [folder / f"{name}.yaml" for name in DEFAULT_PIPELINES]
+    paths = [pipelines_dir / f"{name}.yaml" for name in names]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise FileNotFoundError(f"Pipelines not found: {missing}; run from the repository root or set --pipelines-dir.")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        variant, changes = quickstart_variant(yaml.safe_load(path.read_text()), top_k, SHORT_ANSWER_PROMPT)
+        header = f"# Written by `icr2 quickstart` from {path}: " + ("; ".join(changes) if changes else "unchanged") + "\n"
+        target = out_dir / path.name
+        target.write_text(header + yaml.safe_dump(variant, sort_keys=False, allow_unicode=True))
+        written.append(str(target))
+    return written
+
+
+def paired_summary(report: dict, pipeline: str = "oracle", baseline: str = "closed_book",
+                   context_type: str = "open") -> str:
+    """One sentence: both answer-match rates with their 95% intervals and the exact McNemar test on the same
+    questions (from ``report["summary"]`` and ``report["paired_tests"]``)."""
+    from icr2_components.evaluation.compare_report import format_p_value
+
+    test = next((t for t in report.get("paired_tests", []) if t["pipeline"] == pipeline
+                 and t["baseline"] == baseline and t["context_type"] == context_type), None)
+    if test is None:
+        return f"No paired result for {pipeline} vs {baseline} ({context_type}): neither answered the same question."
+    rates = []
+    for name in (pipeline, baseline):
+        row = report["summary"][name][context_type]
+        low, high = row["answer_match_ci95"]
+        rates.append(f"{name} {row['answer_match']:.2f} (95% CI {low:.2f}-{high:.2f}, n={row['n']})")
+    p_value = test["p_value"]
+    verdict = ("a significant difference at the 5% level" if p_value < 0.05
+               else "not a significant difference at the 5% level: try more questions")
+    return (f"Answer match, {rates[0]} vs {rates[1]}. On the same {test['n']} questions {pipeline} alone is right "
+            f"on {test['only_a']}, {baseline} alone on {test['only_b']}: exact McNemar p = {format_p_value(p_value)}, "
+            f"{verdict}.")
+
+
+def example_rows(records: list[dict], pipelines: list[str], count: int) -> tuple[list[str], list[list[str]]]:
+    """The first ``count`` questions' whole answers, one column per pipeline ("+" marks an answer match)."""
+    from icr2_components.evaluation.answer_match import answer_match
+
+    by_question: dict[str, dict[str, dict]] = {}
+    for record in records:
+        by_question.setdefault(record["question_id"], {})[record["pipeline"]] = record
+    rows = []
+    for answers in list(by_question.values())[:count]:
+        first = next(iter(answers.values()))
+        row = [first["query"], " | ".join(first["answers"][:2])]
+        for name in pipelines:
+            record = answers.get(name)
+            if record is None:
+                row.append("-")
+                continue
+            text = " ".join(record["answer"].split())
+            row.append(("+ " if answer_match(record["answer"], record["answers"]) else "  ") + text)
+        rows.append(row)
+    return ["question", "gold", *pipelines], rows
+
+
+def run(args) -> int:
+    import time
+
+    from icr2_components.commands._console import make_console
+    from icr2_components.commands.compare import print_table
+    from icr2_components.evaluation.compare import run_compare
+    from icr2_components.evaluation.compare_cache import read_answer_records
+    from icr2_components.evaluation.compare_report import cub_rows, paired_rows, summary_rows
+    from icr2_components.kilt import build_sample
+    from icr2_components.stores import open_index
+
+    for flag, value, least in (("--questions", args.questions, 0), ("--compare-questions", args.compare_questions, 1),
+                               ("--cub-questions", args.cub_questions, 0), ("--top-k", args.top_k, 1),
+                               ("--max-new-tokens", args.max_new_tokens, 1)):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}.")
+    from icr2_components.backends import resolve_backend
+
+    backend = resolve_backend(args.backend)
+    started = time.perf_counter()
+    console = make_console()
+    out = Path(args.out)
+    names = list(dict.fromkeys(CONTEXT_PIPELINES + CUB_PIPELINES))
+    written = dict(zip(names, write_variants(names, Path(args.pipelines_dir), out / "pipelines", args.top_k)))
     sample = build_sample()
     handle = open_index("indexing/kilt-sample.yaml")
     console.print(f"[bold]1.[/bold] sample index: {handle.count()} passages ({sample.articles} articles, "
-                  f"{sample.questions} NQ questions)")
+                  f"{sample.questions} NQ questions); pipelines with at most {args.top_k} passages and a "
+                  f"short-answer prompt, answers up to {args.max_new_tokens} tokens: {out / 'pipelines'}")
+
+    console.print(f"[bold]2.[/bold] does context help? {', '.join(CONTEXT_PIPELINES)} on the same "
+                  f"{args.compare_questions} NQ questions")
+    context_out = out / "context"
+    report = run_compare([written[n] for n in CONTEXT_PIPELINES], limit=args.compare_questions, context_types="open",
+                         out_dir=context_out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
+                         backend=backend)
     if args.questions:
-        spec = PipelineSpec.from_file(str(folder / "vanilla_rag.yaml"), backend=backend)
-        table = Table(title=f"2. vanilla RAG on {args.questions} NQ questions")
-        for column in ("question", "answer", "gold", "match", "s"):
-            table.add_column(column)
-        tasks = [t for t in read_kilt_tasks(sample.tasks, limit=args.questions * 3) if t.answers][: args.questions]
-        for task in tasks:
-            result = spec.run(task.input, None, controlled=False, max_new_tokens=args.max_new_tokens)
-            table.add_row(task.input, result["answer"], " | ".join(task.answers[:3]),
-                          "yes" if answer_match(result["answer"], task.answers) else "no", f"{result['latency_s']:.1f}")
-        console.print(table)
-    console.print(f"[bold]3.[/bold] compare of {', '.join(DEFAULT_PIPELINES)} on {args.compare_questions} questions")
-    report = run_compare([str(p) for p in paths], limit=args.compare_questions, context_types=args.context_types,
-                         out_dir=args.out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress, backend=backend)
-    print_report(report)
+        records = [r for r in read_answer_records(context_out / "answers.jsonl")
+                   if r["context_type"] == "open" and r["pipeline"] in CONTEXT_PIPELINES]
+        print_table(console, "example answers (+: contains a gold answer)",
+                    *example_rows(records, CONTEXT_PIPELINES, args.questions))
+    print_table(console, "answer match (open context)", *summary_rows(report, metrics=("answer_match", "token_f1",
+                                                                                         "latency_s", "prompt_tokens")))
+    print_table(console, "against closed-book on the same questions (exact McNemar)", *paired_rows(report))
+    console.print(paired_summary(report))
+    console.print(f"report: {report['files']['html']} (and .md, .json)")
+
+    if args.cub_questions:
+        console.print(f"[bold]3.[/bold] how do they use context? CUB {CUB_CONTEXT_TYPES} contexts, "
+                      f"{', '.join(CUB_PIPELINES)} on {args.cub_questions} questions (a demo of the report: too few "
+                      f"questions for conclusions)")
+        cub = run_compare([written[n] for n in CUB_PIPELINES], limit=args.cub_questions,
+                          context_types=CUB_CONTEXT_TYPES, out_dir=out / "cub", max_new_tokens=args.max_new_tokens,
+                          progress=not args.no_progress, backend=backend)
+        print_table(console, "faithfulness / robustness (CUB BCU)", *cub_rows(cub))
+        console.print(f"report: {cub['files']['html']}; Pareto plot: {cub['files'].get('pareto_png', '-')}")
+    minutes, seconds = divmod(round(time.perf_counter() - started), 60)
+    console.print(f"done in {minutes}m{seconds:02d}s")
+    console.print(NEXT_STEPS)
     return 0

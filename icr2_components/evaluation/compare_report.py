@@ -8,15 +8,18 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
+from icr2_components.evaluation.answer_match import answer_match
 from icr2_components.evaluation.bcu import bcu, faithfulness, memory_bcu, pareto_front
 from icr2_components.evaluation.external_metrics import external_scores
 from icr2_components.evaluation.position_curves import curve_html, curve_markdown, curve_rows, position_curves
+from icr2_components.evaluation.proportions import paired_outcomes, wilson_interval
 from icr2_components.plotting import plot_context_types, plot_pareto, plot_position_curves
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
 ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l", "rouge_l_ragas")
 TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
+CI_KEY = "answer_match_ci95"  # Wilson 95% interval of the answer match rate, [low, high]
 
 
 def memory_answers(records: Sequence[dict], no_context_pipelines: set[str]) -> dict[str, str]:
@@ -63,9 +66,35 @@ def _mean(values: list) -> float | None:
     return statistics.fmean(known) if known else None
 
 
+def paired_tests(records: Sequence[dict], baselines: Sequence[str], pipelines: Sequence[str],
+                 context_types: Sequence[str]) -> list[dict[str, Any]]:
+    """Answer match of each pipeline against each baseline (the no-context pipelines) on the questions both
+    answered without error, per context type: the paired counts and the exact McNemar p-value (unadjusted)."""
+    matched: dict[tuple[str, str], dict[str, bool]] = {}
+    for record in records:
+        if not record.get("error"):
+            key = (record["pipeline"], record["context_type"])
+            matched.setdefault(key, {})[record["question_id"]] = answer_match(record["answer"], record["answers"])
+    tests = []
+    for baseline in baselines:
+        for name in pipelines:
+            if name == baseline:
+                continue
+            for kind in context_types:
+                a, b = matched.get((name, kind), {}), matched.get((baseline, kind), {})
+                common = [q for q in a if q in b]
+                if common:
+                    outcome = paired_outcomes([a[q] for q in common], [b[q] for q in common])
+                    tests.append({"pipeline": name, "baseline": baseline, "context_type": kind,
+                                  "metric": "answer_match", **outcome})
+    return tests
+
+
 def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str]) -> dict[str, Any]:
-    """``summary[pipeline][context_type][metric]`` means, ``cub[pipeline]`` faithfulness/robustness, Pareto front,
-    ``position_curves`` (accuracy by gold passage position) and ``metric_implementations`` (who computed what)."""
+    """``summary[pipeline][context_type][metric]`` means (answer match with its Wilson 95% interval,
+    ``answer_match_ci95``), ``cub[pipeline]`` faithfulness/robustness, Pareto front, ``paired_tests`` (answer match
+    against the closed-book pipelines, exact McNemar), ``position_curves`` (accuracy by gold passage position) and
+    ``metric_implementations`` (who computed what)."""
     no_context = {s.name for s in specs if s.context_input is None}
     memory = memory_answers(records, no_context)
     answered = [r for r in records if not r.get("error")]
@@ -80,6 +109,8 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
             scores = [score_record(r, memory, external_by_record.get(id(r))) for r in valid]
             row = {metric: _mean([s[metric] for s in scores]) for metric in TABLE_COLUMNS}
             row["n"] = len(valid)
+            matches = sum(1 for score in scores if score["answer_match"] == 1.0)
+            row[CI_KEY] = list(wilson_interval(matches, len(valid))) if valid else None
             row["errors"] = len(chosen) - len(valid)
             summary[spec.name][kind] = row
     cub = {}
@@ -94,6 +125,8 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
         "pareto_front": pareto_front(points),
         "memory_target": "closed-book answer" if memory else "gold answers (no closed-book pipeline in the run)",
         "metric_implementations": implementations,
+        "paired_tests": paired_tests(records, [s.name for s in specs if s.name in no_context],
+                                     [s.name for s in specs], context_types),
         "position_curves": position_curves(records, [s.name for s in specs]),
     }
 
@@ -108,13 +141,37 @@ def _fmt(value: Any, metric: str = "") -> str:
     return f"{value:.3f}"
 
 
-def summary_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["pipeline", "context", "n", *TABLE_COLUMNS]
+def format_interval(interval: Sequence[float] | None) -> str:
+    return "-" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
+
+
+def summary_rows(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[str]]]:
+    """One row per pipeline and context type; the answer match's 95% interval follows it when it is shown."""
+    columns: list[str] = []
+    for metric in metrics:
+        columns.append(metric)
+        if metric == "answer_match":
+            columns.append(CI_KEY)
+    header = ["pipeline", "context", "n", *("answer_match 95% CI" if c == CI_KEY else c for c in columns)]
     rows = []
     for name, per_type in report["summary"].items():
         for kind, row in per_type.items():
-            rows.append([name, kind, _fmt(row["n"], "n"), *(_fmt(row[m], m) for m in TABLE_COLUMNS)])
+            rows.append([name, kind, _fmt(row["n"], "n"),
+                         *(format_interval(row.get(c)) if c == CI_KEY else _fmt(row[c], c) for c in columns)])
     return header, rows
+
+
+def paired_rows(report: dict, context_types: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The paired answer-match tests against the closed-book baseline(s) (optionally only some context types)."""
+    header = ["pipeline", "vs", "context", "n", "both right", "only pipeline", "only vs", "neither", "McNemar p"]
+    rows = [[t["pipeline"], t["baseline"], t["context_type"], str(t["n"]), str(t["both"]), str(t["only_a"]),
+             str(t["only_b"]), str(t["neither"]), format_p_value(t["p_value"])]
+            for t in report.get("paired_tests", []) if context_types is None or t["context_type"] in context_types]
+    return header, rows
+
+
+def format_p_value(p_value: float) -> str:
+    return "<0.0001" if p_value < 1e-4 else f"{p_value:.4f}"
 
 
 def cub_rows(report: dict) -> tuple[list[str], list[list[str]]]:
@@ -154,13 +211,20 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
     s_header, s_rows = summary_rows(report)
     c_header, c_rows = cub_rows(report)
+    p_header, p_rows = paired_rows(report)
+    paired_note = ("Same questions, answer match; exact McNemar test on the questions where exactly one of the two is "
+                   "right (two-sided, not adjusted for the number of tests). The 95% intervals above are Wilson "
+                   "score intervals.")
     run = report.get("run", {})
     notes = [f"Dataset: `{run.get('dataset')}`, {run.get('questions')} questions; BCU memory target for irrelevant "
              f"context: {report['memory_target']}.",
              f"Dataset skips: {json.dumps((run.get('dataset_skips') or {}).get('counts', {}))}; contexts not built: "
              f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}."]
     md = ["# icr2 compare", "", *notes, "", "## Per pipeline and context type", "", markdown_table(s_header, s_rows),
-          "", "## Faithfulness and robustness (CUB BCU)", "", markdown_table(c_header, c_rows), ""]
+          ""]
+    if p_rows:
+        md += ["## Paired answer match against closed-book", "", paired_note, "", markdown_table(p_header, p_rows), ""]
+    md += ["## Faithfulness and robustness (CUB BCU)", "", markdown_table(c_header, c_rows), ""]
     if has_pareto:
         md += ["![Pareto](pareto.png)", ""]
     md += ["![Answer match by context type](context_types.png)", ""]
@@ -173,7 +237,11 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
             "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
             "padding:3px 8px}</style></head><body><h1>icr2 compare</h1>",
             *(f"<p>{html.escape(n)}</p>" for n in notes), "<h2>Per pipeline and context type</h2>",
-            html_table(s_header, s_rows), "<h2>Faithfulness and robustness (CUB BCU)</h2>", html_table(c_header, c_rows)]
+            html_table(s_header, s_rows)]
+    if p_rows:
+        page += ["<h2>Paired answer match against closed-book</h2>", f"<p>{html.escape(paired_note)}</p>",
+                 html_table(p_header, p_rows)]
+    page += ["<h2>Faithfulness and robustness (CUB BCU)</h2>", html_table(c_header, c_rows)]
     if has_pareto:
         page.append("<p><img src='pareto.png' alt='Pareto plot'></p>")
     page.append("<p><img src='context_types.png' alt='answer match by context type'></p>")
