@@ -161,9 +161,11 @@ def start_llama_server(port: int, threads: int, n_ctx: int) -> tuple[str, int]:
                           capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"llama server did not start:\n{done.stdout}\n{done.stderr}")
-    status = subprocess.run(["bash", str(ROOT / "scripts" / "llama_server.sh"), "pid"], env=env, cwd=ROOT,
-                            capture_output=True, text=True)
-    return f"http://127.0.0.1:{port}/v1", int(status.stdout.strip() or 0)
+    from icr2_components.paths import cache_dir
+
+    pid_file = cache_dir() / "llama_server" / f"server-{port}.pid"  # written by the script
+    pid = int(pid_file.read_text().strip()) if pid_file.exists() else 0
+    return f"http://127.0.0.1:{port}/v1", pid
 
 
 def stop_llama_server(port: int) -> None:
@@ -185,7 +187,7 @@ def main() -> int:
 
     import torch
     from haystack.dataclasses import ChatMessage
-    from haystack_integrations.components.generators.llama_cpp import LlamaCppChatGenerator
+    from haystack_integrations.components.generators.llama_cpp.chat.chat_generator import LlamaCppChatGenerator
     from openai import OpenAI
 
     from icr2_components.evaluation.answer_match import answer_match
