@@ -214,6 +214,14 @@ def follow_tokenizer(type_name: str, init_parameters: dict, backend: Backend, pa
     return {"type": type_name, "init_parameters": {**init_parameters, parameter: tokenizer}}
 
 
+def follow_local_model(cls: type, init_parameters: dict, backend: Backend) -> dict | None:
+    """``backend_variant`` of a white-box component (bind it with ``classmethod``): on a local backend naming
+    another model it uses that model; a served backend refused it before this is asked."""
+    if backend.served_model is None and backend.model and "model" in init_parameters:
+        return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
+    return None
+
+
 def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
     """The pipeline dict with every model-using component following ``backend`` (a new dict; ``data`` unchanged).
 
@@ -238,5 +246,5 @@ def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
     return {**data, "components": new_components}
 
 
-__all__ = ["BACKEND_ENV", "Backend", "BackendError", "apply_backend", "backend_tokenizer", "follow_tokenizer", "backend_from_dict", "backend_from_environment",
+__all__ = ["BACKEND_ENV", "Backend", "BackendError", "apply_backend", "backend_tokenizer", "follow_local_model", "follow_tokenizer", "backend_from_dict", "backend_from_environment",
            "check_model_access", "is_black_box", "load_backend", "resolve_backend"]

@@ -119,6 +119,8 @@ def test_a_local_backend_with_a_model_moves_readers_and_budgets_to_it():
     budgets = [e for e in moved["components"].values() if "tokenizer" in (e.get("init_parameters") or {})]
     assert budgets and all(e["init_parameters"]["tokenizer"] == "Qwen/Qwen2.5-1.5B-Instruct" for e in budgets)
     assert apply_backend(data, Backend(name="local"), "x") == data  # the plain local backend changes nothing
+    rap = apply_backend(yaml.safe_load((REPO / "pipelines" / "rap.yaml").read_text()), backend, "rap.yaml")
+    assert rap["components"]["rap_filter"]["init_parameters"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct"  # white-box too
 
 
 def test_a_hand_written_pipeline_with_a_black_box_reader_and_a_white_box_filter_refuses_at_load():

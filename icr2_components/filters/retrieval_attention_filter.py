@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from icr2_components.backends import Backend
+from icr2_components.backends import follow_local_model
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
@@ -74,12 +74,7 @@ class RetrievalAttentionFilter:
     )
     """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
 
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
-        if backend.served_model is None and backend.model and "model" in init_parameters:
-            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
-        return None
+    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
 
     def __init__(
         self,

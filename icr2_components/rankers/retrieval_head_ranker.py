@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from icr2_components.backends import Backend
+from icr2_components.backends import follow_local_model
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import check_fits, context_limit, model_signature
 from icr2_components.rankers.retrieval_head import RetrievalHead, find_head_folder
@@ -49,12 +49,7 @@ class RetrievalHeadRanker:
     )
     """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
 
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
-        if backend.served_model is None and backend.model and "model" in init_parameters:
-            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
-        return None
+    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
 
     def __init__(
         self,

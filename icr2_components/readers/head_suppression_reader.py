@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from haystack import component
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.backends import Backend
+from icr2_components.backends import follow_local_model
 from icr2_components.models.introspection import model_signature
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 
@@ -47,12 +47,7 @@ class HeadSuppressionReader:
     )
     """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
 
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """On a local backend naming another model, this component uses that model (served: refused earlier)."""
-        if backend.served_model is None and backend.model and "model" in init_parameters:
-            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
-        return None
+    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
 
     def __init__(
         self,
