@@ -35,7 +35,7 @@ _PROMPT_TYPE = "CorpusInContextPromptBuilder"
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "quickstart", help="index the sample; closed-book vs RAG vs oracle on 40 NQ questions with 95% intervals "
+        "quickstart", help="index the sample; closed-book vs RAG vs oracle on 40 NQ questions with 95%% intervals "
         "and a paired test; a small CUB compare with its Pareto plot")
     parser.add_argument("--questions", type=int, default=3, help="example answers shown (3)")
     parser.add_argument("--compare-questions", type=int, default=40,
