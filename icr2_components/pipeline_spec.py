@@ -83,6 +83,21 @@ def file_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# What decides a pipeline's answers. Comments and descriptive metadata (baseline, differs_in, technique) are left
+# out, so documenting a pipeline does not throw away `icr2 compare`'s cached answers for it.
+BEHAVIOUR_KEYS = ("components", "connections", "inputs", "outputs")
+
+
+def behaviour_hash(data: dict) -> str:
+    """Hash of the parts of a parsed pipeline YAML that change its answers (``BEHAVIOUR_KEYS`` and
+    ``metadata.context_input``, which decides what a controlled context type replaces)."""
+    import json
+
+    material = {key: data.get(key) for key in BEHAVIOUR_KEYS}
+    material["context_input"] = (data.get("metadata") or {}).get("context_input")
+    return file_hash(json.dumps(material, sort_keys=True, default=str))
+
+
 @dataclass
 class PipelineSpec:
     """One comparable pipeline: its file, name, hash, declared IO, and context entry (None: reads no passages)."""
@@ -121,7 +136,7 @@ class PipelineSpec:
         context_input = (data.get("metadata") or {}).get("context_input")
         if context_input is not None and (not isinstance(context_input, str) or "." not in context_input):
             raise PipelineSpecError(f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}.")
-        spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, file_hash(text), backend)
+        spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, behaviour_hash(data), backend)
         spec._pipelines["open"] = pipeline
         return spec
 

@@ -1,6 +1,7 @@
 """Bad input to compare and the context-type construction, on the real bundled NQ sample (no generation)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -109,3 +110,21 @@ def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_pa
     monkeypatch.setattr(PipelineSpec, "run", failing(RuntimeError))
     with pytest.raises(PipelineRuntimeError):
         run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o", progress=False)
+
+
+def test_the_cache_key_hash_follows_behaviour_not_comments_or_descriptive_metadata(tmp_path):
+    """Documenting a pipeline (a comment, metadata.baseline) keeps compare's cached answers; changing what it does
+    (top_k, or what a controlled context replaces) does not."""
+    from icr2_components.pipeline_spec import PipelineSpec
+
+    original = Path("pipelines/vanilla_rag.yaml").read_text()
+    documented = tmp_path / "documented.yaml"
+    documented.write_text("# a new comment\n" + original.replace("metadata:\n", "metadata:\n  baseline: closed_book\n"))
+    changed_k = tmp_path / "changed_k.yaml"
+    changed_k.write_text(original.replace("top_k: 3", "top_k: 4").replace("top_k: 5", "top_k: 4"))
+    changed_entry = tmp_path / "changed_entry.yaml"
+    changed_entry.write_text(original.replace("context_input: prompt.documents", "context_input: retriever.query"))
+    base = PipelineSpec.from_file("pipelines/vanilla_rag.yaml").hash
+    assert PipelineSpec.from_file(str(documented)).hash == base
+    assert PipelineSpec.from_file(str(changed_k)).hash != base
+    assert PipelineSpec.from_file(str(changed_entry)).hash != base
