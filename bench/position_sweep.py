@@ -1,16 +1,23 @@
-"""The Lost-in-the-Middle experiment on the bundled NQ sample with SmolLM2-135M-Instruct.
+"""The Lost-in-the-Middle experiment on the bundled NQ sample with SmolLM2-135M-Instruct: resumable, with intervals.
 
-For each question whose gold paragraph is exactly one passage holding an answer:
+For each held-out question (``--question-ids``, default bench/data/heldout_nq_ids.txt; questions used by any probe,
+tuning run or earlier bench are not in it) whose gold paragraph is exactly one passage holding an answer:
 - closed-book (no passages) and oracle (the gold passage alone);
-- 10 and 20 passages: the gold passage among hard confounders (BM25 + dense over the sample index, pooled by
-  ConfounderAwareCorpusBuilder at p=1, answer-bearing and gold-overlapping passages excluded, in relevance
-  order as in Lost in the Middle), moved by GoldAtPositionReorderer to positions 1, 5, 10 (, 15, 20);
-- 10 passages built at confounding ratios p = 0, 0.5, 1 and shuffled (ICR2), gold wherever the shuffle puts it.
-Accuracy: an accepted answer (normalised) is contained in the greedy reply (Lost in the Middle's metric).
+- 10 (and optionally 20) passages: the gold passage among hard confounders (BM25 + dense over the sample index,
+  pooled by ConfounderAwareCorpusBuilder at p=1, answer-bearing and gold-overlapping passages excluded, in relevance
+  order as in Lost in the Middle), moved by GoldAtPositionReorderer to each position asked (``all`` = every one);
+- optionally 10 passages built at confounding ratios (``--ratios 0,0.5,1``) and shuffled (ICR2).
+Accuracy: Lost in the Middle's best_subspan_em (an accepted answer, normalised, contained in the greedy reply),
+with a 95% Wilson interval per condition; the shape is tested on the same questions (paired): each position
+against position 1 (exact McNemar, Holm-adjusted) and all positions together (Cochran's Q).
 
-    .venv/bin/python bench/position_sweep.py --questions 20 --max-new-tokens 12
+Every reply is appended to ``<out>/answers.jsonl`` as it arrives; a re-run skips what is there (resumable across
+sessions), and ``--report-only`` re-scores the cache without a model.
 
-Writes bench/results/position_sweep.{json,png,md}. The baseline line is closed-book, measured in the same run.
+    .venv/bin/python bench/position_sweep.py --questions 100 --positions-10 all --max-new-tokens 32
+
+Writes <out>/position_sweep.{json,png,md} (default out: bench/results/position_sweep). The baseline line is
+closed-book, measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,173 +31,253 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def parse_positions(text: str, passages: int) -> list[int]:
+    """``"all"`` -> 1..passages; ``"1,5,10"`` -> [1, 5, 10]; ``""`` -> none (the condition is skipped)."""
+    if not text.strip():
+        return []
+    if text.strip() == "all":
+        return list(range(1, passages + 1))
+    positions = [int(p) for p in text.split(",") if p.strip()]
+    bad = [p for p in positions if not 1 <= p <= passages]
+    if bad:
+        raise SystemExit(f"positions must lie in 1..{passages}; got {bad}")
+    return positions
+
+
+def read_cache(path: Path) -> dict[tuple[str, str], dict]:
+    cache: dict[tuple[str, str], dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+                cache[(record["question_id"], record["condition"])] = record
+            except (json.JSONDecodeError, KeyError):
+                continue  # a line cut by a kill: its generation is simply redone
+    return cache
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--questions", type=int, default=20)
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--question-ids", default=str(ROOT / "bench/data/heldout_nq_ids.txt"),
+                        help="ids to draw questions from, in file order (default: the held-out NQ-sample ids)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--index", default="indexing/kilt-sample.yaml")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--positions-10", default="1,5,10", help="gold positions with 10 passages")
-    parser.add_argument("--positions-20", default="1,10,20", help="gold positions with 20 passages (LitM: 1,5,10,15,20)")
+    parser.add_argument("--positions-10", default="all", help="gold positions with 10 passages ('all' or a list)")
+    parser.add_argument("--positions-20", default="", help="gold positions with 20 passages (LitM: 1,5,10,15,20)")
+    parser.add_argument("--ratios", default="", help="confounding ratios of shuffled 10-passage contexts, e.g. 0,0.5,1")
+    parser.add_argument("--out", default=str(RESULTS / "position_sweep"))
+    parser.add_argument("--report-only", action="store_true", help="score the cached replies; no model")
     args = parser.parse_args()
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import torch
     from haystack.dataclasses import ChatMessage
-    from rich.console import Console
-    from rich.table import Table
     from tqdm import tqdm
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
-    from icr2_components.text.normalization import contains_answer
     from icr2_components.builders.benchmark import GoldPassageLookup
+    from icr2_components.evaluation.answer_match import answer_match
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.readers import LocalChatReader
     from icr2_components.reorderers import GoldAtPositionReorderer
     from icr2_components.stores import open_index
 
-    torch.manual_seed(args.seed)
-    sample = build_sample()
-    handle = open_index(args.index)
-    lookup = GoldPassageLookup.from_knowledge_source(sample.corpus)
-    reader = LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, dtype="float32", device="cpu")
-    reader.warm_up()
-    prompt_builder = CorpusInContextPromptBuilder(task_type="qa")
-    builder = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_passages=20, shuffle=False)
-    reorderer = GoldAtPositionReorderer()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_path = out / "answers.jsonl"
+    cache = read_cache(cache_path)
+    positions = {10: parse_positions(args.positions_10, 10), 20: parse_positions(args.positions_20, 20)}
+    positions = {k: v for k, v in positions.items() if v}
+    ratios = [float(r) for r in args.ratios.split(",") if r.strip()]
+    conditions = (["closed-book", "oracle"] + [f"{k} docs @ {p}" for k, ps in positions.items() for p in ps]
+                  + [f"10 docs p={r:g}" for r in ratios])
 
+    wanted = [line.strip() for line in Path(args.question_ids).read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    sample = build_sample()
+    tasks = {task.id: task for task in read_kilt_tasks(sample.tasks)}
+    unknown = [i for i in wanted if i not in tasks]
+    lookup = GoldPassageLookup.from_knowledge_source(sample.corpus)
     # questions whose gold paragraph is one passage that holds an answer (one needle, as in Lost in the Middle)
     chosen = []
-    skipped = {"several gold passages": 0, "gold passage lacks the answer": 0}
-    for task in read_kilt_tasks(sample.tasks):
+    skipped = {"several gold passages": 0, "gold passage lacks the answer": 0, "id not in the sample": len(unknown)}
+    for question_id in wanted:
+        if len(chosen) == args.questions:
+            break
+        task = tasks.get(question_id)
+        if task is None:
+            continue
         gold = lookup(task)
         if len(gold) != 1:
             skipped["several gold passages"] += 1
             continue
-        if not contains_answer(gold[0].content, task.answers):
+        if not answer_match(gold[0].content, task.answers):
             skipped["gold passage lacks the answer"] += 1
             continue
         chosen.append((task, gold))
-        if len(chosen) == args.questions:
-            break
 
-    positions = {10: [int(p) for p in args.positions_10.split(",")], 20: [int(p) for p in args.positions_20.split(",")]}
-    ratios = [0.0, 0.5, 1.0]
-    conditions = ["closed-book", "oracle"] + [f"{k} docs @ {p}" for k, ps in positions.items() for p in ps] + [f"10 docs p={r:g}" for r in ratios]
-    hits = {c: 0 for c in conditions}
-    prompt_tokens = {c: [] for c in conditions}
-    examples = []
-
-    def ask(condition: str, messages, answers) -> None:
-        reply = reader.run(messages=messages)["replies"][0]
-        hits[condition] += int(contains_answer(reply.text, answers))
-        prompt_tokens[condition].append(reply.meta["prompt_tokens"])
-        if len(examples) < 6:
-            examples.append({"condition": condition, "reply": reply.text, "answers": answers})
-
-    def report(n: int, seconds: float, final: bool) -> None:
-        """Print and write the results over the first n questions (called after each, so a kill keeps them)."""
-        accuracy = {c: hits[c] / n for c in conditions}
-        mean_tokens = {c: sum(v) / len(v) for c, v in prompt_tokens.items()}
-        closed = accuracy["closed-book"]
-        table = Table(title=f"Lost in the Middle on the NQ sample: SmolLM2-135M-Instruct, {n} questions, greedy, {args.max_new_tokens} new tokens")
-        for column in ("condition", "accuracy", "correct", "vs closed-book", "prompt tokens"):
-            table.add_column(column)
-        for c in conditions:
-            table.add_row(c, f"{accuracy[c]:.3f}", f"{hits[c]}/{n}", f"{accuracy[c] - closed:+.3f}", f"{mean_tokens[c]:.0f}")
-        console = Console()
-        if final:
-            console.print(table)
-        console.print(f"[{'final' if final else 'partial'}] {n * len(conditions)} generations in {seconds:.0f} s; questions skipped while choosing: {skipped}")
-
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        result = {
-            "model": args.model,
-            "questions": n,
-            "complete": final,
-            "max_new_tokens": args.max_new_tokens,
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, threads {torch.get_num_threads()}",
-            "seconds": seconds,
-            "accuracy": accuracy,
-            "correct": hits,
-            "mean_prompt_tokens": mean_tokens,
-            "skipped_while_choosing": skipped,
-            "positions": positions,
-            "ratios": ratios,
-            "examples": examples,
-        }
-        (RESULTS / "position_sweep.json").write_text(json.dumps(result, indent=2))
-
-        figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-        for k, ps in positions.items():
-            left.plot(ps, [accuracy[f"{k} docs @ {p}"] for p in ps], marker="o", label=f"{k} passages")
-        left.axhline(closed, color="grey", linestyle="--", label="closed-book")
-        left.axhline(accuracy["oracle"], color="black", linestyle=":", label="oracle")
-        left.set_xlabel("position of the gold passage")
-        left.set_ylabel("accuracy (answer in reply)")
-        left.set_title(f"SmolLM2-135M, NQ sample, n={n}")
-        left.legend()
-        right.bar([f"p={r:g}" for r in ratios], [accuracy[f"10 docs p={r:g}"] for r in ratios], color="tab:orange")
-        right.axhline(closed, color="grey", linestyle="--")
-        right.set_title("10 passages, shuffled, by confounding ratio")
-        right.set_ylabel("accuracy")
-        figure.tight_layout()
-        figure.savefig(RESULTS / "position_sweep.png", dpi=120)
-
-        lines = [
-            f"# Position sweep (Lost in the Middle) - SmolLM2-135M-Instruct, {n} NQ-sample questions",
-            "",
-            f"`.venv/bin/python bench/position_sweep.py --questions {args.questions} --max-new-tokens {args.max_new_tokens}` "
-            f"({n} of {len(chosen)} questions done{'' if final else ', run still going or stopped early'}); "
-            f"{result['machine']}; {seconds:.0f} s.",
-            "",
-            "| condition | accuracy | correct | vs closed-book | prompt tokens |",
-            "|---|---|---|---|---|",
-        ]
-        lines += [f"| {c} | {accuracy[c]:.3f} | {hits[c]}/{n} | {accuracy[c] - closed:+.3f} | {mean_tokens[c]:.0f} |" for c in conditions]
-        lines += ["", "![position sweep](position_sweep.png)", ""]
-        (RESULTS / "position_sweep.md").write_text("\n".join(lines))
-        print(f"wrote {RESULTS / 'position_sweep.json'}, .png, .md")
-
+    todo = [(t, g) for t, g in chosen if any((t.id, c) not in cache for c in conditions)]
     start = time.perf_counter()
-    progress = tqdm(total=len(chosen) * len(conditions), desc="position sweep", unit=" generations")
-    for index, (task, gold) in enumerate(chosen):
-        answers = task.answers
-        ask("closed-book", [ChatMessage.from_user(f"Answer the following question.\nQuestion: {task.input}\nAnswer:")], answers)
-        progress.update()
-        ask("oracle", prompt_builder.run(query=task.input, documents=gold)["prompt"], answers)
-        progress.update()
-        lists = {"bm25": handle.retrieve(task.input, "bm25", 60), "dense": handle.retrieve(task.input, "dense", 60)}
-        hard = builder.run(query=task.input, answers=answers, gold_documents=gold, provenance=[vars(p) for p in task.provenance], **lists)["documents"]
-        for k, ps in positions.items():
-            corpus = [d for d in hard if d.meta["origin"] == "gold"] + [d for d in hard if d.meta["origin"] != "gold"][: k - 1]
-            for p in ps:
-                ordered = reorderer.run(documents=corpus, position=p)["documents"]
-                # ids follow the displayed order, so an id never hints at the gold passage
-                ordered = [type(d)(id=d.id, content=d.content, meta={**d.meta, "passage_id": f"PSG{i:03d}"}) for i, d in enumerate(ordered, 1)]
-                ask(f"{k} docs @ {p}", prompt_builder.run(query=task.input, documents=ordered)["prompt"], answers)
-                progress.update()
-        randoms = handle.random_documents(60, seed=args.seed + index, exclude_ids={gold[0].id})
-        for r in ratios:
-            mixed = builder.run(
-                query=task.input, answers=answers, gold_documents=gold, provenance=[vars(p) for p in task.provenance],
-                random_documents=randoms, confounding_ratio=r, budget_passages=10, shuffle=True, seed=args.seed, **lists,
-            )["documents"]
-            ask(f"10 docs p={r:g}", prompt_builder.run(query=task.input, documents=mixed)["prompt"], answers)
+    if todo and not args.report_only:
+        torch.manual_seed(args.seed)
+        handle = open_index(args.index)
+        reader = LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, dtype="float32")
+        reader.warm_up()
+        prompt_builder = CorpusInContextPromptBuilder(task_type="qa")
+        builder = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_passages=20, shuffle=False)
+        reorderer = GoldAtPositionReorderer()
+        missing = sum(1 for t, _ in todo for c in conditions if (t.id, c) not in cache)
+        progress = tqdm(total=missing, desc="position sweep", unit=" generations")
+
+        def ask(task, condition: str, messages) -> None:
+            if (task.id, condition) in cache:
+                return
+            began = time.perf_counter()
+            reply = reader.run(messages=messages)["replies"][0]
+            record = {"question_id": task.id, "condition": condition, "query": task.input, "answers": task.answers,
+                      "reply": reply.text, "prompt_tokens": reply.meta.get("prompt_tokens"),
+                      "seconds": round(time.perf_counter() - began, 3)}
+            with cache_path.open("a") as handle_out:
+                handle_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            cache[(task.id, condition)] = record
             progress.update()
-        report(index + 1, time.perf_counter() - start, final=index + 1 == len(chosen))
-    progress.close()
+
+        for index, (task, gold) in enumerate(todo):
+            ask(task, "closed-book", [ChatMessage.from_user(f"Answer the following question.\nQuestion: {task.input}\nAnswer:")])
+            ask(task, "oracle", prompt_builder.run(query=task.input, documents=gold)["prompt"])
+            lists = {"bm25": handle.retrieve(task.input, "bm25", 60), "dense": handle.retrieve(task.input, "dense", 60)}
+            hard = builder.run(query=task.input, answers=task.answers, gold_documents=gold,
+                               provenance=[vars(p) for p in task.provenance], **lists)["documents"]
+            for k, ps in positions.items():
+                corpus = [d for d in hard if d.meta["origin"] == "gold"] + [d for d in hard if d.meta["origin"] != "gold"][: k - 1]
+                for p in ps:
+                    ordered = reorderer.run(documents=corpus, position=p)["documents"]
+                    # ids follow the displayed order, so an id never hints at the gold passage
+                    ordered = [type(d)(id=d.id, content=d.content, meta={**d.meta, "passage_id": f"PSG{i:03d}"})
+                               for i, d in enumerate(ordered, 1)]
+                    ask(task, f"{k} docs @ {p}", prompt_builder.run(query=task.input, documents=ordered)["prompt"])
+            if ratios:
+                randoms = handle.random_documents(60, seed=args.seed + index, exclude_ids={gold[0].id})
+                for r in ratios:
+                    mixed = builder.run(
+                        query=task.input, answers=task.answers, gold_documents=gold,
+                        provenance=[vars(p) for p in task.provenance], random_documents=randoms, confounding_ratio=r,
+                        budget_passages=10, shuffle=True, seed=args.seed, **lists,
+                    )["documents"]
+                    ask(task, f"10 docs p={r:g}", prompt_builder.run(query=task.input, documents=mixed)["prompt"])
+        progress.close()
+    seconds = time.perf_counter() - start
+    done = [t for t, _ in chosen if all((t.id, c) in cache for c in conditions)]
+    write_report(args, out, cache, done, conditions, positions, ratios, skipped, len(chosen), seconds)
     return 0
+
+
+def write_report(args, out: Path, cache: dict, done: list, conditions: list[str], positions: dict, ratios: list,
+                 skipped: dict, chosen: int, seconds: float) -> None:
+    """Score the cached replies of the fully answered questions; write JSON, Markdown and the plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.evaluation.proportions import wilson_interval
+
+    n = len(done)
+    if n == 0:
+        print("no question is fully answered yet")
+        return
+    outcomes = {c: [bool(answer_match(cache[(t.id, c)]["reply"], t.answers)) for t in done] for c in conditions}
+    hits = {c: sum(v) for c, v in outcomes.items()}
+    accuracy = {c: hits[c] / n for c in conditions}
+    intervals = {c: wilson_interval(hits[c], n) for c in conditions}
+    tokens = {c: sum(cache[(t.id, c)]["prompt_tokens"] or 0 for t in done) / n for c in conditions}
+    try:  # the paired shape tests live beside the compare curves
+        from icr2_components.evaluation.position_curves import paired_position_tests
+    except ImportError:
+        paired_position_tests = None
+    shape = {} if paired_position_tests is None else {k: paired_position_tests({p: outcomes[f"{k} docs @ {p}"] for p in ps}) for k, ps in positions.items()
+             if len(ps) >= 2}
+    closed = accuracy["closed-book"]
+    table = Table(title=f"Lost in the Middle on held-out NQ-sample questions: SmolLM2-135M-Instruct, n = {n}, greedy, "
+                        f"{args.max_new_tokens} new tokens")
+    for column in ("condition", "accuracy", "95% CI (Wilson)", "correct", "vs closed-book", "prompt tokens"):
+        table.add_column(column)
+    for c in conditions:
+        low, high = intervals[c]
+        table.add_row(c, f"{accuracy[c]:.3f}", f"{low:.3f}-{high:.3f}", f"{hits[c]}/{n}", f"{accuracy[c] - closed:+.3f}",
+                      f"{tokens[c]:.0f}")
+    console = Console()
+    console.print(table)
+    for k, tests in shape.items():
+        console.print(f"{k} passages: {tests['summary']}")
+    complete = n == args.questions
+    result = {
+        "model": args.model,
+        "questions": n,
+        "questions_asked_for": args.questions,
+        "complete": complete,
+        "question_ids": [t.id for t in done],
+        "question_id_file": args.question_ids,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}",
+        "seconds_this_run": round(seconds, 1),
+        "seconds_generating_total": round(sum(r.get("seconds") or 0 for r in cache.values()), 1),
+        "metric": "answer_match (Lost in the Middle best_subspan_em)",
+        "accuracy": accuracy,
+        "ci95_wilson": intervals,
+        "correct": hits,
+        "mean_prompt_tokens": tokens,
+        "shape_tests": shape,
+        "skipped_while_choosing": skipped,
+        "positions": positions,
+        "ratios": ratios,
+    }
+    (out / "position_sweep.json").write_text(json.dumps(result, indent=2))
+
+    figure, left = plt.subplots(1, 1, figsize=(7, 4.2))
+    for k, ps in positions.items():
+        values = [accuracy[f"{k} docs @ {p}"] for p in ps]
+        errors = [[v - intervals[f"{k} docs @ {p}"][0] for v, p in zip(values, ps)],
+                  [intervals[f"{k} docs @ {p}"][1] - v for v, p in zip(values, ps)]]
+        left.errorbar(ps, values, yerr=errors, marker="o", capsize=3, label=f"{k} passages (95% Wilson)")
+    left.axhline(closed, color="grey", linestyle="--", label=f"closed-book {closed:.2f}")
+    left.axhline(accuracy["oracle"], color="black", linestyle=":", label=f"oracle {accuracy['oracle']:.2f}")
+    left.set_xlabel("position of the gold passage")
+    left.set_ylabel("accuracy (answer in reply)")
+    left.set_title(f"SmolLM2-135M, held-out NQ sample, n={n}")
+    left.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out / "position_sweep.png", dpi=120)
+    plt.close(figure)
+
+    lines = [f"# Position sweep (Lost in the Middle): SmolLM2-135M-Instruct, {n} held-out NQ-sample questions", "",
+             f"`.venv/bin/python bench/position_sweep.py --questions {args.questions} --positions-10 {args.positions_10}"
+             f" --max-new-tokens {args.max_new_tokens}` ({n} of {args.questions} questions done"
+             f"{'' if complete else '; resumable: run the command again'}); {result['machine']}; generation time so far "
+             f"{result['seconds_generating_total']:.0f} s.", "",
+             "| condition | accuracy | 95% CI (Wilson) | correct | vs closed-book | prompt tokens |", "|---|---|---|---|---|---|"]
+    lines += [f"| {c} | {accuracy[c]:.3f} | {intervals[c][0]:.3f}-{intervals[c][1]:.3f} | {hits[c]}/{n} | "
+              f"{accuracy[c] - closed:+.3f} | {tokens[c]:.0f} |" for c in conditions]
+    for k, tests in shape.items():
+        lines += ["", f"Shape, {k} passages (same questions at every position): {tests['summary']}"]
+    lines += ["", "![position sweep](position_sweep.png)", ""]
+    (out / "position_sweep.md").write_text("\n".join(lines))
+    print(f"wrote {out / 'position_sweep.json'}, .png, .md; skipped while choosing: {skipped}")
 
 
 if __name__ == "__main__":
