@@ -13,7 +13,9 @@ from icr2_components.text.normalization import contains_answer, normalize_text
 from icr2_components.kilt import KiltKnowledgeSource
 
 
-def test_normalisation_follows_the_squad_kilt_rules():
+def test_the_builders_loose_normalisation():
+    """The corpus builder's exclusion normalisation (not the scorers' official one, see test_official_metrics.py):
+    punctuation turned into spaces, accents folded."""
     assert normalize_text("The  Eiffel-Tower, in PARIS!") == "eiffel tower in paris"
     assert normalize_text("Wilhelm Conrad Röntgen") == "wilhelm conrad rontgen"
     assert contains_answer("awarded in 1901 to Wilhelm Conrad Röntgen, of Germany", ["Wilhelm Conrad Rontgen"])

@@ -19,7 +19,9 @@ from typing import Iterable, Sequence
 
 from haystack import Document
 
-from icr2_components.text.normalization import normalize_answer
+# Building contexts is exclusion, not scoring: like the corpus builder, it uses the looser normalisation
+# (punctuation to spaces, accents folded); replies are scored with the official one (evaluation/answer_match.py).
+from icr2_components.text.normalization import normalize_text
 
 _YEAR = re.compile(r"^(1\d{3}|20\d{2})$")
 _NUMBER = re.compile(r"^[\d.,\s]+(%|\s?\w+)?$")
@@ -53,11 +55,11 @@ def choose_substitute(question_id: str, answers: Sequence[str], passage_text: st
     if not answers:
         return None
     wanted = answer_type(answers[0])
-    gold = {normalize_answer(a) for a in answers}
-    passage = normalize_answer(passage_text)
+    gold = {normalize_text(a) for a in answers}
+    passage = normalize_text(passage_text)
     candidates = sorted(
-        {c for c in pool if answer_type(c) == wanted and normalize_answer(c) and normalize_answer(c) not in gold
-         and normalize_answer(c) not in passage},
+        {c for c in pool if answer_type(c) == wanted and normalize_text(c) and normalize_text(c) not in gold
+         and normalize_text(c) not in passage},
         key=lambda c: _stable_rank(question_id, c),
     )
     return candidates[0] if candidates else None
@@ -100,9 +102,9 @@ def pick_gold_passage(gold_documents: Sequence[Document], answers: Sequence[str]
 
 def pick_irrelevant_passage(candidates: Sequence[Document], answers: Sequence[str], gold_ids: set[str]) -> Document | None:
     """The first candidate that is not gold and contains no normalised gold answer."""
-    normalized_answers = [normalize_answer(a) for a in answers if normalize_answer(a)]
+    normalized_answers = [normalize_text(a) for a in answers if normalize_text(a)]
     for document in candidates:
-        text = normalize_answer(document.content or "")
+        text = normalize_text(document.content or "")
         if document.id in gold_ids or not text:
             continue
         if not any(a in text for a in normalized_answers):

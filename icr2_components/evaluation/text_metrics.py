@@ -1,10 +1,22 @@
-"""Answer metrics beyond answer match: exact match, token F1 (SQuAD) and ROUGE-L (LCS F-measure).
+"""Answer metrics beyond answer match: exact match and token F1 (the official SQuAD v1.1 / KILT definitions), and
+ROUGE-L (LCS F-measure).
 
-All normalise both sides as ``answer_match.normalize_answer`` does (SQuAD normalisation) and take the best
-score over the gold answers. The definitions follow the SQuAD evaluation script and Lin (2004) ROUGE-L with
-beta = 1. Haystack's ``AnswerExactMatchEvaluator`` and ragas' ``RougeScore`` compare raw strings against one gold
-answer; ``external_metrics`` runs them on normalised text (the report takes exact match from Haystack and adds
-ragas' stemmed ROUGE-L), and these functions are the fallback and the cross-check (tests/test_compare_report.py).
+Exact match and token F1 are those of SQuAD v1.1's ``evaluate-v1.1.py`` and KILT's ``kilt/eval_downstream.py``:
+both sides normalised by the official ``normalize_answer``
+(:func:`icr2_components.text.normalization.normalize_answer`: punctuation removed, accents kept), the best score
+over the gold answers. Token F1 counts common tokens with multiplicity (``Counter`` intersection) and is 0 when
+no token is shared, so an empty prediction scores 0. Gold answers are filtered as in
+:mod:`icr2_components.evaluation.answer_match` (an answer empty after ``strip()`` is dropped, as KILT does; one
+that normalises to the empty string is dropped too, a deliberate deviation; a question with no usable gold
+answer scores 0 instead of failing). Every function takes ``fold_accents`` (default False, as the official
+scripts): True also strips accents, so "Rontgen" equals "Röntgen".
+
+ROUGE-L (Lin 2004, beta = 1) here is computed on
+the officially normalised tokens; KILT's own ROUGE-L uses the ``rouge`` package on raw text. Haystack's
+``AnswerExactMatchEvaluator`` and ragas' ``RougeScore`` compare raw strings against one gold answer;
+``external_metrics`` feeds them the same normalised text (the report takes exact match from Haystack and adds
+ragas' stemmed ROUGE-L), and these functions are the fallback and the cross-check (tests/test_compare_report.py,
+tests/test_official_metrics.py).
 """
 
 from __future__ import annotations
@@ -12,18 +24,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
-from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.evaluation.answer_match import answer_match, normalized_gold_answers
 from icr2_components.text.normalization import normalize_answer
 
 
-def _tokens(text: str) -> list[str]:
-    return normalize_answer(text).split()
-
-
-def exact_match(prediction: str, ground_truths: Iterable[str]) -> bool:
-    """True when the normalised prediction equals a normalised non-empty gold answer."""
-    normalized = normalize_answer(prediction)
-    return any(normalize_answer(str(t)) and normalized == normalize_answer(str(t)) for t in ground_truths)
+def exact_match(prediction: str, ground_truths: Iterable[str], fold_accents: bool = False) -> bool:
+    """Official EM: the normalised prediction equals a normalised gold answer (``"The Eiffel Tower." = "eiffel
+    tower"``; ``"The U.S.A." != "U.S."``)."""
+    normalized = normalize_answer(prediction, fold_accents=fold_accents)
+    return any(normalized == gold for gold in normalized_gold_answers(ground_truths, fold_accents))
 
 
 def _f1(prediction_tokens: list[str], truth_tokens: list[str]) -> float:
@@ -36,11 +45,11 @@ def _f1(prediction_tokens: list[str], truth_tokens: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def token_f1(prediction: str, ground_truths: Iterable[str]) -> float:
-    """SQuAD token F1 of the prediction against the best-matching gold answer (0 without gold answers)."""
-    prediction_tokens = _tokens(prediction)
-    scores = [_f1(prediction_tokens, _tokens(str(t))) for t in ground_truths if _tokens(str(t))]
-    return max(scores, default=0.0)
+def token_f1(prediction: str, ground_truths: Iterable[str], fold_accents: bool = False) -> float:
+    """Official SQuAD/KILT token F1 against the best-matching gold answer (0 without a usable gold answer)."""
+    prediction_tokens = normalize_answer(prediction, fold_accents=fold_accents).split()
+    return max((_f1(prediction_tokens, gold.split()) for gold in normalized_gold_answers(ground_truths, fold_accents)),
+               default=0.0)
 
 
 def lcs_length(a: list[str], b: list[str]) -> int:
@@ -56,12 +65,12 @@ def lcs_length(a: list[str], b: list[str]) -> int:
     return previous[-1]
 
 
-def rouge_l(prediction: str, ground_truths: Iterable[str]) -> float:
-    """ROUGE-L F-measure (beta = 1) on normalised tokens, best over the gold answers."""
-    prediction_tokens = _tokens(prediction)
+def rouge_l(prediction: str, ground_truths: Iterable[str], fold_accents: bool = False) -> float:
+    """ROUGE-L F-measure (beta = 1) on officially normalised tokens, best over the gold answers."""
+    prediction_tokens = normalize_answer(prediction, fold_accents=fold_accents).split()
     best = 0.0
-    for truth in ground_truths:
-        truth_tokens = _tokens(str(truth))
+    for gold in normalized_gold_answers(ground_truths, fold_accents):
+        truth_tokens = gold.split()
         lcs = lcs_length(prediction_tokens, truth_tokens)
         if lcs:
             precision, recall = lcs / len(prediction_tokens), lcs / len(truth_tokens)
@@ -69,13 +78,14 @@ def rouge_l(prediction: str, ground_truths: Iterable[str]) -> float:
     return best
 
 
-def answer_scores(prediction: str, ground_truths: list[str]) -> dict[str, float]:
-    """All answer metrics of one prediction: ``exact_match``, ``answer_match``, ``token_f1``, ``rouge_l``."""
+def answer_scores(prediction: str, ground_truths: list[str], fold_accents: bool = False) -> dict[str, float]:
+    """All answer metrics of one reply: ``exact_match`` and ``token_f1`` (official), ``answer_match``
+    (``best_subspan_em``) and ``rouge_l``."""
     return {
-        "exact_match": float(exact_match(prediction, ground_truths)),
-        "answer_match": float(answer_match(prediction, ground_truths)),
-        "token_f1": token_f1(prediction, ground_truths),
-        "rouge_l": rouge_l(prediction, ground_truths),
+        "exact_match": float(exact_match(prediction, ground_truths, fold_accents)),
+        "answer_match": float(answer_match(prediction, ground_truths, fold_accents)),
+        "token_f1": token_f1(prediction, ground_truths, fold_accents),
+        "rouge_l": rouge_l(prediction, ground_truths, fold_accents),
     }
 
 

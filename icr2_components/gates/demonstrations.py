@@ -15,7 +15,7 @@ import numpy as np
 
 from icr2_components.gates.prompts import Demonstration
 from icr2_components.records import SkipReport, iter_jsonl
-from icr2_components.text.normalization import normalize_answer
+from icr2_components.text.normalization import normalize_text
 
 DEFAULT_POOL = "default"
 _DEFAULT_POOL_FILES = {True: "yes_demonstrations.jsonl", False: "no_demonstrations.jsonl"}
@@ -48,7 +48,7 @@ def load_demonstration_pool(path: str | os.PathLike, needs_retrieval: bool) -> t
         if not isinstance(question, str) or not question.strip():
             skips.skip("missing or empty question", line_number)
             continue
-        key = normalize_answer(question)
+        key = normalize_text(question)
         if key in seen:
             skips.skip("duplicate question", line_number, question[:60])
             continue
@@ -70,8 +70,9 @@ def rank_by_similarity(query_embedding: np.ndarray, pool_embeddings: np.ndarray,
 
 
 def is_same_question(a: str, b: str) -> bool:
-    """Questions equal after SQuAD normalisation: such a demonstration would leak the judged question."""
-    return normalize_answer(a) == normalize_answer(b)
+    """Questions equal after the loose normalisation (``normalize_text``: punctuation to spaces, accents folded,
+    articles dropped): such a demonstration would leak the judged question."""
+    return normalize_text(a) == normalize_text(b)
 
 
 class DemonstrationSelector:
