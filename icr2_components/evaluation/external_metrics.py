@@ -1,10 +1,14 @@
 """Answer metrics computed by Haystack's and ragas' offline (non-LLM) evaluators, beside our own.
 
 The compare report takes ``exact_match`` from Haystack's ``AnswerExactMatchEvaluator`` and adds
-``rouge_l_ragas``, ragas' ``RougeScore`` (ROUGE-L F-measure), next to our ``rouge_l``. Both are fed the
-SQuAD-normalised prediction and gold answers (``answer_match.normalize_answer``) and keep the best score over
-the gold answers, as ``text_metrics`` does; so Haystack's exact match equals ours by construction, and ragas'
-ROUGE-L differs from ours only by its Porter stemming ("towers" = "tower") and its ASCII-only tokenizer.
+``rouge_l_ragas``, ragas' ``RougeScore`` (ROUGE-L F-measure), next to our ``rouge_l``. Both compare raw strings
+with one reference, so both are fed text normalised the official SQuAD/KILT way
+(``text.normalization.normalize_answer``: punctuation removed, articles dropped, accents kept) with the gold
+answers filtered as ``answer_match.normalized_gold_answers`` does, and keep the best score over the gold
+answers. Haystack's exact match is given the reply's answer span (``short_answer.short_answer``), as the report's
+``exact_match`` is defined, so it equals ``text_metrics.short_answer_exact_match`` by construction; ragas'
+ROUGE-L gets the whole reply and differs from our ``rouge_l`` only by its Porter stemming ("towers" = "tower")
+and its ASCII-only tokenizer.
 
 Each function returns None when its library cannot be imported (ragas 0.4.3 needs ``langchain-community<0.4``
 and ``rouge-score``), and ``implementations`` says which code produced each metric and why a fallback was used.
@@ -15,18 +19,25 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+from icr2_components.evaluation.answer_match import normalized_gold_answers
+from icr2_components.evaluation.short_answer import short_answer
 from icr2_components.text.normalization import normalize_answer
 
 OURS = {
-    "exact_match": "icr2_components.evaluation.text_metrics.exact_match (SQuAD-normalised, best over gold answers)",
-    "answer_match": "icr2_components.evaluation.answer_match.answer_match (normalised containment)",
-    "token_f1": "icr2_components.evaluation.text_metrics.token_f1 (SQuAD token F1)",
-    "rouge_l": "icr2_components.evaluation.text_metrics.rouge_l (LCS F-measure, no stemming)",
+    "exact_match": ("icr2_components.evaluation.text_metrics.short_answer_exact_match (official SQuAD v1.1/KILT "
+                    "exact match on the reply's answer span, evaluation.short_answer; best over gold answers)"),
+    "answer_match": ("icr2_components.evaluation.answer_match.answer_match (Lost in the Middle's best_subspan_em: "
+                     "officially normalised gold answer contained in the normalised reply)"),
+    "token_f1": ("icr2_components.evaluation.text_metrics.token_f1 (official SQuAD v1.1/KILT token F1 on the whole "
+                 "reply, best over gold answers)"),
+    "rouge_l": ("icr2_components.evaluation.text_metrics.rouge_l (LCS F-measure on officially normalised tokens "
+                "of the whole reply, no stemming)"),
 }
-HAYSTACK_EXACT_MATCH = ("haystack.components.evaluators.AnswerExactMatchEvaluator on SQuAD-normalised text, "
-                        "best over gold answers")
-RAGAS_ROUGE_L = ("ragas.metrics.collections.RougeScore(rouge_type='rougeL', mode='fmeasure') on SQuAD-normalised "
-                 "text, best over gold answers (Porter stemming)")
+HAYSTACK_EXACT_MATCH = ("haystack.components.evaluators.AnswerExactMatchEvaluator on the reply's answer span "
+                        "(evaluation.short_answer), both sides normalised the official SQuAD v1.1/KILT way, best "
+                        "over gold answers")
+RAGAS_ROUGE_L = ("ragas.metrics.collections.RougeScore(rouge_type='rougeL', mode='fmeasure') on the whole reply, "
+                 "both sides normalised the official SQuAD v1.1/KILT way, best over gold answers (Porter stemming)")
 
 
 def _pairs(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[str], list[int]]:
@@ -34,12 +45,10 @@ def _pairs(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> t
     golds, predicted, owner = [], [], []
     for index, (prediction, answers) in enumerate(zip(predictions, gold_lists, strict=True)):
         normalized = normalize_answer(prediction)
-        for answer in answers:
-            gold = normalize_answer(str(answer))
-            if gold:  # an empty gold answer never matches, as in text_metrics
-                golds.append(gold)
-                predicted.append(normalized)
-                owner.append(index)
+        for gold in normalized_gold_answers(answers):  # empty gold answers dropped, as in text_metrics
+            golds.append(gold)
+            predicted.append(normalized)
+            owner.append(index)
     return golds, predicted, owner
 
 
@@ -62,7 +71,8 @@ def ragas_import_error() -> str | None:
 
 
 def haystack_exact_match(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> list[float] | None:
-    """Exact match per answer by Haystack's ``AnswerExactMatchEvaluator`` (None if it cannot be imported)."""
+    """Exact match per prediction by Haystack's ``AnswerExactMatchEvaluator`` on officially normalised text, the
+    predictions compared whole (= ``text_metrics.exact_match``); None if Haystack cannot be imported."""
     try:
         from haystack.components.evaluators import AnswerExactMatchEvaluator
     except ImportError:
@@ -98,7 +108,7 @@ def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], di
     gold_lists = [r["answers"] for r in records]
     per_record: list[dict[str, float]] = [{} for _ in records]
     implementations = dict(OURS)
-    exact = haystack_exact_match(predictions, gold_lists)
+    exact = haystack_exact_match([short_answer(p) for p in predictions], gold_lists)  # EM on the answer span
     if exact is None:
         implementations["exact_match"] += " (Haystack's evaluator could not be imported)"
     else:

@@ -15,7 +15,7 @@ import statistics
 from typing import Any, Iterable, Sequence
 
 from icr2_components.evaluation.answer_match import answer_match
-from icr2_components.evaluation.text_metrics import exact_match
+from icr2_components.evaluation.text_metrics import short_answer_exact_match
 
 # (label, first position, last position); positions past the last bucket fall in the open-ended one.
 POSITION_BUCKETS = (("1", 1, 1), ("2-3", 2, 3), ("4-5", 4, 5), ("6-10", 6, 10), ("11-20", 11, 20))
@@ -47,9 +47,10 @@ def position_bucket(position: int | None) -> str:
 
 
 def record_accuracy(record: dict) -> dict[str, float]:
-    """The curve metrics of one answer record (the same functions as the summary table)."""
+    """The curve metrics of one answer record (the same functions as the summary table: exact match on the
+    reply's answer span, ``text_metrics.answer_scores``)."""
     return {"answer_match": float(answer_match(record["answer"], record["answers"])),
-            "exact_match": float(exact_match(record["answer"], record["answers"]))}
+            "exact_match": float(short_answer_exact_match(record["answer"], record["answers"]))}
 
 
 def pipeline_curve(records: Sequence[dict]) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:

@@ -11,7 +11,9 @@ that normalises to the empty string is dropped too, a deliberate deviation; a qu
 answer scores 0 instead of failing). Every function takes ``fold_accents`` (default False, as the official
 scripts): True also strips accents, so "Rontgen" equals "Röntgen".
 
-ROUGE-L (Lin 2004, beta = 1) here is computed on
+In the compare report, ``answer_scores`` reports exact match on :func:`short_answer` of the reply (the answer
+span a user would read, since chat readers answer in sentences), answer match (Lost in the Middle's
+``best_subspan_em``), token F1 and ROUGE-L on the whole reply. ROUGE-L (Lin 2004, beta = 1) here is computed on
 the officially normalised tokens; KILT's own ROUGE-L uses the ``rouge`` package on raw text. Haystack's
 ``AnswerExactMatchEvaluator`` and ragas' ``RougeScore`` compare raw strings against one gold answer;
 ``external_metrics`` feeds them the same normalised text (the report takes exact match from Haystack and adds
@@ -25,14 +27,20 @@ from collections import Counter
 from typing import Iterable
 
 from icr2_components.evaluation.answer_match import answer_match, normalized_gold_answers
+from icr2_components.evaluation.short_answer import short_answer
 from icr2_components.text.normalization import normalize_answer
 
 
 def exact_match(prediction: str, ground_truths: Iterable[str], fold_accents: bool = False) -> bool:
     """Official EM: the normalised prediction equals a normalised gold answer (``"The Eiffel Tower." = "eiffel
-    tower"``; ``"The U.S.A." != "U.S."``)."""
+    tower"``; ``"The U.S.A." != "U.S."``). The prediction is compared whole; see :func:`short_answer_exact_match`."""
     normalized = normalize_answer(prediction, fold_accents=fold_accents)
     return any(normalized == gold for gold in normalized_gold_answers(ground_truths, fold_accents))
+
+
+def short_answer_exact_match(prediction: str, ground_truths: Iterable[str], fold_accents: bool = False) -> bool:
+    """Official EM on the reply's answer span, ``exact_match(short_answer(prediction), ...)``: the report's EM."""
+    return exact_match(short_answer(prediction), ground_truths, fold_accents=fold_accents)
 
 
 def _f1(prediction_tokens: list[str], truth_tokens: list[str]) -> float:
@@ -79,10 +87,11 @@ def rouge_l(prediction: str, ground_truths: Iterable[str], fold_accents: bool = 
 
 
 def answer_scores(prediction: str, ground_truths: list[str], fold_accents: bool = False) -> dict[str, float]:
-    """All answer metrics of one reply: ``exact_match`` and ``token_f1`` (official), ``answer_match``
-    (``best_subspan_em``) and ``rouge_l``."""
+    """All answer metrics of one reply: ``exact_match`` (official EM on :func:`short_answer` of the reply),
+    ``answer_match`` (``best_subspan_em``), ``token_f1`` (official) and ``rouge_l``, the last three on the whole
+    reply."""
     return {
-        "exact_match": float(exact_match(prediction, ground_truths, fold_accents)),
+        "exact_match": float(short_answer_exact_match(prediction, ground_truths, fold_accents)),
         "answer_match": float(answer_match(prediction, ground_truths, fold_accents)),
         "token_f1": token_f1(prediction, ground_truths, fold_accents),
         "rouge_l": rouge_l(prediction, ground_truths, fold_accents),
