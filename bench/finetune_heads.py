@@ -23,7 +23,7 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
     from tqdm.auto import tqdm
 
     from icr2_components.text.templates import render_cic_prompt
-    from icr2_components.text.normalization import contains_answer
+    from icr2_components.evaluation.answer_match import answer_match
     from icr2_components.readers import LocalChatReader
     from icr2_components.training.targets import parse_generation
 
@@ -35,7 +35,7 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
         parsed = parse_generation(reply, {d.meta["passage_id"]: d.content for d in instance.documents})
         parsed_ok += parsed.has_retrieval
         retrieved_gold += bool(set(instance.gold_passage_ids) & set(parsed.retrieved_ids))
-        correct += contains_answer(parsed.answer or reply, instance.answers)
+        correct += answer_match(parsed.answer or reply, instance.answers)
     n = len(instances)
     return {"accuracy": correct / n, "retrieval_format_rate": parsed_ok / n, "retrieved_gold_rate": retrieved_gold / n}
 

@@ -37,7 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from icr2_components.text.normalization import contains_answer  # noqa: E402
+from icr2_components.evaluation.answer_match import answer_match  # noqa: E402
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters import encode_cic_prompt  # noqa: E402
 from icr2_components.probing.cic_instances import nq_sample_instances  # noqa: E402
@@ -188,7 +188,7 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
         for name, documents in (("vanilla", instance.documents), ("rap_answer", kept),
                                 ("oracle", [d for d in instance.documents if d.meta["passage_id"] in gold])):
             reply = reader.run(messages=prompt.run(query=instance.query, documents=documents)["prompt"])["replies"][0].text
-            totals[name] += int(contains_answer(reply, instance.answers))  # the project's answer match
+            totals[name] += int(answer_match(reply, instance.answers))  # the project's answer match
     n = len(held)
     return {key: value / n for key, value in totals.items()} | {"instances": n, "passages_per_context": len(held[0].documents)}
 
