@@ -32,6 +32,8 @@ from haystack import Document
 
 from icr2_components.text.templates import format_passage_id
 from icr2_components.builders.near_duplicates import NearDuplicateIndex, shingle_prefix, word_shingles
+# the builder's own, looser normalisation (punctuation to spaces, accents folded) for answer-string exclusion;
+# replies are scored with the official one (text.normalization.normalize_answer)
 from icr2_components.text.normalization import contains_any, normalize_text, normalized_answers
 from icr2_components.kilt.chunking import spans_overlap
 from icr2_components.kilt.tasks import Provenance
