@@ -212,8 +212,8 @@ def nq_records() -> list[dict]:
 REAL_REPLIES = [
     "The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Conrad Röntgen, of Germany, who received 150,",
     "The next Deadpool movie is scheduled to be released in the United States on May 18, 2018.",
-    "The health or vitality of a player character in a role-playing or video game is usually measured in hit "
-    "points or health points, shortened to HP. When the",
+    ("The health or vitality of a player character in a role-playing or video game is usually measured in hit "
+     "points or health points, shortened to HP. When the"),
     "The owner of the Reading Football Club is Xiu Li Dai, who is also the owner of Narin Niruttinanon.",
     "The answer to this question is: 1",
     "The Mother (How I Met Your Mother) is played by Cristin Milioti",
