@@ -10,15 +10,14 @@ Usage:
 The Wilson score interval (Wilson 1927) keeps its coverage near 95% for small n and rates near 0 or 1, where the
 normal-approximation interval collapses to a point; McNemar's test compares two systems on the same questions
 using only the questions where exactly one of them is right (the discordant pairs), exactly: under the null both
-kinds of discordant pair are equally likely, so their split is Binomial(b + c, 1/2). Pure functions, standard
-library only.
+kinds of discordant pair are equally likely, so their split is Binomial(b + c, 1/2). Both are library calls
+(``statsmodels.stats.proportion.proportion_confint(method="wilson")`` and ``scipy.stats.binomtest``); this module
+checks the arguments and names the results. ``intervals`` and ``paired_comparison`` build on it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from statistics import NormalDist
 
 
 def _check_count(name: str, value: int) -> None:
@@ -36,14 +35,12 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
         raise ValueError(f"successes ({successes}) cannot exceed n ({n}).")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}.")
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    rate = successes / n
-    denominator = 1 + z * z / n
-    centre = (rate + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / denominator
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
     # the bounds are exactly 0 and 1 at 0/n and n/n; clamp the rounding
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
+    low = 0.0 if successes == 0 else max(0.0, float(low))
+    high = 1.0 if successes == n else min(1.0, float(high))
     return low, high
 
 
@@ -56,8 +53,10 @@ def exact_mcnemar(only_a: int, only_b: int) -> float:
     total = only_a + only_b
     if total == 0:
         return 1.0
-    tail = sum(math.comb(total, k) for k in range(min(only_a, only_b) + 1))
-    return min(1.0, 2 * tail / 2**total)
+    from scipy.stats import binomtest
+
+    # two-sided at p = 1/2: the distribution is symmetric, so scipy's two-sided p-value is twice the smaller tail
+    return min(1.0, float(binomtest(only_a, total, 0.5, alternative="two-sided").pvalue))
 
 
 def paired_outcomes(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float | int]:
