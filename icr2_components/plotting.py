@@ -73,6 +73,14 @@ def plot_ph3_scores(artifact: "PH3HeadArtifact", path: str | os.PathLike, count:
     )
 
 
+def _error_bar(value: float | None, interval: dict | None) -> list[list[float]] | None:
+    """matplotlib's asymmetric error ``[[below], [above]]`` from an interval dict (``{"ci95": [low, high]}``)."""
+    if value is None or not interval or interval.get("ci95") is None:
+        return None
+    low, high = interval["ci95"]
+    return [[max(0.0, value - low)], [max(0.0, high - value)]]
+
+
 # distinct hollow markers, largest first, so that pipelines at the same point stay visible as nested shapes
 _PARETO_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*")
 
@@ -95,16 +103,25 @@ def plot_pareto(report: dict, path: Path) -> bool:
     figure, axes = plt.subplots(figsize=(8.5, 5))
     colours = plt.get_cmap("tab10").colors
     count = len(points)
+    has_bars = False
     for index, (name, (x, y)) in enumerate(points.items()):
+        colour = colours[index % len(colours)]
+        xerr, yerr = (_error_bar(value, (report["cub"][name].get("intervals") or {}).get(axis))
+                      for value, axis in ((x, "faithfulness"), (y, "robustness")))
+        if xerr is not None or yerr is not None:
+            has_bars = True
+            axes.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="none", ecolor=colour, elinewidth=1, capsize=3,
+                          alpha=0.6, zorder=2)
         size = 60 + 110 * (count - 1 - index)  # earlier pipelines get bigger markers: coincident ones nest
         axes.scatter([x], [y], s=size, marker=_PARETO_MARKERS[index % len(_PARETO_MARKERS)], facecolors="none",
-                     edgecolors=[colours[index % len(colours)]], linewidths=1.8, zorder=3,
+                     edgecolors=[colour], linewidths=1.8, zorder=3,
                      label=f"{name}  (F {x:.2f}, R {y:.2f})" + ("  *front" if name in report["pareto_front"] else ""))
     front = sorted((points[n] for n in report["pareto_front"]), key=lambda p: p[0])
     if len(front) > 1:
         axes.plot([p[0] for p in front], [p[1] for p in front], "--", color="grey", label="Pareto front", zorder=2)
     axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness F = avg(BCU gold, BCU conflicting)",
-             ylabel="robustness R = BCU irrelevant", title="Faithfulness vs robustness (CUB)")
+             ylabel="robustness R = BCU irrelevant",
+             title="Faithfulness vs robustness (CUB)" + ("\nerror bars: 95% intervals" if has_bars else ""))
     axes.set_aspect("equal")
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, borderaxespad=0.0, labelspacing=1.2)
@@ -115,8 +132,8 @@ def plot_pareto(report: dict, path: Path) -> bool:
 
 
 def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -> None:
-    """Grouped bars: one metric per pipeline and context type; answer match gets its Wilson 95% interval as error bars
-    (from ``answer_match_ci95`` in the summary rows, where present)."""
+    """Grouped bars: one metric per pipeline and context type, with its 95% interval as error bars (from the
+    summary rows' ``intervals``, where present)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,20 +143,19 @@ def plot_context_types(report: dict, path: Path, metric: str = "answer_match") -
     kinds = list(next(iter(report["summary"].values())))
     width = 0.8 / max(len(kinds), 1)
     figure, axes = plt.subplots(figsize=(max(7, 1.6 * len(names) + 1.5), 4.2))
+    has_intervals = False
     for i, kind in enumerate(kinds):
         rows = [report["summary"][n][kind] for n in names]
         values = [row[metric] or 0.0 for row in rows]
+        bars = [_error_bar(row[metric], (row.get("intervals") or {}).get(metric)) for row in rows]
         errors = None
-        if metric == "answer_match" and any(row.get("answer_match_ci95") for row in rows):
-            intervals = [row.get("answer_match_ci95") or (v, v) for row, v in zip(rows, values)]
-            errors = [[max(0.0, v - low) for v, (low, _) in zip(values, intervals)],
-                      [max(0.0, high - v) for v, (_, high) in zip(values, intervals)]]
+        if any(bars):
+            has_intervals = True
+            errors = [[bar[0][0] if bar else 0.0 for bar in bars], [bar[1][0] if bar else 0.0 for bar in bars]]
         axes.bar([j + i * width for j in range(len(names))], values, width, label=kind, yerr=errors,
                  error_kw={"elinewidth": 1, "capsize": 3, "ecolor": "dimgrey"})
     axes.set_xticks([j + width * (len(kinds) - 1) / 2 for j in range(len(names))], names, rotation=20, fontsize=8)
-    has_intervals = metric == "answer_match" and any(
-        row.get("answer_match_ci95") for per_type in report["summary"].values() for row in per_type.values())
-    title = f"{metric} by pipeline and context type" + ("\n(error bars: Wilson 95% interval)" if has_intervals else "")
+    title = f"{metric} by pipeline and context type" + ("\n(error bars: 95% interval)" if has_intervals else "")
     axes.set(ylim=(0, 1.05), ylabel=metric)
     axes.set_title(title, fontsize=10)
     axes.legend(fontsize=8, title="context", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
@@ -159,21 +175,29 @@ def plot_position_curves(section: dict, path: Path) -> bool:
 
     buckets = section["buckets"]
     figure, panels = plt.subplots(1, len(section["metrics"]), figsize=(6 * len(section["metrics"]), 4.5), squeeze=False)
+    count = len(section["curves"])
     for axes, metric in zip(panels[0], section["metrics"]):
-        for name, curve in section["curves"].items():
+        for index, (name, curve) in enumerate(section["curves"].items()):
+            # pipelines side by side within a bucket, so that their error bars do not hide each other
+            xs = [x + (index - (count - 1) / 2) * min(0.08, 0.6 / count) for x in range(len(buckets))]
             values = [curve[b][metric] for b in buckets]
             plotted = [float("nan") if v is None else v for v in values]  # NaN: a gap, not a false 0
             # positions form the line; "gold not shown" is no position, so it is a lone hollow marker
-            line, = axes.plot(range(len(buckets) - 1), plotted[:-1], marker="o", label=name)
-            axes.plot([len(buckets) - 1], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
-            for x, bucket in enumerate(buckets):
+            line, = axes.plot(xs[:-1], plotted[:-1], marker="o", label=name)
+            axes.plot(xs[-1:], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
+            for x, bucket in zip(xs, buckets):  # each bucket's 95% interval (Wilson), where it has answers
+                bar = _error_bar(curve[bucket][metric], (curve[bucket].get("intervals") or {}).get(metric))
+                if bar:
+                    axes.errorbar([x], [curve[bucket][metric]], yerr=bar, fmt="none", ecolor=line.get_color(),
+                                  elinewidth=1, capsize=2, alpha=0.6)
+            for x, bucket in zip(xs, buckets):
                 if curve[bucket]["n"]:
-                    axes.annotate(f"n={curve[bucket]['n']}", (x, values[x]), textcoords="offset points",
+                    axes.annotate(f"n={curve[bucket]['n']}", (x, curve[bucket][metric]), textcoords="offset points",
                                   xytext=(0, 6), fontsize=7, ha="center", color=line.get_color())
         axes.axvline(len(buckets) - 1.5, color="grey", linestyle=":", linewidth=1)
         axes.set_xticks(range(len(buckets)), buckets, rotation=20, fontsize=8)
         axes.set(ylim=(-0.05, 1.1), xlabel="position of the first gold passage", ylabel=metric,
-                 title=f"{metric} by gold position ({section['context_type']})")
+                 title=f"{metric} by gold position ({section['context_type']}; bars: 95% intervals)")
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     figure.tight_layout()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.compare_report import build_report, write_report
+from icr2_components.evaluation.compare_report import TABLE_COLUMNS, build_report, write_report
 from icr2_components.evaluation.external_metrics import (
     haystack_exact_match,
     ragas_import_error,
@@ -20,6 +20,7 @@ from icr2_components.evaluation.position_curves import (
     position_bucket,
     position_curves,
 )
+from icr2_components.evaluation.proportions import wilson_interval
 from icr2_components.evaluation.text_metrics import answer_match, exact_match, rouge_l, short_answer_exact_match
 
 
@@ -90,10 +91,23 @@ def test_report_writes_position_curves_and_metric_implementations(tmp_path):
     report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"])
     files = write_report(report, tmp_path)
     saved = json.loads((tmp_path / "report.json").read_text())
-    assert saved["position_curves"]["curves"]["rag"]["1"] == {"n": 1, "answer_match": 1.0, "exact_match": 1.0}
+    first = saved["position_curves"]["curves"]["rag"]["1"]
+    assert {k: first[k] for k in ("n", "answer_match", "exact_match")} == {"n": 1, "answer_match": 1.0,
+                                                                            "exact_match": 1.0}
+    # each bucket's rate carries its Wilson interval: 1 of 1 right
+    assert first["intervals"]["answer_match"] == {"mean": 1.0, "ci95": [pytest.approx(wilson_interval(1, 1)[0]), 1.0],
+                                                  "n": 1, "method": "wilson"}
     assert (tmp_path / "position_curves.png").stat().st_size > 0 and "position_curves_png" in files
     markdown = (tmp_path / "report.md").read_text()
     assert "## Position curves" in markdown and "| rag | n | 1 | 2 | 1 | 1 | 0 | 1 | 1 |" in markdown
+    low, high = wilson_interval(1, 2)  # bucket 2-3: q2 matches, q3 does not
+    one = wilson_interval(1, 1)[0]
+    assert f"| rag | answer_match | 1.000 [{one:.2f}, 1.00] | 0.500 [{low:.2f}, {high:.2f}] |" in markdown
+    # the curve's shape: first bucket (1: 1/1) against the last non-empty position bucket (>20: 1/1)
+    shape = saved["position_curves"]["shape"]["rag"]["answer_match"]
+    assert shape["first_vs_last"]["first"] == "1" and shape["first_vs_last"]["last"] == ">20"
+    assert shape["first_vs_last"]["table"] == [[1, 0], [1, 0]] and shape["first_vs_last"]["p_value"] == 1.0
+    assert "| rag | answer_match | 1 vs >20 | 1/1 vs 1/1 |" in markdown
     assert "closed_book is not in the position curves" in markdown
     assert "position_curves.png" in (tmp_path / "report.html").read_text()
     implementations = saved["metric_implementations"]
@@ -147,26 +161,49 @@ def test_ragas_is_importable_and_its_rouge_l_differs_from_ours_only_by_stemming(
         assert equal == float(exact_match(prediction, gold))
 
 
-def test_report_rows_carry_wilson_intervals_and_paired_tests_against_closed_book(tmp_path):
+def test_report_rows_carry_intervals_and_the_paired_section_against_the_baseline(tmp_path):
     """rag vs closed_book on q1-q3 (open): rag right on q1, q2 and wrong on q3; closed_book right on all three."""
-    from icr2_components.evaluation.proportions import exact_mcnemar, wilson_interval
+    from icr2_components.evaluation.proportions import exact_mcnemar
 
     records = hand_built_records()
-    report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"])
+    report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"], baseline="closed_book")
     rag = report["summary"]["rag"]["open"]
     # 8 answers without error; answer match on q1, q2, q4, q5, q6, q7, q8 (q3 says London)
     assert rag["n"] == 8 and rag["answer_match"] == pytest.approx(7 / 8)
     assert rag["answer_match_ci95"] == list(wilson_interval(7, 8))
-    assert report["summary"]["closed_book"]["open"]["answer_match_ci95"] == [pytest.approx(wilson_interval(3, 3)[0]), 1.0]
+    assert rag["intervals"]["answer_match"] == {"mean": 0.875, "ci95": list(wilson_interval(7, 8)), "n": 8,
+                                                "method": "wilson"}
+    # every metric of the table has an interval dict; latency (0.1 everywhere) has no spread
+    assert set(rag["intervals"]) == set(TABLE_COLUMNS)
+    assert rag["intervals"]["latency_s"] == {"mean": pytest.approx(0.1), "ci95": [pytest.approx(0.1)] * 2, "n": 8,
+                                             "method": "constant"}
+    assert rag["intervals"]["token_f1"]["method"] == "bootstrap-bca"
+    closed = report["summary"]["closed_book"]["open"]
+    assert closed["answer_match_ci95"] == [pytest.approx(wilson_interval(3, 3)[0]), 1.0]
     assert report["summary"]["closed_book"]["gold"]["answer_match_ci95"] is None  # no record: no interval
-    assert report["paired_tests"] == [{"pipeline": "rag", "baseline": "closed_book", "context_type": "open",
-                                       "metric": "answer_match", "n": 3, "both": 2, "only_a": 0, "only_b": 1,
-                                       "neither": 0, "p_value": exact_mcnemar(0, 1)}]
+    assert report["summary"]["closed_book"]["gold"]["intervals"]["answer_match"]["method"] == "none"
+    paired = report["paired"]
+    assert paired["baseline"] == "closed_book" and "for each metric and context type" in paired["holm_family"]
+    match = [c for c in paired["comparisons"] if c["metric"] == "answer_match"]
+    assert len(match) == 1
+    test = match[0]
+    assert {k: test[k] for k in ("pipeline", "baseline", "context_type", "n", "both", "only_pipeline", "only_baseline",
+                                 "neither", "test")} == {
+        "pipeline": "rag", "baseline": "closed_book", "context_type": "open", "n": 3, "both": 2, "only_pipeline": 0,
+        "only_baseline": 1, "neither": 0, "test": "exact McNemar"}
+    assert test["p_value"] == exact_mcnemar(0, 1) == 1.0 and test["p_holm"] == 1.0  # a family of one
+    assert test["difference"]["mean"] == pytest.approx(-1 / 3)
+    # MDE: one discordant pair in 3, sd = sqrt(1/3); (1.95996 + 0.84162) * sqrt(1/3) / sqrt(3) = 2.80158 / 3
+    assert test["mde"] == pytest.approx(2.80158 / 3, abs=1e-5)
+    assert test["verdict"] == "no detectable difference at n = 3 (could detect ≥ 0.93)"
     write_report(report, tmp_path)
     markdown = (tmp_path / "report.md").read_text()
     low, high = wilson_interval(7, 8)
-    assert f"| 0.875 | {low:.2f}-{high:.2f} |" in markdown and "answer_match 95% CI" in markdown
-    assert "## Paired answer match against closed-book" in markdown
-    assert "| rag | closed_book | open | 3 | 2 | 0 | 1 | 0 | 1.0000 |" in markdown
+    assert f"| 0.875 [{low:.2f}, {high:.2f}] |" in markdown and "Each cell: mean [95% interval]" in markdown
+    assert "## Paired comparison with the baseline `closed_book`" in markdown and "### answer_match" in markdown
+    assert "| rag | closed_book | open | answer_match | 3 | -0.333 [" in markdown
+    assert "| 0 / 1 | exact McNemar |" in markdown
     assert "exact McNemar" in (tmp_path / "report.html").read_text()
-    assert json.loads((tmp_path / "report.json").read_text())["paired_tests"][0]["only_b"] == 1
+    saved = json.loads((tmp_path / "report.json").read_text())
+    saved_match = [c for c in saved["paired"]["comparisons"] if c["metric"] == "answer_match"]
+    assert saved_match[0]["only_baseline"] == 1 and saved["statistics"]["seed"] == 0

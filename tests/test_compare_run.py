@@ -118,12 +118,23 @@ def check_hand_worked_report(out, records, count_calls):
     assert closed["answer_match_ci95"] == pytest.approx(list(wilson_interval(5, 20)))
     assert rag["answer_match_ci95"] == pytest.approx(list(wilson_interval(1, 20)))
     assert oracle["answer_match_ci95"] == pytest.approx([wilson_interval(20, 20)[0], 1.0])
-    paired = {t["pipeline"]: t for t in json.loads((out / "report.json").read_text())["paired_tests"]}
-    assert {k: paired["oracle"][k] for k in ("n", "both", "only_a", "only_b", "neither")} == {
-        "n": 20, "both": 5, "only_a": 15, "only_b": 0, "neither": 0}
+    section = json.loads((out / "report.json").read_text())["paired"]
+    assert section["baseline"] == "closed_book"  # the first pipeline given
+    paired = {c["pipeline"]: c for c in section["comparisons"] if c["metric"] == "answer_match"}
+    assert {k: paired["oracle"][k] for k in ("n", "both", "only_pipeline", "only_baseline", "neither")} == {
+        "n": 20, "both": 5, "only_pipeline": 15, "only_baseline": 0, "neither": 0}
     assert paired["oracle"]["p_value"] == pytest.approx(2 / 2**15)
-    assert (paired["vanilla_rag"]["both"], paired["vanilla_rag"]["only_a"], paired["vanilla_rag"]["only_b"]) == (1, 0, 4)
-    assert paired["vanilla_rag"]["p_value"] == pytest.approx(2 / 2**4)
+    vanilla = paired["vanilla_rag"]
+    assert (vanilla["both"], vanilla["only_pipeline"], vanilla["only_baseline"]) == (1, 0, 4)
+    assert vanilla["p_value"] == pytest.approx(2 / 2**4)
+    # Holm over the two pipelines: the oracle's p doubled, vanilla's (the larger) as is; the oracle is better,
+    # vanilla undecided: MDE = (z(1 - 0.025/2) + z(0.8)) * sqrt(4/20) / sqrt(20) = (2.2414 + 0.8416) * 0.1 = 0.31
+    assert paired["oracle"]["p_holm"] == pytest.approx(2 * 2 / 2**15) and paired["oracle"]["verdict"] == "better"
+    assert vanilla["p_holm"] == pytest.approx(2 / 2**4)
+    assert vanilla["verdict"] == "no detectable difference at n = 20 (could detect ≥ 0.31)"
+    # vanilla closes (1/20 - 5/20) / (20/20 - 5/20) = -4/15 of the closed-book -> oracle gap
+    gap = {r["pipeline"]: r for r in section["gap_closed"]["results"]}
+    assert gap["vanilla_rag"]["mean"] == pytest.approx(-4 / 15) and gap["vanilla_rag"]["target_met"] is False
 
 
 def check_position_curves(report, records):

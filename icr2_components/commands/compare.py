@@ -24,6 +24,11 @@ def register(subparsers) -> None:
                         help="index config for gold passages and irrelevant candidates of a KILT task file")
     parser.add_argument("--backend", help="backend file (backends/*.yaml) every pipeline's model follows, e.g. "
                         "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipelines' own local models)")
+    parser.add_argument("--baseline", help="the pipeline (its file name without .yaml) every other is compared with "
+                        "on the same questions: paired differences with intervals, exact tests, Holm, verdicts "
+                        "(default: the first of --pipelines)")
+    parser.add_argument("--stats-seed", type=int, default=0,
+                        help="seed of the report's bootstrap intervals and permutation tests (default 0)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--tune", action="store_true",
                         help="first tune each pipeline's metadata.tunable on a dev split (max mean BCU over gold, "
@@ -47,16 +52,29 @@ def print_table(console, title: str, header: list[str], rows: list[list[str]]) -
 
 def print_report(report: dict) -> None:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.compare_report import cub_rows, paired_rows, summary_rows
-    from icr2_components.evaluation.position_curves import curve_rows
+    from icr2_components.evaluation.compare_report import (
+        HEADLINE_METRICS,
+        cub_rows,
+        gap_rows,
+        paired_rows,
+        summary_rows,
+    )
+    from icr2_components.evaluation.position_curves import curve_rows, shape_rows
 
     console = make_console()
-    tables = [("per pipeline and context type", summary_rows(report))]
-    if report.get("paired_tests"):
-        tables.append(("answer match against closed-book, same questions (exact McNemar)", paired_rows(report)))
-    tables.append(("faithfulness / robustness (CUB BCU)", cub_rows(report)))
+    tables = [("per pipeline and context type: mean [95% interval]", summary_rows(report))]
+    paired = report.get("paired") or {}
+    if paired.get("comparisons"):
+        tables.append((f"against {paired['baseline']} on the same questions (Holm across pipelines; every metric in "
+                       f"report.md)", paired_rows(report, metrics=HEADLINE_METRICS)))
+    if (paired.get("gap_closed") or {}).get("results"):
+        tables.append((f"share of the {paired['baseline']} -> oracle gap closed (answer match, open)",
+                       gap_rows(report)))
+    tables.append(("faithfulness / robustness (CUB BCU) [95% interval]", cub_rows(report)))
     if report.get("position_curves", {}).get("curves"):
-        tables.append(("accuracy by position of the first gold passage", curve_rows(report["position_curves"])))
+        tables.append(("accuracy by position of the first gold passage [95% interval]",
+                       curve_rows(report["position_curves"])))
+        tables.append(("is the position curve's shape significant?", shape_rows(report["position_curves"])))
     for title, (header, rows) in tables:
         print_table(console, f"icr2 compare: {title}", header, rows)
     run = report["run"]
@@ -78,6 +96,10 @@ def run(args) -> int:
 
         if args.dev_offset is None and args.limit is None:
             raise ValueError("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
+        if args.baseline is not None:  # a wrong name fails before tuning (run_compare checks the tuned names)
+            from icr2_components.evaluation.compare_report import resolve_baseline
+
+            resolve_baseline(args.baseline, [Path(p).stem for p in pipelines])
         offset = args.dev_offset if args.dev_offset is not None else args.limit
         tuned = [tune_pipeline(p, dataset=args.dataset, dev_limit=args.dev_limit, dev_offset=offset,
                                out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index,
@@ -89,6 +111,7 @@ def run(args) -> int:
         pipelines = [result["tuned_file"] for result in tuned]
     report = run_compare(pipelines, dataset=args.dataset, context_types=args.context_types, limit=args.limit,
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
-                         progress=not args.no_progress, backend=backend)
+                         progress=not args.no_progress, backend=backend, baseline=args.baseline,
+                         seed=args.stats_seed)
     print_report(report)
     return 0

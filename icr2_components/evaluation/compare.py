@@ -27,6 +27,7 @@ from icr2_components.evaluation.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
 from icr2_components.evaluation.context_types import ContextSet, build_context_set
+from icr2_components.evaluation.intervals import DEFAULT_SEED
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.evaluation.position_curves import first_gold_position
 
@@ -102,11 +103,15 @@ def run_compare(
     index: str = "indexing/kilt-sample.yaml",
     progress: bool = True,
     backend: Backend | None = None,
+    baseline: str | None = None,
+    seed: int = DEFAULT_SEED,
 ) -> dict[str, Any]:
-    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs)."""
+    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs).
+    ``baseline``: the pipeline (name) every other is compared with on the same questions (default: the first);
+    ``seed``: the report's bootstrap and permutation resampling."""
     from tqdm.auto import tqdm
 
-    from icr2_components.evaluation.compare_report import build_report, write_report
+    from icr2_components.evaluation.compare_report import build_report, resolve_baseline, write_report
 
     types = parse_context_types(context_types)
     if limit is not None and limit < 1:
@@ -114,6 +119,7 @@ def run_compare(
     if max_new_tokens is not None and max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be a positive integer.")
     specs = load_specs(pipelines, backend)
+    baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
     questions, skips, dataset_path = read_compare_questions(dataset, limit=limit, index=index)
     if not questions:
         raise ValueError(f"{dataset_path} has no usable question ({skips.summary()}).")
@@ -173,7 +179,7 @@ def run_compare(
                     first_key = first_key or record["key"]
     records = [r for r in cache if r["pipeline_hash"] in {s.hash for s in specs}
                and r["question_id"] in contexts and r["context_type"] in types]
-    report = build_report(records, specs, types)
+    report = build_report(records, specs, types, baseline=baseline, seed=seed)
     report["run"] = {
         "dataset": dataset_path,
         "questions": len(questions),

@@ -1,4 +1,13 @@
-"""Aggregating compare answers into tables, and writing them as JSON, Markdown, HTML and PNG plots."""
+"""Aggregating compare answers into tables with their uncertainty, and writing them as JSON, Markdown, HTML and PNGs.
+
+Every per-pipeline number carries a 95% interval (``intervals``: Wilson for 0/1 scores, BCa bootstrap over
+questions otherwise) as ``summary[pipeline][context_type]["intervals"][metric]`` =
+``{"mean", "ci95": [low, high], "n", "method"}``; CUB faithfulness and robustness as ``cub[pipeline]["intervals"]``.
+``paired`` compares every pipeline with one baseline on the same questions, per context type and metric
+(``paired_comparison``: paired bootstrap interval of the difference, exact test, Holm across the pipelines, MDE,
+verdict), with the share of the baseline -> oracle gap each pipeline closes when an oracle ran. ``statistics``
+records the seed, the resample counts and the methods.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +17,46 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from icr2_components.evaluation.answer_match import answer_match
 from icr2_components.evaluation.bcu import bcu, faithfulness, memory_bcu, pareto_front
 from icr2_components.evaluation.external_metrics import external_scores
-from icr2_components.evaluation.position_curves import curve_html, curve_markdown, curve_rows, position_curves
-from icr2_components.evaluation.proportions import paired_outcomes, wilson_interval
+from icr2_components.evaluation.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    CONFIDENCE,
+    DEFAULT_SEED,
+    METHODS,
+    format_interval,
+    mean_interval,
+    mean_of_means_interval,
+)
+from icr2_components.evaluation.paired_comparison import (
+    ALPHA,
+    PERMUTATION_RESAMPLES,
+    POWER,
+    compare_paired,
+    format_amount,
+    gap_closed,
+    holm,
+    verdict,
+)
+from icr2_components.evaluation.position_curves import (
+    curve_html,
+    curve_markdown,
+    curve_rows,
+    position_curves,
+    shape_rows,
+)
+from icr2_components.evaluation.position_tests import MONTE_CARLO_TABLES
 from icr2_components.plotting import plot_context_types, plot_pareto, plot_position_curves
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
 ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l", "rouge_l_ragas")
 TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
-CI_KEY = "answer_match_ci95"  # Wilson 95% interval of the answer match rate, [low, high]
+CI_KEY = "answer_match_ci95"  # the answer match's Wilson 95% interval [low, high] (= intervals["answer_match"]["ci95"])
+COST_METRICS = ("latency_s", "prompt_tokens")  # a difference is "higher"/"lower", not "better"/"worse"
+HEADLINE_METRICS = ("answer_match", "exact_match")  # the paired rows the CLI prints (the report has every metric)
+GAP_CONTEXT_TYPE = "open"  # under CUB's controlled contexts every pipeline reads the oracle's passage
+GAP_TARGET = 0.5
 
 
 def memory_answers(records: Sequence[dict], no_context_pipelines: set[str]) -> dict[str, str]:
@@ -66,69 +103,221 @@ def _mean(values: list) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def paired_tests(records: Sequence[dict], baselines: Sequence[str], pipelines: Sequence[str],
-                 context_types: Sequence[str]) -> list[dict[str, Any]]:
-    """Answer match of each pipeline against each baseline (the no-context pipelines) on the questions both
-    answered without error, per context type: the paired counts and the exact McNemar p-value (unadjusted)."""
-    matched: dict[tuple[str, str], dict[str, bool]] = {}
+def resolve_baseline(baseline: str | None, names: Sequence[str]) -> str:
+    """The baseline pipeline's name: ``baseline`` (or its tuned copy, ``NAME.tuned``), by default the first."""
+    if not names:
+        raise ValueError("No pipeline to compare.")
+    if baseline is None:
+        return names[0]
+    for candidate in (baseline, f"{baseline}.tuned"):
+        if candidate in names:
+            return candidate
+    raise ValueError(f"--baseline {baseline!r} is not a pipeline of this run; the pipelines are: {', '.join(names)}.")
+
+
+def oracle_name(specs: Sequence[Any]) -> str | None:
+    """The pipeline whose ``metadata.technique`` is ``oracle`` (else the one named ``oracle``), if exactly one."""
+    by_technique = [s.name for s in specs
+                    if ((getattr(s, "data", None) or {}).get("metadata") or {}).get("technique") == "oracle"]
+    if len(by_technique) == 1:
+        return by_technique[0]
+    named = [s.name for s in specs if s.name == "oracle"]
+    return named[0] if len(by_technique) == 0 and named else None
+
+
+def per_question_scores(records: Sequence[dict], memory: dict[str, str], external_by_record: dict[int, dict]
+                        ) -> dict[tuple[str, str], dict[str, dict[str, float]]]:
+    """``(pipeline, context_type) -> metric -> {question id: score}`` over the answers without error (a metric
+    that is None for an answer, e.g. in-context recall of the oracle, is left out)."""
+    table: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
     for record in records:
-        if not record.get("error"):
-            key = (record["pipeline"], record["context_type"])
-            matched.setdefault(key, {})[record["question_id"]] = answer_match(record["answer"], record["answers"])
-    tests = []
-    for baseline in baselines:
-        for name in pipelines:
-            if name == baseline:
-                continue
-            for kind in context_types:
-                a, b = matched.get((name, kind), {}), matched.get((baseline, kind), {})
-                common = [q for q in a if q in b]
+        if record.get("error"):
+            continue
+        scores = score_record(record, memory, external_by_record.get(id(record)))
+        cell = table.setdefault((record["pipeline"], record["context_type"]), {m: {} for m in TABLE_COLUMNS})
+        for metric in TABLE_COLUMNS:
+            if scores.get(metric) is not None:
+                cell[metric][record["question_id"]] = float(scores[metric])
+    return table
+
+
+def paired_section(scores: dict[tuple[str, str], dict[str, dict[str, float]]], names: Sequence[str], baseline: str,
+                   context_types: Sequence[str], oracle: str | None, seed: int) -> dict[str, Any]:
+    """Every other pipeline against ``baseline`` on the questions both answered, per context type and metric;
+    Holm across the pipelines (one family per metric and context type); the gap closed toward the oracle."""
+    others = [n for n in names if n != baseline]
+    comparisons = []
+    for kind in context_types:
+        base = scores.get((baseline, kind), {})
+        for metric in TABLE_COLUMNS:
+            family = []
+            for name in others:
+                mine = scores.get((name, kind), {}).get(metric, {})
+                theirs = base.get(metric, {})
+                common = [q for q in mine if q in theirs]
                 if common:
-                    outcome = paired_outcomes([a[q] for q in common], [b[q] for q in common])
-                    tests.append({"pipeline": name, "baseline": baseline, "context_type": kind,
-                                  "metric": "answer_match", **outcome})
-    return tests
+                    family.append((name, common, [mine[q] for q in common], [theirs[q] for q in common]))
+            m = len(family)
+            results = []
+            for name, common, a, b in family:
+                result = compare_paired(a, b, seed, mde_alpha=ALPHA / m)
+                results.append({"pipeline": name, "baseline": baseline, "context_type": kind, "metric": metric,
+                                "n": len(common), **result, "mde_alpha": ALPHA / m, "family_size": m})
+            for result, adjusted in zip(results, holm([r["p_value"] for r in results])):
+                result["p_holm"] = adjusted
+                result["verdict"] = verdict(result["difference"]["mean"], adjusted, result["n"], result["mde"],
+                                            higher_is_better=metric not in COST_METRICS,
+                                            largest=None if metric in COST_METRICS else 1.0)
+            comparisons += results
+    return {
+        "baseline": baseline,
+        "alpha": ALPHA,
+        "power": POWER,
+        "holm_family": "for each metric and context type, the pipelines compared with the baseline "
+                       f"({len(others)} at most)",
+        "comparisons": comparisons,
+        "gap_closed": gap_section(scores, names, baseline, oracle, comparisons, seed),
+    }
 
 
-def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str]) -> dict[str, Any]:
-    """``summary[pipeline][context_type][metric]`` means (answer match with its Wilson 95% interval,
-    ``answer_match_ci95``), ``cub[pipeline]`` faithfulness/robustness, Pareto front, ``paired_tests`` (answer match
-    against the closed-book pipelines, exact McNemar), ``position_curves`` (accuracy by gold passage position) and
-    ``metric_implementations`` (who computed what)."""
+def gap_section(scores, names: Sequence[str], baseline: str, oracle: str | None, comparisons: list[dict],
+                seed: int) -> dict[str, Any]:
+    """``(pipeline - baseline) / (oracle - baseline)`` in answer match on the open context type, per pipeline, on
+    the questions all three answered; ``target_met``: closes >= 50% (point estimate) and its paired answer-match
+    difference with the baseline is positive and significant after Holm."""
+    section: dict[str, Any] = {"oracle": oracle, "context_type": GAP_CONTEXT_TYPE, "metric": "answer_match",
+                               "target": f"closes >= {GAP_TARGET:.0%} of the {baseline} -> oracle gap (point "
+                                         f"estimate), paired difference with {baseline} significant after Holm",
+                               "results": []}
+    if oracle is None or oracle == baseline:
+        section["note"] = "no oracle pipeline (metadata.technique: oracle) besides the baseline in this run"
+        return section
+    kind = GAP_CONTEXT_TYPE
+    base = scores.get((baseline, kind), {}).get("answer_match", {})
+    best = scores.get((oracle, kind), {}).get("answer_match", {})
+    if not base or not best:
+        section["note"] = f"no {kind!r} answers of the baseline and the oracle"
+        return section
+    tests = {c["pipeline"]: c for c in comparisons if c["context_type"] == kind and c["metric"] == "answer_match"}
+    for name in names:
+        if name in (baseline, oracle):
+            continue
+        mine = scores.get((name, kind), {}).get("answer_match", {})
+        common = [q for q in mine if q in base and q in best]
+        if not common:
+            continue
+        result = gap_closed([mine[q] for q in common], [base[q] for q in common], [best[q] for q in common], seed)
+        test = tests.get(name)
+        significant = bool(test and test["p_holm"] < ALPHA and test["difference"]["mean"] > 0)
+        result.update(pipeline=name, significant_after_holm=significant,
+                      target_met=bool(result["mean"] is not None and result["mean"] >= GAP_TARGET and significant))
+        section["results"].append(result)
+    return section
+
+
+def pareto_status(cub: dict[str, dict[str, Any]], front: Sequence[str]) -> dict[str, str]:
+    """Per pipeline with a point: ``on front``; or, off the front, ``dominated by X`` when some front pipeline that
+    dominates it has a 95% interval entirely above its own on at least one axis; else ``within noise of X``
+    (intervals overlap on both axes: not clearly dominated)."""
+    def above(p: dict, q: dict, axis: str) -> bool:
+        a, b = p["intervals"][axis]["ci95"], q["intervals"][axis]["ci95"]
+        return a is not None and b is not None and a[0] > b[1]
+
+    status = {}
+    for name, q in cub.items():
+        if q["faithfulness"] is None or q["robustness"] is None:
+            continue
+        if name in front:
+            status[name] = "on front"
+            continue
+        dominating = [o for o in front if cub[o]["faithfulness"] >= q["faithfulness"]
+                      and cub[o]["robustness"] >= q["robustness"]]
+        clear = [o for o in dominating if above(cub[o], q, "faithfulness") or above(cub[o], q, "robustness")]
+        status[name] = (f"dominated by {', '.join(clear)}" if clear
+                        else f"within noise of {', '.join(dominating)}" if dominating else "off front")
+    return status
+
+
+def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str],
+                 baseline: str | None = None, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """``summary[pipeline][context_type]``: each metric's mean, ``n``, ``errors``, ``intervals[metric]`` and
+    ``answer_match_ci95``; ``cub[pipeline]`` faithfulness/robustness with ``intervals``, Pareto front and
+    ``pareto_status``; ``paired`` (every pipeline against ``baseline``, default the first, with the gap closed
+    toward an oracle); ``position_curves`` (accuracy by gold passage position, with intervals and shape tests);
+    ``statistics`` (seed, methods) and ``metric_implementations`` (who computed what)."""
+    names = [s.name for s in specs]
+    baseline = resolve_baseline(baseline, names)
     no_context = {s.name for s in specs if s.context_input is None}
     memory = memory_answers(records, no_context)
     answered = [r for r in records if not r.get("error")]
     external, implementations = external_scores(answered)
     external_by_record = {id(r): scores for r, scores in zip(answered, external)}
+    scores = per_question_scores(records, memory, external_by_record)
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for spec in specs:
         summary[spec.name] = {}
         for kind in context_types:
             chosen = [r for r in records if r["pipeline"] == spec.name and r["context_type"] == kind]
             valid = [r for r in chosen if not r.get("error")]
-            scores = [score_record(r, memory, external_by_record.get(id(r))) for r in valid]
-            row = {metric: _mean([s[metric] for s in scores]) for metric in TABLE_COLUMNS}
+            cell = scores.get((spec.name, kind), {m: {} for m in TABLE_COLUMNS})
+            row: dict[str, Any] = {metric: _mean(list(cell[metric].values())) for metric in TABLE_COLUMNS}
             row["n"] = len(valid)
-            matches = sum(1 for score in scores if score["answer_match"] == 1.0)
-            row[CI_KEY] = list(wilson_interval(matches, len(valid))) if valid else None
             row["errors"] = len(chosen) - len(valid)
+            row["intervals"] = {metric: mean_interval(list(cell[metric].values()), seed) for metric in TABLE_COLUMNS}
+            row[CI_KEY] = row["intervals"]["answer_match"]["ci95"] if valid else None
             summary[spec.name][kind] = row
     cub = {}
     for name, rows in summary.items():
         gold, conflicting, irrelevant = (rows.get(k, {}).get("bcu") for k in ("gold", "conflicting", "irrelevant"))
-        cub[name] = {"faithfulness": faithfulness(gold, conflicting), "robustness": irrelevant}
+        entry: dict[str, Any] = {"faithfulness": faithfulness(gold, conflicting), "robustness": irrelevant}
+        by_question = [scores.get((name, k), {}).get("bcu", {}) for k in ("gold", "conflicting")]
+        questions = sorted(set(by_question[0]) | set(by_question[1]))
+        entry["intervals"] = {
+            "faithfulness": (mean_of_means_interval([[c.get(q, float("nan")) for q in questions] for c in by_question],
+                                                    seed) if entry["faithfulness"] is not None
+                             else mean_interval([], seed)),
+            "robustness": (rows["irrelevant"]["intervals"]["bcu"] if irrelevant is not None
+                           else mean_interval([], seed)),
+        }
+        cub[name] = entry
     points = {n: (v["faithfulness"], v["robustness"]) for n, v in cub.items()
               if v["faithfulness"] is not None and v["robustness"] is not None}
+    front = pareto_front(points)
     return {
         "summary": summary,
         "cub": cub,
-        "pareto_front": pareto_front(points),
+        "pareto_front": front,
+        "pareto_status": pareto_status(cub, front),
         "memory_target": "closed-book answer" if memory else "gold answers (no closed-book pipeline in the run)",
         "metric_implementations": implementations,
-        "paired_tests": paired_tests(records, [s.name for s in specs if s.name in no_context],
-                                     [s.name for s in specs], context_types),
-        "position_curves": position_curves(records, [s.name for s in specs]),
+        "paired": paired_section(scores, names, baseline, context_types, oracle_name(specs), seed),
+        "position_curves": position_curves(records, names, seed=seed),
+        "statistics": {
+            "confidence": CONFIDENCE,
+            "seed": seed,
+            "bootstrap_resamples": BOOTSTRAP_RESAMPLES,
+            "permutation_resamples": PERMUTATION_RESAMPLES,
+            "monte_carlo_tables": MONTE_CARLO_TABLES,
+            "interval_methods": METHODS,
+            "interval_rule": "Wilson where every value is 0/1, else BCa bootstrap over questions (percentile where "
+                             "BCa is undefined); faithfulness resamples questions jointly over gold and conflicting",
+            "paired_tests": "exact McNemar (scipy binomtest on the discordant pairs) for 0/1 scores, paired sign-flip "
+                            "permutation test of the mean difference otherwise; Holm (statsmodels multipletests) "
+                            "across the pipelines compared with the baseline, per metric and context type",
+            "mde": f"(z(1 - alpha/2) + z(power)) * sd / sqrt(n) with alpha = {ALPHA} / m (m: pipelines in the Holm "
+                   f"family), power = {POWER}; sd = sqrt(discordant pairs / n) for 0/1 scores, else the standard "
+                   "deviation of the per-question differences",
+        },
     }
+
+
+def _decimals(metric: str) -> tuple[int, int]:
+    """(mean, bound) decimals of a metric in the tables."""
+    if metric == "prompt_tokens":
+        return 0, 0
+    if metric == "latency_s":
+        return 2, 2
+    return 3, 2
 
 
 def _fmt(value: Any, metric: str = "") -> str:
@@ -141,32 +330,70 @@ def _fmt(value: Any, metric: str = "") -> str:
     return f"{value:.3f}"
 
 
-def format_interval(interval: Sequence[float] | None) -> str:
-    return "-" if interval is None else f"{interval[0]:.2f}-{interval[1]:.2f}"
+def format_metric(row: dict, metric: str) -> str:
+    """A summary cell: ``mean [low, high]`` (the mean alone for a row without intervals)."""
+    value = (row.get("intervals") or {}).get(metric)
+    if value is None:
+        return _fmt(row.get(metric), metric)
+    return format_interval(value, *_decimals(metric))
+
+
+def format_difference(value: dict | None, metric: str) -> str:
+    """A paired difference: ``+0.150 [+0.05, +0.25]``."""
+    if not value or value.get("mean") is None:
+        return "-"
+    mean_decimals, bound_decimals = _decimals(metric)
+    text = f"{value['mean']:+.{mean_decimals}f}"
+    if value.get("ci95") is None:
+        return f"{text} [n={value['n']}]"
+    low, high = value["ci95"]
+    return f"{text} [{low:+.{bound_decimals}f}, {high:+.{bound_decimals}f}]"
 
 
 def summary_rows(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[str]]]:
-    """One row per pipeline and context type; the answer match's 95% interval follows it when it is shown."""
-    columns: list[str] = []
-    for metric in metrics:
-        columns.append(metric)
-        if metric == "answer_match":
-            columns.append(CI_KEY)
-    header = ["pipeline", "context", "n", *("answer_match 95% CI" if c == CI_KEY else c for c in columns)]
+    """One row per pipeline and context type; each metric cell is ``mean [95% interval]``."""
+    header = ["pipeline", "context", "n", *metrics]
     rows = []
     for name, per_type in report["summary"].items():
         for kind, row in per_type.items():
-            rows.append([name, kind, _fmt(row["n"], "n"),
-                         *(format_interval(row.get(c)) if c == CI_KEY else _fmt(row[c], c) for c in columns)])
+            rows.append([name, kind, _fmt(row["n"], "n"), *(format_metric(row, m) for m in metrics)])
     return header, rows
 
 
-def paired_rows(report: dict, context_types: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """The paired answer-match tests against the closed-book baseline(s) (optionally only some context types)."""
-    header = ["pipeline", "vs", "context", "n", "both right", "only pipeline", "only vs", "neither", "McNemar p"]
-    rows = [[t["pipeline"], t["baseline"], t["context_type"], str(t["n"]), str(t["both"]), str(t["only_a"]),
-             str(t["only_b"]), str(t["neither"]), format_p_value(t["p_value"])]
-            for t in report.get("paired_tests", []) if context_types is None or t["context_type"] in context_types]
+def paired_rows(report: dict, metrics: Sequence[str] | None = None, context_types: Sequence[str] | None = None
+                ) -> tuple[list[str], list[list[str]]]:
+    """The paired comparisons with the baseline (optionally only some metrics and context types), by metric."""
+    header = ["pipeline", "vs", "context", "metric", "n", "difference [95% CI]", "only pipeline / only vs", "test",
+              "p", "Holm p", "MDE", "verdict"]
+    comparisons = (report.get("paired") or {}).get("comparisons", [])
+    order = list(metrics or TABLE_COLUMNS)
+    chosen = [c for c in comparisons if c["metric"] in order
+              and (context_types is None or c["context_type"] in context_types)]
+    chosen.sort(key=lambda c: order.index(c["metric"]))  # stable: context types and pipelines keep their order
+    rows = []
+    for c in chosen:
+        discordant = f"{c['only_pipeline']} / {c['only_baseline']}" if "only_pipeline" in c else "-"
+        rows.append([c["pipeline"], c["baseline"], c["context_type"], c["metric"], str(c["n"]),
+                     format_difference(c["difference"], c["metric"]), discordant, c["test"],
+                     format_p_value(c["p_value"]), format_p_value(c["p_holm"]),
+                     "-" if c["mde"] is None else format_amount(c["mde"]), c["verdict"]])
+    return header, rows
+
+
+def gap_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The share of the baseline -> oracle gap each pipeline closes (answer match, open context)."""
+    section = (report.get("paired") or {}).get("gap_closed") or {}
+    header = ["pipeline", "n", "gap closed [95% CI]", "significant after Holm", "target met"]
+    rows = []
+    for r in section.get("results", []):
+        if r["mean"] is None:
+            value = r["method"]
+        elif r["ci95"] is None:
+            value = f"{r['mean']:.2f} [{r['method']}]"
+        else:
+            value = f"{r['mean']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
+        rows.append([r["pipeline"], str(r["n"]), value, "yes" if r["significant_after_holm"] else "no",
+                     "yes" if r["target_met"] else "no"])
     return header, rows
 
 
@@ -175,9 +402,16 @@ def format_p_value(p_value: float) -> str:
 
 
 def cub_rows(report: dict) -> tuple[list[str], list[list[str]]]:
-    header = ["pipeline", "faithfulness", "robustness", "on Pareto front"]
-    rows = [[name, _fmt(v["faithfulness"]), _fmt(v["robustness"]), "yes" if name in report["pareto_front"] else ""]
-            for name, v in report["cub"].items()]
+    """Faithfulness and robustness with their intervals, and where each pipeline stands to the Pareto front."""
+    header = ["pipeline", "faithfulness [95% CI]", "robustness [95% CI]", "Pareto front"]
+    status = report.get("pareto_status") or {}
+    rows = []
+    for name, v in report["cub"].items():
+        intervals = v.get("intervals") or {}
+        cells = [format_interval(intervals[k]) if k in intervals else _fmt(v[k])
+                 for k in ("faithfulness", "robustness")]
+        front = status.get(name, "on front" if name in report["pareto_front"] else "")
+        rows.append([name, *cells, front])
     return header, rows
 
 
@@ -191,6 +425,63 @@ def html_table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def report_notes(report: dict) -> dict[str, str]:
+    """The sentences that say how to read each section."""
+    stats = report.get("statistics", {})
+    paired = report.get("paired") or {}
+    gap = paired.get("gap_closed") or {}
+    return {
+        "summary": (f"Each cell: mean [95% interval]. Intervals: Wilson for 0/1 scores (EM, answer match, BCU), a "
+                    f"BCa bootstrap over questions otherwise ({stats.get('bootstrap_resamples')} resamples, seed "
+                    f"{stats.get('seed')}); see `statistics` in report.json. Pipelines are listed in the order given, "
+                    f"not ranked."),
+        "paired": (f"Every pipeline against the baseline `{paired.get('baseline')}` on the questions both answered "
+                   f"(n). Difference = pipeline - baseline, with its paired bootstrap 95% interval. Test: exact "
+                   f"McNemar on the discordant pairs for 0/1 scores, a paired sign-flip permutation test otherwise. "
+                   f"Holm p: adjusted {paired.get('holm_family')}. MDE: the difference detectable with power "
+                   f"{POWER:.0%} at alpha {ALPHA} / m (two-sided), {stats.get('mde')}. A verdict other than "
+                   f"better/worse (higher/lower for costs) means the run cannot tell the two apart: it does not rank "
+                   f"them."),
+        "gap": (f"Share of the {paired.get('baseline')} -> {gap.get('oracle')} gap in answer match closed "
+                f"({gap.get('context_type')} context, the questions all three answered): (pipeline - baseline) / "
+                f"(oracle - baseline), percentile bootstrap interval. Target: {gap.get('target')}."),
+        "cub": ("Faithfulness = mean(BCU gold, BCU conflicting), its interval a bootstrap resampling questions "
+                "jointly over both context types; robustness = BCU irrelevant (Wilson). Off the Pareto front: "
+                "'dominated by' when a dominating front pipeline's interval lies entirely above on some axis, "
+                "else 'within noise of' (not clearly dominated)."),
+    }
+
+
+def report_sections(report: dict) -> list[tuple[int, str, str | None, tuple[list[str], list[list[str]]] | None]]:
+    """The report's sections in order, as ``(level, title, note, (header, rows) or None)``, for Markdown and HTML."""
+    notes = report_notes(report)
+    sections: list[tuple[int, str, str | None, tuple[list[str], list[list[str]]] | None]] = [
+        (2, "Per pipeline and context type", notes["summary"], summary_rows(report))]
+    paired = report.get("paired") or {}
+    if paired.get("comparisons"):
+        sections.append((2, f"Paired comparison with the baseline `{paired['baseline']}`", notes["paired"], None))
+        for metric in TABLE_COLUMNS:
+            header, rows = paired_rows(report, metrics=[metric])
+            if rows:
+                sections.append((3, metric, None, (header, rows)))
+        gap = paired.get("gap_closed") or {}
+        if gap.get("results"):
+            sections.append((3, "Gap closed toward the oracle", notes["gap"], gap_rows(report)))
+        elif gap.get("note"):
+            sections.append((3, "Gap closed toward the oracle", f"Not computed: {gap['note']}.", None))
+    sections.append((2, "Faithfulness and robustness (CUB BCU)", notes["cub"], cub_rows(report)))
+    return sections
+
+
+def statistics_lines(report: dict) -> list[str]:
+    stats = report.get("statistics") or {}
+    return [f"Confidence {stats.get('confidence')}; seed {stats.get('seed')}; bootstrap resamples "
+            f"{stats.get('bootstrap_resamples')}; sign-flip permutations {stats.get('permutation_resamples')}; "
+            f"Monte Carlo tables {stats.get('monte_carlo_tables')}.",
+            f"Intervals: {stats.get('interval_rule')}.", f"Paired tests: {stats.get('paired_tests')}.",
+            f"MDE: {stats.get('mde')}."]
 
 
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
@@ -209,46 +500,42 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
         files["position_curves_png"] = out / "position_curves.png"
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    s_header, s_rows = summary_rows(report)
-    c_header, c_rows = cub_rows(report)
-    p_header, p_rows = paired_rows(report)
-    paired_note = ("Same questions, answer match; exact McNemar test on the questions where exactly one of the two is "
-                   "right (two-sided, not adjusted for the number of tests). The 95% intervals above are Wilson "
-                   "score intervals.")
     run = report.get("run", {})
     notes = [f"Dataset: `{run.get('dataset')}`, {run.get('questions')} questions; BCU memory target for irrelevant "
              f"context: {report['memory_target']}.",
              f"Dataset skips: {json.dumps((run.get('dataset_skips') or {}).get('counts', {}))}; contexts not built: "
              f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}."]
-    md = ["# icr2 compare", "", *notes, "", "## Per pipeline and context type", "", markdown_table(s_header, s_rows),
-          ""]
-    if p_rows:
-        md += ["## Paired answer match against closed-book", "", paired_note, "", markdown_table(p_header, p_rows), ""]
-    md += ["## Faithfulness and robustness (CUB BCU)", "", markdown_table(c_header, c_rows), ""]
-    if has_pareto:
-        md += ["![Pareto](pareto.png)", ""]
-    md += ["![Answer match by context type](context_types.png)", ""]
-    if curves:
-        md += curve_markdown(curves, markdown_table(*curve_rows(curves)), has_curves)
-    implementations = report.get("metric_implementations", {})
-    md += ["## Metric implementations", "", *(f"- `{k}`: {v}" for k, v in implementations.items()), ""]
-    files["markdown"].write_text("\n".join(md))
+    sections = report_sections(report)
+    md = ["# icr2 compare", "", *notes, ""]
     page = ["<!doctype html><html><head><meta charset='utf-8'><title>icr2 compare</title>",
             "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
             "padding:3px 8px}</style></head><body><h1>icr2 compare</h1>",
-            *(f"<p>{html.escape(n)}</p>" for n in notes), "<h2>Per pipeline and context type</h2>",
-            html_table(s_header, s_rows)]
-    if p_rows:
-        page += ["<h2>Paired answer match against closed-book</h2>", f"<p>{html.escape(paired_note)}</p>",
-                 html_table(p_header, p_rows)]
-    page += ["<h2>Faithfulness and robustness (CUB BCU)</h2>", html_table(c_header, c_rows)]
+            *(f"<p>{html.escape(n)}</p>" for n in notes)]
+    for level, title, note, table in sections:
+        md += ["#" * level + " " + title, ""]
+        page.append(f"<h{level}>{html.escape(title).replace('`', '')}</h{level}>")
+        if note:
+            md += [note, ""]
+            page.append(f"<p>{html.escape(note)}</p>")
+        if table:
+            md += [markdown_table(*table), ""]
+            page.append(html_table(*table))
     if has_pareto:
+        md += ["![Pareto](pareto.png)", ""]
         page.append("<p><img src='pareto.png' alt='Pareto plot'></p>")
+    md += ["![Answer match by context type](context_types.png)", ""]
     page.append("<p><img src='context_types.png' alt='answer match by context type'></p>")
     if curves:
-        page += curve_html(curves, html_table(*curve_rows(curves)), has_curves)
+        md += curve_markdown(curves, markdown_table(*curve_rows(curves)), has_curves,
+                             markdown_table(*shape_rows(curves)))
+        page += curve_html(curves, html_table(*curve_rows(curves)), has_curves, html_table(*shape_rows(curves)))
+    implementations = report.get("metric_implementations", {})
+    md += ["## Metric implementations", "", *(f"- `{k}`: {v}" for k, v in implementations.items()), ""]
+    md += ["## Statistics", "", *(f"- {line}" for line in statistics_lines(report)), ""]
+    files["markdown"].write_text("\n".join(md))
     page += ["<h2>Metric implementations</h2>", "<ul>",
              *(f"<li><code>{html.escape(k)}</code>: {html.escape(v)}</li>" for k, v in implementations.items()),
-             "</ul></body></html>"]
+             "</ul>", "<h2>Statistics</h2>", "<ul>",
+             *(f"<li>{html.escape(line)}</li>" for line in statistics_lines(report)), "</ul></body></html>"]
     files["html"].write_text("\n".join(page))
     return {k: str(v) for k, v in files.items()}
