@@ -70,18 +70,23 @@ def test_paired_summary_states_both_intervals_and_the_exact_mcnemar_test():
     # 12 questions: both right on q0; oracle alone right on q1-q9; closed-book alone on none; q10, q11 neither
     oracle = [True] * 10 + [False, False]
     closed = [True] + [False] * 11
-    line = paired_summary(hand_report(oracle, closed))
+    report = hand_report(oracle, closed)
+    line = paired_summary(report)
     o_low, o_high = wilson_interval(10, 12)
     c_low, c_high = wilson_interval(1, 12)
-    assert line == (f"Answer match, oracle 0.83 (95% CI {o_low:.2f}-{o_high:.2f}, n=12) vs closed_book 0.08 "
-                    f"(95% CI {c_low:.2f}-{c_high:.2f}, n=12). On the same 12 questions oracle alone is right on 9, "
-                    f"closed_book alone on 0: exact McNemar p = {exact_mcnemar(9, 0):.4f}, a significant difference "
-                    f"at the 5% level.")
-    assert exact_mcnemar(9, 0) == pytest.approx(0.0039, abs=1e-4)
-    # 4 discordant pairs, all the oracle's: p = 2 / 16 = 0.125, not significant
+    difference = next(c for c in report["paired"]["comparisons"] if c["metric"] == "answer_match")["difference"]
+    low, high = difference["ci95"]
+    assert line == (f"Answer match [95% CI], oracle 0.833 [{o_low:.2f}, {o_high:.2f}] (n=12) vs closed_book 0.083 "
+                    f"[{c_low:.2f}, {c_high:.2f}] (n=12). On the same 12 questions oracle alone is right on 9, "
+                    f"closed_book alone on 0: difference +0.750 [{low:+.2f}, {high:+.2f}], exact McNemar p = "
+                    f"{exact_mcnemar(9, 0):.4f} (Holm-adjusted over the 1 pipeline compared with closed_book: "
+                    f"{exact_mcnemar(9, 0):.4f}): oracle is better than closed_book.")
+    assert exact_mcnemar(9, 0) == pytest.approx(0.0039, abs=1e-4)  # 2 / 2^9
+    assert low > 0 and high <= 1
+    # 4 discordant pairs, all the oracle's: p = 2 / 16 = 0.125, not significant; MDE = 2.80158 * sqrt(4/8) / sqrt(8)
     weak = paired_summary(hand_report([True] * 4 + [False] * 4, [False] * 8))
-    assert "oracle alone is right on 4, closed_book alone on 0: exact McNemar p = 0.1250, not a significant" in weak
-    assert weak.endswith("try more questions.")
+    assert "oracle alone is right on 4, closed_book alone on 0:" in weak and "exact McNemar p = 0.1250" in weak
+    assert weak.endswith(f"no detectable difference at n = 8 (could detect ≥ {2.80158 * 0.5 ** 0.5 / 8 ** 0.5:.2f}).")
     assert paired_summary(hand_report([True], [True]), pipeline="vanilla_rag").startswith("No paired result")
 
 
@@ -99,8 +104,13 @@ def test_quickstart_tiny_run_prints_the_paired_summary_and_ends_with_the_next_st
     assert "oracle alone is right on" in printed and "exact McNemar p =" in printed
     report = json.loads((out / "context" / "report.json").read_text())
     assert report["run"]["questions"] == 1 and report["run"]["max_new_tokens"] == 2
-    assert {t["pipeline"] for t in report["paired_tests"]} == {"vanilla_rag", "oracle"}
+    assert report["paired"]["baseline"] == "closed_book"
+    assert {c["pipeline"] for c in report["paired"]["comparisons"]} == {"vanilla_rag", "oracle"}
     assert all(len(row["open"]["answer_match_ci95"]) == 2 for row in report["summary"].values())
+    for row in report["summary"].values():  # every printed number has its interval (or says why not: n = 1)
+        for metric in ("answer_match", "token_f1", "latency_s", "prompt_tokens"):
+            interval = row["open"]["intervals"][metric]
+            assert interval["n"] == 1 and (interval["ci95"] is not None or interval["method"] == "single value")
     written = sorted(p.name for p in (out / "pipelines").glob("*.yaml"))
     assert written == ["closed_book.yaml", "oracle.yaml", "reordered_lost_in_the_middle.yaml", "vanilla_rag.yaml"]
     assert not (out / "cub").exists()  # --cub-questions 0 skips step 3

@@ -2,11 +2,13 @@
 
 1. opens (building on first use) the embedded index of the bundled KILT sample;
 2. does context help? closed-book, vanilla RAG and the oracle (the gold passage) answer the same NQ questions
-   (40 by default): a few example answers, answer match with its Wilson 95% interval, and the exact McNemar test
-   of oracle against closed-book on the same questions;
+   (40 by default): a few example answers, answer match, token F1, latency and prompt tokens, each with its 95%
+   interval, and the report's paired section against closed-book (the paired difference with its interval, the
+   exact McNemar test Holm-adjusted across the pipelines, the verdict, the share of the closed-book -> oracle gap
+   vanilla RAG closes);
 3. how do the techniques use context? CUB's gold, conflicting and irrelevant contexts on a few questions
    (5 by default, a demo of the report, not a result) for the same pipelines and the lost-in-the-middle reorderer:
-   faithfulness, robustness and the Pareto plot.
+   faithfulness and robustness with their intervals, and the Pareto plot (with error bars).
 
 The pipelines are the library's YAMLs with two quickstart settings, written to ``<out>/pipelines/`` (the file
 says what changed): at most ``--top-k`` retrieved passages (3: short prompts), and a short-answer instruction
@@ -92,25 +94,30 @@ def write_variants(names: list[str], pipelines_dir: Path, out_dir: Path, top_k: 
 
 def paired_summary(report: dict, pipeline: str = "oracle", baseline: str = "closed_book",
                    context_type: str = "open") -> str:
-    """One sentence: both answer-match rates with their 95% intervals and the exact McNemar test on the same
-    questions (from ``report["summary"]`` and ``report["paired_tests"]``)."""
-    from icr2_components.evaluation.compare_report import format_p_value
+    """One sentence from the report's paired section: both answer-match rates with their 95% intervals, the paired
+    difference with its interval, the exact McNemar test on the same questions (Holm-adjusted across the
+    pipelines compared with the baseline) and the verdict."""
+    from icr2_components.evaluation.compare_report import format_difference, format_p_value
+    from icr2_components.evaluation.intervals import format_interval
 
-    test = next((t for t in report.get("paired_tests", []) if t["pipeline"] == pipeline
-                 and t["baseline"] == baseline and t["context_type"] == context_type), None)
+    paired = report.get("paired") or {}
+    test = next((c for c in paired.get("comparisons", []) if c["pipeline"] == pipeline
+                 and c["baseline"] == baseline and c["context_type"] == context_type
+                 and c["metric"] == "answer_match"), None)
     if test is None:
         return f"No paired result for {pipeline} vs {baseline} ({context_type}): neither answered the same question."
     rates = []
     for name in (pipeline, baseline):
         row = report["summary"][name][context_type]
-        low, high = row["answer_match_ci95"]
-        rates.append(f"{name} {row['answer_match']:.2f} (95% CI {low:.2f}-{high:.2f}, n={row['n']})")
-    p_value = test["p_value"]
-    verdict = ("a significant difference at the 5% level" if p_value < 0.05
-               else "not a significant difference at the 5% level: try more questions")
-    return (f"Answer match, {rates[0]} vs {rates[1]}. On the same {test['n']} questions {pipeline} alone is right "
-            f"on {test['only_a']}, {baseline} alone on {test['only_b']}: exact McNemar p = {format_p_value(p_value)}, "
-            f"{verdict}.")
+        rates.append(f"{name} {format_interval(row['intervals']['answer_match'])} (n={row['n']})")
+    family = test["family_size"]
+    outcome = (f"{pipeline} is {test['verdict']} than {baseline}" if test["verdict"] in ("better", "worse")
+               else test["verdict"])
+    return (f"Answer match [95% CI], {rates[0]} vs {rates[1]}. On the same {test['n']} questions {pipeline} alone is "
+            f"right on {test['only_pipeline']}, {baseline} alone on {test['only_baseline']}: difference "
+            f"{format_difference(test['difference'], 'answer_match')}, exact McNemar p = "
+            f"{format_p_value(test['p_value'])} (Holm-adjusted over the {family} pipeline{'s' if family > 1 else ''} "
+            f"compared with {baseline}: {format_p_value(test['p_holm'])}): {outcome}.")
 
 
 def example_rows(records: list[dict], pipelines: list[str], count: int) -> tuple[list[str], list[list[str]]]:
@@ -142,7 +149,7 @@ def run(args) -> int:
     from icr2_components.commands.compare import print_table
     from icr2_components.evaluation.compare import run_compare
     from icr2_components.evaluation.compare_cache import read_answer_records
-    from icr2_components.evaluation.compare_report import cub_rows, paired_rows, summary_rows
+    from icr2_components.evaluation.compare_report import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.kilt import build_sample
     from icr2_components.stores import open_index
 
@@ -170,15 +177,18 @@ def run(args) -> int:
     context_out = out / "context"
     report = run_compare([written[n] for n in CONTEXT_PIPELINES], limit=args.compare_questions, context_types="open",
                          out_dir=context_out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
-                         backend=backend)
+                         backend=backend, baseline="closed_book")
     if args.questions:
         records = [r for r in read_answer_records(context_out / "answers.jsonl")
                    if r["context_type"] == "open" and r["pipeline"] in CONTEXT_PIPELINES]
         print_table(console, "example answers (+: contains a gold answer)",
                     *example_rows(records, CONTEXT_PIPELINES, args.questions))
-    print_table(console, "answer match (open context)", *summary_rows(report, metrics=("answer_match", "token_f1",
-                                                                                         "latency_s", "prompt_tokens")))
-    print_table(console, "against closed-book on the same questions (exact McNemar)", *paired_rows(report))
+    print_table(console, "answer match (open context): mean [95% interval]",
+                *summary_rows(report, metrics=("answer_match", "token_f1", "latency_s", "prompt_tokens")))
+    print_table(console, "against closed-book on the same questions (exact McNemar, Holm across the pipelines)",
+                *paired_rows(report, metrics=("answer_match",)))
+    if report["paired"]["gap_closed"].get("results"):
+        print_table(console, "share of the closed-book -> oracle gap closed", *gap_rows(report))
     console.print(paired_summary(report))
     console.print(f"report: {report['files']['html']} (and .md, .json)")
 
@@ -188,8 +198,8 @@ def run(args) -> int:
                       f"questions for conclusions)")
         cub = run_compare([written[n] for n in CUB_PIPELINES], limit=args.cub_questions,
                           context_types=CUB_CONTEXT_TYPES, out_dir=out / "cub", max_new_tokens=args.max_new_tokens,
-                          progress=not args.no_progress, backend=backend)
-        print_table(console, "faithfulness / robustness (CUB BCU)", *cub_rows(cub))
+                          progress=not args.no_progress, backend=backend, baseline="closed_book")
+        print_table(console, "faithfulness / robustness (CUB BCU) [95% interval]", *cub_rows(cub))
         console.print(f"report: {cub['files']['html']}; Pareto plot: {cub['files'].get('pareto_png', '-')}")
     minutes, seconds = divmod(round(time.perf_counter() - started), 60)
     console.print(f"done in {minutes}m{seconds:02d}s")
