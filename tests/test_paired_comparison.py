@@ -90,6 +90,10 @@ def test_sign_flip_test_is_exact_for_small_n():
     # the one with +0.1 (1.1) and their negatives: p = 4/16
     assert sign_flip_test([0.5, 0.0, 0.3, 0.2], [0.0, 0.1, 0.0, 0.0]) == pytest.approx(4 / 16)
     assert sign_flip_test([0.2, 0.4], [0.2, 0.4]) == 1.0
+    assert sign_flip_test([0.7], [0.2]) == 1.0  # one question: + and - are equally extreme
+    single = compare_paired([0.7], [0.2])  # (a quickstart with --compare-questions 1 reaches this)
+    assert single["difference"] == {"mean": pytest.approx(0.5), "ci95": None, "n": 1, "method": "single value"}
+    assert single["p_value"] == 1.0 and single["mde"] is None
     result = compare_paired([0.5, 0.0, 0.3, 0.2], [0.0, 0.1, 0.0, 0.0])
     assert result["test"] == SIGN_FLIP and "only_pipeline" not in result
     assert result["difference"]["mean"] == pytest.approx(0.225)

@@ -95,13 +95,13 @@ def paired_difference(a: Sequence[float], b: Sequence[float], seed: int = DEFAUL
 
 def sign_flip_test(a: Sequence[float], b: Sequence[float], seed: int = DEFAULT_SEED,
                    resamples: int = PERMUTATION_RESAMPLES) -> float:
-    """Two-sided p-value of the paired sign-flip permutation test of ``mean(a - b) = 0`` (1.0 when no difference
-    varies from 0)."""
+    """Two-sided p-value of the paired sign-flip permutation test of ``mean(a - b) = 0`` (1.0 when every
+    difference is 0, or for a single question)."""
     from scipy.stats import permutation_test
 
     differences = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
-    if not np.any(differences):
-        return 1.0
+    if not np.any(differences) or len(differences) < 2:
+        return 1.0  # one question: its two sign patterns are equally extreme, the exact p-value is 1
     result = permutation_test((differences,), lambda d, axis=-1: np.mean(d, axis=axis), permutation_type="samples",
                               vectorized=True, n_resamples=resamples, rng=np.random.default_rng(seed))
     return min(1.0, float(result.pvalue))
