@@ -205,12 +205,27 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
     accuracy = {c: hits[c] / n for c in conditions}
     intervals = {c: wilson_interval(hits[c], n) for c in conditions}
     tokens = {c: sum(cache[(t.id, c)]["prompt_tokens"] or 0 for t in done) / n for c in conditions}
-    try:  # the paired shape tests live beside the compare curves
-        from icr2_components.evaluation.position_curves import paired_position_tests
-    except ImportError:
-        paired_position_tests = None
-    shape = {} if paired_position_tests is None else {k: paired_position_tests({p: outcomes[f"{k} docs @ {p}"] for p in ps}) for k, ps in positions.items()
-             if len(ps) >= 2}
+    from icr2_components.evaluation.position_tests import paired_position_test
+    from icr2_components.evaluation.proportions import paired_outcomes
+
+    shape = {}
+    for k, ps in positions.items():
+        if len(ps) < 2:
+            continue
+        matrix = [[int(outcomes[f"{k} docs @ {p}"][i]) for p in ps] for i in range(n)]
+        tests = paired_position_test(matrix, [str(p) for p in ps], seed=args.seed)
+        first_last = tests["first_vs_last"]
+        # the recency claim: gold last against the gold passage alone, same questions
+        vs_oracle = paired_outcomes(outcomes[f"{k} docs @ {ps[-1]}"], outcomes["oracle"])
+        tests["last_vs_oracle"] = {"test": "exact McNemar", **vs_oracle}
+        tests["summary"] = (
+            f"position {ps[-1]} vs {ps[0]}: {first_last['only_last']} questions right only at {ps[-1]}, "
+            f"{first_last['only_first']} only at {ps[0]}, exact McNemar p = {first_last['p_value']:.2g}; across all "
+            f"{len(ps)} positions Cochran's Q = {tests['across_positions']['statistic']:.1f} "
+            f"(df {tests['across_positions']['df']}), p = {tests['across_positions']['p_value']:.2g}; position {ps[-1]} "
+            f"vs oracle: {vs_oracle['only_a']} right only at {ps[-1]}, {vs_oracle['only_b']} only with the oracle, "
+            f"p = {vs_oracle['p_value']:.2g} (unadjusted; three tests per curve)")
+        shape[k] = tests
     closed = accuracy["closed-book"]
     table = Table(title=f"Lost in the Middle on held-out NQ-sample questions: SmolLM2-135M-Instruct, n = {n}, greedy, "
                         f"{args.max_new_tokens} new tokens")
