@@ -6,7 +6,7 @@ import pytest
 from haystack import Document
 
 from haystack.core.serialization import component_from_dict, component_to_dict
-from icr2_components.text.templates import TASK_TYPES, format_passage, render_cic_prompt
+from icr2_components.text.templates import ANSWER_INSTRUCTIONS, TASK_TYPES, format_passage, render_cic_prompt
 from icr2_components.builders import CorpusInContextPromptBuilder
 from icr2_components.kilt import KiltKnowledgeSource, read_kilt_tasks
 from icr2_components.models import MODEL_CACHE
@@ -123,3 +123,55 @@ def test_prompt_builder_component(corpus, question):
     assert overridden.count(f"Question: {question}") == 2
     with pytest.raises(ValueError, match="choose one of"):
         CorpusInContextPromptBuilder(task_type="chat")
+
+
+# RetrievalQA (arXiv 2402.16457), Figure 8, "Instruction prompt template for QA with retrieved documents", verbatim
+RETRIEVALQA_FIGURE_8 = ('Please answer the question based on the provided context. Only include the answer in your '
+                        'response and try to be concise. If you do not know the answer, just say "I don\'t know".')
+
+
+@pytest.mark.parametrize("query_aware", [False, True])
+def test_a_named_answer_instruction_quotes_the_paper_before_the_icr2_text(tokenizer, corpus, question, query_aware):
+    plain = render_cic_prompt("qa", question, corpus, tokenizer=tokenizer, query_aware=query_aware)
+    short = render_cic_prompt("qa", question, corpus, tokenizer=tokenizer, query_aware=query_aware,
+                              answer_instruction="retrievalqa")
+    instruction = ANSWER_INSTRUCTIONS["retrievalqa"].text
+    assert RETRIEVALQA_FIGURE_8.endswith(" " + instruction)
+    assert RETRIEVALQA_FIGURE_8.startswith("Please answer the question based on the provided context. "
+                                           + ANSWER_INSTRUCTIONS["retrievalqa_concise"].text)
+    # the ICR2 user message follows the instruction unchanged; without one it is ICR2's Table 8 as before
+    assert short.messages[-1].text == f"{instruction}\n\n{plain.messages[-1].text}"
+    assert plain.messages[-1].text.startswith("Please answer the following question given the following passages:\n")
+    assert render_cic_prompt("qa", question, corpus, answer_instruction="none").messages[-1].text == \
+        render_cic_prompt("qa", question, corpus).messages[-1].text
+    # passage and query spans still index the templated text exactly
+    for pid, document in zip(short.passage_ids, corpus):
+        start, end = short.passage_char_spans[pid]
+        assert short.text[start:end] == format_passage(pid, document.meta.get("title", ""), document.content)
+    assert all(short.text[s:e] == question for s, e in short.query_char_spans)
+    assert len(short.query_char_spans) == (2 if query_aware else 1)
+
+
+def test_answer_instruction_bad_input(corpus):
+    with pytest.raises(ValueError, match="Unknown answer_instruction 'short'; choose one of"):
+        render_cic_prompt("qa", "q", corpus, answer_instruction="short")
+    with pytest.raises(ValueError, match="is a QA instruction"):
+        render_cic_prompt("fact_verification", "q", corpus, answer_instruction="retrievalqa")
+    with pytest.raises(ValueError, match="choose one of"):
+        CorpusInContextPromptBuilder(answer_instruction="as few words as possible")
+    with pytest.raises(ValueError, match="is a QA instruction"):
+        CorpusInContextPromptBuilder(task_type="dialogue", answer_instruction="retrievalqa")
+    builder = CorpusInContextPromptBuilder(answer_instruction="retrievalqa")
+    with pytest.raises(ValueError, match="is a QA instruction"):  # never dropped silently on a task override
+        builder.run(query="q", documents=corpus, task_type="fact_verification")
+
+
+def test_prompt_builder_answer_instruction_round_trips(corpus, question):
+    builder = CorpusInContextPromptBuilder(answer_instruction="retrievalqa_concise")
+    data = component_to_dict(builder, "prompt")
+    assert data["init_parameters"]["answer_instruction"] == "retrievalqa_concise"
+    clone = component_from_dict(CorpusInContextPromptBuilder, data, "prompt")
+    content = clone.run(query=question, documents=corpus)["prompt"][-1].text
+    assert content.startswith("Only include the answer in your response and try to be concise.\n\n"
+                              "Please answer the following question given the following passages:\n")
+    assert content.endswith(f"Question: {question}\nAnswer:")

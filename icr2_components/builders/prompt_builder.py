@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.text.templates import TASK_TYPES, get_template, render_cic_prompt
+from icr2_components.text.templates import TASK_TYPES, get_answer_instruction, get_template, render_cic_prompt
 
 
 @component
@@ -20,6 +20,12 @@ class CorpusInContextPromptBuilder:
     `Context:`; the query follows the corpus (and also precedes it with `query_aware=True`, Lost in the
     Middle section 4.2). The reader's chat template adds the turn markers.
 
+    ICR2's template asks for no particular answer form; `answer_instruction` names a short-answer instruction
+    quoted from a paper (`icr2_components.text.templates.ANSWER_INSTRUCTIONS`: `retrievalqa` is RetrievalQA's
+    Figure 8, "Only include the answer in your response and try to be concise. If you do not know the answer,
+    just say "I don't know".", https://arxiv.org/abs/2402.16457), put before ICR2's text for `qa`. The default
+    (`None`) is ICR2's Table 8 unchanged.
+
     Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
 
     Usage example:
@@ -29,19 +35,27 @@ class CorpusInContextPromptBuilder:
     prompt_builder = CorpusInContextPromptBuilder(task_type="qa", query_aware=True)
     messages = prompt_builder.run(query="who wrote hamlet", documents=corpus)["prompt"]
     reply = reader.run(messages=messages)["replies"][0].text
+
+    short = CorpusInContextPromptBuilder(task_type="qa", answer_instruction="retrievalqa")  # RetrievalQA Fig. 8
     ```
     """
 
-    def __init__(self, task_type: str = "qa", query_aware: bool = False, system_prompt: str | None = None) -> None:
+    def __init__(self, task_type: str = "qa", query_aware: bool = False, system_prompt: str | None = None,
+                 answer_instruction: str | None = None) -> None:
         """
         :param task_type: one of `qa`, `fact_verification`, `dialogue`.
         :param query_aware: repeat the query before the corpus.
         :param system_prompt: an optional system message (otherwise the chat template's default).
+        :param answer_instruction: `None` (ICR2's template as written) or a name from `ANSWER_INSTRUCTIONS`
+            (`retrievalqa`, `retrievalqa_concise`); `qa` only.
         """
         get_template(task_type)  # raises with the list of task types
+        if get_answer_instruction(answer_instruction) is not None and task_type != "qa":
+            raise ValueError(f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}.")
         self.task_type = task_type
         self.query_aware = query_aware
         self.system_prompt = system_prompt
+        self.answer_instruction = answer_instruction
 
     @component.output_types(prompt=list[ChatMessage], passage_ids=list[str])
     def run(
@@ -67,5 +81,6 @@ class CorpusInContextPromptBuilder:
             documents,
             query_aware=self.query_aware if query_aware is None else query_aware,
             system_prompt=self.system_prompt,
+            answer_instruction=self.answer_instruction,
         )
         return {"prompt": rendered.messages, "passage_ids": rendered.passage_ids}

@@ -10,6 +10,8 @@ rendered as in ICR2 Table 1::
 
 and passages are separated by a blank line. The layout of a QA prompt (Table 8)::
 
+    [{answer instruction}         <- only with answer_instruction=NAME (see ANSWER_INSTRUCTIONS)
+    ]
     Please answer the following question given the following passages:
     [Question: {query}            <- only with query_aware=True (Lost in the Middle, section 4.2)
     ]
@@ -17,6 +19,13 @@ and passages are separated by a blank line. The layout of a QA prompt (Table 8):
 
     Question: {query}
     Answer:
+
+ICR2's template asks for no particular answer form, and neither does Lost in the Middle's ("Write a
+high-quality answer for the given question using only the provided search results (some of which might be
+irrelevant)."): both score by an answer contained in the reply. RetrievalQA's QA template (Figure 8) is the one
+among the papers this library follows that asks for a short answer; ``ANSWER_INSTRUCTIONS`` quotes it, by name,
+and an answer instruction is put before the ICR2 text (which stays verbatim) only when one is named. The default
+is none: the prompt is ICR2's Table 8 as written.
 
 :func:`render_cic_prompt` also returns the exact character span of every passage block inside the rendered
 text, so that attention or token positions can be attributed to passages.
@@ -72,6 +81,48 @@ TASK_TEMPLATES: dict[str, CiCTemplate] = {
     ),
 }
 TASK_TYPES = tuple(TASK_TEMPLATES)
+
+
+@dataclass(frozen=True)
+class AnswerInstruction:
+    """A short-answer instruction quoted from a paper: its name, its exact words, and where they come from."""
+
+    name: str
+    text: str
+    source: str
+
+
+_RETRIEVALQA_FIGURE_8 = (
+    "RetrievalQA (Zhang et al. 2024), Figure 8, instruction prompt template for QA with retrieved documents: "
+    "https://arxiv.org/abs/2402.16457"
+)
+ANSWER_INSTRUCTIONS: dict[str, AnswerInstruction] = {
+    # Figure 8 reads: 'Please answer the question based on the provided context. Only include the answer in your
+    # response and try to be concise. If you do not know the answer, just say "I don't know".' The first sentence
+    # is the task, which ICR2's own instruction states; these are the sentences that shape the answer.
+    "retrievalqa": AnswerInstruction(
+        name="retrievalqa",
+        text='Only include the answer in your response and try to be concise. If you do not know the answer, '
+             'just say "I don\'t know".',
+        source=_RETRIEVALQA_FIGURE_8,
+    ),
+    "retrievalqa_concise": AnswerInstruction(
+        name="retrievalqa_concise",
+        text="Only include the answer in your response and try to be concise.",
+        source=_RETRIEVALQA_FIGURE_8 + " (its first sentence about the answer, without the \"I don't know\" one)",
+    ),
+}
+"""Named short-answer instructions, each quoting a paper's QA prompt word for word (``none``: no instruction)."""
+ANSWER_INSTRUCTION_NAMES = ("none", *ANSWER_INSTRUCTIONS)
+
+
+def get_answer_instruction(name: str | None) -> AnswerInstruction | None:
+    """The named instruction; ``None`` or ``"none"`` is no instruction (ICR2's template as written)."""
+    if name is None or name == "none":
+        return None
+    if name not in ANSWER_INSTRUCTIONS:
+        raise ValueError(f"Unknown answer_instruction {name!r}; choose one of {list(ANSWER_INSTRUCTION_NAMES)}.")
+    return ANSWER_INSTRUCTIONS[name]
 
 
 def format_passage_id(position: int) -> str:
@@ -134,7 +185,7 @@ class RenderedPrompt:
 
 
 def _user_content(
-    template: CiCTemplate, query: str, blocks: list[str], query_aware: bool
+    template: CiCTemplate, query: str, blocks: list[str], query_aware: bool, answer_instruction: str | None = None
 ) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
     """Build the user message; return it with block spans and query spans (offsets within the content)."""
     parts: list[str] = []
@@ -149,6 +200,8 @@ def _user_content(
         length += len(piece)
         return start, length
 
+    if answer_instruction:
+        add(answer_instruction + "\n\n")
     add(template.instruction + "\n")
     if query_aware:
         add(f"{template.query_label}: ")
@@ -173,6 +226,7 @@ def render_cic_prompt(
     query_aware: bool = False,
     system_prompt: str | None = None,
     add_generation_prompt: bool = True,
+    answer_instruction: str | None = None,
 ) -> RenderedPrompt:
     """Render the ICR2 prompt for ``task_type`` over ``documents`` (in the order given).
 
@@ -186,8 +240,13 @@ def render_cic_prompt(
         string and the spans index into it.
     :param query_aware: put the query before the corpus as well as after it.
     :param system_prompt: an optional system message (otherwise the chat template's default, if any).
+    :param answer_instruction: the name of a short-answer instruction in ``ANSWER_INSTRUCTIONS`` (e.g.
+        ``"retrievalqa"``), put before the task's instruction; ``None``/``"none"`` (default) keeps ICR2's template.
     """
     template = get_template(task_type)
+    instruction = get_answer_instruction(answer_instruction)
+    if instruction is not None and task_type != "qa":
+        raise ValueError(f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}.")
     if not isinstance(query, str) or not query.strip():
         raise ValueError("render_cic_prompt needs a non-empty query string.")
     ids = passage_ids_for(documents)
@@ -196,7 +255,8 @@ def render_cic_prompt(
         if document.content is None:
             raise ValueError(f"Document {document.id} has no text; drop it before rendering (the corpus builder does).")
         blocks.append(format_passage(pid, document_title(document), document.content))
-    content, block_spans, query_spans = _user_content(template, query, blocks, query_aware)
+    content, block_spans, query_spans = _user_content(template, query, blocks, query_aware,
+                                                      instruction.text if instruction else None)
     messages = []
     if system_prompt:
         messages.append(ChatMessage.from_system(system_prompt))
