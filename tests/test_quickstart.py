@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_variants_cap_passages_and_ask_for_a_short_answer(tmp_path):
     reordered = yaml.safe_load((ROOT / "pipelines" / "reordered_lost_in_the_middle.yaml").read_text())
-    variant, changes = quickstart_variant(reordered, 3, SHORT_ANSWER_PROMPT)
-    assert variant["components"]["retriever"]["init_parameters"]["top_k"] == 3
+    variant, changes = quickstart_variant(reordered, 2, SHORT_ANSWER_PROMPT)
+    assert variant["components"]["retriever"]["init_parameters"]["top_k"] == 2
     assert variant["components"]["prompt"]["init_parameters"]["system_prompt"] == SHORT_ANSWER_PROMPT
-    assert changes == ["retriever.top_k 5 -> 3", f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"]
-    assert reordered["components"]["retriever"]["init_parameters"]["top_k"] == 5  # the original is untouched
+    assert changes == ["retriever.top_k 3 -> 2", f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"]
+    assert reordered["components"]["retriever"]["init_parameters"]["top_k"] == 3  # the original is untouched
+    assert quickstart_variant(reordered, 3, SHORT_ANSWER_PROMPT)[1] == [f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"]
     # closed-book has no retriever and its own (concise) prompt: unchanged
     closed = yaml.safe_load((ROOT / "pipelines" / "closed_book.yaml").read_text())
     assert quickstart_variant(closed, 3, SHORT_ANSWER_PROMPT) == (closed, [])
