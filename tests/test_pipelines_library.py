@@ -45,6 +45,16 @@ def test_controlled_variant_removes_only_the_retrieval_stage(name):
     assert socket in pipeline.inputs()[component]
 
 
+def test_the_fine_tuned_reader_takes_controlled_passages_at_its_prompt():
+    # its context entry was `corpus.documents`, an output socket, which no controlled-context run can feed. The
+    # model is trained by `icr2 train`, so this checks the YAML and its controlled variant without loading them.
+    data = yaml.safe_load((ROOT / "pipelines" / "fine_tuned_reader.yaml").read_text())
+    assert data["metadata"]["context_input"] == "prompt.documents"
+    variant = controlled_variant(data, data["metadata"]["context_input"])
+    assert set(variant["components"]) == {"prompt", "reader"}
+    assert variant["connections"] == [{"sender": "prompt.prompt", "receiver": "reader.messages"}]
+
+
 def test_oracle_takes_gold_passages_as_an_input():
     spec = PipelineSpec.from_file(str(ROOT / "pipelines" / "oracle.yaml"))
     assert spec.documents_input == "documents"
