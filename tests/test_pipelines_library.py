@@ -11,7 +11,7 @@ from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ["closed_book", "vanilla_rag", "query_aware", "reordered_lost_in_the_middle", "reordered_recency",
-           "reranked_bi_encoder", "reranked_recency", "corpus_in_context", "oracle"]
+           "reranked_bi_encoder", "reranked_recency", "corpus_in_context", "corpus_in_context_bm25", "oracle"]
 
 
 @pytest.mark.parametrize("name", LIBRARY)
@@ -33,7 +33,8 @@ def test_library_pipeline_loads_declares_io_and_round_trips(name):
     assert edges(again) == edges(pipeline)
 
 
-@pytest.mark.parametrize("name", ["vanilla_rag", "reordered_recency", "reranked_recency", "corpus_in_context"])
+@pytest.mark.parametrize("name", ["vanilla_rag", "reordered_recency", "reranked_recency", "corpus_in_context",
+                                  "corpus_in_context_bm25"])
 def test_controlled_variant_removes_only_the_retrieval_stage(name):
     data = yaml.safe_load((ROOT / "pipelines" / f"{name}.yaml").read_text())
     variant = controlled_variant(data, data["metadata"]["context_input"])

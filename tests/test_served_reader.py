@@ -28,8 +28,8 @@ MODEL = "smollm2-135m-instruct"
 PARIS = [Document(id="p1", content="Paris is the capital and largest city of France.", meta={"title": "Paris"}),
          Document(id="p2", content="Berlin is the capital of Germany.", meta={"title": "Berlin"})]
 BLACK_BOX = ["closed_book", "vanilla_rag", "corpus_in_context", "query_aware", "reordered_lost_in_the_middle",
-             "reordered_recency", "reranked_bi_encoder", "reranked_recency", "oracle", "cmt_multi_agent",
-             "cmt_prompting"]
+             "reordered_recency", "reranked_bi_encoder", "reranked_recency", "corpus_in_context_bm25", "oracle",
+             "cmt_multi_agent", "cmt_prompting"]
 
 
 @pytest.fixture(scope="module")
