@@ -68,7 +68,8 @@ def test_no_tuned_setting_ever_saw_a_test_question(tmp_path, smollm2, pipeline_r
                                       "dev_limit": 2}
     assert read_question_ids(tuned["dev_question_ids_file"]) == split.dev[:2]
     assert run["selection"]["held_out"]["tuned"] == {
-        "cad_small.tuned": {"dev_questions": 2, "dev_question_ids_sha256": ids_hash(split.dev[:2]), "overlap": 0}}
+        "cad_small.tuned": {"dev_questions": 2, "dev_question_ids_sha256": ids_hash(split.dev[:2]), "overlap": 0,
+                            "dev_selection": tuned["dev_selection"]}}
 
     # what each pipeline call actually received
     questions, _, _ = read_compare_questions(None, ids=split.dev[:2] + test_ids)

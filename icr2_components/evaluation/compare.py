@@ -144,7 +144,8 @@ def run_compare(
                                  split_seed=split_seed, dev_fraction=dev_fraction)
     skips = selection.skips
     questions, _, dataset_path = read_compare_questions(selection.dataset, index=index, ids=selection.ids)
-    lost = [i for i in selection.ids if i not in {q.id for q in questions}]
+    read_ids = {q.id for q in questions}
+    lost = [i for i in selection.ids if i not in read_ids]
     if lost:  # both readers apply the same rules; a difference is a bug, not a skip
         raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
     file_info = selection.file or {}

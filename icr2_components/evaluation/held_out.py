@@ -180,11 +180,12 @@ def select_questions(
         raise ValueError(f"--split takes one of {list(SPLITS)}, got {split!r}.")
     if question_ids is not None and (split is not None or limit is not None):
         raise ValueError("--question-ids runs exactly the file's questions; drop --split and --limit (or edit the file).")
-    tuned = {}
+    tuned, tuned_selection = {}, {}
     for spec in specs:
         dev = tuned_dev_ids(spec.data, spec.path)
         if dev is not None:
             tuned[spec.name] = dev
+            tuned_selection[spec.name] = spec.data["metadata"]["tuned"].get("dev_selection")  # its split seed
     artifacts = probed_artifacts(specs)
     probed = {i for artifact in artifacts.values() for i in artifact.ids}
     available, skips, path = dataset_question_ids(dataset)
@@ -202,7 +203,7 @@ def select_questions(
         selection.file.update(resolved.describe())
         leaked = [i for i in resolved.found if i in probed]
         if leaked:
-            owners = "; ".join(f"{a.path} ({', '.join(a.pipelines)}): {sum(1 for i in leaked if i in set(a.ids))}"
+            owners = "; ".join(f"{a.path} ({', '.join(a.pipelines)}): {len(set(a.ids) & set(leaked))}"
                                for a in artifacts.values() if set(a.ids) & set(leaked))
             raise HeldOutError(f"The question-id file lists {len(leaked)} question(s) a pipeline's head artifact was "
                                f"probed on ({_examples(leaked)}; {owners}); remove them from the file, or choose "
@@ -222,13 +223,15 @@ def select_questions(
         if limit is not None:
             ids = ids[:limit]
     for name, dev in tuned.items():
-        seen = [i for i in ids if i in set(dev)]
+        dev_set = set(dev)
+        seen = [i for i in ids if i in dev_set]
         if seen:
             raise HeldOutError(
                 f"{name} was tuned on {len(seen)} of this run's questions ({_examples(seen)}); report a tuned pipeline "
                 "only on questions disjoint from its dev questions, e.g. --split test with the --split-seed and "
                 "--dev-fraction it was tuned with.")
-        selection.tuned[name] = {"dev_questions": len(dev), "dev_question_ids_sha256": ids_hash(dev), "overlap": 0}
+        selection.tuned[name] = {"dev_questions": len(dev), "dev_question_ids_sha256": ids_hash(dev), "overlap": 0,
+                                 "dev_selection": tuned_selection.get(name)}
     if not ids:
         raise ValueError(f"No question of {path} is left to run ({skips.summary()}; "
                          f"{len(probed)} probed ids excluded; mode {selection.mode}).")

@@ -103,7 +103,8 @@ def tune_pipeline(
         if not question_ids or repeated_ids(question_ids):
             raise ValueError("question_ids must list each dev question once (and at least one).")
         questions, _, dataset_path = read_compare_questions(dataset, index=index, ids=question_ids)
-        unknown = [i for i in question_ids if i not in {q.id for q in questions}]
+        read_ids = {q.id for q in questions}
+        unknown = [i for i in question_ids if i not in read_ids]
         if unknown:
             raise ValueError(f"{len(unknown)} dev question id(s) are not usable questions of {dataset_path}: "
                              f"{unknown[:5]}.")
