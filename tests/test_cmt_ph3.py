@@ -21,6 +21,9 @@ def probed(smollm2, sample_files):
 def test_probing_writes_an_artifact_that_round_trips(probed, tmp_path):
     instances, artifact = probed
     assert artifact.instances + artifact.skipped["total"] == len(instances)
+    # the questions it was probed on, in order (icr2 compare leaves them out)
+    assert len(artifact.probed_ids) == artifact.instances
+    assert artifact.probed_ids == [i.id for i in instances if i.id in set(artifact.probed_ids)]
     assert len(artifact.scores) == 30 and len(artifact.scores[0]) == 9
     assert artifact.context_heads and artifact.memory_heads
     assert all(artifact.scores[l][h] > 0 for l, h in artifact.context_heads)

@@ -237,7 +237,8 @@ def test_compare_tune_from_the_cli_writes_the_tuned_setting_and_tests_with_it(tm
     tuned = yaml.safe_load(tuned_file.read_text())
     assert tuned["components"]["reader"]["init_parameters"]["alpha"] == best
     assert tuned["metadata"]["tuned"]["setting"] == {"reader.alpha": best}
-    assert tuned["metadata"]["tuned"]["dev_offset"] == 1 and tuned["metadata"]["tuned"]["dev_questions"] == 1
+    # dev: the first question of the seeded dev split (seed 0), test: the first of the test split
+    assert tuned["metadata"]["tuned"]["dev_questions"] == 1 and len(tuned["metadata"]["tuned"]["dev_question_ids"]) == 1
     # dev: each grid value over the same controlled contexts of the dev question; then the test run, tuned only
     dev_runs = len(used) - 1
     assert dev_runs >= 2 and used[:dev_runs] == [1.0] * (dev_runs // 2) + [2.0] * (dev_runs // 2)
@@ -245,4 +246,5 @@ def test_compare_tune_from_the_cli_writes_the_tuned_setting_and_tests_with_it(tm
     records = read_answer_records(out / "answers.jsonl")
     assert [(r["pipeline"], r["pipeline_file"], r["context_type"]) for r in records] == [
         ("cad_small.tuned", str(tuned_file), "gold")]
+    assert records[0]["question_id"] not in tuned["metadata"]["tuned"]["dev_question_ids"]
     assert f"tuned {source}: {{'reader.alpha': {best}}}" in capsys.readouterr().out

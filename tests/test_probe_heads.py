@@ -79,6 +79,12 @@ def test_probe_heads_cli_writes_artifact_and_heatmap(benchmark_file, tmp_path, s
     best = artifact.head_hit_rate(*artifact.heads[0])
     assert best == max(max(row) for row in artifact.hit_rates[0])
     assert output.with_suffix(".png").stat().st_size > 1000
+    # the questions it was probed on: the 2 instances drawn with the seed (icr2 compare leaves them out)
+    from icr2_components.probing.cic_instances import read_benchmark_instances
+    from icr2_components.probing.probing_job import choose_instances
+
+    drawn = choose_instances(list(read_benchmark_instances(benchmark_file)), 2, seed=0)
+    assert artifact.probed_ids == [i.id for i in drawn] and artifact.probed_ids_note == ""
     # The artifact refuses to serve a model of another shape, naming both.
     other = dict(artifact.model_signature, num_layers=24)
     with pytest.raises(ArtifactMismatchError, match="probed on smollm2-135m-instruct .* 30 layers"):

@@ -4,8 +4,9 @@ Every probe, tuning run and earlier bench of this project drew its NQ-sample que
 (PH3 and RAP heads: the first 16-40; the CUB matrix: questions 16-36; the position sweep and the quickstart: the
 first 12-40; prompt checks: questions 600-620). The held-out pool is therefore a seeded shuffle of the questions
 at positions 1000 and later; each evaluation takes its first N (the position sweep the first N that have a single
-answer-bearing gold passage). `icr2 compare --question-ids` also excludes any question a pipeline's probe
-artifact lists, so a future probe on these questions cannot leak into a report.
+answer-bearing gold passage). `icr2 compare --question-ids` refuses the file if it lists any question a
+pipeline's probe artifact was probed on (``probed_ids``), so a future probe on these questions cannot leak into a
+report.
 
     .venv/bin/python bench/data/make_heldout_ids.py     # rewrites the file (same seed -> same file)
 """

@@ -3,6 +3,11 @@ with a format check, and the check that an artifact was probed on the model it i
 
 Head indices only mean something for the model (name and shape) they were probed on, so every artifact records
 both and refuses another model with a message that says how to make the right artifact.
+
+Every artifact also records the ids of the questions (instances) it was probed on, ``probed_ids`` (None: not
+recorded, an artifact made before ids were kept), with ``probed_ids_note`` saying how they were obtained when
+the probe did not record them itself. ``icr2 compare`` keeps those questions out of its evaluation
+(``evaluation.held_out``), so a technique is never scored on the questions its heads were chosen on.
 """
 
 from __future__ import annotations
@@ -18,12 +23,27 @@ class ArtifactMismatchError(ValueError):
     """A head artifact made for another model than the reader it is used with."""
 
 
+def read_probed_ids(path: str | os.PathLike) -> tuple[list[str] | None, str]:
+    """``(probed_ids, probed_ids_note)`` of any head artifact file, without building the artifact."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Head artifact not found: {path}.")
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or "format" not in data:
+        raise ValueError(f"{path} is not a head artifact (a JSON object with a `format`).")
+    ids = data.get("probed_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+        raise ValueError(f"{path}: probed_ids must be a list of question id strings, got {type(ids).__name__}.")
+    return ids, str(data.get("probed_ids_note") or "")
+
+
 def describe_signature(signature: dict[str, Any]) -> str:
     return f"{signature.get('architecture')}, {signature.get('num_layers')} layers x {signature.get('num_heads')} heads"
 
 
 class HeadArtifactIO:
-    """Mixin for artifact dataclasses with ``model``, ``model_signature`` and ``format`` fields.
+    """Mixin for artifact dataclasses with ``model``, ``model_signature``, ``probed_ids``, ``probed_ids_note`` and
+    ``format`` fields.
 
     Subclasses set ``FORMAT`` (the ``format`` value they write), ``KIND`` (a name for messages) and ``MAKE_WITH``
     (how a user makes one).

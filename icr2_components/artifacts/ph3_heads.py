@@ -35,6 +35,8 @@ class PH3HeadArtifact(HeadArtifactIO):
     instances: int
     skipped: dict[str, Any] = field(default_factory=dict)
     prompt_template: str = "icr2_components.text.templates.render_cic_prompt"
+    probed_ids: list[str] | None = None  # the probed questions' ids (None: not recorded); see artifacts.base
+    probed_ids_note: str = ""  # how probed_ids were obtained when the probe did not record them itself
     format: str = PH3_FORMAT
 
     def __post_init__(self) -> None:
@@ -44,6 +46,9 @@ class PH3HeadArtifact(HeadArtifactIO):
         for layer, head in self.context_heads + self.memory_heads:
             if not (0 <= layer < layers and 0 <= head < heads):
                 raise ValueError(f"Head ({layer}, {head}) is outside the model's {layers} layers x {heads} heads.")
+        if self.probed_ids is not None and (not isinstance(self.probed_ids, list)
+                                            or not all(isinstance(i, str) for i in self.probed_ids)):
+            raise ValueError("probed_ids must be a list of question id strings (or None: not recorded).")
 
     def heads_to_suppress(self, direction: str, count: int) -> list[tuple[int, int]]:
         """PH3 +context suppresses the top ``count`` memory heads; +memory the top ``count`` context heads."""

@@ -44,6 +44,8 @@ class RetrievalHeadArtifact(HeadArtifactIO):
     skipped: dict[str, Any] = field(default_factory=dict)
     generation_tokens: int = 6
     prompt_template: str = "icr2_components.text.templates.render_cic_prompt"
+    probed_ids: list[str] | None = None  # the probed questions' ids (None: not recorded); see artifacts.base
+    probed_ids_note: str = ""  # how probed_ids were obtained when the probe did not record them itself
     format: str = ARTIFACT_FORMAT
 
     def __post_init__(self) -> None:
@@ -55,6 +57,9 @@ class RetrievalHeadArtifact(HeadArtifactIO):
         for layer, head in self.ranking:
             if not (0 <= layer < layers and 0 <= head < heads):
                 raise ValueError(f"Head ({layer}, {head}) is outside the model's {layers} layers x {heads} heads.")
+        if self.probed_ids is not None and (not isinstance(self.probed_ids, list)
+                                            or not all(isinstance(i, str) for i in self.probed_ids)):
+            raise ValueError("probed_ids must be a list of question id strings (or None: not recorded).")
 
     def head_hit_rate(self, layer: int, head: int, m: int | None = None) -> float:
         return self.hit_rates[(m or self.m) - 1][layer][head]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+
 DEFAULT_CONTEXT_TYPES = "open,gold,conflicting,irrelevant"
 
 
 def register(subparsers) -> None:
+    from icr2_components.evaluation.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED
+
     parser = subparsers.add_parser(
         "compare",
         help="run pipelines over the same questions and context types; report EM/F1/ROUGE-L/BCU, a Pareto plot "
@@ -17,7 +21,18 @@ def register(subparsers) -> None:
     parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
     parser.add_argument("--context-types", default=DEFAULT_CONTEXT_TYPES,
                         help=f"comma-separated subset of open,gold,conflicting,irrelevant (default {DEFAULT_CONTEXT_TYPES})")
-    parser.add_argument("--limit", type=int, help="the first N questions with answers")
+    parser.add_argument("--limit", type=int, help="the first N questions with answers (of --split, if given)")
+    parser.add_argument("--question-ids", metavar="FILE",
+                        help="run exactly these questions, in file order: one id per line, # comments (a run's "
+                        "question_ids.txt is one); ids not in the dataset are counted and reported")
+    parser.add_argument("--split", choices=["dev", "test"],
+                        help="one side of the seeded dev/test split of the dataset's question ids (default: all "
+                        "questions; test with --tune)")
+    parser.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED,
+                        help=f"seed of the dev/test split (default {DEFAULT_SPLIT_SEED})")
+    parser.add_argument("--dev-fraction", type=float, default=DEFAULT_DEV_FRACTION,
+                        help=f"share of question ids in the dev split (default {DEFAULT_DEV_FRACTION}; an id's side "
+                        "depends only on it and the seed, so it is stable as the file grows)")
     parser.add_argument("--out", default="runs/compare", help="report and cache folder (default runs/compare)")
     parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
     parser.add_argument("--index", default="indexing/kilt-sample.yaml",
@@ -31,11 +46,12 @@ def register(subparsers) -> None:
                         help="seed of the report's bootstrap intervals and permutation tests (default 0)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--tune", action="store_true",
-                        help="first tune each pipeline's metadata.tunable on a dev split (max mean BCU over gold, "
-                        "conflicting, irrelevant; CUB) and compare the tuned YAMLs (written to --out/tuning)")
-    parser.add_argument("--dev-limit", type=int, default=10, help="dev questions for --tune (default 10)")
-    parser.add_argument("--dev-offset", type=int,
-                        help="first dev question (default: right after the --limit test questions, so they are disjoint)")
+                        help="first tune each pipeline's metadata.tunable on the dev split (max mean BCU over gold, "
+                        "conflicting, irrelevant; CUB), then compare the tuned YAMLs (written to --out/tuning) on "
+                        "the disjoint test split")
+    parser.add_argument("--dev-limit", type=int, default=10,
+                        help="dev questions for --tune: the first N of the dev split (default 10)")
+    parser.add_argument("--dev-offset", type=int, help=argparse.SUPPRESS)  # replaced by the split; refused in run
     parser.set_defaults(handler=run)
 
 
@@ -87,31 +103,63 @@ def run(args) -> int:
     from icr2_components.backends import resolve_backend
     from icr2_components.evaluation.compare import run_compare
 
+    if args.dev_offset is not None:
+        raise ValueError("--dev-offset is gone: --tune tunes on the first --dev-limit questions of the seeded dev "
+                         "split (--split-seed, --dev-fraction) and reports on the test split.")
     backend = resolve_backend(args.backend)
     pipelines = args.pipelines
+    split = args.split
     if args.tune:
-        from pathlib import Path
-
-        from icr2_components.evaluation.tuning import tune_pipeline
-
-        if args.dev_offset is None and args.limit is None:
-            raise ValueError("--tune needs --limit (test questions) or --dev-offset, so dev and test questions differ.")
-        if args.baseline is not None:  # a wrong name fails before tuning (run_compare checks the tuned names)
-            from icr2_components.evaluation.compare_report import resolve_baseline
-
-            resolve_baseline(args.baseline, [Path(p).stem for p in pipelines])
-        offset = args.dev_offset if args.dev_offset is not None else args.limit
-        tuned = [tune_pipeline(p, dataset=args.dataset, dev_limit=args.dev_limit, dev_offset=offset,
-                               out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens, index=args.index,
-                               backend=backend)
-                 for p in pipelines]
-        for result in tuned:
-            print(f"tuned {result['pipeline']}: {result['best'] or 'nothing tunable'} "
-                  f"(dev mean BCU {result['best_mean_bcu']}, {result['dev_questions']} questions)")
-        pipelines = [result["tuned_file"] for result in tuned]
+        pipelines, split = tune(args, backend)
     report = run_compare(pipelines, dataset=args.dataset, context_types=args.context_types, limit=args.limit,
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
-                         progress=not args.no_progress, backend=backend, baseline=args.baseline,
+                         progress=not args.no_progress, backend=backend, question_ids=args.question_ids, split=split,
+                         split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
                          seed=args.stats_seed)
     print_report(report)
+    print_questions(report["run"])
     return 0
+
+
+def tune(args, backend) -> tuple[list[str], str | None]:
+    """Tune every pipeline on the first --dev-limit ids of the dev split; returns the tuned YAMLs and the split
+    to report on (test, unless a question-id file names the questions; compare refuses any dev id there)."""
+    from pathlib import Path
+
+    from icr2_components.evaluation.held_out import dataset_split
+    from icr2_components.evaluation.tuning import tune_pipeline
+
+    if args.split == "dev":
+        raise ValueError("--tune reports on the test split; --split dev would report on the questions it tunes on.")
+    if args.dev_limit < 1:
+        raise ValueError("--dev-limit must be a positive integer.")
+    if args.baseline is not None:  # a wrong name fails before tuning (run_compare checks the tuned names)
+        from icr2_components.evaluation.compare_report import resolve_baseline
+
+        resolve_baseline(args.baseline, [Path(p).stem for p in args.pipelines])
+    made, _, _ = dataset_split(args.dataset, seed=args.split_seed, dev_fraction=args.dev_fraction)
+    dev_ids = made.dev[:args.dev_limit]
+    selection = {"split": "dev", "split_seed": args.split_seed, "dev_fraction": args.dev_fraction,
+                 "dev_limit": args.dev_limit}
+    tuned = [tune_pipeline(p, dataset=args.dataset, out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens,
+                           index=args.index, backend=backend, question_ids=dev_ids, selection=selection)
+             for p in args.pipelines]
+    for result in tuned:
+        print(f"tuned {result['pipeline']}: {result['best'] or 'nothing tunable'} "
+              f"(dev mean BCU {result['best_mean_bcu']}, {result['dev_questions']} questions)")
+    return [result["tuned_file"] for result in tuned], (None if args.question_ids else args.split or "test")
+
+
+def print_questions(run: dict) -> None:
+    """Which questions the run used and what it left out (the ids are in run.question_ids_file)."""
+    selection = run["selection"]
+    parts = [f"{run['questions']} questions ({selection['mode']}"
+             + (f", {selection['split']['name']} split seed {selection['split']['seed']}" if selection.get("split") else "")
+             + f"), ids in {run['question_ids_file']}"]
+    if (selection.get("file") or {}).get("unknown"):
+        parts.append(f"{selection['file']['unknown']} unknown ids in {selection['file']['path']} left out "
+                     f"(e.g. {', '.join(selection['file']['unknown_examples'][:3])})")
+    if selection["held_out"]["excluded_probed"]:
+        parts.append(f"{selection['held_out']['excluded_probed']} questions left out because a head artifact was "
+                     "probed on them")
+    print("; ".join(parts))

@@ -13,10 +13,19 @@ that reads no passages (closed-book) is run once per question and its answer reu
 Each answer record keeps the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
 ``gold_position``, the 1-based position of the first gold passage shown (None: none shown, or no passages read),
 from which the report draws its position curves.
+
+Questions (``evaluation.held_out``): the dataset's in file order, or one side of a seeded dev/test split
+(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.splits``), then the first ``limit``; or exactly
+the ids of a question-id file (``question_ids``), in file order, unknown ids counted and reported. Questions a
+pipeline's head artifact was probed on are left out (counted); a tuned pipeline is refused on its dev questions.
+Every run writes the ids it used to ``question_ids.txt`` in ``out_dir`` and records them, the dataset's path and
+SHA-256, how they were chosen and every seed in ``report["run"]``, so two runs can be compared on identical
+questions (``--question-ids runs/a/question_ids.txt``).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,12 +35,16 @@ from icr2_components.models.served_model import ServedModelError
 from icr2_components.evaluation.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
+from icr2_components.evaluation.held_out import pipeline_seeds, question_file_comments, select_questions
+from icr2_components.evaluation.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED, ids_hash, write_question_ids
 from icr2_components.evaluation.context_types import ContextSet, build_context_set
 from icr2_components.evaluation.intervals import DEFAULT_SEED
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.evaluation.position_curves import first_gold_position
 
+logger = logging.getLogger(__name__)
 CACHE_FILE = "answers.jsonl"
+QUESTION_IDS_FILE = "question_ids.txt"
 
 
 def parse_context_types(text: str | Sequence[str]) -> list[str]:
@@ -105,10 +118,17 @@ def run_compare(
     backend: Backend | None = None,
     baseline: str | None = None,
     seed: int = DEFAULT_SEED,
+    question_ids: str | Path | Sequence[str] | None = None,
+    split: str | None = None,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    dev_fraction: float = DEFAULT_DEV_FRACTION,
+    seeds: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs).
-    ``baseline``: the pipeline (name) every other is compared with on the same questions (default: the first);
-    ``seed``: the report's bootstrap and permutation resampling."""
+    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
+    question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
+    same questions (default: the first); ``seed``: the report's bootstrap and permutation resampling (recorded as
+    ``run.seeds.stats_seed``); ``question_ids``: a question-id file (or a list of ids); ``split``: ``"dev"`` or
+    ``"test"`` of the seeded split; ``seeds``: further seeds to record."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.compare_report import build_report, resolve_baseline, write_report
@@ -120,14 +140,28 @@ def run_compare(
         raise ValueError("--max-new-tokens must be a positive integer.")
     specs = load_specs(pipelines, backend)
     baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
-    questions, skips, dataset_path = read_compare_questions(dataset, limit=limit, index=index)
-    if not questions:
-        raise ValueError(f"{dataset_path} has no usable question ({skips.summary()}).")
+    selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
+                                 split_seed=split_seed, dev_fraction=dev_fraction)
+    skips = selection.skips
+    questions, _, dataset_path = read_compare_questions(selection.dataset, index=index, ids=selection.ids)
+    read_ids = {q.id for q in questions}
+    lost = [i for i in selection.ids if i not in read_ids]
+    if lost:  # both readers apply the same rules; a difference is a bug, not a skip
+        raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
+    file_info = selection.file or {}
+    if file_info.get("unknown"):
+        logger.warning("%s: %d question id(s) not in %s left out (e.g. %s)", file_info.get("path"), file_info["unknown"],
+                       dataset_path, file_info["unknown_examples"][:3])
+    excluded = selection.describe()["held_out"]["excluded_probed"]
+    if excluded:
+        logger.warning("%d question(s) left out: a pipeline's head artifact was probed on them (report run.selection)",
+                       excluded)
     pool = answer_pool(dataset_path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
                 for q in questions}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
     cache = AnswerCache(out / CACHE_FILE)
     counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0}
     missing_contexts: dict[str, dict[str, int]] = {}
@@ -182,7 +216,14 @@ def run_compare(
     report = build_report(records, specs, types, baseline=baseline, seed=seed)
     report["run"] = {
         "dataset": dataset_path,
+        "dataset_sha256": selection.dataset_sha256,
         "questions": len(questions),
+        "question_ids": selection.ids,
+        "question_ids_sha256": ids_hash(selection.ids),
+        "question_ids_file": str(ids_file),
+        "selection": selection.describe(),
+        "seeds": {"split_seed": split_seed if split is not None else None, "stats_seed": seed, **(seeds or {}),
+                  "pipelines": {s.name: pipeline_seeds(s.data) for s in specs}},
         "context_types": types,
         "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
         "max_new_tokens": max_new_tokens,

@@ -170,4 +170,5 @@ def artifact_from_probe(
         instances=len(result.instances),
         skipped=result.skips.as_dict(),
         generation_tokens=generation_tokens,
+        probed_ids=list(result.instances),  # icr2 compare keeps these questions out of its evaluation
     )

@@ -114,7 +114,7 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
     from icr2_components.models.introspection import model_signature
 
     skips = skips or SkipReport(source="ph3 probing")
-    total, used = None, 0
+    total, used = None, []
     for instance in instances:
         target = first_answer_token(tokenizer, instance.context_answer)
         foil = first_answer_token(tokenizer, instance.memory_answer)
@@ -126,10 +126,10 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
                                             return_tensors="pt", return_dict=True)["input_ids"]
         effects = head_direct_effects(model, ids, target, foil)
         total = effects if total is None else total + effects
-        used += 1
+        used.append(instance.id)
     if not used:
         raise ValueError(f"No instance could be probed ({skips.summary()}); give conflicting instances whose two answers differ.")
-    scores = total / used
+    scores = total / len(used)
     flat = scores.flatten()
     heads = scores.shape[1]
     rank = min(rank, flat.numel())
@@ -142,6 +142,7 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
         scores=[[round(float(v), 6) for v in row] for row in scores.tolist()],
         context_heads=[[int(i) // heads, int(i) % heads] for i in context_order if flat[i] > 0],
         memory_heads=[[int(i) // heads, int(i) % heads] for i in memory_order if flat[i] < 0],
-        instances=used,
+        instances=len(used),
         skipped=skips.as_dict(),
+        probed_ids=used,  # icr2 compare keeps these questions out of its evaluation
     )
