@@ -20,6 +20,7 @@ from pathlib import Path
 FIRST_POSITION = 1000
 COUNT = 600
 SEED = 15
+PREFIXES = {"heldout_nq_ids_first200.txt": 200, "heldout_nq_ids_first100.txt": 100}
 
 
 def main() -> None:
@@ -35,6 +36,12 @@ def main() -> None:
               "# nq-sample-kilt.jsonl (icr2_components.kilt.build_sample). Written by bench/data/make_heldout_ids.py."]
     out.write_text("\n".join(header + chosen) + "\n")
     print(f"wrote {out} ({len(chosen)} ids)")
+    # `icr2 compare --question-ids` runs exactly a file's ids: one file per evaluation, each a prefix of the pool
+    for name, count in PREFIXES.items():
+        prefix = out.with_name(name)
+        prefix.write_text("\n".join([f"# the first {count} ids of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)"]
+                                    + chosen[:count]) + "\n")
+        print(f"wrote {prefix} ({count} ids)")
 
 
 if __name__ == "__main__":

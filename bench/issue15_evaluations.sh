@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The three held-out evaluations of BENCHMARKS.md ("Trustworthy A/B"). Each is resumable: compare and the position
+# sweep cache every answer, so re-running a command after a kill (or in a later session) continues where it stopped.
+# On 2 CPU cores they take hours; THREADS=1 lets two run side by side without oversubscribing the cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
+export OMP_NUM_THREADS=${THREADS:-1} MKL_NUM_THREADS=${THREADS:-1}
+which=${1:-all}
+
+if [[ $which == retrieval || $which == all ]]; then
+  # retrieval-side techniques on 200 held-out NQ-sample questions, paired against vanilla RAG
+  .venv/bin/icr2 compare --question-ids bench/data/heldout_nq_ids_first200.txt --context-types open \
+    --baseline vanilla_rag --out bench/results/ab_retrieval --pipelines \
+    pipelines/vanilla_rag.yaml pipelines/closed_book.yaml pipelines/corpus_in_context.yaml pipelines/query_aware.yaml \
+    pipelines/reranked_bi_encoder.yaml pipelines/reranked_recency.yaml pipelines/reordered_recency.yaml \
+    pipelines/reordered_lost_in_the_middle.yaml pipelines/rap.yaml pipelines/oracle.yaml
+fi
+if [[ $which == sweep || $which == all ]]; then
+  # gold passage at every position of 10, 100 held-out questions with one answer-bearing gold passage
+  .venv/bin/python bench/position_sweep.py --questions 100 --positions-10 all --max-new-tokens 32
+fi
+if [[ $which == cub || $which == all ]]; then
+  # CUB matrix: every context-utilisation technique x gold/conflicting/irrelevant, 100 held-out questions;
+  # closed-book gives BCU's memory target for irrelevant contexts
+  .venv/bin/icr2 compare --question-ids bench/data/heldout_nq_ids_first100.txt \
+    --context-types gold,conflicting,irrelevant --baseline vanilla_rag --out bench/results/ab_cub --pipelines \
+    pipelines/vanilla_rag.yaml pipelines/closed_book.yaml pipelines/cmt_prompting.yaml pipelines/cmt_multi_agent.yaml \
+    pipelines/cmt_cad.yaml pipelines/cmt_acd.yaml pipelines/cmt_coiecd.yaml pipelines/cmt_ph3_context.yaml \
+    pipelines/cmt_ph3_memory.yaml
+fi
