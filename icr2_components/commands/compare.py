@@ -45,6 +45,9 @@ def register(subparsers) -> None:
     parser.add_argument("--stats-seed", type=int, default=0,
                         help="seed of the report's bootstrap intervals and permutation tests (default 0)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run no model: report on the questions the cache already answers for every pipeline "
+                        "(partial results of a long, resumable run; the others are counted)")
     parser.add_argument("--tune", action="store_true",
                         help="first tune each pipeline's metadata.tunable on the dev split (max mean BCU over gold, "
                         "conflicting, irrelevant; CUB), then compare the tuned YAMLs (written to --out/tuning) on "
@@ -106,6 +109,8 @@ def run(args) -> int:
     if args.dev_offset is not None:
         raise ValueError("--dev-offset is gone: --tune tunes on the first --dev-limit questions of the seeded dev "
                          "split (--split-seed, --dev-fraction) and reports on the test split.")
+    if args.tune and args.report_only:
+        raise ValueError("--report-only runs no model, and --tune would: run the tuning first, then report.")
     backend = resolve_backend(args.backend)
     pipelines = args.pipelines
     split = args.split
@@ -115,7 +120,7 @@ def run(args) -> int:
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
                          progress=not args.no_progress, backend=backend, question_ids=args.question_ids, split=split,
                          split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
-                         seed=args.stats_seed)
+                         seed=args.stats_seed, report_only=args.report_only)
     print_report(report)
     print_questions(report["run"])
     return 0
@@ -162,4 +167,8 @@ def print_questions(run: dict) -> None:
     if selection["held_out"]["excluded_probed"]:
         parts.append(f"{selection['held_out']['excluded_probed']} questions left out because a head artifact was "
                      "probed on them")
+    if run.get("report_only"):
+        parts.append(f"report only: {run['report_only']['complete_questions']} questions answered by every pipeline "
+                     f"reported, {run['report_only']['incomplete_questions']} not yet (run without --report-only to "
+                     "continue)")
     print("; ".join(parts))

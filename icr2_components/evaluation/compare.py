@@ -123,12 +123,15 @@ def run_compare(
     split_seed: int = DEFAULT_SPLIT_SEED,
     dev_fraction: float = DEFAULT_DEV_FRACTION,
     seeds: dict[str, Any] | None = None,
+    report_only: bool = False,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
     same questions (default: the first); ``seed``: the report's bootstrap and permutation resampling (recorded as
     ``run.seeds.stats_seed``); ``question_ids``: a question-id file (or a list of ids); ``split``: ``"dev"`` or
-    ``"test"`` of the seeded split; ``seeds``: further seeds to record."""
+    ``"test"`` of the seeded split; ``seeds``: further seeds to record. ``report_only``: run no model; report on
+    the questions the cache answers for every pipeline and context type (a long run's partial results, still
+    paired), and count the others in ``run.report_only``."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.compare_report import build_report, resolve_baseline, write_report
@@ -182,6 +185,8 @@ def run_compare(
                         counters["cached"] += 1
                         first_key = first_key or record["key"]
                         continue
+                    if report_only:
+                        continue
                     documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
                     if missing:  # counted once per question below, for every pipeline alike
                         continue
@@ -213,6 +218,19 @@ def run_compare(
                     first_key = first_key or record["key"]
     records = [r for r in cache if r["pipeline_hash"] in {s.hash for s in specs}
                and r["question_id"] in contexts and r["context_type"] in types]
+    partial = None
+    if report_only:
+        # keep only questions answered by every pipeline under every context type built for them, so each paired
+        # comparison stands on the same questions
+        answered: dict[str, set] = {}
+        for r in records:
+            if not r.get("error"):
+                answered.setdefault(r["question_id"], set()).add((r["pipeline_hash"], r["context_type"]))
+        complete = {q.id for q in questions
+                    if {(s.hash, t) for s in specs for t in types if t == "open"
+                        or contexts[q.id].documents(t) is not None} <= answered.get(q.id, set())}
+        records = [r for r in records if r["question_id"] in complete]
+        partial = {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}
     report = build_report(records, specs, types, baseline=baseline, seed=seed)
     report["run"] = {
         "dataset": dataset_path,
@@ -233,6 +251,9 @@ def run_compare(
         "missing_contexts": missing_contexts,
         "unreadable_cache_lines": cache.unreadable_lines,
         "cache": str(out / CACHE_FILE),
+        # the summed generation time of the answers reported (their latency_s), whatever session produced them
+        "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
+        "report_only": partial,
     }
     write_report(report, out)
     return report
