@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.compare_report import TABLE_COLUMNS, build_report, write_report
+from icr2_components.evaluation.compare_report import TABLE_COLUMNS, build_report
+from icr2_components.evaluation.report_rendering import write_report
 from icr2_components.evaluation.external_metrics import (
     haystack_exact_match,
     ragas_import_error,

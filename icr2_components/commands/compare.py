@@ -71,13 +71,8 @@ def print_table(console, title: str, header: list[str], rows: list[list[str]]) -
 
 def print_report(report: dict) -> None:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.compare_report import (
-        HEADLINE_METRICS,
-        cub_rows,
-        gap_rows,
-        paired_rows,
-        summary_rows,
-    )
+    from icr2_components.evaluation.compare_report import HEADLINE_METRICS
+    from icr2_components.evaluation.report_rendering import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.evaluation.position_curves import curve_rows, shape_rows
 
     console = make_console()

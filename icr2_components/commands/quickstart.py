@@ -97,7 +97,7 @@ def paired_summary(report: dict, pipeline: str = "oracle", baseline: str = "clos
     """One sentence from the report's paired section: both answer-match rates with their 95% intervals, the paired
     difference with its interval, the exact McNemar test on the same questions (Holm-adjusted across the
     pipelines compared with the baseline) and the verdict."""
-    from icr2_components.evaluation.compare_report import format_difference, format_p_value
+    from icr2_components.evaluation.report_rendering import format_difference, format_p_value
     from icr2_components.evaluation.intervals import format_interval
 
     paired = report.get("paired") or {}
@@ -149,7 +149,7 @@ def run(args) -> int:
     from icr2_components.commands.compare import print_table
     from icr2_components.evaluation.compare import run_compare
     from icr2_components.evaluation.compare_cache import read_answer_records
-    from icr2_components.evaluation.compare_report import cub_rows, gap_rows, paired_rows, summary_rows
+    from icr2_components.evaluation.report_rendering import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.kilt import build_sample
     from icr2_components.stores import open_index
 

@@ -134,7 +134,8 @@ def run_compare(
     paired), and count the others in ``run.report_only``."""
     from tqdm.auto import tqdm
 
-    from icr2_components.evaluation.compare_report import build_report, resolve_baseline, write_report
+    from icr2_components.evaluation.compare_report import build_report, resolve_baseline
+    from icr2_components.evaluation.report_rendering import write_report
 
     types = parse_context_types(context_types)
     if limit is not None and limit < 1:
