@@ -219,6 +219,8 @@ class ElasticsearchStreamingWriter:
     :param load_replicas: replicas while the load runs (0, the default: fastest, restored afterwards); None keeps
         the index's own replicas, so that a cluster which must survive losing a node during the load keeps a
         copy of every shard on another node (see tests/test_elasticsearch_cluster.py).
+    :param client_options: more keyword arguments for the client it builds (TLS CA, auth headers: see
+        :func:`~icr2_components.stores.elasticsearch_connection.connection_options`).
     :param client: an existing ``elasticsearch.Elasticsearch`` client (otherwise one is built).
     """
 
@@ -247,6 +249,7 @@ class ElasticsearchStreamingWriter:
         max_failure_examples: int = 20,
         progress: bool = True,
         load_replicas: int | None = 0,
+        client_options: Mapping[str, Any] | None = None,
         client=None,
     ) -> None:
         if batch_size < 1:
@@ -284,6 +287,7 @@ class ElasticsearchStreamingWriter:
         self.max_failure_examples = max_failure_examples
         self.progress = progress
         self.load_replicas = load_replicas
+        self.client_options = dict(client_options or {})
         self._client = client
         self._retry_lock = threading.Lock()
         self._retried_requests = 0
@@ -299,6 +303,7 @@ class ElasticsearchStreamingWriter:
         ``fingerprint`` the corpus and embedding sections of the config are the fingerprint.
         """
         from icr2_components.paths import cache_dir
+        from icr2_components.stores.elasticsearch_connection import connection_options
 
         store, writer = config.store, config.writer
         checkpoint = writer.checkpoint_path or str(cache_dir() / "checkpoints" / f"{store.index}.json")
@@ -314,6 +319,7 @@ class ElasticsearchStreamingWriter:
             max_retries=store.max_retries,
             bm25_k1=store.bm25_k1,
             bm25_b=store.bm25_b,
+            client_options=connection_options(store),
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -327,7 +333,9 @@ class ElasticsearchStreamingWriter:
     def client(self):
         if self._client is None:
             # transport-level retries off: connection failures are retried here, with backoff
-            self._client = build_elasticsearch_client(self.hosts, request_timeout=self.request_timeout, max_retries=0)
+            self._client = build_elasticsearch_client(
+                self.hosts, request_timeout=self.request_timeout, max_retries=0, **self.client_options
+            )
         return self._client
 
     def _count_retry(self, *, requests: int = 0, documents: int = 0) -> None:
