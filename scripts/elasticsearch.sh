@@ -6,6 +6,16 @@
 #   bash scripts/elasticsearch.sh status   # exit 0 when the node answers, 1 otherwise
 #   bash scripts/elasticsearch.sh stop     # SIGTERM by pid file, waits, SIGKILL after a timeout
 #
+# A cluster of N nodes on loopback, beside the single node (which it never touches):
+#   bash scripts/elasticsearch.sh start --nodes 3 [--http-port-base 9201] [--transport-port-base 9301] [--heap 256m]
+#                                       [--cluster-name icr2-cluster] [--wipe]
+#   bash scripts/elasticsearch.sh status --nodes 3   # one line per node: name, URL, pid; then the cluster health
+#   bash scripts/elasticsearch.sh stop --nodes 3 [--wipe]
+# Node i gets HTTP port base+i-1 and transport port base+i-1, its own copy of config/ (keystore, jvm options),
+# data, logs and pid file under <runtime>/clusters/<name>/node-<i>; the nodes start side by side, and `start`
+# returns once node 1 reports all N nodes with yellow/green health. Defaults also from ICR2_ES_CLUSTER_HEAP,
+# ICR2_ES_CLUSTER_NAME, ICR2_ES_CLUSTER_HTTP_PORT_BASE, ICR2_ES_CLUSTER_TRANSPORT_PORT_BASE.
+#
 # The distribution is org.elasticsearch.distribution.integ-test-zip:elasticsearch (no bundled JDK; modules:
 # transport-netty4, x-pack-core, x-pack-security, apm), run with OpenJDK 17. Security is disabled
 # (xpack.security.enabled=false is accepted because x-pack-security ships in it): plain http, no auth,
