@@ -123,6 +123,7 @@ class WriteReport:
     index_created: bool = False
     checkpoint_path: str | None = None
     seconds: float = 0.0
+    stream_seconds: float = 0.0  # of which streaming the documents (the rest: index checks, settings, count check)
 
     @property
     def passages_per_second(self) -> float:
@@ -449,24 +450,32 @@ class ElasticsearchStreamingWriter:
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
     def _enter_load_settings(self) -> dict[str, Any]:
-        """Switch to load settings; return the settings to restore afterwards."""
+        """Switch to load settings; return the settings to restore afterwards. Settings already at their load
+        value are not put again (each put is a cluster-state update, tens of milliseconds)."""
+        current = self._current_load_settings()
         saved = self._saved_settings()
         if saved is not None:
             logger.warning(
                 "Index '%s' still has the load settings of an interrupted run; the settings it had before (%s) will be restored.", self.index, saved
             )
         else:
-            saved = self._current_load_settings()
+            saved = dict(current)
             if str(saved.get("index.refresh_interval")) == "-1":
                 # left behind by a load that was killed before this writer recorded anything: use the default
                 saved["index.refresh_interval"] = None
             self._put_load_meta(saved)
-        self.client.indices.put_settings(index=self.index, settings=self._load_settings())
+        changes = {key: value for key, value in self._load_settings().items() if str(current.get(key)) != str(value)}
+        if changes:
+            self.client.indices.put_settings(index=self.index, settings=changes)
         return saved
 
     def _restore_settings(self, saved: dict[str, Any]) -> None:
+        load = self._load_settings()
+        changes = {key: value for key, value in saved.items() if key not in load or str(load[key]) != str(value)}
+
         def restore() -> None:
-            self.client.indices.put_settings(index=self.index, settings=dict(saved))
+            if changes:
+                self.client.indices.put_settings(index=self.index, settings=changes)
             self._put_load_meta(None)
 
         self._retrying(restore, "restoring index settings")
@@ -555,7 +564,9 @@ class ElasticsearchStreamingWriter:
         failures_file = open(failures_path, "a", encoding="utf-8") if failures_path is not None else None
         try:
             chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
+            stream_started = time.perf_counter()
             self._stream(chunks, state, report, bar, failures_file)
+            report.stream_seconds = time.perf_counter() - stream_started
         except BaseException:
             self._write_checkpoint(state)
             raise
