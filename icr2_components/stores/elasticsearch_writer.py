@@ -832,9 +832,10 @@ def _source_serializer() -> Callable[[Any], bytes]:
     ``default``, as they would in the client."""
     try:
         import orjson
-    except ImportError:  # pragma: no cover - orjson is an optional speed-up
+    except ImportError:  # pragma: no cover - orjson is a dependency; this is for an environment without it
         from elasticsearch.serializer import JsonSerializer
 
+        logger.warning("orjson is not installed: the writer serialises with the json module, much slower with vectors (pip install orjson).")
         default = JsonSerializer().default
         return lambda value: json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     from elasticsearch.serializer import JsonSerializer
