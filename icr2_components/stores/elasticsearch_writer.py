@@ -826,7 +826,7 @@ def _failure_record(document_id: str, status: int, error: Any) -> dict:
 
 
 def _source_serializer() -> Callable[[Any], bytes]:
-    """orjson when installed (a 384-float embedding serialises about 10x faster than with json), else json.
+    """orjson when installed (a 384-float embedding serialises more than 10x faster than with json), else json.
 
     Values orjson does not know (e.g. a Decimal in meta) go through the Elasticsearch client's own
     ``default``, as they would in the client."""
