@@ -16,6 +16,7 @@ to the end of the load. Asserted:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -174,6 +175,7 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
     assert report.retried_requests + report.retried_documents >= 1, report.summary()
     assert report.passages_streamed == report.written == total
     assert report.failed == 0
+    assert json.loads((tmp_path / "rest.json").read_text())["completed"] is True
 
     # exact count, each id once
     client.indices.refresh(index=index)
