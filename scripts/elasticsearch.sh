@@ -665,7 +665,8 @@ cluster_wait_for_health() {
         for ((i = 1; i <= CLUSTER_NODES; i++)); do
             node_pid "$i" >/dev/null || { cluster_log_tail "$i"; die "node $CLUSTER-$i exited while the cluster was forming"; }
         done
-        if body="$(cluster_get 1 "/_cluster/health?wait_for_nodes=$CLUSTER_NODES&wait_for_status=yellow&timeout=5s" 10)"; then
+        if body="$(cluster_get 1 "/_cluster/health?wait_for_nodes=$CLUSTER_NODES&wait_for_status=yellow&timeout=5s" 10)" \
+            && echo "$body" | grep -q "\"cluster_name\":\"$CLUSTER\""; then
             status="$(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p')"
             nodes="$(echo "$body" | sed -n 's/.*"number_of_nodes":\([0-9]*\).*/\1/p')"
             if [ "$nodes" = "$CLUSTER_NODES" ] && { [ "$status" = "green" ] || [ "$status" = "yellow" ]; }; then
@@ -730,7 +731,8 @@ cluster_status() {
         echo "$CLUSTER-$i $(node_url "$i") $pid"
     done
     for ((i = 1; i <= CLUSTER_NODES; i++)); do
-        if body="$(cluster_get "$i" /_cluster/health 5)"; then
+        # only this cluster's answer counts (another node may hold the port)
+        if body="$(cluster_get "$i" /_cluster/health 5)" && echo "$body" | grep -q "\"cluster_name\":\"$CLUSTER\""; then
             echo "health: $(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p'), nodes: $(echo "$body" | sed -n 's/.*"number_of_nodes":\([0-9]*\).*/\1/p')"
             rc=0
             break
