@@ -6,6 +6,16 @@
 #   bash scripts/elasticsearch.sh status   # exit 0 when the node answers, 1 otherwise
 #   bash scripts/elasticsearch.sh stop     # SIGTERM by pid file, waits, SIGKILL after a timeout
 #
+# A cluster of N nodes on loopback, beside the single node (which it never touches):
+#   bash scripts/elasticsearch.sh start --nodes 3 [--http-port-base 9201] [--transport-port-base 9301] [--heap 256m]
+#                                       [--cluster-name icr2-cluster] [--wipe]
+#   bash scripts/elasticsearch.sh status --nodes 3   # one line per node: name, URL, pid; then the cluster health
+#   bash scripts/elasticsearch.sh stop --nodes 3 [--wipe]
+# Node i gets HTTP port base+i-1 and transport port base+i-1, its own copy of config/ (keystore, jvm options),
+# data, logs and pid file under <runtime>/clusters/<name>/node-<i>; the nodes start side by side, and `start`
+# returns once node 1 reports all N nodes with yellow/green health. Defaults also from ICR2_ES_CLUSTER_HEAP,
+# ICR2_ES_CLUSTER_NAME, ICR2_ES_CLUSTER_HTTP_PORT_BASE, ICR2_ES_CLUSTER_TRANSPORT_PORT_BASE.
+#
 # The distribution is org.elasticsearch.distribution.integ-test-zip:elasticsearch (no bundled JDK; modules:
 # transport-netty4, x-pack-core, x-pack-security, apm), run with OpenJDK 17. Security is disabled
 # (xpack.security.enabled=false is accepted because x-pack-security ships in it): plain http, no auth,
@@ -306,6 +316,27 @@ log_tail() {
     done
 }
 
+# The distribution a node runs from: the cached copy, or (as root, when the cache is not reachable by the
+# unprivileged user) a copy in the runtime directory.
+distribution_home() { # version runtime-dir
+    local version="$1" rt="$2" home
+    if [ "$rt" = "$ES_CACHE/runtime" ]; then
+        echo "$ES_CACHE/elasticsearch-$version"
+        return 0
+    fi
+    home="$rt/elasticsearch-$version"
+    if [ ! -x "$home/bin/elasticsearch" ] || {
+        [ ! -d "$home/modules/$REST_ROOT_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$REST_ROOT_MODULE" ]
+    }; then
+        rm -rf "$home"
+        log "copying the distribution to $home (the cache under $CACHE_ROOT is not reachable by '$ES_USER')"
+        rm -rf "$home.tmp"
+        cp -a "$ES_CACHE/elasticsearch-$version" "$home.tmp"
+        mv "$home.tmp" "$home"
+    fi
+    echo "$home"
+}
+
 # ------------------------------------------------------------------------------------------------ start
 
 cmd_start() {
@@ -334,21 +365,7 @@ cmd_start() {
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
     rt="$(runtime_dir)"
     mkdir -p "$rt"/{data,logs,run,tmp}
-    if [ "$rt" = "$ES_CACHE/runtime" ]; then
-        home="$ES_CACHE/elasticsearch-$version"
-    else
-        # the cached copy is unreachable to the unprivileged user: run from a copy in the runtime directory
-        home="$rt/elasticsearch-$version"
-        if [ ! -x "$home/bin/elasticsearch" ] || {
-            [ ! -d "$home/modules/$REST_ROOT_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$REST_ROOT_MODULE" ]
-        }; then
-            rm -rf "$home"
-            log "copying the distribution to $home (the cache under $CACHE_ROOT is not reachable by '$ES_USER')"
-            rm -rf "$home.tmp"
-            cp -a "$ES_CACHE/elasticsearch-$version" "$home.tmp"
-            mv "$home.tmp" "$home"
-        fi
-    fi
+    home="$(distribution_home "$version" "$rt")"
     : >"$rt/logs/startup.out"
 
     local settings=(
@@ -480,13 +497,302 @@ cmd_status() {
     return 1
 }
 
-case "${1:-}" in
+# --------------------------------------------------------------------------------- a cluster of N nodes
+
+# `--nodes N` (N >= 1): a cluster of its own on 127.0.0.1, beside the single node (which it never touches).
+# Node i (1..N) is "<name>-<i>", HTTP on http-port-base + i - 1, transport on transport-port-base + i - 1,
+# with its own config copy, data, logs and pid file under <runtime>/clusters/<name>/node-<i>.
+CLUSTER_NODES=0
+CLUSTER_HTTP_BASE="${ICR2_ES_CLUSTER_HTTP_PORT_BASE:-9201}"
+CLUSTER_TRANSPORT_BASE="${ICR2_ES_CLUSTER_TRANSPORT_PORT_BASE:-9301}"
+CLUSTER_HEAP="${ICR2_ES_CLUSTER_HEAP:-256m}"
+CLUSTER="${ICR2_ES_CLUSTER_NAME:-icr2-cluster}"
+CLUSTER_WIPE=0
+
+cluster_dir() { echo "$(runtime_dir)/clusters/$CLUSTER"; }
+node_dir() { echo "$(cluster_dir)/node-$1"; }
+node_http_port() { echo $((CLUSTER_HTTP_BASE + $1 - 1)); }
+node_transport_port() { echo $((CLUSTER_TRANSPORT_BASE + $1 - 1)); }
+node_url() { echo "http://$HOST:$(node_http_port "$1")"; }
+
+node_pid() { # i -> pid of a live node, or fail
+    local pidf="$(node_dir "$1")/run/elasticsearch.pid" pid
+    [ -s "$pidf" ] || return 1
+    pid="$(cat "$pidf")"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+cluster_get() { # i path [timeout]
+    curl -fsS --max-time "${3:-5}" "$(node_url "$1")$2" 2>/dev/null
+}
+
+check_cluster_options() {
+    [[ "$CLUSTER_NODES" =~ ^[0-9]+$ ]] && [ "$CLUSTER_NODES" -ge 1 ] && [ "$CLUSTER_NODES" -le 9 ] \
+        || die "--nodes must be a number from 1 to 9, got '$CLUSTER_NODES'"
+    [[ "$CLUSTER_HTTP_BASE" =~ ^[0-9]+$ ]] && [[ "$CLUSTER_TRANSPORT_BASE" =~ ^[0-9]+$ ]] \
+        || die "--http-port-base and --transport-port-base must be port numbers"
+    [[ "$CLUSTER" =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "--cluster-name must be lower-case letters, digits, - or _, got '$CLUSTER'"
+    [[ "$CLUSTER_HEAP" =~ ^[0-9]+[mMgG]$ ]] || die "--heap must look like 256m or 1g, got '$CLUSTER_HEAP'"
+    local i port last_http=$((CLUSTER_HTTP_BASE + CLUSTER_NODES - 1)) last_transport=$((CLUSTER_TRANSPORT_BASE + CLUSTER_NODES - 1))
+    if [ "$CLUSTER_HTTP_BASE" -le "$PORT" ] && [ "$PORT" -le "$last_http" ]; then
+        die "the cluster's HTTP ports $CLUSTER_HTTP_BASE-$last_http include the single node's port $PORT; use --http-port-base 9201"
+    fi
+    if [ "$last_http" -ge "$CLUSTER_TRANSPORT_BASE" ] && [ "$CLUSTER_HTTP_BASE" -le "$last_transport" ]; then
+        die "the HTTP ports $CLUSTER_HTTP_BASE-$last_http overlap the transport ports $CLUSTER_TRANSPORT_BASE-$last_transport"
+    fi
+}
+
+cluster_start() {
+    check_cluster_options
+    mkdir -p "$ES_CACHE"
+    exec 9>"$ES_CACHE/.lock"
+    flock -w 600 9 || die "another elasticsearch.sh holds $ES_CACHE/.lock"
+    [ -x "$JAVA_HOME_17/bin/java" ] || die "OpenJDK 17 not found at $JAVA_HOME_17 (apt-get install openjdk-17-jdk-headless, or set ICR2_ES_JAVA_HOME)"
+
+    local i running=0 port body
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        if node_pid "$i" >/dev/null; then running=$((running + 1)); fi
+    done
+    if [ "$running" -eq "$CLUSTER_NODES" ]; then
+        log "cluster '$CLUSTER' is already running ($CLUSTER_NODES nodes)"
+        cluster_wait_for_health
+        return 0
+    fi
+    [ "$running" -eq 0 ] || die "cluster '$CLUSTER' is partly running ($running of $CLUSTER_NODES nodes); stop it first (stop --nodes $CLUSTER_NODES)"
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        for port in "$(node_http_port "$i")" "$(node_transport_port "$i")"; do
+            if command -v ss >/dev/null 2>&1 && ss -Hltn "sport = :$port" | grep -q .; then
+                die "port $port on $HOST is already taken; choose other ports with --http-port-base / --transport-port-base"
+            fi
+        done
+    done
+
+    local version rt home seeds="" masters="" dir
+    version="$(installed_version)"
+    install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    rt="$(runtime_dir)"
+    mkdir -p "$rt"
+    home="$(distribution_home "$version" "$rt")"
+    is_root && ensure_es_user
+    if [ "$CLUSTER_WIPE" -eq 1 ] && [ -d "$(cluster_dir)" ]; then
+        log "wiping the data of cluster '$CLUSTER' ($(cluster_dir))"
+        rm -rf "$(cluster_dir)"
+    fi
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        seeds+="${seeds:+,}$HOST:$(node_transport_port "$i")"
+        masters+="${masters:+,}$CLUSTER-$i"
+    done
+    log "starting cluster '$CLUSTER': $CLUSTER_NODES nodes of Elasticsearch $version, HTTP $(node_http_port 1)-$(node_http_port "$CLUSTER_NODES"), transport $(node_transport_port 1)-$(node_transport_port "$CLUSTER_NODES"), heap $CLUSTER_HEAP each"
+
+    local pids=() rc=0
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        dir="$(node_dir "$i")"
+        mkdir -p "$dir"/{data,logs,run,tmp}
+        # its own config directory: the keystore and jvm options are per node (no race between nodes starting)
+        [ -f "$dir/config/elasticsearch.yml" ] || { rm -rf "$dir/config"; cp -a "$home/config" "$dir/config"; }
+        rm -f "$dir/run/elasticsearch.pid"
+        : >"$dir/logs/startup.out"
+        local settings=(
+            -E "cluster.name=$CLUSTER"
+            -E "node.name=$CLUSTER-$i"
+            -E "network.host=$HOST"
+            -E "http.port=$(node_http_port "$i")"
+            -E "transport.port=$(node_transport_port "$i")"
+            -E "path.data=$dir/data"
+            -E "path.logs=$dir/logs"
+            -E "xpack.security.enabled=false"
+            -E "cluster.routing.allocation.disk.threshold_enabled=false"
+        )
+        if [ "$CLUSTER_NODES" -eq 1 ]; then
+            settings+=(-E "discovery.type=single-node")
+        else
+            settings+=(-E "discovery.seed_hosts=$seeds")
+            # bootstrapping only on a fresh data directory (Elasticsearch warns when it stays set afterwards)
+            [ -n "$(ls -A "$dir/data" 2>/dev/null)" ] || settings+=(-E "cluster.initial_master_nodes=$masters")
+        fi
+        local envs=(
+            "ES_JAVA_HOME=$JAVA_HOME_17"
+            "ES_JAVA_OPTS=-Xms$CLUSTER_HEAP -Xmx$CLUSTER_HEAP ${ICR2_ES_EXTRA_JAVA_OPTS:-}"
+            "ES_PATH_CONF=$dir/config"
+            "ES_TMPDIR=$dir/tmp"
+            "PATH=/usr/local/bin:/usr/bin:/bin"
+            "HOME=$dir"
+            "LANG=C.UTF-8"
+        )
+        if is_root; then
+            chown -R "$ES_USER:" "$dir"
+            (ulimit -n 65535 2>/dev/null || true; cd "$dir" && runuser -u "$ES_USER" -- env -i "${envs[@]}" \
+                "$home/bin/elasticsearch" -d -p "$dir/run/elasticsearch.pid" "${settings[@]}") \
+                >>"$dir/logs/startup.out" 2>&1 9>&- &
+        else
+            (ulimit -n 65535 2>/dev/null || true; cd "$dir" && env -i "${envs[@]}" \
+                "$home/bin/elasticsearch" -d -p "$dir/run/elasticsearch.pid" "${settings[@]}") \
+                >>"$dir/logs/startup.out" 2>&1 9>&- &
+        fi
+        pids+=($!)
+    done
+    # the nodes start side by side (`-d` returns once a node is up, which needs the others to form a cluster)
+    for i in "${!pids[@]}"; do
+        if ! wait "${pids[$i]}"; then
+            rc=1
+            log "node $CLUSTER-$((i + 1)) did not start"
+            cluster_log_tail "$((i + 1))"
+        fi
+    done
+    if [ "$rc" -ne 0 ]; then
+        cluster_stop_nodes
+        die "cluster '$CLUSTER' did not start; logs in $(cluster_dir)/node-*/logs"
+    fi
+    cluster_wait_for_health
+}
+
+cluster_log_tail() { # i
+    local dir f
+    dir="$(node_dir "$1")"
+    for f in "$dir/logs/$CLUSTER.log" "$dir/logs/startup.out"; do
+        if [ -s "$f" ]; then
+            log "---- last lines of $f ----"
+            tail -n 30 "$f" >&2
+        fi
+    done
+}
+
+# Waits until node 1 reports all N nodes and yellow/green health.
+cluster_wait_for_health() {
+    local deadline body status nodes i
+    deadline=$(($(date +%s) + START_TIMEOUT))
+    while :; do
+        for ((i = 1; i <= CLUSTER_NODES; i++)); do
+            node_pid "$i" >/dev/null || { cluster_log_tail "$i"; die "node $CLUSTER-$i exited while the cluster was forming"; }
+        done
+        if body="$(cluster_get 1 "/_cluster/health?wait_for_nodes=$CLUSTER_NODES&wait_for_status=yellow&timeout=5s" 10)" \
+            && echo "$body" | grep -q "\"cluster_name\":\"$CLUSTER\""; then
+            status="$(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p')"
+            nodes="$(echo "$body" | sed -n 's/.*"number_of_nodes":\([0-9]*\).*/\1/p')"
+            if [ "$nodes" = "$CLUSTER_NODES" ] && { [ "$status" = "green" ] || [ "$status" = "yellow" ]; }; then
+                log "cluster '$CLUSTER' is up: $nodes nodes, health $status, $(node_url 1) .. $(node_url "$CLUSTER_NODES")"
+                return 0
+            fi
+        fi
+        if [ "$(date +%s)" -ge "$deadline" ]; then
+            for ((i = 1; i <= CLUSTER_NODES; i++)); do cluster_log_tail "$i"; done
+            die "cluster '$CLUSTER' did not reach $CLUSTER_NODES nodes with yellow/green health within ${START_TIMEOUT}s"
+        fi
+        sleep 1
+    done
+}
+
+# SIGTERM to every node, SIGKILL after the timeout; the single node is never among them (other pid files).
+cluster_stop_nodes() {
+    local i pid waited pidf
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        if pid="$(node_pid "$i")"; then
+            log "stopping $CLUSTER-$i (pid $pid)"
+            kill -TERM "$pid" 2>/dev/null || true
+        fi
+    done
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        pidf="$(node_dir "$i")/run/elasticsearch.pid"
+        waited=0
+        while pid="$(node_pid "$i")"; do
+            sleep 1
+            waited=$((waited + 1))
+            if [ "$waited" -ge "$STOP_TIMEOUT" ]; then
+                log "$CLUSTER-$i still running after ${STOP_TIMEOUT}s; sending SIGKILL"
+                kill -KILL "$pid" 2>/dev/null || true
+                sleep 1
+                break
+            fi
+        done
+        rm -f "$pidf"
+    done
+}
+
+cluster_stop() {
+    check_cluster_options
+    mkdir -p "$ES_CACHE"
+    exec 9>"$ES_CACHE/.lock"
+    flock -w 600 9 || die "another elasticsearch.sh holds $ES_CACHE/.lock"
+    cluster_stop_nodes
+    if [ "$CLUSTER_WIPE" -eq 1 ]; then
+        rm -rf "$(cluster_dir)"
+        log "cluster '$CLUSTER' stopped, its data wiped"
+    else
+        log "cluster '$CLUSTER' stopped (data kept in $(cluster_dir); --wipe deletes it)"
+    fi
+}
+
+# One line per node: name, HTTP URL, pid (or "-" when not running); exit 0 when node 1 answers health.
+cluster_status() {
+    check_cluster_options
+    local i pid body rc=1
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        pid="$(node_pid "$i" || echo -)"
+        echo "$CLUSTER-$i $(node_url "$i") $pid"
+    done
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        # only this cluster's answer counts (another node may hold the port)
+        if body="$(cluster_get "$i" /_cluster/health 5)" && echo "$body" | grep -q "\"cluster_name\":\"$CLUSTER\""; then
+            echo "health: $(echo "$body" | sed -n 's/.*"status":"\([a-z]*\)".*/\1/p'), nodes: $(echo "$body" | sed -n 's/.*"number_of_nodes":\([0-9]*\).*/\1/p')"
+            rc=0
+            break
+        fi
+    done
+    [ "$rc" -eq 0 ] || echo "cluster '$CLUSTER' does not answer"
+    return "$rc"
+}
+
+usage() {
+    cat >&2 <<USAGE
+usage: $0 {fetch|start|stop|status}
+       $0 {start|stop|status} --nodes N [--http-port-base 9201] [--transport-port-base 9301] [--heap 256m]
+                                        [--cluster-name icr2-cluster] [--wipe]
+  --nodes N              a cluster of N nodes on $HOST of its own (the single node on port $PORT is left alone)
+  --http-port-base P     HTTP port of node 1; node i gets P+i-1 (default 9201)
+  --transport-port-base  transport port of node 1; node i gets T+i-1 (default 9301)
+  --heap SIZE            heap of each node (default 256m)
+  --cluster-name NAME    cluster name and directory (default icr2-cluster)
+  --wipe                 start: delete the cluster's old data first; stop: delete it afterwards
+USAGE
+}
+
+COMMAND="${1:-}"
+[ $# -gt 0 ] && shift
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --nodes) CLUSTER_NODES="${2:?--nodes needs a number}"; shift 2 ;;
+        --nodes=*) CLUSTER_NODES="${1#*=}"; shift ;;
+        --http-port-base) CLUSTER_HTTP_BASE="${2:?--http-port-base needs a port}"; shift 2 ;;
+        --http-port-base=*) CLUSTER_HTTP_BASE="${1#*=}"; shift ;;
+        --transport-port-base) CLUSTER_TRANSPORT_BASE="${2:?--transport-port-base needs a port}"; shift 2 ;;
+        --transport-port-base=*) CLUSTER_TRANSPORT_BASE="${1#*=}"; shift ;;
+        --heap) CLUSTER_HEAP="${2:?--heap needs a size}"; shift 2 ;;
+        --heap=*) CLUSTER_HEAP="${1#*=}"; shift ;;
+        --cluster-name) CLUSTER="${2:?--cluster-name needs a name}"; shift 2 ;;
+        --cluster-name=*) CLUSTER="${1#*=}"; shift ;;
+        --wipe) CLUSTER_WIPE=1; shift ;;
+        *) usage; die "unknown option '$1'" ;;
+    esac
+done
+
+if [ "$CLUSTER_NODES" != 0 ]; then
+    case "$COMMAND" in
+        start) cluster_start ;;
+        stop) cluster_stop ;;
+        status) cluster_status ;;
+        *) usage; exit 2 ;;
+    esac
+    exit $?
+fi
+[ "$CLUSTER_WIPE" -eq 0 ] || die "--wipe applies to a cluster (--nodes N) only; the single node's data is never wiped by this script"
+
+case "$COMMAND" in
     fetch) cmd_fetch ;;
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     *)
-        echo "usage: $0 {fetch|start|stop|status}" >&2
+        usage
         exit 2
         ;;
 esac

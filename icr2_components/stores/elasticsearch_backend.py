@@ -23,6 +23,7 @@ from haystack import Document
 
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
+from icr2_components.stores.elasticsearch_connection import connection_options, validate_connection_settings
 from icr2_components.stores.elasticsearch_store import (
     build_elasticsearch_client,
     build_elasticsearch_store,
@@ -45,12 +46,19 @@ class ElasticsearchStoreSettings(StoreSettings):
     # BM25 parameters of a newly created index (a static index setting: an existing index keeps its own)
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
+    # an external cluster (see stores/elasticsearch_connection.py): TLS CA file, basic auth (the password from
+    # the environment variable password_env); an API key comes from ELASTIC_API_KEY
+    ca_certs: str | None = None
+    verify_certs: bool = True
+    username: str | None = None
+    password_env: str = "ELASTIC_PASSWORD"
 
     def validate(self) -> None:
         if not self.hosts:
             raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
         if self.max_retries < 0:
             raise ConfigError("store.max_retries must be >= 0.")
+        validate_connection_settings(self)
 
 
 class QueryTooLongError(ValueError):
@@ -81,7 +89,7 @@ class ElasticsearchStoreBackend(StoreBackend):
 
     def index_exists(self) -> bool:
         settings = self.settings
-        client = build_elasticsearch_client(settings.hosts, request_timeout=settings.request_timeout, max_retries=0)
+        client = build_elasticsearch_client(settings.hosts, request_timeout=settings.request_timeout, max_retries=0, **connection_options(settings))
         try:
             return call_with_retries(lambda: bool(client.indices.exists(index=settings.index)), url=self.url(),
                                      max_retries=settings.max_retries, initial_backoff=0.5, max_backoff=5.0)

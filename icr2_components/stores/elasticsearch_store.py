@@ -306,8 +306,11 @@ def build_elasticsearch_store(
     """
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
+    from icr2_components.stores.elasticsearch_connection import connection_options
+
     store = store_config_of(config)
     hosts = split_hosts(store.hosts)
+    client_kwargs = {**connection_options(store), **client_kwargs}
     return ElasticsearchDocumentStore(
         hosts=hosts if len(hosts) > 1 else hosts[0],
         index=store.index,

@@ -3,12 +3,16 @@
 What it guarantees:
 
 - **bounded memory**: the documents are an iterable consumed chunk by chunk; at most
-  ``thread_count * 2 + 1`` chunks of ``batch_size`` documents are held at once (sent with
-  ``elasticsearch.helpers.streaming_bulk`` from ``thread_count`` threads, confirmed in stream order), however
-  long the stream;
+  ``thread_count * 2 + 1`` chunks of ``batch_size`` documents are held at once (sent from ``thread_count``
+  threads, confirmed in stream order), however long the stream;
+- **near the node's ceiling**: each document is serialised once (orjson when installed) into its NDJSON
+  lines, and a chunk is posted as those bytes joined, the way a replay of pre-serialised bulk bodies (the
+  ceiling in ``bench/indexing.py``) posts them; only the answer's ``errors`` flag and per-item statuses are
+  read back;
 - **idempotent**: every document is sent with op_type ``index`` and its deterministic id as ``_id``, so a
   re-run overwrites instead of duplicating;
-- **fast load settings**: ``refresh_interval: -1`` and ``number_of_replicas: 0`` during the load, the
+- **fast load settings**: ``refresh_interval: -1`` and ``number_of_replicas: 0`` (``load_replicas``; None keeps
+  the index's replicas, for a cluster that must survive a node loss mid-load) during the load, the
   previous values restored afterwards, on failure too. The previous values are also kept in the index's
   mapping ``_meta`` while the load runs, so a run killed outright (SIGKILL) is repaired by the next run;
 - **resumable**: a JSON checkpoint (position in the stream, passages confirmed written, last id, config
@@ -21,9 +25,9 @@ What it guarantees:
 - **nothing dropped silently**: documents Elasticsearch rejects are counted, the first ones kept as
   examples, every one appended to a ``.failures.jsonl`` file beside the checkpoint; after
   ``max_failures`` the load stops;
-- **retries**: a node that cannot be reached is retried with exponential backoff, then
-  :class:`ElasticsearchUnreachableError` names the URL; 429/502/503/504 answers are retried by
-  ``elasticsearch.helpers.streaming_bulk``.
+- **retries**: a node that cannot be reached is retried with exponential backoff (with several hosts the next
+  attempt goes to a live node), then :class:`ElasticsearchUnreachableError` names the URL; documents answered
+  429/502/503/504 are resent alone, with backoff; the report counts both kinds of retry.
 
 Usage:
     >>> writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "icr2-kilt", checkpoint_path="kilt.ckpt.json")
@@ -37,6 +41,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -80,7 +85,8 @@ LOAD_META_KEY = "icr2_bulk_load"
 LOAD_SETTINGS = {"index.refresh_interval": "-1", "index.number_of_replicas": 0}
 # Answers worth retrying (by streaming_bulk, per document and per request).
 RETRY_STATUSES = (429, 502, 503, 504)
-BULK_FILTER_PATH = "errors,items.*._id,items.*.status,items.*.error"
+# the answer, filtered: only "errors" when all went well, the status (and error) of each item otherwise
+BULK_FILTER_PATH = "errors,items.*.status,items.*.error"
 
 
 class CheckpointMismatchError(RuntimeError):
@@ -104,6 +110,9 @@ class WriteReport:
     passages_streamed: int = 0  # documents in the stream, the resumed prefix included
     resumed_from: int = 0  # prefix skipped because a checkpoint confirmed it
     written: int = 0  # confirmed by Elasticsearch in this run
+    bulk_requests: int = 0  # bulk requests sent in this run, resends included
+    retried_requests: int = 0  # requests resent after a connection failure (node down, connection cut)
+    retried_documents: int = 0  # documents resent after a 429/502/503/504 answer
     failed: int = 0  # rejected documents, this run and the runs it resumes
     failure_examples: list[dict] = field(default_factory=list)
     failures_path: str | None = None
@@ -114,6 +123,7 @@ class WriteReport:
     index_created: bool = False
     checkpoint_path: str | None = None
     seconds: float = 0.0
+    stream_seconds: float = 0.0  # of which streaming the documents (the rest: index checks, settings, count check)
 
     @property
     def passages_per_second(self) -> float:
@@ -129,6 +139,8 @@ class WriteReport:
             f"index '{self.index}' at {self.url}: {self.passages_streamed} passages streamed"
             + (f" (first {self.resumed_from} skipped: confirmed by the checkpoint)" if self.resumed_from else ""),
             f"  written this run: {self.written} in {self.seconds:.1f}s ({self.passages_per_second:.0f} passages/s)",
+            f"  bulk requests: {self.bulk_requests}; resent after a connection failure: {self.retried_requests}; "
+            f"documents resent after a 429/5xx answer: {self.retried_documents}",
             f"  rejected by Elasticsearch: {self.failed}" + (f" (all listed in {self.failures_path})" if self.failed and self.failures_path else ""),
         ]
         if self.index_count is not None:
@@ -162,18 +174,23 @@ def document_to_source(document: Document) -> dict[str, Any]:
 
 @dataclass
 class _Chunk:
-    actions: list[dict]
-    first_position: int  # stream position of the first action (0-based)
+    ids: list[str]
+    lines: list[bytes]  # per document: its action line and its source line, NDJSON, serialised once
+    first_position: int  # stream position of the first document (0-based)
 
     @property
     def last_id(self) -> str:
-        return self.actions[-1]["_id"]
+        return self.ids[-1]
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 @dataclass
 class _ChunkResult:
     ok: int
     failures: list[dict]
+    requests: int = 1  # bulk requests sent for the chunk, retries included
 
 
 class ElasticsearchStreamingWriter:
@@ -200,6 +217,11 @@ class ElasticsearchStreamingWriter:
     :param max_failures: stop with :class:`BulkWriteError` once more documents than this were rejected
         (None: never stop).
     :param progress: show a tqdm progress bar.
+    :param load_replicas: replicas while the load runs (0, the default: fastest, restored afterwards); None keeps
+        the index's own replicas, so that a cluster which must survive losing a node during the load keeps a
+        copy of every shard on another node (see tests/test_elasticsearch_cluster.py).
+    :param client_options: more keyword arguments for the client it builds (TLS CA, auth headers: see
+        :func:`~icr2_components.stores.elasticsearch_connection.connection_options`).
     :param client: an existing ``elasticsearch.Elasticsearch`` client (otherwise one is built).
     """
 
@@ -227,6 +249,8 @@ class ElasticsearchStreamingWriter:
         max_failures: int | None = 1000,
         max_failure_examples: int = 20,
         progress: bool = True,
+        load_replicas: int | None = 0,
+        client_options: Mapping[str, Any] | None = None,
         client=None,
     ) -> None:
         if batch_size < 1:
@@ -237,6 +261,10 @@ class ElasticsearchStreamingWriter:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
+        if load_replicas is not None and (isinstance(load_replicas, bool) or not isinstance(load_replicas, int) or load_replicas < 0):
+            raise ValueError(f"load_replicas must be a non-negative integer or None (keep the index's replicas), got {load_replicas!r}.")
+        if max_chunk_bytes < 1:
+            raise ValueError(f"max_chunk_bytes must be >= 1, got {max_chunk_bytes}.")
         self.hosts = hosts
         self.url = describe_hosts(hosts)
         self.index = index
@@ -259,7 +287,12 @@ class ElasticsearchStreamingWriter:
         self.max_failures = max_failures
         self.max_failure_examples = max_failure_examples
         self.progress = progress
+        self.load_replicas = load_replicas
+        self.client_options = dict(client_options or {})
         self._client = client
+        self._retry_lock = threading.Lock()
+        self._retried_requests = 0
+        self._retried_documents = 0
 
     # -- construction ---------------------------------------------------------------------------------------
 
@@ -271,6 +304,7 @@ class ElasticsearchStreamingWriter:
         ``fingerprint`` the corpus and embedding sections of the config are the fingerprint.
         """
         from icr2_components.paths import cache_dir
+        from icr2_components.stores.elasticsearch_connection import connection_options
 
         store, writer = config.store, config.writer
         checkpoint = writer.checkpoint_path or str(cache_dir() / "checkpoints" / f"{store.index}.json")
@@ -286,6 +320,7 @@ class ElasticsearchStreamingWriter:
             max_retries=store.max_retries,
             bm25_k1=store.bm25_k1,
             bm25_b=store.bm25_b,
+            client_options=connection_options(store),
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -299,11 +334,19 @@ class ElasticsearchStreamingWriter:
     def client(self):
         if self._client is None:
             # transport-level retries off: connection failures are retried here, with backoff
-            self._client = build_elasticsearch_client(self.hosts, request_timeout=self.request_timeout, max_retries=0)
+            self._client = build_elasticsearch_client(
+                self.hosts, request_timeout=self.request_timeout, max_retries=0, **self.client_options
+            )
         return self._client
+
+    def _count_retry(self, *, requests: int = 0, documents: int = 0) -> None:
+        with self._retry_lock:
+            self._retried_requests += requests
+            self._retried_documents += documents
 
     def _retrying(self, call, what: str):
         def log_retry(attempt: int, error: BaseException, delay: float) -> None:
+            self._count_retry(requests=1)
             logger.warning("%s: Elasticsearch at %s unreachable (%s); retry %d/%d in %.1fs", what, self.url, type(error).__name__, attempt, self.max_retries, delay)
 
         return call_with_retries(
@@ -378,6 +421,14 @@ class ElasticsearchStreamingWriter:
 
     # -- index settings -------------------------------------------------------------------------------------
 
+    def _load_settings(self) -> dict[str, Any]:
+        settings = dict(LOAD_SETTINGS)
+        if self.load_replicas is None:
+            settings.pop("index.number_of_replicas")
+        else:
+            settings["index.number_of_replicas"] = self.load_replicas
+        return settings
+
     def _current_load_settings(self) -> dict[str, Any]:
         body = self.client.indices.get_settings(index=self.index, flat_settings=True).body
         settings = next(iter(body.values()))["settings"]
@@ -399,24 +450,32 @@ class ElasticsearchStreamingWriter:
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
     def _enter_load_settings(self) -> dict[str, Any]:
-        """Switch to load settings; return the settings to restore afterwards."""
+        """Switch to load settings; return the settings to restore afterwards. Settings already at their load
+        value are not put again (each put is a cluster-state update, tens of milliseconds)."""
+        current = self._current_load_settings()
         saved = self._saved_settings()
         if saved is not None:
             logger.warning(
                 "Index '%s' still has the load settings of an interrupted run; the settings it had before (%s) will be restored.", self.index, saved
             )
         else:
-            saved = self._current_load_settings()
+            saved = dict(current)
             if str(saved.get("index.refresh_interval")) == "-1":
                 # left behind by a load that was killed before this writer recorded anything: use the default
                 saved["index.refresh_interval"] = None
             self._put_load_meta(saved)
-        self.client.indices.put_settings(index=self.index, settings=dict(LOAD_SETTINGS))
+        changes = {key: value for key, value in self._load_settings().items() if str(current.get(key)) != str(value)}
+        if changes:
+            self.client.indices.put_settings(index=self.index, settings=changes)
         return saved
 
     def _restore_settings(self, saved: dict[str, Any]) -> None:
+        load = self._load_settings()
+        changes = {key: value for key, value in saved.items() if key not in load or str(load[key]) != str(value)}
+
         def restore() -> None:
-            self.client.indices.put_settings(index=self.index, settings=dict(saved))
+            if changes:
+                self.client.indices.put_settings(index=self.index, settings=changes)
             self._put_load_meta(None)
 
         self._retrying(restore, "restoring index settings")
@@ -444,6 +503,8 @@ class ElasticsearchStreamingWriter:
 
         show_progress = self.progress if progress is None else progress
         started = time.perf_counter()
+        with self._retry_lock:
+            self._retried_requests = self._retried_documents = 0
         report = WriteReport(index=self.index, url=self.url, checkpoint_path=str(self.checkpoint_path) if self.checkpoint_path else None)
         failures_path = self._failures_path()
         report.failures_path = str(failures_path) if failures_path else None
@@ -503,11 +564,15 @@ class ElasticsearchStreamingWriter:
         failures_file = open(failures_path, "a", encoding="utf-8") if failures_path is not None else None
         try:
             chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
+            stream_started = time.perf_counter()
             self._stream(chunks, state, report, bar, failures_file)
+            report.stream_seconds = time.perf_counter() - stream_started
         except BaseException:
             self._write_checkpoint(state)
             raise
         finally:
+            with self._retry_lock:
+                report.retried_requests, report.retried_documents = self._retried_requests, self._retried_documents
             bar.close()
             if failures_file is not None:
                 failures_file.close()
@@ -595,7 +660,12 @@ class ElasticsearchStreamingWriter:
             )
 
     def _chunks(self, stream: Iterator[Document], position: int, embedding_dim: int | None) -> Iterator[_Chunk]:
-        actions: list[dict] = []
+        """Chunks of ``batch_size`` documents (fewer when the body would pass ``max_chunk_bytes``), each
+        document serialised once, here, into its two NDJSON lines: the sender only joins and posts them."""
+        dumps = _source_serializer()
+        ids: list[str] = []
+        lines: list[bytes] = []
+        size = 0
         first_position = position
         for document in stream:
             if document.embedding is not None:
@@ -603,46 +673,81 @@ class ElasticsearchStreamingWriter:
                     embedding_dim = len(document.embedding)
                 elif len(document.embedding) != embedding_dim:
                     raise EmbeddingDimensionError(self.index, embedding_dim, len(document.embedding), document.id)
-            actions.append({"_op_type": "index", "_id": document.id, "_source": document_to_source(document)})
-            if len(actions) >= self.batch_size:
-                yield _Chunk(actions, first_position)
-                first_position += len(actions)
-                actions = []
-        if actions:
-            yield _Chunk(actions, first_position)
+            line = b'{"index":{"_id":' + dumps(document.id) + b"}}\n" + dumps(document_to_source(document)) + b"\n"
+            if ids and size + len(line) > self.max_chunk_bytes:
+                yield _Chunk(ids, lines, first_position)
+                first_position += len(ids)
+                ids, lines, size = [], [], 0
+            ids.append(document.id)
+            lines.append(line)
+            size += len(line)
+            if len(ids) >= self.batch_size:
+                yield _Chunk(ids, lines, first_position)
+                first_position += len(ids)
+                ids, lines, size = [], [], 0
+        if ids:
+            yield _Chunk(ids, lines, first_position)
 
     def _send(self, chunk: _Chunk) -> _ChunkResult:
-        """One chunk through ``streaming_bulk``.
+        """One chunk as one bulk request of pre-serialised NDJSON (the same bytes the ceiling replays).
 
-        ``streaming_bulk`` retries 429/5xx answers with backoff and reports other rejections per document; a
-        connection failure propagates out of it and the whole chunk is sent again after a backoff (op_type
-        ``index`` with fixed ids makes that idempotent).
+        Retries, all idempotent (op_type ``index`` with fixed ids): a connection failure resends the chunk after
+        a backoff (with several hosts the client's pool moves on to a live node); a 429/502/503/504 answer to
+        the whole request resends it; documents answered 429/502/503/504 are resent alone. Other rejections are
+        per-document failures. After ``max_retries`` the still-transient documents are returned as failures with
+        their status, which :meth:`_stream` turns into :class:`BulkWriteError`.
         """
-        from elasticsearch.helpers import streaming_bulk
+        import elasticsearch
 
-        def attempt() -> _ChunkResult:
-            ok, failures = 0, []
-            for success, item in streaming_bulk(
-                self.client,
-                chunk.actions,
-                index=self.index,
-                chunk_size=len(chunk.actions),
-                max_chunk_bytes=self.max_chunk_bytes,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=self.max_retries,
-                initial_backoff=self.retry_backoff,
-                max_backoff=self.max_backoff,
-                retry_on_status=RETRY_STATUSES,
-                filter_path=BULK_FILTER_PATH,
-            ):
-                if success:
+        pending = list(range(len(chunk)))
+        ok, failures, requests, attempt = 0, [], 0, 0
+        while True:
+            body = b"".join(chunk.lines) if len(pending) == len(chunk) else b"".join(chunk.lines[i] for i in pending)
+            requests += 1
+            try:
+                response = self._retrying(
+                    lambda: self.client.bulk(operations=body, index=self.index, filter_path=BULK_FILTER_PATH),
+                    f"bulk request at passage {chunk.first_position}",
+                )
+                statuses = self._item_statuses(response, len(pending))
+            except elasticsearch.ApiError as error:
+                if error.status_code not in RETRY_STATUSES:
+                    raise
+                statuses = [(error.status_code, {"type": "request_rejected", "reason": str(error)[:300]})] * len(pending)
+            transient = []
+            for position, (status, error) in zip(pending, statuses):
+                if status < 300:
                     ok += 1
+                elif status in RETRY_STATUSES and attempt < self.max_retries:
+                    transient.append(position)
                 else:
-                    failures.append(_failure_record(item))
-            return _ChunkResult(ok, failures)
+                    failures.append(_failure_record(chunk.ids[position], status, error))
+            if not transient:
+                return _ChunkResult(ok, failures, requests)
+            delay = min(self.max_backoff, self.retry_backoff * (2**attempt))
+            attempt += 1
+            self._count_retry(documents=len(transient))
+            logger.warning(
+                "bulk request at passage %d: %d document(s) answered %s; resending them (%d/%d) in %.1fs",
+                chunk.first_position, len(transient), statuses[pending.index(transient[0])][0], attempt, self.max_retries, delay,
+            )
+            time.sleep(delay)
+            pending = transient
 
-        return self._retrying(attempt, f"bulk request at passage {chunk.first_position}")
+    @staticmethod
+    def _item_statuses(response, expected: int) -> list[tuple[int, Any]]:
+        """``(status, error)`` per document of a bulk answer, in request order."""
+        body = response.body
+        if not body.get("errors"):
+            return [(200, None)] * expected
+        items = body.get("items") or []
+        if len(items) != expected:
+            raise RuntimeError(f"Elasticsearch answered a bulk request of {expected} documents with {len(items)} items.")
+        statuses = []
+        for item in items:
+            info = next(iter(item.values()))
+            statuses.append((int(info.get("status", 500)), info.get("error")))
+        return statuses
 
     def _stream(self, chunks: Iterator[_Chunk], state: dict, report: WriteReport, bar, failures_file) -> None:
         in_flight: deque[tuple[Future, _Chunk]] = deque()
@@ -660,10 +765,11 @@ class ElasticsearchStreamingWriter:
                     "The checkpoint stops before this chunk; re-run to resume.",
                     report,
                 )
-            state["position"] = chunk.first_position + len(chunk.actions)
+            state["position"] = chunk.first_position + len(chunk)
             state["written"] += result.ok
             state["last_id"] = chunk.last_id
             report.written += result.ok
+            report.bulk_requests += result.requests
             if result.failures:
                 state["failed"] += len(result.failures)
                 room = self.max_failure_examples - len(state["failure_examples"])
@@ -673,7 +779,7 @@ class ElasticsearchStreamingWriter:
                     for failure in result.failures:
                         failures_file.write(json.dumps(failure, default=str) + "\n")
                     failures_file.flush()
-            bar.update(len(chunk.actions))
+            bar.update(len(chunk))
             batches += 1
             if batches % self.checkpoint_every == 0:
                 if failures_file is not None:
@@ -704,11 +810,9 @@ class ElasticsearchStreamingWriter:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _failure_record(item: dict) -> dict:
-    """A compact, JSON-able record of one rejected document from a streaming_bulk result item."""
-    _op, info = next(iter(item.items()))
-    error = info.get("error")
-    record: dict[str, Any] = {"id": info.get("_id"), "status": info.get("status")}
+def _failure_record(document_id: str, status: int, error: Any) -> dict:
+    """A compact, JSON-able record of one rejected document."""
+    record: dict[str, Any] = {"id": document_id, "status": status}
     if isinstance(error, dict):
         record["type"] = error.get("type")
         reason = error.get("reason") or ""
@@ -718,10 +822,27 @@ def _failure_record(item: dict) -> dict:
         record["reason"] = reason[:500]
     elif error is not None:
         record["reason"] = str(error)[:500]
-    exception = info.get("exception")
-    if exception is not None:
-        record["exception_type"] = type(exception).__name__
     return record
+
+
+def _source_serializer() -> Callable[[Any], bytes]:
+    """orjson when installed (a 384-float embedding serialises more than 10x faster than with json), else json.
+
+    Values orjson does not know (e.g. a Decimal in meta) go through the Elasticsearch client's own
+    ``default``, as they would in the client."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency; this is for an environment without it
+        from elasticsearch.serializer import JsonSerializer
+
+        logger.warning("orjson is not installed: the writer serialises with the json module, much slower with vectors (pip install orjson).")
+        default = JsonSerializer().default
+        return lambda value: json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    from elasticsearch.serializer import JsonSerializer
+
+    default = JsonSerializer().default
+    option = orjson.OPT_SERIALIZE_NUMPY
+    return lambda value: orjson.dumps(value, default=default, option=option)
 
 
 def _prepend(first: Document | None, rest: Iterator[Document]) -> Iterator[Document]:
