@@ -129,3 +129,14 @@ def test_compare_serve_and_quickstart_take_index_and_refuse_a_missing_config_in_
                           "(e.g. indexing/kilt-sample-elasticsearch.yaml).")
     assert "\n" not in error
     assert INDEX_CONFIG_ENV not in os.environ
+
+
+def test_quickstart_writes_its_pipeline_copies_with_the_switched_index(monkeypatch, tmp_path):
+    from icr2_components.commands.quickstart import write_variants
+
+    monkeypatch.setenv(INDEX_CONFIG_ENV, ES_CONFIG)
+    [vanilla, closed] = write_variants(["vanilla_rag", "closed_book"], REPO_ROOT / "pipelines", tmp_path, top_k=3)
+    text = Path(vanilla).read_text()
+    assert f"retriever.index indexing/kilt-sample.yaml -> {ES_CONFIG}" in text.splitlines()[0]
+    assert yaml.safe_load(text)["components"]["retriever"]["init_parameters"]["index"] == ES_CONFIG
+    assert "index" not in Path(closed).read_text().splitlines()[0]

@@ -118,3 +118,28 @@ def test_adaptive_rag_answers_from_elasticsearch(switched, es_client, questions,
                 assert_from_index(es_client, index, [d.id for d in result["retriever"]["documents"]])
             else:
                 assert "retriever" not in result and searches(es_client, index) == before
+
+
+def test_compare_with_index_runs_the_library_on_elasticsearch_and_keeps_its_cache_apart(es_sample_config, es_client, tmp_path,
+                                                                                          monkeypatch, smollm2):
+    import json
+
+    from icr2_components.cli import main
+    from icr2_components.pipeline_spec import behaviour_hash
+
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.delenv(INDEX_CONFIG_ENV, raising=False)
+    config_path, index = es_sample_config
+    before = searches(es_client, index)
+    code = main(["compare", "--pipelines", "pipelines/vanilla_rag.yaml", "--index", config_path, "--limit", "1",
+                 "--context-types", "open", "--max-new-tokens", str(MAX_NEW_TOKENS), "--out", str(tmp_path / "run"),
+                 "--no-progress"])
+    assert code == 0
+    assert searches(es_client, index) > before                     # gold lookup's BM25 candidates and the retriever
+    assert INDEX_CONFIG_ENV not in os.environ                       # the switch ends with the command
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    unswitched = behaviour_hash(yaml.safe_load((REPO_ROOT / "pipelines" / "vanilla_rag.yaml").read_text()))
+    assert report["run"]["pipelines"]["vanilla_rag"]["hash"] != unswitched
+    records = [json.loads(line) for line in (tmp_path / "run" / "answers.jsonl").read_text().splitlines() if line.strip()]
+    shown = [i for r in records for i in (r.get("shown_ids") or [])]
+    assert_from_index(es_client, index, shown)
