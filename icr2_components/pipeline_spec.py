@@ -21,6 +21,7 @@ from haystack import Document, Pipeline
 
 from icr2_components.backends import Backend, apply_backend
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
+from icr2_components.stores.index_switch import apply_index_switch, index_switch
 
 
 class PipelineSpecError(ValueError):
@@ -130,6 +131,10 @@ class PipelineSpec:
             data = apply_backend(data, backend, source)
             text = yaml.safe_dump(data, sort_keys=False)
             source = f"{path} on backend {backend.describe()}"
+        data, switched = apply_index_switch(data)  # ICR2_INDEX_CONFIG; unset: data untouched, the same hash
+        if switched:
+            text = yaml.safe_dump(data, sort_keys=False)
+            source = f"{source} on index {index_switch()}"
         pipeline = loads_pipeline(text, source=source)  # refuses modules outside the allowlist
         inputs, outputs = parse_declared_io(data, str(path))
         check_targets(pipeline, inputs, outputs, str(path))

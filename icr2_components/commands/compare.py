@@ -35,8 +35,11 @@ def register(subparsers) -> None:
                         "depends only on it and the seed, so it is stable as the file grows)")
     parser.add_argument("--out", default="runs/compare", help="report and cache folder (default runs/compare)")
     parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
-    parser.add_argument("--index", default="indexing/kilt-sample.yaml",
-                        help="index config for gold passages and irrelevant candidates of a KILT task file")
+    parser.add_argument("--index", metavar="CONFIG",
+                        help="index config every pipeline's IndexRetriever reads instead of the one its YAML names "
+                        "(e.g. indexing/kilt-sample-elasticsearch.yaml; the answer cache keeps the two apart), and "
+                        "the source of gold passages and irrelevant candidates of a KILT task file (default: "
+                        "ICR2_INDEX_CONFIG, else indexing/kilt-sample.yaml with the pipelines as written)")
     parser.add_argument("--backend", help="backend file (backends/*.yaml) every pipeline's model follows, e.g. "
                         "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipelines' own local models)")
     parser.add_argument("--baseline", help="the pipeline (its file name without .yaml) every other is compared with "
@@ -98,6 +101,15 @@ def print_report(report: dict) -> None:
 
 
 def run(args) -> int:
+    from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, index_switch_set
+
+    # --index switches every pipeline's IndexRetriever (ICR2_INDEX_CONFIG) for this run, and the data's index
+    with index_switch_set(args.index) as switch:
+        args.index = switch or DEFAULT_INDEX_CONFIG
+        return _run(args)
+
+
+def _run(args) -> int:
     from icr2_components.backends import resolve_backend
     from icr2_components.evaluation.compare import run_compare
 

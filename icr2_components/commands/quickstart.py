@@ -51,6 +51,10 @@ def register(subparsers) -> None:
     parser.add_argument("--pipelines-dir", default="pipelines")
     parser.add_argument("--backend", help="backend file (backends/*.yaml), e.g. backends/llama_cpp_server.yaml "
                         "(default: ICR2_BACKEND, else the pipelines' own local models)")
+    parser.add_argument("--index", metavar="CONFIG",
+                        help="index config the pipelines retrieve from, e.g. indexing/kilt-sample-elasticsearch.yaml "
+                        "(build it first with `icr2 index --config CONFIG`; default: ICR2_INDEX_CONFIG, else the "
+                        "embedded indexing/kilt-sample.yaml)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -83,8 +87,12 @@ def write_variants(names: list[str], pipelines_dir: Path, out_dir: Path, top_k: 
         raise FileNotFoundError(f"Pipelines not found: {missing}; run from the repository root or set --pipelines-dir.")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    from icr2_components.stores.index_switch import apply_index_switch
+
     for path in paths:
         variant, changes = quickstart_variant(yaml.safe_load(path.read_text()), top_k, SHORT_ANSWER_PROMPT)
+        variant, switched = apply_index_switch(variant)  # --index / ICR2_INDEX_CONFIG, written into the copy
+        changes += switched
         header = f"# Written by `icr2 quickstart` from {path}: " + ("; ".join(changes) if changes else "unchanged") + "\n"
         target = out_dir / path.name
         target.write_text(header + yaml.safe_dump(variant, sort_keys=False, allow_unicode=True))
@@ -143,6 +151,13 @@ def example_rows(records: list[dict], pipelines: list[str], count: int) -> tuple
 
 
 def run(args) -> int:
+    from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, index_switch_set
+
+    with index_switch_set(getattr(args, "index", None)) as switch:  # ICR2_INDEX_CONFIG for every pipeline
+        return _run(args, switch or DEFAULT_INDEX_CONFIG)
+
+
+def _run(args, index: str) -> int:
     import time
 
     from icr2_components.commands._console import make_console
@@ -167,8 +182,8 @@ def run(args) -> int:
     names = list(dict.fromkeys(CONTEXT_PIPELINES + CUB_PIPELINES))
     written = dict(zip(names, write_variants(names, Path(args.pipelines_dir), out / "pipelines", args.top_k)))
     sample = build_sample()
-    handle = open_index("indexing/kilt-sample.yaml")
-    console.print(f"[bold]1.[/bold] sample index: {handle.count()} passages ({sample.articles} articles, "
+    handle = open_index(index)
+    console.print(f"[bold]1.[/bold] sample index ({handle.backend.describe()}): {handle.count()} passages ({sample.articles} articles, "
                   f"{sample.questions} NQ questions); pipelines with at most {args.top_k} passages and a "
                   f"short-answer prompt, answers up to {args.max_new_tokens} tokens: {out / 'pipelines'}")
 
@@ -177,7 +192,7 @@ def run(args) -> int:
     context_out = out / "context"
     report = run_compare([written[n] for n in CONTEXT_PIPELINES], limit=args.compare_questions, context_types="open",
                          out_dir=context_out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
-                         backend=backend, baseline="closed_book")
+                         backend=backend, baseline="closed_book", index=index)
     if args.questions:
         records = [r for r in read_answer_records(context_out / "answers.jsonl")
                    if r["context_type"] == "open" and r["pipeline"] in CONTEXT_PIPELINES]
@@ -198,7 +213,7 @@ def run(args) -> int:
                       f"questions for conclusions)")
         cub = run_compare([written[n] for n in CUB_PIPELINES], limit=args.cub_questions,
                           context_types=CUB_CONTEXT_TYPES, out_dir=out / "cub", max_new_tokens=args.max_new_tokens,
-                          progress=not args.no_progress, backend=backend, baseline="closed_book")
+                          progress=not args.no_progress, backend=backend, baseline="closed_book", index=index)
         print_table(console, "faithfulness / robustness (CUB BCU) [95% interval]", *cub_rows(cub))
         console.print(f"report: {cub['files']['html']}; Pareto plot: {cub['files'].get('pareto_png', '-')}")
     minutes, seconds = divmod(round(time.perf_counter() - started), 60)

@@ -26,12 +26,22 @@ def register(subparsers) -> None:
                         help="override every reader's answer budget (an OpenAI request's max_tokens may only lower it)")
     parser.add_argument("--backend", help="backend file (backends/*.yaml) the pipeline's model follows, e.g. "
                         "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipeline's own local model)")
+    parser.add_argument("--index", metavar="CONFIG",
+                        help="index config the pipeline's IndexRetrievers read instead of the one the YAML names, e.g. "
+                        "indexing/kilt-sample-elasticsearch.yaml (default: ICR2_INDEX_CONFIG, else the YAML's own)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="pipeline runs at once; other requests wait (default 1, suits a CPU reader)")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
+    from icr2_components.stores.index_switch import index_switch_set
+
+    with index_switch_set(getattr(args, "index", None)):  # ICR2_INDEX_CONFIG for the server's pipeline
+        return _run(args)
+
+
+def _run(args) -> int:
     from icr2_components.backends import resolve_backend
     from icr2_components.serving.app import LOOPBACK_HOSTS, create_serving_app, run_server
 

@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component
 
 from icr2_components.stores.handle import IndexHandle, open_index
+from icr2_components.stores.index_switch import switched_index
 from icr2_components.stores.retrieval_methods import retrieval_method_names
 
 
@@ -16,7 +17,9 @@ class IndexRetriever:
     Retrieves passages from the index an `indexing/*.yaml` config describes, by BM25, dense or hybrid retrieval.
 
     The same component serves every registered store (the embedded in-memory store, Elasticsearch): only the
-    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config. Query
+    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config; the environment
+    variable `ICR2_INDEX_CONFIG` (or `--index CONFIG` on `icr2 compare`, `serve` and `quickstart`) points every
+    IndexRetriever at another config without editing a YAML (see `icr2_components.stores.index_switch`). Query
     embedding uses the index's own embedding model (shared through the model cache); hybrid retrieval fuses
     the BM25 and dense lists by reciprocal rank (Haystack's `DocumentJoiner`). ICR2 selects its benchmark's
     confounding passages from the lists of strong retrievers (BM25 and dense ones among them).
@@ -35,7 +38,8 @@ class IndexRetriever:
 
     def __init__(self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None) -> None:
         """
-        :param index: Path of an index config YAML.
+        :param index: Path of an index config YAML; when `ICR2_INDEX_CONFIG` names another config, that one is
+            used (and serialised) instead.
         :param method: A registered retrieval method: `bm25`, `dense` or `hybrid` (see
             `icr2_components.stores.retrieval_methods`).
         :param top_k: Passages returned per query.
@@ -48,7 +52,8 @@ class IndexRetriever:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if not isinstance(index, str) or not index:
             raise ValueError("index must be the path of an index config YAML (e.g. indexing/kilt-sample.yaml).")
-        self.index = index
+        # the library-wide switch (icr2_components.stores.index_switch); unset: exactly the given index
+        self.index = switched_index(index)
         self.method = method
         self.top_k = top_k
         self.name = name or method

@@ -82,6 +82,8 @@ class IndexConfig:
     def validate(self) -> "IndexConfig":
         for section in (self.store, self.corpus, self.embedding, self.writer):
             section.validate()
+        # a store section's checks that need the other sections (e.g. no vector index without embeddings)
+        getattr(self.store, "validate_with_config", lambda config: None)(self)
         return self
 
 

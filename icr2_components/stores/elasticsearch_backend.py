@@ -32,6 +32,7 @@ from icr2_components.stores.elasticsearch_store import (
 )
 from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
 from icr2_components.stores.errors import IndexNotBuiltError
+from icr2_components.stores.index_layout import VectorIndexSettings, validate_layout_against_config, validate_store_layout
 
 
 @dataclass
@@ -52,6 +53,11 @@ class ElasticsearchStoreSettings(StoreSettings):
     verify_certs: bool = True
     username: str | None = None
     password_env: str = "ELASTIC_PASSWORD"
+    # layout of a newly created index (icr2_components.stores.index_layout): primary shards, replicas, and the
+    # dense_vector index_options (hnsw | int8_hnsw | flat | int8_flat, m, ef_construction; null: the node's default)
+    shards: int = 1
+    replicas: int = 0
+    vector_index: VectorIndexSettings | None = None
 
     def validate(self) -> None:
         if not self.hosts:
@@ -59,6 +65,11 @@ class ElasticsearchStoreSettings(StoreSettings):
         if self.max_retries < 0:
             raise ConfigError("store.max_retries must be >= 0.")
         validate_connection_settings(self)
+        validate_store_layout(self.shards, self.replicas, self.vector_index)
+
+    def validate_with_config(self, config) -> None:
+        """Checks that need the other sections: a vector index type with embeddings off is an error."""
+        validate_layout_against_config(config)
 
 
 class QueryTooLongError(ValueError):

@@ -23,8 +23,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from icr2_components.stores.config import IndexConfig
 
+from icr2_components.stores.index_layout import warn_on_other_layout
+
 if TYPE_CHECKING:
     from icr2_components.stores.elasticsearch_backend import ElasticsearchStoreSettings
+    from icr2_components.stores.index_layout import IndexLayout
 
 Similarity = Literal["cosine", "dot_product", "l2_norm", "max_inner_product"]
 T = TypeVar("T")
@@ -230,27 +233,32 @@ def ensure_index(
     bm25_k1: float = 0.9,
     bm25_b: float = 0.4,
     number_of_shards: int = 1,
+    layout: "IndexLayout | None" = None,
 ) -> bool:
     """Create ``index`` with our mapping and settings unless it exists; check the embedding dimension.
 
-    Returns True when the index was created. Raises :class:`EmbeddingDimensionError` when the index exists
+    ``layout`` (:class:`~icr2_components.stores.index_layout.IndexLayout`, from the config) sets the shards,
+    replicas and vector index of a new index, or leaves out the vector field (BM25 only); an existing index
+    whose layout differs is logged. Returns True when the index was created. Raises :class:`EmbeddingDimensionError` when the index exists
     with a ``dense_vector`` of another dimension than ``embedding_dim`` (or with no ``dense_vector`` field).
     """
     import elasticsearch
 
     if not client.indices.exists(index=index):
+        mappings = index_mapping(embedding_dim, similarity)
+        settings = index_settings(bm25_k1=bm25_k1, bm25_b=bm25_b, number_of_shards=number_of_shards, number_of_replicas=0)
+        if layout is not None:
+            mappings, settings = layout.apply(mappings, settings)
         try:
-            client.indices.create(
-                index=index,
-                mappings=index_mapping(embedding_dim, similarity),
-                settings=index_settings(bm25_k1=bm25_k1, bm25_b=bm25_b, number_of_shards=number_of_shards, number_of_replicas=0),
-            )
+            client.indices.create(index=index, mappings=mappings, settings=settings)
             return True
         except elasticsearch.BadRequestError as error:
             # created meanwhile by another process: fall through to the checks
             if getattr(error, "error", "") != "resource_already_exists_exception":
                 raise
     _warn_on_other_bm25(client, index, bm25_k1, bm25_b)
+    if layout is not None:
+        warn_on_other_layout(client, index, layout)
     if embedding_dim is not None:
         has_vector, dims = index_embedding_dim(client, index)
         if not has_vector:

@@ -66,6 +66,7 @@ from icr2_components.stores.elasticsearch_store import (
     wait_until_reachable,
 )
 from icr2_components.stores.errors import DocumentCountMismatchError
+from icr2_components.stores.index_layout import IndexLayout
 
 __all__ = [
     "BulkWriteError",
@@ -213,6 +214,8 @@ class ElasticsearchStreamingWriter:
     :param bm25_k1, bm25_b: BM25 parameters of a newly created index.
     :param embedding_similarity: similarity of the dense_vector field of a newly created index.
     :param number_of_shards: shards of a newly created index.
+    :param layout: shards, replicas and vector index of a newly created index
+        (:class:`~icr2_components.stores.index_layout.IndexLayout`; overrides ``number_of_shards``).
     :param verify_count: raise :class:`DocumentCountMismatchError` when the final count differs.
     :param max_failures: stop with :class:`BulkWriteError` once more documents than this were rejected
         (None: never stop).
@@ -245,6 +248,7 @@ class ElasticsearchStreamingWriter:
         bm25_b: float = 0.4,
         embedding_similarity: Similarity = "cosine",
         number_of_shards: int = 1,
+        layout: IndexLayout | None = None,
         verify_count: bool = True,
         max_failures: int | None = 1000,
         max_failure_examples: int = 20,
@@ -283,6 +287,7 @@ class ElasticsearchStreamingWriter:
         self.bm25_b = bm25_b
         self.embedding_similarity = embedding_similarity
         self.number_of_shards = number_of_shards
+        self.layout = layout
         self.verify_count = verify_count
         self.max_failures = max_failures
         self.max_failure_examples = max_failure_examples
@@ -321,6 +326,7 @@ class ElasticsearchStreamingWriter:
             bm25_k1=store.bm25_k1,
             bm25_b=store.bm25_b,
             client_options=connection_options(store),
+            layout=IndexLayout.from_config(config),
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -540,6 +546,7 @@ class ElasticsearchStreamingWriter:
                 bm25_k1=self.bm25_k1,
                 bm25_b=self.bm25_b,
                 number_of_shards=self.number_of_shards,
+                layout=self.layout,
             ),
             "creating the index",
         )
