@@ -184,6 +184,14 @@ def test_the_embed_pass_resumes_after_an_interruption_without_recomputing(tmp_pa
     resumed, uninterrupted = ShardVectors(out), ShardVectors(tmp_path / "straight")
     stacked = np.stack([resumed.vector(pid) for pid in ids])
     np.testing.assert_allclose(stacked, np.stack([uninterrupted.vector(pid) for pid in ids]), atol=1e-5)
+    # read out of order (a writer resuming mid-corpus, or another order altogether): the same vectors
+    middle = ShardVectors(out)
+    np.testing.assert_array_equal(middle.vector(ids[total // 2]), stacked[total // 2])
+    backwards = ShardVectors(out)
+    np.testing.assert_array_equal(np.stack([backwards.vector(pid) for pid in reversed(ids)])[::-1], stacked)
+    with pytest.raises(MissingVectorError, match="no-such-passage"):
+        ShardVectors(out).vector("no-such-passage")
+
     from icr2_components.stores.embedding_shards import corpus_source
 
     documents = list(islice(corpus_source(config).documents(), 5))
@@ -282,3 +290,49 @@ def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly
     finally:
         for name in names:
             es_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.mark.elasticsearch
+def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_shards(elasticsearch_url, es_client, tmp_path):
+    """The writer skips its confirmed prefix, then asks the shard embedder from mid-corpus on: no model, exact count."""
+    from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+
+    out = tmp_path / "vectors"
+    embed_to_shards(index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=8, progress=False)
+    name = f"icr2-embed-scale-{uuid.uuid4().hex[:8]}-resume"
+    data = config_dict(tmp_path, name, vectors_dir=str(out))
+    data["store"] = {"type": "elasticsearch", "hosts": elasticsearch_url, "index": name, "max_retries": 1, "request_timeout": 30}
+    data["writer"] = {"batch_size": 10, "checkpoint_path": str(tmp_path / "ckpt.json")}
+    config = index_config_from_dict(data)
+    handle = IndexHandle(config)
+    ids = corpus_ids(config)
+    stop = len(ids) * 2 // 3
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupted(stream):
+        for position, document in enumerate(stream):
+            if position == stop:
+                raise Interrupted
+            yield document
+
+    try:
+        writer = ElasticsearchStreamingWriter.from_config(config, checkpoint_every=1, thread_count=1, progress=False)
+        with pytest.raises(Interrupted):
+            writer.write(interrupted(handle.source().documents()), prepare=handle._embedder.embed_stream)
+        confirmed = json.loads((tmp_path / "ckpt.json").read_text())["position"]
+        assert 0 < confirmed <= stop
+        before = handle._embedder.passages_from_shards
+        writer = ElasticsearchStreamingWriter.from_config(config, checkpoint_every=1, thread_count=1, progress=False)
+        report = writer.write(handle.source().documents(), prepare=handle._embedder.embed_stream)
+        assert report.resumed_from == confirmed and report.passages_streamed == len(ids) and report.count_ok
+        assert handle._embedder.passages_from_shards - before == len(ids) - confirmed and handle._embedder._encoder is None
+        es_client.indices.refresh(index=name)
+        hits = es_client.search(index=name, query={"match_all": {}}, size=1000, source_includes=["embedding"])["hits"]["hits"]
+        shards = ShardVectors(out)
+        assert sorted(hit["_id"] for hit in hits) == sorted(ids)
+        for hit in hits:
+            np.testing.assert_allclose(hit["_source"]["embedding"], shards.vector(hit["_id"]), atol=1e-6)
+    finally:
+        es_client.indices.delete(index=name, ignore_unavailable=True)

@@ -273,8 +273,14 @@ class ShardVectors:
     """Read the vectors of an ``icr2 embed`` folder by passage id.
 
     Reading follows the shards in order (the way the corpus is indexed), one shard in memory at a time; an id
-    out of that order (a writer resuming mid-corpus) is found through an index of all ids, built once from the
-    ids files (ids only, no vectors).
+    out of that order (a writer resuming mid-corpus) is looked for in the following shards' ids files, one file
+    at a time; a stream in another order altogether (after a few such jumps) gets an index of every id, built
+    once from the ids files (ids only, no vectors).
+
+    Usage:
+        >>> vectors = ShardVectors("runs/vectors")
+        >>> vectors.vector("90000000-w100-00000").shape
+        (384,)
     """
 
     def __init__(self, folder: str | os.PathLike) -> None:
@@ -287,6 +293,7 @@ class ShardVectors:
         self._ids: list[str] = []
         self._rows: dict[str, int] | None = None
         self._cursor = 0
+        self._jumps = 0
         self._where: dict[str, int] | None = None
 
     def __len__(self) -> int:
@@ -317,16 +324,20 @@ class ShardVectors:
         return np.asarray(self._vectors[row], dtype=np.float32)
 
     def _seek(self, passage_id: str) -> int:
+        """The row of an id out of order: in the loaded shard, else the shards after it (then before it) by their
+        ids files one at a time (a resume: once); after a few such jumps, an index of every id (ids only)."""
         if self._rows is None:
             self._rows = {pid: row for row, pid in enumerate(self._ids)}
         if passage_id in self._rows:
             return self._rows[passage_id]
-        if self._where is None:
-            self._where = {}
-            for index, shard in enumerate(self.shards):
-                for pid in (self.folder / shard["ids"]).read_text().splitlines():
-                    self._where[pid] = index
-        index = self._where.get(passage_id)
+        self._jumps += 1
+        if self._jumps > 3 and self._where is None:
+            self._where = {pid: index for index, shard in enumerate(self.shards) for pid in (self.folder / shard["ids"]).read_text().splitlines()}
+        if self._where is not None:
+            index = self._where.get(passage_id)
+        else:
+            after = range(self._loaded + 1, len(self.shards))
+            index = next((i for i in [*after, *range(0, self._loaded)] if passage_id in (self.folder / self.shards[i]["ids"]).read_text().splitlines()), None)
         if index is None:
             self._missing(passage_id)
         self._load(index)
