@@ -12,6 +12,10 @@ from the sentence-transformers folder (no hub), into the project's cache directo
   ``backend: onnx-int8`` runs;
 - ``backend: openvino`` compiles ``model_plain.onnx`` with the OpenVINO runtime.
 
+int8 is dynamic quantisation: activation scales are computed per batch, so a passage's int8 vector moves slightly
+with the batch it lands in (within the int8 tolerance; fp32 ONNX and OpenVINO do not). Only ``core.compile_model``
+of the OpenVINO runtime is used, not its model-conversion tool (the only part of it with telemetry).
+
 Tokenisation (the model's own fast tokenizer, its ``max_seq_length``), pooling (mean or CLS, read from the
 model's Pooling module) and normalisation are done here exactly as sentence-transformers does them, so the
 vectors agree with ``SentenceTransformer.encode`` (cosine >= 0.99 for fp32 ONNX; tests/test_embedding_scale.py).
