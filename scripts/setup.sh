@@ -4,9 +4,10 @@
 # `llm` plugin and an unpinned llama-cpp-python). Idempotent: a second run only checks.
 #
 #   bash scripts/setup.sh           # the quickstart: .[dev], nothing to compile
-#   bash scripts/setup.sh --tests   # the test command: .[dev,llama], adding llama.cpp's OpenAI-compatible server
+#   bash scripts/setup.sh --tests   # the test command: .[dev,llama,embed], adding llama.cpp's OpenAI-compatible server
 #                                   # and Haystack's llama.cpp integration (llama-cpp-python is built from its
-#                                   # sdist: ~7-8 min on 2 cores once per machine; pip caches the wheel)
+#                                   # sdist: ~7-8 min on 2 cores once per machine; pip caches the wheel) and the
+#                                   # ONNX Runtime / OpenVINO embedding backends (tests/test_embedding_scale.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -15,7 +16,7 @@ mode=quickstart
 extras=dev
 case "${1:-}" in
   "") ;;
-  --tests) mode=tests; extras=dev,llama ;;
+  --tests) mode=tests; extras=dev,llama,embed ;;
   *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
 esac
 

@@ -43,10 +43,24 @@ class EmbeddingConfig:
     # Embeds "title\ncontent", as DPR does.
     meta_fields_to_embed: list[str] = field(default_factory=lambda: ["title"])
     device: str | None = None
+    # Embeddings at scale (icr2_components/models/sentence_backends.py, `icr2 embed`): fp32 (SentenceTransformer.encode),
+    # onnx, onnx-int8 (ONNX Runtime; exported locally once) or openvino
+    backend: str = "fp32"
+    # one worker process per entry, e.g. [cuda:0, cuda:1] or [cpu, cpu] (null: encode in this process on `device`)
+    devices: list[str] | None = None
+    # worker processes per device (with `devices`) or on `device`; 1 and no `devices`: no pool
+    processes: int = 1
+    # intra-op threads of ONNX Runtime / OpenVINO (and torch in pool workers) per process (null: their default)
+    threads: int | None = None
+    # read passage vectors from the shards `icr2 embed CONFIG --out DIR` wrote, instead of computing them
+    vectors_dir: str | None = None
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("embedding.batch_size must be >= 1.")
+        from icr2_components.stores.embedding_shards import validate_embedding_settings
+
+        validate_embedding_settings(self, ConfigError)
 
 
 @dataclass

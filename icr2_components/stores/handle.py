@@ -88,6 +88,8 @@ def config_fingerprint(config: IndexConfig) -> str:
         "embedding": config.embedding.model if config.embedding.enabled else None,
         "meta_fields_to_embed": config.embedding.meta_fields_to_embed if config.embedding.enabled else None,
     }
+    if config.embedding.enabled and config.embedding.backend != "fp32":
+        key["embedding_backend"] = config.embedding.backend  # only when set: fp32 indexes keep their fingerprint
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -101,16 +103,8 @@ class IndexHandle:
         self.config = config.validate()
         self._store = None
         self._lock = threading.RLock()
-        self._embedder = (
-            PassageEmbedder(
-                config.embedding.model,
-                batch_size=config.embedding.batch_size,
-                meta_fields=config.embedding.meta_fields_to_embed,
-                device=config.embedding.device,
-            )
-            if config.embedding.enabled
-            else None
-        )
+        # a PassageEmbedder, or one reading the vectors of `icr2 embed` shards when embedding.vectors_dir is set
+        self._embedder = PassageEmbedder.from_config(config.embedding) if config.embedding.enabled else None
         backend_class = store_backend(config.store.type)
         self.backend: StoreBackend = backend_class(config, functools.partial(config_fingerprint, config), self._embedder)
         self._has_passages = False

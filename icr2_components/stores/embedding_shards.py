@@ -1,0 +1,389 @@
+"""Embedding as its own resumable pass: ``icr2 embed CONFIG --out DIR`` writes vector shards keyed by passage id,
+and an index config with ``embedding.vectors_dir: DIR`` later writes those vectors into its store unrecomputed.
+
+So one machine (with GPUs, or many CPU processes) embeds while Elasticsearch indexes BM25 elsewhere, and the
+vectors are added when they are ready.
+
+The folder::
+
+    DIR/manifest.json          what the shards hold (corpus fingerprint, model, backend, shard size, dimension)
+                               and the finished shards, in order; rewritten atomically after each shard
+    DIR/shard-00000.npy        float32 [n, dim], unit-norm, row i the passage on line i of the ids file
+    DIR/shard-00000.ids.txt    the n passage ids, one a line
+
+Shard ``k`` holds passages ``k * shard_size`` to ``(k + 1) * shard_size - 1`` of the corpus stream, in order. A
+shard counts once it is in the manifest (its two files are written first, each through a temporary file and a
+rename), so a run killed at any moment leaves whole shards only; a re-run reads past the finished shards'
+passages without embedding them (checking their ids against the manifest), rewrites the unfinished shard and
+goes on. No passage is embedded twice and none is written twice.
+
+Usage:
+    >>> from icr2_components.stores import load_index_config
+    >>> from icr2_components.stores.embedding_shards import embed_to_shards
+    >>> report = embed_to_shards(load_index_config("indexing/kilt-sample.yaml"), "runs/vectors")
+    >>> report.passages_embedded, report.resumed_passages, report.complete
+    (3717, 0, True)
+
+then ``embedding: {vectors_dir: runs/vectors}`` in the index config (or ``icr2 index --config ... --set
+embedding.vectors_dir=runs/vectors``) takes the vectors from the shards. Queries are still embedded by the
+model, with the same backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
+from itertools import islice
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+from haystack import Document
+
+from icr2_components.errors import UserInputError
+from icr2_components.stores.embedding import PassageEmbedder, text_to_embed
+
+MANIFEST = "manifest.json"
+SHARDS_VERSION = 1
+DEFAULT_SHARD_SIZE = 10_000
+
+
+class ShardsMismatchError(UserInputError):
+    """The shards folder was written for another corpus, model, backend or shard size; the message says which."""
+
+
+class MissingVectorError(UserInputError):
+    """A passage has no vector in the shards folder (the pass is unfinished, or another corpus); says what to run."""
+
+
+def validate_embedding_settings(embedding, error_class: type[Exception]) -> None:
+    """Check the ``embedding:`` keys added for scale (backend, device(s), processes, threads, vectors_dir)."""
+    from icr2_components.models.sentence_backends import BACKENDS, EmbeddingBackendError, check_device
+
+    if embedding.backend not in BACKENDS:
+        raise error_class(f"embedding.backend must be one of {', '.join(BACKENDS)}, got {embedding.backend!r}.")
+    if embedding.processes < 1:
+        raise error_class(f"embedding.processes must be >= 1, got {embedding.processes}.")
+    if embedding.threads is not None and embedding.threads < 1:
+        raise error_class(f"embedding.threads must be >= 1 or null, got {embedding.threads}.")
+    if embedding.devices is not None:
+        if not embedding.devices:
+            raise error_class("embedding.devices must list at least one device (e.g. [cuda:0, cuda:1]) or be null.")
+        if embedding.device is not None:
+            raise error_class("embedding: give `device` (one) or `devices` (a pool), not both.")
+    for device in ([embedding.device] if embedding.device is not None else []) + list(embedding.devices or []):
+        try:
+            check_device(device)
+        except EmbeddingBackendError as error:
+            raise error_class(f"embedding: {error}") from None
+    if embedding.vectors_dir is not None and not str(embedding.vectors_dir).strip():
+        raise error_class("embedding.vectors_dir must be a folder written by `icr2 embed` or null.")
+
+
+@dataclass
+class EmbedReport:
+    """What an ``icr2 embed`` run did."""
+
+    out_dir: str
+    # passages embedded and written this run
+    passages_embedded: int = 0
+    # passages of shards a previous run had finished: read past, not embedded again
+    resumed_passages: int = 0
+    # the corpus reader's skips (bad lines, repeated articles, articles with no text): counts and examples
+    skips: dict = field(default_factory=dict)
+    shards_written: int = 0
+    shards_total: int = 0
+    passages_total: int = 0
+    # the whole corpus is in the shards (False: stopped by max_shards or a kill; run again to finish)
+    complete: bool = False
+    seconds: float = 0.0
+    passages_per_second: float = 0.0
+    backend: str = "fp32"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _atomic_write(path: Path, write) -> None:
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _write_json(path: Path, data: dict) -> None:
+    _atomic_write(path, lambda stream: stream.write(json.dumps(data, indent=1).encode()))
+
+
+def shard_names(index: int) -> tuple[str, str]:
+    return f"shard-{index:05d}.npy", f"shard-{index:05d}.ids.txt"
+
+
+def read_manifest(folder: str | os.PathLike) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.exists():
+        raise FileNotFoundError(f"{folder} holds no {MANIFEST}: it is not a folder written by `icr2 embed CONFIG --out {folder}`.")
+    return json.loads(path.read_text())
+
+
+def _identity(config, dimension: int, shard_size: int) -> dict:
+    from icr2_components.stores.handle import config_fingerprint
+
+    return {
+        "version": SHARDS_VERSION,
+        "corpus_fingerprint": config_fingerprint(config),
+        "model": config.embedding.model,
+        "backend": config.embedding.backend,
+        "meta_fields_to_embed": list(config.embedding.meta_fields_to_embed),
+        "shard_size": shard_size,
+        "dimension": dimension,
+    }
+
+
+def embed_to_shards(
+    config,
+    out_dir: str | os.PathLike,
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    max_shards: int | None = None,
+    progress: bool = True,
+    embedder: PassageEmbedder | None = None,
+) -> EmbedReport:
+    """Embed the config's corpus into vector shards in ``out_dir``, resuming a previous run there.
+
+    :param config: an :class:`~icr2_components.stores.config.IndexConfig` (its ``corpus`` and ``embedding``
+        sections are read; the store is not touched).
+    :param shard_size: passages per shard (fixed for a folder: a resume with another size is an error).
+    :param max_shards: stop after writing this many new shards (a partial run; the next run resumes there).
+    :param embedder: the passage embedder (default: built from ``config.embedding``).
+    """
+    from tqdm.auto import tqdm
+
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
+    if max_shards is not None and max_shards < 0:
+        raise ValueError(f"max_shards must be >= 0 or None, got {max_shards}.")
+    if not config.embedding.enabled:
+        raise UserInputError(f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus.")
+    if config.embedding.vectors_dir:
+        raise UserInputError("embedding.vectors_dir is set: that config reads vectors from shards; remove it to write them.")
+    started = time.perf_counter()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    own_embedder = embedder is None
+    embedder = embedder or PassageEmbedder.from_config(config.embedding)
+    identity = _identity(config, embedder.dimension, shard_size)
+    manifest_path = out / MANIFEST
+    if manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        different = {key: (manifest.get(key), value) for key, value in identity.items() if manifest.get(key) != value}
+        if different:
+            detail = "; ".join(f"{key}: folder {old!r}, config {new!r}" for key, (old, new) in different.items())
+            raise ShardsMismatchError(f"{out} holds shards of another pass ({detail}); use another --out folder or delete this one.")
+    else:
+        manifest = {**identity, "shards": [], "complete": False, "passages": 0}
+        _write_json(manifest_path, manifest)
+
+    source = corpus_source(config)
+    stream = source.documents()
+    report = EmbedReport(out_dir=str(out), backend=config.embedding.backend)
+    finished = list(manifest["shards"])
+    bar = tqdm(unit=" passages", desc=f"embedding into {out}", disable=not progress, smoothing=0.05)
+    try:
+        # the finished shards: read past their passages, checking the ids the manifest recorded
+        for shard in finished:
+            ids = [document.id for document in islice(stream, shard["count"])]
+            if len(ids) != shard["count"] or ids[0] != shard["first_id"] or ids[-1] != shard["last_id"]:
+                raise ShardsMismatchError(
+                    f"{out}: shard {shard['index']} was written from another corpus stream (ids {shard['first_id']}..{shard['last_id']}, "
+                    f"the corpus now gives {ids[0] if ids else None}..{ids[-1] if ids else None}); use another --out folder."
+                )
+            report.resumed_passages += len(ids)
+            bar.update(len(ids))
+        bar.set_postfix(resumed=report.resumed_passages, skipped=_skip_total(source))
+        index = len(finished)
+        exhausted = False
+        while True:
+            if max_shards is not None and report.shards_written >= max_shards:
+                break  # a partial run: the next one resumes here
+            batch: list[Document] = list(islice(stream, shard_size))
+            if not batch:
+                exhausted = True
+                break
+            vectors = np.asarray(embedder.embed_array([text_to_embed(doc, embedder.meta_fields) for doc in batch]), dtype=np.float32)
+            vector_name, ids_name = shard_names(index)
+            _atomic_write(out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode()))
+            _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
+            entry = {"index": index, "file": vector_name, "ids": ids_name, "count": len(batch), "first_id": batch[0].id, "last_id": batch[-1].id}
+            manifest["shards"].append(entry)
+            manifest["passages"] = sum(shard["count"] for shard in manifest["shards"])
+            _write_json(manifest_path, manifest)
+            index += 1
+            report.shards_written += 1
+            report.passages_embedded += len(batch)
+            bar.update(len(batch))
+            bar.set_postfix(resumed=report.resumed_passages, skipped=_skip_total(source))
+            if len(batch) < shard_size:
+                exhausted = True
+                break
+        if exhausted and not manifest["complete"]:
+            # a corpus whose length is a multiple of shard_size ends on an empty read, handled above
+            manifest["complete"] = True
+            _write_json(manifest_path, manifest)
+    finally:
+        bar.close()
+        if own_embedder:
+            embedder.close()
+    report.skips = source.skips.as_dict()
+    report.shards_total = len(manifest["shards"])
+    report.passages_total = int(manifest["passages"])
+    report.complete = bool(manifest["complete"])
+    report.seconds = time.perf_counter() - started
+    report.passages_per_second = report.passages_embedded / report.seconds if report.seconds else 0.0
+    return report
+
+
+def corpus_source(config):
+    """The config's corpus as a passage source (as ``IndexHandle.source()``, without opening a store)."""
+    from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
+    from icr2_components.stores.handle import corpus_path
+
+    return KiltKnowledgeSource(corpus_path(config), passage_words=config.corpus.passage_words,
+                               skip_title_paragraph=config.corpus.skip_title_paragraph, max_articles=config.corpus.max_articles)
+
+
+def _skip_total(source) -> int:
+    return int(source.skips.as_dict().get("total", 0))
+
+
+class ShardVectors:
+    """Read the vectors of an ``icr2 embed`` folder by passage id.
+
+    Reading follows the shards in order (the way the corpus is indexed), one shard in memory at a time; an id
+    out of that order (a writer resuming mid-corpus) is looked for in the following shards' ids files, one file
+    at a time; a stream in another order altogether (after a few such jumps) gets an index of every id, built
+    once from the ids files (ids only, no vectors).
+
+    Usage:
+        >>> vectors = ShardVectors("runs/vectors")
+        >>> vectors.vector("90000000-w100-00000").shape
+        (384,)
+    """
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.folder)
+        self.shards = list(self.manifest["shards"])
+        self.dimension = int(self.manifest["dimension"])
+        self._loaded: int | None = None
+        self._vectors: np.ndarray | None = None
+        self._ids: list[str] = []
+        self._rows: dict[str, int] | None = None
+        self._cursor = 0
+        self._jumps = 0
+        self._where: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return int(self.manifest["passages"])
+
+    def _load(self, index: int) -> None:
+        shard = self.shards[index]
+        self._vectors = np.load(self.folder / shard["file"], mmap_mode="r")
+        self._ids = (self.folder / shard["ids"]).read_text().splitlines()
+        if len(self._ids) != self._vectors.shape[0] or len(self._ids) != shard["count"]:
+            raise ShardsMismatchError(f"{self.folder}: shard {index} has {len(self._ids)} ids and {self._vectors.shape[0]} vectors "
+                                      f"(manifest: {shard['count']}); delete the folder and run `icr2 embed` again.")
+        self._loaded, self._rows, self._cursor = index, None, 0
+
+    def vector(self, passage_id: str) -> np.ndarray:
+        if self._loaded is None:
+            if not self.shards:
+                self._missing(passage_id)
+            self._load(0)
+        if self._cursor < len(self._ids) and self._ids[self._cursor] == passage_id:
+            row = self._cursor
+        elif self._cursor == len(self._ids) and self._loaded + 1 < len(self.shards) and self.shards[self._loaded + 1]["first_id"] == passage_id:
+            self._load(self._loaded + 1)
+            row = 0
+        else:
+            row = self._seek(passage_id)
+        self._cursor = row + 1
+        return np.asarray(self._vectors[row], dtype=np.float32)
+
+    def _seek(self, passage_id: str) -> int:
+        """The row of an id out of order: in the loaded shard, else the shards after it (then before it) by their
+        ids files one at a time (a resume: once); after a few such jumps, an index of every id (ids only)."""
+        if self._rows is None:
+            self._rows = {pid: row for row, pid in enumerate(self._ids)}
+        if passage_id in self._rows:
+            return self._rows[passage_id]
+        self._jumps += 1
+        if self._jumps > 3 and self._where is None:
+            self._where = {pid: index for index, shard in enumerate(self.shards) for pid in (self.folder / shard["ids"]).read_text().splitlines()}
+        if self._where is not None:
+            index = self._where.get(passage_id)
+        else:
+            after = range(self._loaded + 1, len(self.shards))
+            index = next((i for i in [*after, *range(0, self._loaded)] if passage_id in (self.folder / self.shards[i]["ids"]).read_text().splitlines()), None)
+        if index is None:
+            self._missing(passage_id)
+        self._load(index)
+        self._rows = {pid: row for row, pid in enumerate(self._ids)}
+        return self._rows[passage_id]
+
+    def _missing(self, passage_id: str) -> None:
+        state = "complete" if self.manifest.get("complete") else "unfinished"
+        raise MissingVectorError(
+            f"passage {passage_id!r} has no vector in {self.folder} ({len(self)} passages in {len(self.shards)} shards, {state}); "
+            f"finish the pass with `icr2 embed CONFIG --out {self.folder}` for this corpus, or unset embedding.vectors_dir."
+        )
+
+
+class ShardVectorEmbedder(PassageEmbedder):
+    """A :class:`PassageEmbedder` whose passages get their vectors from ``icr2 embed`` shards, not the model.
+
+    The index's writer calls :meth:`embed_stream` as it would the model's; queries (and :meth:`embed_texts` for
+    free text) still go through the model with the configured backend. The folder must have been written with
+    the same model, backend and embedded meta fields as the config says (checked here).
+
+    Usage:
+        >>> embedder = ShardVectorEmbedder("runs/vectors", "all-minilm-l6-v2", backend="onnx")
+        >>> next(embedder.embed_stream(documents)).embedding   # the shard's vector for that passage id
+    """
+
+    def __init__(self, vectors_dir: str | os.PathLike, model: str = "all-minilm-l6-v2", **kwargs) -> None:
+        super().__init__(model, **kwargs)
+        self.vectors_dir = Path(vectors_dir)
+        manifest = read_manifest(self.vectors_dir)
+        expected = {"model": model, "backend": self.backend, "meta_fields_to_embed": self.meta_fields}
+        different = {key: (manifest.get(key), value) for key, value in expected.items() if manifest.get(key) != value}
+        if different:
+            detail = "; ".join(f"{key}: shards {old!r}, config {new!r}" for key, (old, new) in different.items())
+            raise ShardsMismatchError(f"embedding.vectors_dir {vectors_dir} was embedded differently ({detail}); embed again with this config or fix the config.")
+        self._dimension = int(manifest["dimension"])
+        self.passages_from_shards = 0
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def embed_stream(self, documents: Iterable[Document]) -> Iterator[Document]:
+        """Yield the documents with their shard vectors set, in order; a passage with no vector is an error."""
+        vectors = ShardVectors(self.vectors_dir)
+        for document in documents:
+            vector = vectors.vector(document.id)
+            self.passages_from_shards += 1
+            yield dataclass_replace(document, embedding=vector.tolist())
