@@ -214,7 +214,7 @@ def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(8.5, 5.5))
+    figure, axes = plt.subplots(figsize=(7, 5.5))
     colours = plt.get_cmap("tab10").colors
     for index, (name, entry) in enumerate(comparison["methods"].items()):
         colour = colours[index % len(colours)]
@@ -227,8 +227,8 @@ def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "
         axes.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=colour, capsize=3, markersize=7,
                       label=f"{name}: rate {x:.2f}, match {y:.2f}, objective {entry['objective']['mean']:.3f}")
     axes.set(xlim=(-0.05, 1.05), xlabel="retrieval rate", ylabel="answer match",
-             title=f"{title} (n = {comparison['questions']}; lines: every threshold; points: the methods' cuts, "
-                   f"95% intervals)\nobjective = answer match - {comparison['cost']:g} x retrieval rate")
+             title=f"{title}\nn = {comparison['questions']}; lines: every threshold; points: each method's cut, "
+                   f"95% intervals\nobjective = answer match - {comparison['cost']:g} x retrieval rate")
     axes.title.set_fontsize(9)
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, borderaxespad=0.0)

@@ -46,6 +46,7 @@ def register(subparsers) -> None:
     parser.add_argument("--n-yes", type=int, default=2)
     parser.add_argument("--n-no", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) threshold of the 'threshold' method")
+    parser.add_argument("--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N usable questions")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget of the reader")
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     gate = TimeAwareRetrievalGate(
         method=args.method, model=args.model, today=args.today, time_aware=not args.no_date, n_yes=args.n_yes,
         n_no=args.n_no, yes_pool=args.yes_pool, no_pool=args.no_pool, threshold=args.threshold, device=args.device,
+        artifact=args.artifact,
     )
     gate.warm_up()
     reader = None if args.decisions_only else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
@@ -142,7 +144,7 @@ def run_on_labels(args: argparse.Namespace) -> int:
                        **{f"{n} retrieve": r["decisions"][i] for n, r in runs.items()},
                        **{f"{n} score": r["scores"][i] for n, r in runs.items() if r["scores"] is not None}}
                       for i, q in enumerate(labelled)]
-    title = f"gates on {len(labelled)} labelled questions ({described['reader']})"
+    title = f"gates on {len(labelled)} labelled questions, reader {described['reader']}"
     console.print(format_comparison_table(report["all"], title))
     for source, comparison in report["by_source"].items():
         console.print(format_comparison_table(comparison, f"{source} ({comparison['questions']} questions)"))

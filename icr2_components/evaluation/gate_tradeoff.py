@@ -165,7 +165,7 @@ def compare_methods(methods: dict[str, dict[str, Any]], labelled: Sequence[Any],
             comparison = results[name]["vs_always"][metric]
             comparison["p_holm"] = p
             comparison["verdict"] = verdict(comparison["difference"]["mean"], p, len(labelled), comparison["mde"],
-                                            largest=1.0 + cost)
+                                            largest=1.0 + cost if metric == "objective" else 1.0)
     return {"cost": cost, "objective": OBJECTIVE, "baseline": baseline, "questions": len(labelled),
             "labelled": sum(1 for l in labels if l is not None), "needs_retrieval": sum(1 for l in labels if l),
             "methods": results, "seed": seed}
