@@ -314,3 +314,32 @@ def test_plumbing_gate_artifact_refusals_are_one_line(tmp_path):
                                   "probed_ids": [], "embedding_model": "all-minilm-l6-v2", "weights": [1.0]}))
     with pytest.raises(ValueError, match="one weight per feature"):
         GateArtifact.load(broken)
+
+
+@pytest.mark.llama_server
+def test_labels_and_gate_scores_through_a_served_reader(llama_server_url, llama_model_alias, tmp_path):
+    """The same commands with the reader and the asking gate behind llama.cpp's OpenAI-compatible server."""
+    backend = tmp_path / "served.yaml"
+    backend.write_text(f"kind: served\nserved_model:\n  api_base_url: {llama_server_url}\n  model: {llama_model_alias}\n"
+                       "  timeout_s: 120\n  max_retries: 1\n")
+    rows = [json.loads(line) for line in BENCH_SET.read_text().splitlines() if line.strip()]
+    answerable = next(r for r in rows if r["question"] == "What is the capital of France?")
+    answerable["context"] = [CONTEXTS[answerable["question"]]]
+    subset = _bench_subset(tmp_path, "served", [r for r in rows if r["data_source"] == "new_world"][:2] + [answerable])
+    out = tmp_path / "served_labels.jsonl"
+    assert main(["label-retrieval-need", "--out", str(out), "--retrievalqa", str(subset), "--backend", str(backend),
+                 "--index", "none", "--max-new-tokens", "20", "--no-progress"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 3
+    for record in records:
+        assert record["reader"].startswith(f"served:{llama_model_alias}@{llama_server_url}")
+        assert record["closed_book_match"] == answer_match(record["closed_book_answer"], record["answers"])
+        assert record["context_match"] == answer_match(record["context_answer"], record["answers"])
+    out_dir = tmp_path / "report"
+    assert main(["eval-gate", "--labels", str(out), "--methods", "always,vanilla", "--backend", str(backend),
+                 "--out-dir", str(out_dir)]) == 0
+    report = json.loads((out_dir / "tradeoff.json").read_text())
+    assert report["methods"]["vanilla"]["stats"]["decisions"] == 3
+    scores = [row["vanilla score"] for row in report["rows"]]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    assert [row["vanilla retrieve"] for row in report["rows"]] == [s >= 0.5 for s in scores]

@@ -34,6 +34,8 @@ def register(subparsers) -> None:
     parser.add_argument("--both-wrong", default="no_need", choices=("no_need", "exclude"),
                         help="with --labels: label of questions wrong both ways (AUROC only)")
     parser.add_argument("--out-dir", default=None, help="with --labels: write tradeoff.json, tradeoff.png, curves.md")
+    parser.add_argument("--backend", default=None, help="with --labels: backend file whose model the asking gates "
+                        "(vanilla, ta_are, threshold) use; a served one gives P(yes) from top log-probabilities")
     parser.add_argument("--show-curves", action="store_true", help="with --labels: print every curve point")
     parser.add_argument("--seed", type=int, default=0, help="with --labels: bootstrap and permutation seed")
     parser.add_argument("--method", default="ta_are", choices=gate_decider_names(),
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_on_labels(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.gate_methods import parse_methods, run_methods
+    from icr2_components.evaluation.gate_methods import gate_model_settings, parse_methods, run_methods
     from icr2_components.evaluation.gate_tradeoff import compare_methods, format_comparison_table, format_curve_table
     from icr2_components.evaluation.need_labels import read_labels
     from icr2_components.plotting import plot_gate_tradeoff
@@ -126,7 +128,8 @@ def run_on_labels(args: argparse.Namespace) -> int:
     if not labelled:
         raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
     console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
-    runs = run_methods(specs, labelled, model=args.model, today=args.today, device=args.device)
+    model, gate_options = gate_model_settings(args.model, args.backend)
+    runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options)
     for name, run in runs.items():
         if run["unscored"]:
             console.print(f"{name}: {run['unscored']} decision(s) without P(yes): no curve or AUROC for it")

@@ -107,5 +107,8 @@ def run(args) -> int:
     for source, counts in result["counts"].items():
         table.add_row(source, *(str(counts[c]) for c in columns))
     console.print(table)
+    if result["mean_seconds_per_question"] is not None:
+        console.print(f"mean {result['mean_seconds_per_question']:.2f} s per question (two answers), over the "
+                      "questions of this file that recorded it")
     console.print(f"wrote {args.out} and {args.out}.counts.json (both_wrong -> {args.both_wrong})")
     return 0

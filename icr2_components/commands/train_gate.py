@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                         help="question-id file the training must not touch (repeatable; default: "
                         "bench/data/heldout_nq_ids.txt)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="the gate's model (kind threshold)")
+    parser.add_argument("--backend", default=None, help="backend file whose model the threshold gate asks (kind "
+                        "threshold; a served one gives P(yes) from top log-probabilities)")
     parser.add_argument("--today", default=None, help="ISO date of the gate prompt (kind threshold; unused by its "
                         "vanilla prompt, recorded)")
     parser.add_argument("--embedding-model", default="all-minilm-l6-v2", help="question embedder (learned kinds)")
@@ -51,7 +53,7 @@ def run(args) -> int:
     held_out = list(dict.fromkeys(args.held_out))
     summary = train_gate(args.labels, args.kind, args.out, args.cost, held_out, args.model, args.embedding_model,
                          signals, args.index, args.knn_k, args.c, args.folds, args.both_wrong, args.today,
-                         args.device, args.seed, progress=not args.no_progress)
+                         args.device, args.seed, progress=not args.no_progress, backend=args.backend)
     console.print(format_curve_table(args.kind, summary["curve"], title=f"{args.kind}: trade-off on the training "
                                      f"questions ({summary['training'].get('cut_chosen_on', 'P(yes)')})"))
     objective = summary["objective"]

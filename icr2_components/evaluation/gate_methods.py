@@ -77,6 +77,23 @@ def check_held_apart(specs: Sequence[MethodSpec], question_ids: Sequence[str]) -
     return sizes
 
 
+def gate_model_settings(model: str | None, backend: str | None) -> tuple[str | None, dict[str, Any]]:
+    """``(model, gate options)`` of the gates: the local ``model``, or the backend file's model (a served one is
+    asked over its API for P(yes) from top log-probabilities: ``server``; a local one replaces ``model``)."""
+    if not backend:
+        return model, {}
+    from icr2_components.backends import resolve_backend
+    from icr2_components.gates.time_aware_retrieval_gate import SERVER_KEYS
+
+    chosen = resolve_backend(backend)
+    if chosen is not None and chosen.served_model is not None:
+        served = chosen.served_model.to_dict()
+        return None, {"server": {key: served[key] for key in SERVER_KEYS if served.get(key) is not None}}
+    if chosen is not None and chosen.model:
+        return chosen.model, {}
+    return model, {}
+
+
 def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str | None = "smollm2-135m-instruct",
                 today: str | None = None, device: str | None = None, progress: bool = True,
                 gate_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
@@ -90,8 +107,11 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
     results: dict[str, dict[str, Any]] = {}
     for spec in specs:
         decider = gate_decider_class(spec.method)
+        options = dict(gate_options or {})
+        if not decider.needs_model:
+            options.pop("server", None)
         gate = TimeAwareRetrievalGate(method=spec.method, model=model if decider.needs_model else None, today=today,
-                                      device=device, artifact=spec.artifact, **(gate_options or {}))
+                                      device=device, artifact=spec.artifact, **options)
         gate.warm_up()
         decisions, scores, cuts = [], [], set()
         for question in tqdm(labelled, desc=f"gate {spec.name}", unit="q", disable=not progress):
@@ -109,4 +129,4 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
     return results
 
 
-__all__ = ["ARTIFACT_METHODS", "MethodSpec", "check_held_apart", "parse_methods", "run_methods"]
+__all__ = ["ARTIFACT_METHODS", "MethodSpec", "check_held_apart", "gate_model_settings", "parse_methods", "run_methods"]

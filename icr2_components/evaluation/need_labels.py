@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,8 +245,11 @@ def label_questions(questions: Sequence[NeedQuestion], reader, reader_key: str, 
         if cache.done(key):
             cached += 1
             continue
+        start = time.perf_counter()
         closed = _reply(reader, closed_book_messages(question.question))
+        middle = time.perf_counter()
         with_context = _reply(reader, context_messages(question.question, question.passages))
+        seconds = [round(middle - start, 3), round(time.perf_counter() - middle, 3)]
         closed_match = answer_match(closed, question.answers)
         context_match = answer_match(with_context, question.answers)
         outcome = outcome_of(closed_match, context_match)
@@ -253,12 +257,14 @@ def label_questions(questions: Sequence[NeedQuestion], reader, reader_key: str, 
                    "source": question.source, "context_kind": question.context_kind,
                    "passages": question.passages, "reader": reader_key, "closed_book_answer": closed,
                    "context_answer": with_context, "closed_book_match": closed_match,
-                   "context_match": context_match, "outcome": outcome})
+                   "context_match": context_match, "outcome": outcome, "answer_seconds": seconds})
         answered += 1
     keys = {label_key(reader_key, q) for q in questions}
     records = [r for r in cache if r["key"] in keys]
     counts = outcome_counts(records, both_wrong)
+    timed = [sum(r["answer_seconds"]) for r in records if r.get("answer_seconds")]
     result = {"out": str(out), "reader": reader_key, "questions": len(questions), "answered_now": answered,
+              "mean_seconds_per_question": round(sum(timed) / len(timed), 2) if timed else None,
               "cached": cached, "both_wrong_policy": both_wrong, "counts": counts,
               "unreadable_cache_lines": cache.unreadable_lines}
     Path(f"{out}.counts.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -101,7 +101,7 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
                embedding_model: str = "all-minilm-l6-v2", signals: Sequence[str] = ("date_words",),
                index: str | None = None, knn_k: int = DEFAULT_KNN_K, c: float = 1.0, folds: int = DEFAULT_FOLDS,
                both_wrong: str = "no_need", today: str | None = None, device: str | None = None, seed: int = 0,
-               progress: bool = True) -> dict[str, Any]:
+               progress: bool = True, backend: str | None = None) -> dict[str, Any]:
     """Train (or calibrate) and write the artifact (module docstring); returns a summary for the report."""
     from icr2_components.gates.need_features import SIGNAL_COLUMNS, NeedFeatures, check_signals
 
@@ -130,15 +130,16 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
                                 "both_wrong_policy": both_wrong, "held_out_checked": held_sizes, "seed": seed,
                                 "label_counts": described["counts"].get("all")}
     if kind == "threshold":
-        from icr2_components.evaluation.gate_methods import MethodSpec, run_methods
+        from icr2_components.evaluation.gate_methods import MethodSpec, gate_model_settings, run_methods
 
+        model, gate_options = gate_model_settings(model, backend)
         run = run_methods([MethodSpec("threshold", "threshold")], labelled, model=model, today=today, device=device,
-                          progress=progress)["threshold"]
+                          progress=progress, gate_options=gate_options)["threshold"]
         if run["scores"] is None:
             raise ValueError(f"{run['unscored']} gate decisions had no P(yes); calibration needs a probability for "
                              "every question (a local model's logits or a server's log-probabilities).")
         scores, chosen_on = run["scores"], labelled
-        artifact_fields: dict[str, Any] = {"gate_model": model}
+        artifact_fields: dict[str, Any] = {"gate_model": model or str(gate_options.get("server"))}
         score_labels = [q.needs_retrieval for q in labelled]
     else:
         features = NeedFeatures(embedding_model, signals, index, device)
