@@ -10,9 +10,10 @@
 # Evaluation (held apart): the first 200 held-out NQ ids + the 53 questions of bench/data/gate_eval.jsonl.
 # Contexts: the NQ questions' gold passages (at most 2), the bench set's own one-sentence contexts, and for its
 # 17 answerable questions (no context) the index's top BM25 passages.
-# Time on this 2-core machine (SmolLM2 about 2-3.5 s per answer, two answers per question): label-train
-# 300 questions ~20-35 min, label-eval 253 questions ~17-30 min, train ~3 min (the threshold kind scores 300
-# vanilla prompts), eval ~6-10 min (vanilla, TA-ARE and threshold P(yes) per question, the learned gates embed).
+# Time on this shared 2-core machine (measured: 3.5 s per question for its two SmolLM2 answers at load ~3, up to
+# ~11 s when more jobs share the cores): label-train 300 questions ~18 min (up to ~55), label-eval 253 questions
+# ~15 min (up to ~45), train ~2 min (the threshold kind scores 300 vanilla prompts), eval ~5-10 min (vanilla,
+# TA-ARE and threshold P(yes) per question; the learned gates embed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
