@@ -343,3 +343,29 @@ def test_labels_and_gate_scores_through_a_served_reader(llama_server_url, llama_
     scores = [row["vanilla score"] for row in report["rows"]]
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert [row["vanilla retrieve"] for row in report["rows"]] == [s >= 0.5 for s in scores]
+
+
+def test_compare_keeps_a_gates_training_questions_out(tmp_path, sample_files):
+    """A pipeline whose gate reads an artifact (`artifact:`) is not evaluated on the questions it was trained on:
+    compare leaves them out of a run that chooses its questions, and refuses a question-id file listing them."""
+    import yaml
+
+    from icr2_components.artifacts.gate_artifact import GateArtifact
+    from icr2_components.evaluation.held_out import HeldOutError, select_questions
+    from icr2_components.pipeline_spec import PipelineSpec
+
+    trained = ["nq-sample-00001", "nq-sample-00003"]
+    artifact = GateArtifact(kind="threshold", cut=0.4, objective={}, probed_ids=trained).save(tmp_path / "gate.json")
+    data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
+    data["components"]["gate"]["init_parameters"].update(method="threshold", artifact=str(artifact))
+    data["components"]["retriever"]["init_parameters"]["index"] = str(ROOT / "indexing" / "kilt-sample.yaml")
+    path = tmp_path / "adaptive_calibrated.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = PipelineSpec.from_file(str(path))
+    selection = select_questions([spec], limit=5)
+    assert not set(trained) & set(selection.ids) and len(selection.ids) == 5
+    assert selection.describe()["held_out"]["excluded_probed"] == 2
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("nq-sample-00000\nnq-sample-00003\n")
+    with pytest.raises(HeldOutError, match="probed on"):
+        select_questions([spec], question_ids=str(ids_file))
