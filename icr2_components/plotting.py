@@ -204,3 +204,37 @@ def plot_position_curves(section: dict, path: Path) -> bool:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return True
+
+
+def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "retrieval gates") -> Path:
+    """Retrieval rate (x) vs answer match (y): each scored gate's curve over every threshold, and every method's
+    operating point with the 95% intervals of both (``evaluation.gate_tradeoff.compare_methods``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 5.5))
+    colours = plt.get_cmap("tab10").colors
+    for index, (name, entry) in enumerate(comparison["methods"].items()):
+        colour = colours[index % len(colours)]
+        curve = entry.get("curve")
+        if curve:
+            axes.plot([p["retrieval_rate"] for p in curve], [p["answer_match"] for p in curve], "-", color=colour,
+                      alpha=0.5, linewidth=1.2)
+        x, y = entry["retrieval_rate"]["mean"], entry["answer_match"]["mean"]
+        xerr, yerr = _error_bar(x, entry["retrieval_rate"]), _error_bar(y, entry["answer_match"])
+        axes.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="o", color=colour, capsize=3, markersize=7,
+                      label=f"{name}: rate {x:.2f}, match {y:.2f}, objective {entry['objective']['mean']:.3f}")
+    axes.set(xlim=(-0.05, 1.05), xlabel="retrieval rate", ylabel="answer match",
+             title=f"{title}\nn = {comparison['questions']}; lines: every threshold; points: each method's cut, "
+                   f"95% intervals\nobjective = answer match - {comparison['cost']:g} x retrieval rate")
+    axes.title.set_fontsize(9)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, borderaxespad=0.0)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path

@@ -1,4 +1,6 @@
-"""``icr2 eval-gate``: adaptive vs. always vs. never retrieval on a RetrievalQA-format JSONL."""
+"""``icr2 eval-gate``: adaptive vs. always vs. never retrieval on a RetrievalQA-format JSONL; with ``--labels``, every
+method (always, never, vanilla, TA-ARE, calibrated threshold, learned) on need-for-retrieval labels, with the
+trade-off curve, intervals and paired tests against always-retrieve."""
 
 from __future__ import annotations
 
@@ -16,9 +18,26 @@ def register(subparsers) -> None:
         help="evaluate an adaptive-retrieval gate (retrieval rate/accuracy, P/R/F1, answer match) per data source",
         description="Runs the gate on each question of a RetrievalQA-format JSONL (question, ground_truth, optional "
         "context, needs_retrieval, data_source), answers closed-book and with context, and reports adaptive, "
-        "always and never retrieval as a table and JSON.",
+        "always and never retrieval as a table and JSON. With --labels (files of icr2 label-retrieval-need) it "
+        "instead runs every gate of --methods on those questions, answers nothing (the labels hold both answers), "
+        "and reports each method's retrieval rate, answer match, objective (answer match - COST x retrieval rate) "
+        "and AUROC with 95%% intervals, paired tests against always-retrieve (Holm), and the trade-off curve of "
+        "every scored method over every threshold (table, JSON, PNG in --out-dir).",
     )
-    parser.add_argument("data", help="RetrievalQA-format JSONL (plain or .gz)")
+    parser.add_argument("data", nargs="?", help="RetrievalQA-format JSONL (plain or .gz); not with --labels")
+    parser.add_argument("--labels", nargs="+", default=None, metavar="LABELS",
+                        help="labels JSONL file(s) of icr2 label-retrieval-need: compare --methods on them")
+    parser.add_argument("--methods", default="always,never,vanilla,ta_are",
+                        help="with --labels: comma-separated gate methods; threshold=ARTIFACT and learned=ARTIFACT "
+                        "read artifacts of icr2 train-gate; name:method=ARTIFACT names one")
+    parser.add_argument("--cost", type=float, default=0.1, help="with --labels: lambda of the objective (default 0.1)")
+    parser.add_argument("--both-wrong", default="no_need", choices=("no_need", "exclude"),
+                        help="with --labels: label of questions wrong both ways (AUROC only)")
+    parser.add_argument("--out-dir", default=None, help="with --labels: write tradeoff.json, tradeoff.png, curves.md")
+    parser.add_argument("--backend", default=None, help="with --labels: backend file whose model the asking gates "
+                        "(vanilla, ta_are, threshold) use; a served one gives P(yes) from top log-probabilities")
+    parser.add_argument("--show-curves", action="store_true", help="with --labels: print every curve point")
+    parser.add_argument("--seed", type=int, default=0, help="with --labels: bootstrap and permutation seed")
     parser.add_argument("--method", default="ta_are", choices=gate_decider_names(),
                         help="the gate's method: a registered gate decider (icr2_components/gates/deciders/)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="gate and reader model (alias, path or HF id)")
@@ -29,6 +48,7 @@ def register(subparsers) -> None:
     parser.add_argument("--n-yes", type=int, default=2)
     parser.add_argument("--n-no", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) threshold of the 'threshold' method")
+    parser.add_argument("--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N usable questions")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget of the reader")
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")
@@ -44,6 +64,13 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
 
+    if args.labels:
+        if args.data:
+            raise ValueError("Give either a RetrievalQA JSONL or --labels files, not both.")
+        return run_on_labels(args)
+    if not args.data:
+        raise ValueError("Name a RetrievalQA-format JSONL, or --labels files of icr2 label-retrieval-need.")
+
     from icr2_components.evaluation.gate_eval import evaluate_gate, format_summary_table, read_retrievalqa_jsonl
     from icr2_components.gates import TimeAwareRetrievalGate
     from icr2_components.readers import LocalChatReader
@@ -57,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     gate = TimeAwareRetrievalGate(
         method=args.method, model=args.model, today=args.today, time_aware=not args.no_date, n_yes=args.n_yes,
         n_no=args.n_no, yes_pool=args.yes_pool, no_pool=args.no_pool, threshold=args.threshold, device=args.device,
+        artifact=args.artifact,
     )
     gate.warm_up()
     reader = None if args.decisions_only else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
@@ -80,4 +108,63 @@ def run(args: argparse.Namespace) -> int:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(json.dumps(report, indent=2, ensure_ascii=False))
         console.print(f"wrote {args.output}")
+    return 0
+
+
+def run_on_labels(args: argparse.Namespace) -> int:
+    from icr2_components.commands._console import make_console
+    from icr2_components.evaluation.gate_methods import gate_model_settings, parse_methods, run_methods
+    from icr2_components.evaluation.gate_tradeoff import compare_methods, format_comparison_table, format_curve_table
+    from icr2_components.evaluation.need_labels import read_labels
+    from icr2_components.plotting import plot_gate_tradeoff
+
+    console = make_console()
+    specs = parse_methods(args.methods)
+    if "always" not in [s.name for s in specs]:
+        raise ValueError("--methods must include always (the baseline every method is tested against).")
+    labelled, described = read_labels(args.labels, args.both_wrong)
+    if args.limit is not None:
+        labelled = labelled[: args.limit]
+    if not labelled:
+        raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
+    console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
+    model, gate_options = gate_model_settings(args.model, args.backend)
+    runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options)
+    for name, run in runs.items():
+        if run["unscored"]:
+            console.print(f"{name}: {run['unscored']} decision(s) without P(yes): no curve or AUROC for it")
+    report = {"labels": described, "settings": {k: v for k, v in vars(args).items() if k != "handler"},
+              "methods": {n: {k: v for k, v in r.items() if k not in ("decisions", "scores")} for n, r in runs.items()}}
+    report["all"] = compare_methods(runs, labelled, args.cost, seed=args.seed)
+    report["by_source"] = {}
+    for source in sorted({q.source for q in labelled}):
+        members = [i for i, q in enumerate(labelled) if q.source == source]
+        subset = {n: {**r, "decisions": [r["decisions"][i] for i in members],
+                      "scores": None if r["scores"] is None else [r["scores"][i] for i in members]}
+                  for n, r in runs.items()}
+        report["by_source"][source] = compare_methods(subset, [labelled[i] for i in members], args.cost, seed=args.seed)
+    report["rows"] = [{"id": q.id, "source": q.source, "outcome": q.outcome, "needs_retrieval": q.needs_retrieval,
+                       **{f"{n} retrieve": r["decisions"][i] for n, r in runs.items()},
+                       **{f"{n} score": r["scores"][i] for n, r in runs.items() if r["scores"] is not None}}
+                      for i, q in enumerate(labelled)]
+    title = f"gates on {len(labelled)} labelled questions, reader {described['reader']}"
+    console.print(format_comparison_table(report["all"], title))
+    for source, comparison in report["by_source"].items():
+        console.print(format_comparison_table(comparison, f"{source} ({comparison['questions']} questions)"))
+    curves = {n: e["curve"] for n, e in report["all"]["methods"].items() if e.get("curve")}
+    if args.show_curves:
+        for name, curve in curves.items():
+            console.print(format_curve_table(name, curve))
+    if args.out_dir:
+        out = Path(args.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tradeoff.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+        plot_gate_tradeoff(report["all"], out / "tradeoff.png", title=title)
+        lines = [f"# Trade-off curves ({title}; λ = {args.cost:g})", ""]
+        for name, curve in curves.items():
+            lines += [f"## {name}", "", "| cut | retrieval rate | answer match | objective |", "|---|---|---|---|"]
+            lines += [f"| {p['cut']:.4f} | {p['retrieval_rate']:.3f} | {p['answer_match']:.3f} | {p['objective']:.3f} |"
+                      for p in curve] + [""]
+        (out / "curves.md").write_text("\n".join(lines))
+        console.print(f"wrote {out / 'tradeoff.json'}, {out / 'tradeoff.png'} and {out / 'curves.md'}")
     return 0

@@ -1,6 +1,6 @@
 """How a TimeAwareRetrievalGate method decides: the :class:`GateDecider` base class and its registry.
 
-A gate method (``ta_are``, ``vanilla``, ``threshold``, ``always``, ``never``) is one small class in one file
+A gate method (``ta_are``, ``vanilla``, ``threshold``, ``learned``, ``always``, ``never``) is one small class in one file
 under ``gates/deciders/``, registered by name with :func:`register_gate_decider`. The gate looks its ``method``
 up here and delegates: the decider writes its prompt (if it asks the model at all), asks the gate's model
 through :class:`YesNoModel`, and turns the answer into a :class:`GateDecision`; the gate keeps the model, the
@@ -56,6 +56,8 @@ class GateQuestion:
     threshold: float
     n_yes: int
     n_no: int
+    threshold_given: bool = False
+    """True when this run passed `threshold` (it then wins over a calibrated threshold's artifact)."""
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,13 @@ class TimeAwareRetrievalGate:
     <date>." plus [Yes] demonstrations chosen per query by embedding similarity from a pool of questions the model
     could not answer and [No] demonstrations from a pool it could), `vanilla` (the plain yes/no prompt),
     `threshold` (retrieve when P(yes) under the vanilla prompt reaches `threshold`: the calibration-based
-    baseline), `always` and `never`; `register_gate_decider` adds one.
+    baseline; with `artifact`, the threshold `icr2 train-gate --kind threshold` picked on labelled dev questions
+    for an objective), `learned` (no language model asked: a logistic regression or SKR-style nearest neighbours
+    over the question's MiniLM embedding and cheap signals, trained by `icr2 train-gate` on the reader's own
+    need labels from `icr2 label-retrieval-need`, read from `artifact`), `always` and `never`;
+    `register_gate_decider` adds one. Whether a gate pays off for a reader is measured by `icr2 eval-gate
+    --labels` (retrieval rate against answer match, with intervals): on SmolLM2-135M TA-ARE's P(yes) ranks need
+    at chance, so TA-ARE needs a capable reader (BENCHMARKS.md).
 
     Where the model runs:
 
@@ -127,6 +133,12 @@ class TimeAwareRetrievalGate:
     print(decision["scoring"], decision["p_yes"], decision["answer_mass"])   # top_logprobs 0.3... 0.1...
     ```
 
+    A learned gate (no language model loaded; `icr2 train-gate LABELS --kind logistic --out gate.json`):
+    ```python
+    learned = TimeAwareRetrievalGate(method="learned", model=None, artifact="runs/gate/learned.json")
+    print(learned.run(query="Who won the 2025 Eurovision Song Contest?")["decision"]["p_yes"])
+    ```
+
     In a pipeline YAML the served gate is
     ```yaml
     gate:
@@ -165,6 +177,7 @@ class TimeAwareRetrievalGate:
         device: str | None = None,
         attn_implementation: str | None = "sdpa",
         reuse_prompt_prefix: bool = True,
+        artifact: str | None = None,
     ) -> None:
         """
         :param method: A registered gate decider: `ta_are`, `vanilla`, `threshold`, `always`, `never`, or one
@@ -204,6 +217,10 @@ class TimeAwareRetrievalGate:
         :param reuse_prompt_prefix: Keep the key/value cache of the last prompt and run only the tokens after the
             prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE
             prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
+        :param artifact: A gate artifact written by `icr2 train-gate` (read at `warm_up`): for method `threshold`
+            a calibrated threshold (it replaces `threshold`; a run-time `threshold` still wins), for method
+            `learned` the learned model. It records the questions it was trained on, which `icr2 compare` then
+            keeps out of its evaluation.
         """
         decider_class = gate_decider_class(method)
         if server is not None and chat_generator is not None:
@@ -243,7 +260,10 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
         if no_selection not in ("similar", "fixed"):
             raise ValueError(f"no_selection must be 'similar' or 'fixed', got {no_selection!r}.")
+        if artifact is not None and (not isinstance(artifact, str) or not artifact.strip()):
+            raise ValueError(f"artifact must be the path of a gate artifact (icr2 train-gate --out), got {artifact!r}.")
         parse_today(today)
+        self.artifact = artifact
         self.method = method
         self.model = model
         self.chat_generator = chat_generator
@@ -480,6 +500,7 @@ class TimeAwareRetrievalGate:
                              "this gate parses replies.")
         if decider.needs_model and self.chat_generator is None and self._served is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
+        threshold_given = threshold is not None
         threshold = self.threshold if threshold is None else float(threshold)
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
@@ -490,7 +511,8 @@ class TimeAwareRetrievalGate:
         day = parse_today(today) or parse_today(self.today) or _dt.date.today()
         query = query.strip()
         start = time.perf_counter()
-        question = GateQuestion(query=query, today=day, threshold=threshold, n_yes=n_yes, n_no=n_no)
+        question = GateQuestion(query=query, today=day, threshold=threshold, n_yes=n_yes, n_no=n_no,
+                                threshold_given=threshold_given)
         decided = decider.decide(question, self if decider.needs_model else None)
         decision = decided.as_record(method)
         decision["retrieve"] = decided.retrieve

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 17, "Gates that pay off": need labels from the shipped reader, a calibrated threshold, learned gates, and every
+# gate on held-apart questions (BENCHMARKS.md, "Gates that pay off"). Every step is resumable or cheap: the labelling
+# appends one line per question to its labels file and skips what it holds, so a re-run after a kill continues.
+#
+#   bash bench/gate_tradeoff.sh [label-train|label-eval|train|eval|all]
+#
+# Questions. Training (dev) labels: NQ-sample positions 100-399 (no probe, tuning run or bench used them:
+# bench/data/make_heldout_ids.py lists 0-40 and 600-620; the held-out pool is positions >= 1000, excluded anyway).
+# Evaluation (held apart): the first 200 held-out NQ ids + the 53 questions of bench/data/gate_eval.jsonl.
+# Contexts: the NQ questions' gold passages (at most 2), the bench set's own one-sentence contexts, and for its
+# 17 answerable questions (no context) the index's top BM25 passages.
+# Time on this shared 2-core machine (measured: 3.5 s per question for its two SmolLM2 answers at load ~3, up to
+# ~11 s when more jobs share the cores): label-train 300 questions ~18 min (up to ~55), label-eval 253 questions
+# ~15 min (up to ~45), train ~2 min (the threshold kind scores 300 vanilla prompts), eval ~5-10 min (vanilla,
+# TA-ARE and threshold P(yes) per question; the learned gates embed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
+export OMP_NUM_THREADS=${THREADS:-1} MKL_NUM_THREADS=${THREADS:-1}
+which=${1:-all}
+LABELS=bench/results/gate_labels
+GATES=bench/results/gate_artifacts
+COST=${COST:-0.1}
+
+if [[ $which == label-train || $which == all ]]; then
+  .venv/bin/icr2 label-retrieval-need --out $LABELS/train_nq100-400.jsonl --nq-range 100:400 \
+    --exclude-ids bench/data/heldout_nq_ids.txt --max-new-tokens 24
+fi
+if [[ $which == label-eval || $which == all ]]; then
+  .venv/bin/icr2 label-retrieval-need --out $LABELS/heldout200_gate_eval.jsonl \
+    --nq-ids bench/data/heldout_nq_ids_first200.txt --retrievalqa bench/data/gate_eval.jsonl --max-new-tokens 24
+fi
+if [[ $which == train || $which == all ]]; then
+  # the calibrated threshold goes beside the pipeline that will read it (pipelines/adaptive_rag.yaml, header)
+  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind threshold --cost "$COST" \
+    --out pipelines/adaptive_rag.threshold.json
+  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind logistic --cost "$COST" \
+    --signals date_words,top_score --index indexing/kilt-sample.yaml --out pipelines/adaptive_rag.learned.json
+  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind knn --cost "$COST" --knn-k 10 \
+    --out $GATES/knn.json
+fi
+if [[ $which == eval || $which == all ]]; then
+  .venv/bin/icr2 eval-gate --labels $LABELS/heldout200_gate_eval.jsonl --cost "$COST" --today 2025-12-01 \
+    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=pipelines/adaptive_rag.learned.json,knn:learned=$GATES/knn.json" \
+    --out-dir bench/results/gate_tradeoff
+fi

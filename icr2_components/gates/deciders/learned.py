@@ -1,0 +1,108 @@
+"""`learned`: retrieve when a model learned from the reader's own need-for-retrieval labels says so.
+
+The labels are RetrievalQA's per-model notion of need (https://arxiv.org/abs/2402.16457, §2 and A.2: a question
+needs retrieval for a model when the model answers it wrong closed-book and right with the context), written by
+`icr2 label-retrieval-need`; `icr2 train-gate` fits, on those questions, either a logistic regression over the
+question's embedding (the bundled MiniLM) plus cheap signals (date/recency words, the top BM25 score), or SKR's
+nearest-neighbour judgement (Wang et al. 2023, https://arxiv.org/abs/2310.05002: the share of needing questions
+among the k most similar training questions), and picks the cut on its probability for a stated objective. No
+language model is asked: a decision is one embedding (and one BM25 lookup with `top_score`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from icr2_components.artifacts.gate_artifact import LEARNED_KINDS, GateArtifact, load_gate_artifact
+from icr2_components.gates.gate_decider import (
+    GateDecider,
+    GateDecision,
+    GateQuestion,
+    YesNoAnswer,
+    YesNoModel,
+    register_gate_decider,
+)
+from icr2_components.gates.need_features import NeedFeatures
+
+LEARNED_SCORING = "learned"
+
+
+def logistic_probabilities(artifact: GateArtifact, features: np.ndarray) -> np.ndarray:
+    """P(needs retrieval) of a logistic artifact for feature rows (standardised as in training)."""
+    mean = np.asarray(artifact.feature_mean, dtype=np.float64)
+    scale = np.asarray(artifact.feature_scale, dtype=np.float64)
+    if features.shape[1] != len(mean):
+        raise ValueError(f"The gate artifact expects {len(mean)} features per question, got {features.shape[1]}: "
+                         "its embedding model or signals differ from these; train it again.")
+    z = ((features - mean) / scale) @ np.asarray(artifact.weights, dtype=np.float64) + float(artifact.bias)
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def knn_probabilities(embeddings: np.ndarray, vectors: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """SKR's judgement: the share of needing questions among the ``k`` nearest (cosine) training questions."""
+    similarities = embeddings @ vectors.T
+    k = min(k, vectors.shape[0])
+    nearest = np.argsort(-similarities, axis=1, kind="stable")[:, :k]
+    return labels[nearest].mean(axis=1)
+
+
+def read_knn_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"The knn gate's vectors are missing: {path} (written beside the artifact by "
+                                "icr2 train-gate); train it again.")
+    with np.load(path, allow_pickle=False) as data:
+        return np.asarray(data["vectors"], dtype=np.float64), np.asarray(data["labels"], dtype=np.float64)
+
+
+class LearnedGateModel:
+    """A loaded learned artifact: features of questions -> P(needs retrieval)."""
+
+    def __init__(self, path: str, device: str | None = None) -> None:
+        self.path = path
+        self.artifact = load_gate_artifact(path, LEARNED_KINDS, "learned")
+        self.features = NeedFeatures(self.artifact.embedding_model, self.artifact.signals, self.artifact.index, device)
+        self._knn = read_knn_vectors(self.artifact.vectors_path(path)) if self.artifact.kind == "knn" else None
+
+    def probabilities(self, questions: list[str]) -> np.ndarray:
+        if self.artifact.kind == "knn":
+            vectors, labels = self._knn
+            return knn_probabilities(self.features.embed(questions), vectors, labels, self.artifact.knn_k)
+        return logistic_probabilities(self.artifact, self.features.matrix(questions))
+
+
+@register_gate_decider("learned")
+class LearnedDecider(GateDecider):
+    """Retrieves when the learned model's P(needs retrieval) reaches the artifact's cut (or a run's `threshold`).
+
+    Reads the gate's `artifact` (required) and `device`; asks no language model (``needs_model`` is False), so a
+    gate with `method: learned` may be built with `model: null`. The decision shows P(yes) as `p_yes`, scoring
+    `learned`.
+    """
+
+    needs_model = False
+
+    def __init__(self, gate) -> None:
+        super().__init__(gate)
+        self.model: LearnedGateModel | None = None
+
+    def check(self) -> None:
+        artifact = getattr(self.gate, "artifact", None)
+        if not artifact:
+            raise ValueError("method='learned' needs artifact= (a gate artifact made by icr2 train-gate LABELS "
+                             "--kind logistic --out ARTIFACT.json).")
+        if not Path(artifact).is_file():
+            raise ValueError(f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind logistic "
+                             f"--out {artifact}.")
+
+    def warm_up(self) -> None:
+        if self.model is None:
+            self.model = LearnedGateModel(self.gate.artifact, device=self.gate.device)
+
+    def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
+        self.warm_up()
+        p = float(self.model.probabilities([question.query])[0])
+        cut = question.threshold if question.threshold_given else float(self.model.artifact.cut)
+        answer = YesNoAnswer(p_yes=p, scoring=LEARNED_SCORING)
+        return GateDecision.at_cut(answer, cut)
