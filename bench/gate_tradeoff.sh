@@ -8,8 +8,10 @@
 # Questions. Training (dev) labels: NQ-sample positions 100-399 (no probe, tuning run or bench used them:
 # bench/data/make_heldout_ids.py lists 0-40 and 600-620; the held-out pool is positions >= 1000, excluded anyway).
 # Evaluation (held apart): the first 200 held-out NQ ids + the 53 questions of bench/data/gate_eval.jsonl.
-# Contexts: the NQ questions' gold passages (at most 2), the bench set's own one-sentence contexts, and for its
-# 17 answerable questions (no context) the index's top BM25 passages.
+# Contexts: for the NQ questions, what the shipped adaptive pipeline would show them (the sample index's top 3 hybrid
+# passages, as pipelines/adaptive_rag.yaml retrieves), so "needs retrieval" means "retrieval as deployed changes
+# this reader's answer"; the bench set's own one-sentence contexts, and for its 17 answerable questions (no
+# context) the index's top BM25 passages.
 # Time on this shared 2-core machine (measured: 3.5 s per question for its two SmolLM2 answers at load ~3, up to
 # ~11 s when more jobs share the cores): label-train 300 questions ~18 min (up to ~55), label-eval 253 questions
 # ~15 min (up to ~45), train ~2 min (the threshold kind scores 300 vanilla prompts), eval ~5-10 min (vanilla,
@@ -22,14 +24,15 @@ which=${1:-all}
 LABELS=bench/results/gate_labels
 GATES=bench/results/gate_artifacts
 COST=${COST:-0.1}
+CONTEXT="--context retrieved --retrieval-method hybrid --max-passages 3"
 
 if [[ $which == label-train || $which == all ]]; then
   .venv/bin/icr2 label-retrieval-need --out $LABELS/train_nq100-400.jsonl --nq-range 100:400 \
-    --exclude-ids bench/data/heldout_nq_ids.txt --max-new-tokens 24
+    --exclude-ids bench/data/heldout_nq_ids.txt --max-new-tokens 24 $CONTEXT
 fi
 if [[ $which == label-eval || $which == all ]]; then
   .venv/bin/icr2 label-retrieval-need --out $LABELS/heldout200_gate_eval.jsonl \
-    --nq-ids bench/data/heldout_nq_ids_first200.txt --retrievalqa bench/data/gate_eval.jsonl --max-new-tokens 24
+    --nq-ids bench/data/heldout_nq_ids_first200.txt --retrievalqa bench/data/gate_eval.jsonl --max-new-tokens 24 $CONTEXT
 fi
 if [[ $which == train || $which == all ]]; then
   # the calibrated threshold goes beside the pipeline that will read it (pipelines/adaptive_rag.yaml, header)
