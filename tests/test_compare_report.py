@@ -208,3 +208,24 @@ def test_report_rows_carry_intervals_and_the_paired_section_against_the_baseline
     saved = json.loads((tmp_path / "report.json").read_text())
     saved_match = [c for c in saved["paired"]["comparisons"] if c["metric"] == "answer_match"]
     assert saved_match[0]["only_baseline"] == 1 and saved["statistics"]["seed"] == 0
+
+
+def test_exact_match_column_is_left_out_of_the_tables_when_the_reader_answers_in_sentences(tmp_path):
+    from icr2_components.evaluation.report_rendering import paired_rows, summary_rows
+
+    sentences = [record(p, f"q{i}", "The capital of France is the city of Paris, on the Seine.", ["Paris"], ["p1"], ["p1"])
+                 for p in ("rag", "other") for i in range(4)]
+    report = build_report(sentences, [spec("rag"), spec("other")], ["open"], seed=0)
+    assert "exact_match" in report["omitted_columns"] and "0 of 8" in report["omitted_columns"]["exact_match"]
+    assert report["summary"]["rag"]["open"]["exact_match"] is not None  # still in the JSON
+    header, _ = summary_rows(report)
+    assert "exact_match" not in header and "answer_match" in header
+    assert all(row[3] != "exact_match" for row in paired_rows(report)[1])
+    files = write_report(report, tmp_path)
+    markdown = open(files["markdown"]).read()
+    assert "Left out of the tables: exact_match" in markdown and "### exact_match" not in markdown
+
+    short = [record(p, f"q{i}", "Paris", ["Paris"], ["p1"], ["p1"]) for p in ("rag", "other") for i in range(4)]
+    report = build_report(short, [spec("rag"), spec("other")], ["open"], seed=0)
+    assert report["omitted_columns"] == {}
+    assert "exact_match" in summary_rows(report)[0]

@@ -94,6 +94,8 @@ def print_report(report: dict) -> None:
         tables.append(("is the position curve's shape significant?", shape_rows(report["position_curves"])))
     for title, (header, rows) in tables:
         print_table(console, f"icr2 compare: {title}", header, rows)
+    for name, why in (report.get("omitted_columns") or {}).items():
+        console.print(f"{name} left out of the tables: {why}")
     run = report["run"]
     console.print(f"model runs: {run['counters']}; dataset skips: {run['dataset_skips']['counts']}; "
                   f"contexts not built: {run['missing_contexts']}")

@@ -36,10 +36,34 @@ from icr2_components.evaluation.paired_comparison import (
 from icr2_components.evaluation.position_curves import position_curves
 from icr2_components.evaluation.position_tests import MONTE_CARLO_TABLES
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+from icr2_components.text.normalization import normalize_answer
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
 ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l", "rouge_l_ragas")
 TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
+#: NQ-open keeps questions whose short answer has at most five tokens (Lee et al. 2019, the data of Lost in the
+#: Middle); a reader whose answers are mostly longer is answering in sentences, and exact match then scores its
+#: wording, not its answer
+SHORT_ANSWER_TOKENS = 5
+EXACT_MATCH_MIN_SHORT_SHARE = 0.5
+
+
+def omitted_columns(records: Sequence[dict]) -> dict[str, str]:
+    """Columns the report's tables leave out because they cannot mean anything here, each with the reason.
+
+    Exact match is left out when fewer than half of the answers are short (at most five tokens after the official
+    normalisation): it stays in ``summary`` / ``paired`` of report.json, only the tables drop it.
+    """
+    answers = [r["answer"] for r in records if not r.get("error") and isinstance(r.get("answer"), str)]
+    if not answers:
+        return {}
+    short = sum(len(normalize_answer(a).split()) <= SHORT_ANSWER_TOKENS for a in answers)
+    if short / len(answers) >= EXACT_MATCH_MIN_SHORT_SHARE:
+        return {}
+    return {"exact_match": (f"only {short} of {len(answers)} answers ({short / len(answers):.0%}) are short (at most "
+                            f"{SHORT_ANSWER_TOKENS} tokens after normalisation): the reader answers in sentences, so "
+                            "exact match would score its wording, not its answer; answer match is the headline and "
+                            "exact match stays in report.json")}
 CI_KEY = "answer_match_ci95"  # the answer match's Wilson 95% interval [low, high] (= intervals["answer_match"]["ci95"])
 COST_METRICS = ("latency_s", "prompt_tokens")  # a difference is "higher"/"lower", not "better"/"worse"
 HEADLINE_METRICS = ("answer_match", "exact_match")  # the paired rows the CLI prints (the report has every metric)
@@ -276,6 +300,7 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
         "cub": cub,
         "pareto_front": front,
         "pareto_status": pareto_status(cub, front),
+        "omitted_columns": omitted_columns(records),
         "memory_target": "closed-book answer" if memory else "gold answers (no closed-book pipeline in the run)",
         "metric_implementations": implementations,
         "paired": paired_section(scores, names, baseline, context_types, oracle_name(specs), seed),

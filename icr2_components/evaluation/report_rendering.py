@@ -58,8 +58,16 @@ def format_difference(value: dict | None, metric: str) -> str:
     return f"{text} [{low:+.{bound_decimals}f}, {high:+.{bound_decimals}f}]"
 
 
+def shown_columns(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> list[str]:
+    """``metrics`` without the columns the report leaves out of its tables (``omitted_columns``: e.g. exact match
+    when the reader answers in sentences)."""
+    omitted = report.get("omitted_columns") or {}
+    return [m for m in metrics if m not in omitted]
+
+
 def summary_rows(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[str]]]:
     """One row per pipeline and context type; each metric cell is ``mean [95% interval]``."""
+    metrics = shown_columns(report, metrics)
     header = ["pipeline", "context", "n", *metrics]
     rows = []
     for name, per_type in report["summary"].items():
@@ -74,7 +82,7 @@ def paired_rows(report: dict, metrics: Sequence[str] | None = None, context_type
     header = ["pipeline", "vs", "context", "metric", "n", "difference [95% CI]", "only pipeline / only vs", "test",
               "p", "Holm p", "MDE", "verdict"]
     comparisons = (report.get("paired") or {}).get("comparisons", [])
-    order = list(metrics or TABLE_COLUMNS)
+    order = shown_columns(report, metrics or TABLE_COLUMNS)
     chosen = [c for c in comparisons if c["metric"] in order
               and (context_types is None or c["context_type"] in context_types)]
     chosen.sort(key=lambda c: order.index(c["metric"]))  # stable: context types and pipelines keep their order
@@ -144,7 +152,9 @@ def report_notes(report: dict) -> dict[str, str]:
         "summary": (f"Each cell: mean [95% interval]. Intervals: Wilson for 0/1 scores (EM, answer match, BCU), a "
                     f"BCa bootstrap over questions otherwise ({stats.get('bootstrap_resamples')} resamples, seed "
                     f"{stats.get('seed')}); see `statistics` in report.json. Pipelines are listed in the order given, "
-                    f"not ranked."),
+                    f"not ranked."
+                    + "".join(f" Left out of the tables: {name}, {why}." for name, why in
+                              (report.get("omitted_columns") or {}).items())),
         "paired": (f"Every pipeline against the baseline `{paired.get('baseline')}` on the questions both answered "
                    f"(n). Difference = pipeline - baseline, with its paired bootstrap 95% interval. Test: exact "
                    f"McNemar on the discordant pairs for 0/1 scores, a paired sign-flip permutation test otherwise. "
@@ -170,7 +180,7 @@ def report_sections(report: dict) -> list[tuple[int, str, str | None, tuple[list
     paired = report.get("paired") or {}
     if paired.get("comparisons"):
         sections.append((2, f"Paired comparison with the baseline `{paired['baseline']}`", notes["paired"], None))
-        for metric in TABLE_COLUMNS:
+        for metric in shown_columns(report):
             header, rows = paired_rows(report, metrics=[metric])
             if rows:
                 sections.append((3, metric, None, (header, rows)))
