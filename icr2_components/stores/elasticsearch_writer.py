@@ -194,6 +194,7 @@ class ElasticsearchStreamingWriter:
     :param max_retries: retries when the node cannot be reached (exponential backoff from ``retry_backoff``
         seconds, capped at ``max_backoff``), and retries of 429/5xx answers by ``streaming_bulk``.
     :param bm25_k1, bm25_b: BM25 parameters of a newly created index.
+    :param analyzer: BM25's analyzer of a newly created index, ``english`` or ``standard`` (stores/text_analysis.py).
     :param embedding_similarity: similarity of the dense_vector field of a newly created index.
     :param number_of_shards: shards of a newly created index.
     :param verify_count: raise :class:`DocumentCountMismatchError` when the final count differs.
@@ -221,6 +222,7 @@ class ElasticsearchStreamingWriter:
         max_backoff: float = 30.0,
         bm25_k1: float = 0.9,
         bm25_b: float = 0.4,
+        analyzer: str = "english",
         embedding_similarity: Similarity = "cosine",
         number_of_shards: int = 1,
         verify_count: bool = True,
@@ -253,6 +255,7 @@ class ElasticsearchStreamingWriter:
         self.max_backoff = max_backoff
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
+        self.analyzer = analyzer
         self.embedding_similarity = embedding_similarity
         self.number_of_shards = number_of_shards
         self.verify_count = verify_count
@@ -286,6 +289,7 @@ class ElasticsearchStreamingWriter:
             max_retries=store.max_retries,
             bm25_k1=store.bm25_k1,
             bm25_b=store.bm25_b,
+            analyzer=store.analyzer,
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -478,6 +482,7 @@ class ElasticsearchStreamingWriter:
                 similarity=self.embedding_similarity,
                 bm25_k1=self.bm25_k1,
                 bm25_b=self.bm25_b,
+                analyzer=self.analyzer,
                 number_of_shards=self.number_of_shards,
             ),
             "creating the index",
