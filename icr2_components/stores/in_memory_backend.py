@@ -137,7 +137,8 @@ class InMemoryStoreBackend(StoreBackend):
     def _new_store(self):
         from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-        # BM25Okapi with Elasticsearch's k1/b so both stores rank alike; cosine like the ES dense_vector index.
+        # Haystack's own BM25 (BM25Okapi, ES's k1/b) serves only bm25_retriever(); the handle's BM25 is FieldedBM25.
+        # Cosine like the ES dense_vector index.
         return InMemoryDocumentStore(
             bm25_algorithm="BM25Okapi",
             bm25_parameters={"k1": self.settings.bm25_k1, "b": self.settings.bm25_b},
