@@ -221,6 +221,53 @@ DESC
     log "installed the GET / module ($REST_ROOT_MODULE) into $home/modules"
 }
 
+# Neither does the integ-test-zip ship the analysis-common module, so it has no `english` analyzer (standard
+# tokenizer, stop words, Porter stemming), which index configs with `store.analyzer: english` name in their
+# mapping. scripts/elasticsearch/EnglishAnalysisPlugin.java registers Lucene's EnglishAnalyzer under that name;
+# it is compiled and installed like the GET / module, as `icr2-analysis-english`. A node started before the
+# module was installed needs a restart (stop, start) to load it.
+ENGLISH_ANALYSIS_MODULE=icr2-analysis-english
+ENGLISH_ANALYSIS_SOURCE="$SCRIPT_DIR/elasticsearch/EnglishAnalysisPlugin.java"
+
+install_english_analysis() { # es-home version
+    local home="$1" version="$2" build javac jar
+    [ -f "$home/modules/$ENGLISH_ANALYSIS_MODULE/plugin-descriptor.properties" ] && return 0
+    # a full distribution has analysis-common, and with it the `english` analyzer
+    [ -d "$home/modules/analysis-common" ] && return 0
+    javac="$JAVA_HOME_17/bin/javac"
+    jar="$JAVA_HOME_17/bin/jar"
+    if [ ! -x "$javac" ] || [ ! -x "$jar" ]; then
+        log "warning: no javac in $JAVA_HOME_17 (install openjdk-17-jdk-headless): the node has no 'english' analyzer,"
+        log "         so index configs with store.analyzer: english cannot create their index (use standard)"
+        return 0
+    fi
+    [ -f "$ENGLISH_ANALYSIS_SOURCE" ] || die "the english analyzer module's source is missing: $ENGLISH_ANALYSIS_SOURCE"
+    build="$(mktemp -d)"
+    mkdir -p "$build/classes"
+    if ! "$javac" --release 17 -nowarn -cp "$home/lib/*" -d "$build/classes" \
+        "$ENGLISH_ANALYSIS_SOURCE" >"$build/javac.log" 2>&1; then
+        cat "$build/javac.log" >&2
+        rm -rf "$build"
+        die "could not compile the english analyzer module against Elasticsearch $version"
+    fi
+    mkdir -p "$build/module"
+    "$jar" --create --file "$build/module/$ENGLISH_ANALYSIS_MODULE.jar" -C "$build/classes" .
+    cat >"$build/module/plugin-descriptor.properties" <<DESC
+description=the english analyzer (Lucene's EnglishAnalyzer), standing in for analysis-common missing from the integ-test-zip
+version=$version
+name=$ENGLISH_ANALYSIS_MODULE
+classname=org.icr2.analysis.EnglishAnalysisPlugin
+java.version=17
+elasticsearch.version=$version
+extended.plugins=
+has.native.controller=false
+DESC
+    rm -rf "$home/modules/$ENGLISH_ANALYSIS_MODULE"
+    mv "$build/module" "$home/modules/$ENGLISH_ANALYSIS_MODULE"
+    rm -rf "$build"
+    log "installed the english analyzer module ($ENGLISH_ANALYSIS_MODULE) into $home/modules"
+}
+
 cmd_fetch() {
     local version="${ICR2_ES_VERSION:-}"
     mkdir -p "$ES_CACHE"
@@ -235,6 +282,7 @@ cmd_fetch() {
     fi
     fetch_version "$version"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     echo "$version" >"$ES_CACHE/current-version"
     echo "$ES_CACHE/elasticsearch-$version"
 }
@@ -327,6 +375,8 @@ distribution_home() { # version runtime-dir
     home="$rt/elasticsearch-$version"
     if [ ! -x "$home/bin/elasticsearch" ] || {
         [ ! -d "$home/modules/$REST_ROOT_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$REST_ROOT_MODULE" ]
+    } || {
+        [ ! -d "$home/modules/$ENGLISH_ANALYSIS_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$ENGLISH_ANALYSIS_MODULE" ]
     }; then
         rm -rf "$home"
         log "copying the distribution to $home (the cache under $CACHE_ROOT is not reachable by '$ES_USER')"
@@ -363,6 +413,7 @@ cmd_start() {
     local version rt home
     version="$(installed_version)"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     rt="$(runtime_dir)"
     mkdir -p "$rt"/{data,logs,run,tmp}
     home="$(distribution_home "$version" "$rt")"
@@ -570,6 +621,7 @@ cluster_start() {
     local version rt home seeds="" masters="" dir
     version="$(installed_version)"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     rt="$(runtime_dir)"
     mkdir -p "$rt"
     home="$(distribution_home "$version" "$rt")"
