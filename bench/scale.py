@@ -577,7 +577,8 @@ def in_memory_worker(spec_path: Path) -> int:
     def over_limit(current: int) -> None:
         # the hard stop: whatever the phase (writing, saving, building the BM25 index or the matrix), the child
         # records where it was and exits at once, before it can take the machine's memory
-        result.update({"stopped": f"RSS {current / GIB:.2f} GiB passed --memory-limit-gb {args.memory_limit_gb} while {state['phase']}",
+        result.update({"stopped": f"RSS {current / GIB:.3f} GiB passed --memory-limit-gb {args.memory_limit_gb} while {state['phase']}"
+                                  f" ({state['streamed']:,} of {size:,} passages streamed)",
                        "stopped_after_passages": state["streamed"], "peak_rss_bytes": current})
         Path(spec["result"]).write_text(json.dumps(result, indent=2))
         persist.unlink(missing_ok=True)
@@ -968,6 +969,13 @@ def validate(parser: argparse.ArgumentParser, args) -> None:
     for path in (args.es_config, args.in_memory_config):
         if not path.exists():
             parser.error(f"index config {path} not found.")
+    if not args.skip_elasticsearch:
+        # the config the first size will load, checked now (e.g. an HNSW m out of range), as one line
+        args.tmp = tempfile.gettempdir()
+        try:
+            es_config_for(args, args.sizes_list[0], args.vector_index != "bm25_only")
+        except Exception as error:  # noqa: BLE001 - ConfigError and friends, reported as a usage error
+            parser.error(f"--es-config {args.es_config} with these options: {error}")
 
 
 def main(argv: list[str] | None = None) -> int:
