@@ -687,7 +687,11 @@ def projections(runs: list[dict], target: int, store: str) -> dict:
         fits["build_seconds"] = linear_fit(sizes, [r["build_seconds"] for r in ok])
     for method in ok[0]["latency"]:
         for key in ("p50_ms", "p99_ms"):
-            fits[f"{method}_{key}"] = power_fit(sizes, [r["latency"][method][key] for r in ok])
+            values = [r["latency"][method][key] for r in ok]
+            fits[f"{method}_{key}"] = power_fit(sizes, values)
+            # the same points on a line too: exact search (the in-memory matrix, bm25s's score array) is linear in n,
+            # HNSW about logarithmic, so the two fits bracket a latency better than either alone
+            fits[f"{method}_{key}_linear"] = linear_fit(sizes, values)
     return {name: {**fit, "at_target": evaluate(fit, target)} for name, fit in fits.items()}
 
 
@@ -1073,7 +1077,9 @@ def main(argv: list[str] | None = None) -> int:
     projection = {
         "target_passages": args.target,
         "note": (f"Extrapolated from at most {sizes[-1]:,} passages on one node and one machine: disk, RSS and indexing time "
-                 "by a least-squares line a + b*n over the measured sizes, latency by a power law c*n^k (a line in log-log). "
+                 "by a least-squares line a + b*n over the measured sizes, latency by a power law c*n^k (a line in log-log) "
+                 "and, as a bracket, by a line (*_linear); a negative k means the latency did not grow measurably over the "
+                 "sizes measured. The in-memory figures at the target only say how far beyond its stop that would be. "
                  "HNSW graph building and merging grow faster than linearly, so the indexing hours are a lower bound; a single "
                  "node with this heap may not hold 36M passages at all (see `icr2 index --plan`)."),
         "elasticsearch": projections(es_runs, args.target, "elasticsearch"),
