@@ -786,6 +786,8 @@ def markdown(payload: dict) -> str:
 
 
 def format_cost(name: str, value: float) -> str:
+    if value < 0:
+        return "n/a (fit falls with n)"
     if name.endswith("bytes"):
         return human_bytes(value)
     if name.endswith("seconds"):
