@@ -1,11 +1,14 @@
 """nDCG@10 and recall@100 of BM25, dense and hybrid retrieval on both stores, for any BEIR-format folder.
 
     .venv/bin/python bench/retrieval_quality.py DIR [--stores in_memory,elasticsearch] [--max-queries N]
+        [--methods bm25,dense,hybrid] [--analyzer english|standard]
     .venv/bin/python bench/retrieval_quality.py --make-from-sample DIR   # write the NQ sample as a BEIR folder
 
 DIR holds `corpus.jsonl` (`_id`, `title`, `text`), `queries.jsonl` (`_id`, `text`) and `qrels/test.tsv`
 (`query-id`, `corpus-id`, `score`, with a header line). Elasticsearch is reached at ICR2_ES_URL
-(default http://127.0.0.1:9200); start it with `bash scripts/elasticsearch.sh start`.
+(default http://127.0.0.1:9200); start it with `bash scripts/elasticsearch.sh start`. With `--methods bm25` the
+passages are not embedded (minutes saved on CPU). `--analyzer` sets store.analyzer for both stores (the
+default: english; see icr2_components/stores/text_analysis.py). The last line compares the two stores' BM25.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ def main() -> int:
     parser.add_argument("--make-from-sample", type=Path, metavar="DIR")
     parser.add_argument("--stores", default="in_memory,elasticsearch")
     parser.add_argument("--max-queries", type=int, default=None)
+    parser.add_argument("--methods", default="bm25,dense,hybrid", help="comma-separated retrieval methods (bm25 alone: no embeddings)")
+    parser.add_argument("--analyzer", default="english", choices=("english", "standard"), help="store.analyzer of both stores")
     parser.add_argument("--out", type=Path, default=Path("bench/results/retrieval_quality.json"))
     args = parser.parse_args()
     if args.make_from_sample:
@@ -98,6 +103,7 @@ def main() -> int:
         return 0
     if not args.folder:
         parser.error("give a BEIR folder (or --make-from-sample DIR)")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     corpus, queries, qrels = read_beir(args.folder, args.max_queries)
     print(f"{args.folder}: {len(corpus)} passages, {len(queries)} judged queries")
     results = {}
@@ -107,22 +113,23 @@ def main() -> int:
         # each store type reads its own keys: the in-memory store a file to save to, Elasticsearch a node and an index
         store_sections = {
             "in_memory": {"persist_path": f"{tmp}/index.json"},
-            "elasticsearch": {"hosts": es_url, "index": f"icr2-beir-{args.folder.name.lower()}"},
+            "elasticsearch": {"hosts": es_url, "index": f"icr2-beir-{args.folder.name.lower()}-{args.analyzer}"},
         }
         config = index_config_from_dict(
             {
                 "name": f"beir-{args.folder.name}",
-                "store": {"type": store, **store_sections.get(store, {})},
+                "store": {"type": store, "analyzer": args.analyzer, **store_sections.get(store, {})},
                 # not read: build() is given the BEIR documents; the section is required, and this is its default
                 "corpus": {"path": "sample"},
                 "writer": {"checkpoint_path": f"{tmp}/checkpoint.json"},
+                "embedding": {"enabled": methods != ["bm25"]},
             }
         )
         handle = IndexHandle(config)
         start = time.perf_counter()
         handle.build(progress=True, documents=iter(corpus))
         print(f"{store}: indexed {handle.count()} passages in {time.perf_counter() - start:.1f}s")
-        for method in ("bm25", "dense", "hybrid"):
+        for method in methods:
             ndcgs, recalls = [], []
             for query_id, text in tqdm(queries.items(), desc=f"{store}/{method}", unit=" q"):
                 ranked = [d.id for d in handle.retrieve(text, method=method, top_k=100)]
@@ -134,8 +141,11 @@ def main() -> int:
     print(f"\n{'store/method':<28}{'nDCG@10':>10}{'recall@100':>12}")
     for key, value in results.items():
         print(f"{key:<28}{value['ndcg@10']:>10.3f}{value['recall@100']:>12.3f}")
+    if "in_memory/bm25" in results and "elasticsearch/bm25" in results:
+        gap = results["in_memory/bm25"]["ndcg@10"] - results["elasticsearch/bm25"]["ndcg@10"]
+        print(f"BM25 nDCG@10 in-memory minus Elasticsearch: {gap:+.4f} (analyzer {args.analyzer}, {len(queries)} queries)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"folder": str(args.folder), "results": results}, indent=2))
+    args.out.write_text(json.dumps({"folder": str(args.folder), "analyzer": args.analyzer, "results": results}, indent=2))
     return 0
 
 

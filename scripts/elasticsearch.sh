@@ -184,41 +184,74 @@ fetch_version() { # version -> unpacked in $ES_CACHE/elasticsearch-<version>
 # module `icr2-rest-root` of the cached copy.
 REST_ROOT_MODULE=icr2-rest-root
 
-install_rest_root() { # es-home version
-    local home="$1" version="$2" build javac jar
-    [ -f "$home/modules/$REST_ROOT_MODULE/plugin-descriptor.properties" ] && return 0
-    javac="$JAVA_HOME_17/bin/javac"
-    jar="$JAVA_HOME_17/bin/jar"
-    if [ ! -x "$javac" ] || [ ! -x "$jar" ]; then
-        log "warning: no javac in $JAVA_HOME_17 (install openjdk-17-jdk-headless): GET / will answer 405 and"
-        log "         ElasticsearchDocumentStore, which calls info() first, will not connect"
-        return 0
-    fi
-    [ -f "$REST_ROOT_SOURCE" ] || die "the GET / module's source is missing: $REST_ROOT_SOURCE"
+compile_module() { # es-home version module-name source classname description what
+    # compile one Java module against the distribution's jars and install it under modules/
+    local home="$1" version="$2" name="$3" source="$4" classname="$5" description="$6" what="$7" build
+    [ -f "$source" ] || die "the $what module's source is missing: $source"
     build="$(mktemp -d)"
     mkdir -p "$build/classes"
-    if ! "$javac" --release 17 -nowarn -cp "$home/lib/*" -d "$build/classes" \
-        "$REST_ROOT_SOURCE" >"$build/javac.log" 2>&1; then
+    if ! "$JAVA_HOME_17/bin/javac" --release 17 -nowarn -cp "$home/lib/*" -d "$build/classes" \
+        "$source" >"$build/javac.log" 2>&1; then
         cat "$build/javac.log" >&2
         rm -rf "$build"
-        die "could not compile the GET / module against Elasticsearch $version"
+        die "could not compile the $what module against Elasticsearch $version"
     fi
     mkdir -p "$build/module"
-    "$jar" --create --file "$build/module/$REST_ROOT_MODULE.jar" -C "$build/classes" .
+    "$JAVA_HOME_17/bin/jar" --create --file "$build/module/$name.jar" -C "$build/classes" .
     cat >"$build/module/plugin-descriptor.properties" <<DESC
-description=GET / (node and version summary), standing in for the rest-root module missing from the integ-test-zip
+description=$description
 version=$version
-name=$REST_ROOT_MODULE
-classname=org.icr2.restroot.RestRootPlugin
+name=$name
+classname=$classname
 java.version=17
 elasticsearch.version=$version
 extended.plugins=
 has.native.controller=false
 DESC
-    rm -rf "$home/modules/$REST_ROOT_MODULE"
-    mv "$build/module" "$home/modules/$REST_ROOT_MODULE"
+    rm -rf "$home/modules/$name"
+    mv "$build/module" "$home/modules/$name"
     rm -rf "$build"
-    log "installed the GET / module ($REST_ROOT_MODULE) into $home/modules"
+    log "installed the $what module ($name) into $home/modules"
+}
+
+has_javac() {
+    [ -x "$JAVA_HOME_17/bin/javac" ] && [ -x "$JAVA_HOME_17/bin/jar" ]
+}
+
+install_rest_root() { # es-home version
+    local home="$1" version="$2"
+    [ -f "$home/modules/$REST_ROOT_MODULE/plugin-descriptor.properties" ] && return 0
+    if ! has_javac; then
+        log "warning: no javac in $JAVA_HOME_17 (install openjdk-17-jdk-headless): GET / will answer 405 and"
+        log "         ElasticsearchDocumentStore, which calls info() first, will not connect"
+        return 0
+    fi
+    compile_module "$home" "$version" "$REST_ROOT_MODULE" "$REST_ROOT_SOURCE" org.icr2.restroot.RestRootPlugin \
+        "GET / (node and version summary), standing in for the rest-root module missing from the integ-test-zip" "GET /"
+}
+
+# Neither does the integ-test-zip ship the analysis-common module, so it has no `english` analyzer (standard
+# tokenizer, stop words, Porter stemming), which index configs with `store.analyzer: english` name in their
+# mapping. scripts/elasticsearch/EnglishAnalysisPlugin.java registers Lucene's EnglishAnalyzer under that name;
+# it is compiled and installed like the GET / module, as `icr2-analysis-english`. A node started before the
+# module was installed needs a restart (stop, start) to load it.
+ENGLISH_ANALYSIS_MODULE=icr2-analysis-english
+ENGLISH_ANALYSIS_SOURCE="$SCRIPT_DIR/elasticsearch/EnglishAnalysisPlugin.java"
+
+install_english_analysis() { # es-home version
+    local home="$1" version="$2"
+    [ -f "$home/modules/$ENGLISH_ANALYSIS_MODULE/plugin-descriptor.properties" ] && return 0
+    # a full distribution has analysis-common, and with it the `english` analyzer
+    [ -d "$home/modules/analysis-common" ] && return 0
+    if ! has_javac; then
+        log "warning: no javac in $JAVA_HOME_17 (install openjdk-17-jdk-headless): the node has no 'english' analyzer,"
+        log "         so index configs with store.analyzer: english cannot create their index (use standard)"
+        return 0
+    fi
+    compile_module "$home" "$version" "$ENGLISH_ANALYSIS_MODULE" "$ENGLISH_ANALYSIS_SOURCE" \
+        org.icr2.analysis.EnglishAnalysisPlugin \
+        "the english analyzer (Lucene's EnglishAnalyzer), standing in for analysis-common missing from the integ-test-zip" \
+        "english analyzer"
 }
 
 cmd_fetch() {
@@ -235,6 +268,7 @@ cmd_fetch() {
     fi
     fetch_version "$version"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     echo "$version" >"$ES_CACHE/current-version"
     echo "$ES_CACHE/elasticsearch-$version"
 }
@@ -327,6 +361,8 @@ distribution_home() { # version runtime-dir
     home="$rt/elasticsearch-$version"
     if [ ! -x "$home/bin/elasticsearch" ] || {
         [ ! -d "$home/modules/$REST_ROOT_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$REST_ROOT_MODULE" ]
+    } || {
+        [ ! -d "$home/modules/$ENGLISH_ANALYSIS_MODULE" ] && [ -d "$ES_CACHE/elasticsearch-$version/modules/$ENGLISH_ANALYSIS_MODULE" ]
     }; then
         rm -rf "$home"
         log "copying the distribution to $home (the cache under $CACHE_ROOT is not reachable by '$ES_USER')"
@@ -363,6 +399,7 @@ cmd_start() {
     local version rt home
     version="$(installed_version)"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     rt="$(runtime_dir)"
     mkdir -p "$rt"/{data,logs,run,tmp}
     home="$(distribution_home "$version" "$rt")"
@@ -570,6 +607,7 @@ cluster_start() {
     local version rt home seeds="" masters="" dir
     version="$(installed_version)"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
+    install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
     rt="$(runtime_dir)"
     mkdir -p "$rt"
     home="$(distribution_home "$version" "$rt")"

@@ -1,11 +1,12 @@
 """The same sample, indexed into the embedded store and into a real Elasticsearch node, retrieves alike.
 
 BM25, dense and hybrid retrieval are run for the same NQ questions on both stores; the gold passage is found,
-and the top-10 overlap between stores is reported and bounded from below. The stores rank BM25 with the same
-k1/b but not the same formula: rank_bm25's Okapi IDF floors very common words (when, did, the) at a fraction
-of the mean IDF where Lucene gives them log(1 + (N - n + 0.5) / (n + 0.5)), and Lucene stores document lengths
-lossily; Elasticsearch's dense search is approximate (HNSW). Measured on 30 NQ questions: BM25 0.76, dense 0.98,
-hybrid 0.86 mean top-10 overlap, with the same gold recall on both stores.
+and the top-10 overlap between stores is reported and bounded from below. Both stores rank BM25 with the same
+analyzer (english), fields (content + title), formula (Lucene's) and k1/b (stores/text_analysis.py); what
+differs is Lucene's lossy storage of document lengths and the order of ties. Elasticsearch's dense search is
+approximate (HNSW). Measured on 30 NQ questions: BM25 0.99, dense 0.98, hybrid 0.98 mean top-10 overlap (BM25
+0.76 and hybrid 0.86 before issue 16 gave both stores one analyzer and formula), with the same gold recall on
+both stores.
 """
 
 import uuid
@@ -43,7 +44,7 @@ def questions(both_stores, sample_files):
     return [(t, set(span_index.gold_passage_ids(t.provenance))) for t in read_kilt_tasks(sample_files.tasks, limit=QUESTIONS)]
 
 
-@pytest.mark.parametrize("method,minimum_overlap,minimum_recall", [("bm25", 0.7, 0.7), ("dense", 0.9, 0.85), ("hybrid", 0.8, 0.85)])
+@pytest.mark.parametrize("method,minimum_overlap,minimum_recall", [("bm25", 0.95, 0.8), ("dense", 0.9, 0.85), ("hybrid", 0.9, 0.85)])
 def test_both_stores_return_the_same_passages(both_stores, questions, method, minimum_overlap, minimum_recall):
     in_memory, elastic = both_stores
     overlaps, hits = [], {"in_memory": 0, "elasticsearch": 0}

@@ -33,6 +33,7 @@ from icr2_components.stores.elasticsearch_store import (
 from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
 from icr2_components.stores.errors import IndexNotBuiltError
 from icr2_components.stores.index_layout import VectorIndexSettings, validate_layout_against_config, validate_store_layout
+from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, elasticsearch_bm25_query, validate_analyzer
 
 
 @dataclass
@@ -44,6 +45,9 @@ class ElasticsearchStoreSettings(StoreSettings):
     index: str = "icr2-kilt"
     request_timeout: float = 60.0
     max_retries: int = 3
+    # BM25's analyzer of a newly created index: english (stemming, stop words) or standard; the content and the
+    # title (title.text) are searched as fields. See stores/text_analysis.py.
+    analyzer: str = DEFAULT_ANALYZER
     # BM25 parameters of a newly created index (a static index setting: an existing index keeps its own)
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
@@ -60,6 +64,7 @@ class ElasticsearchStoreSettings(StoreSettings):
     vector_index: VectorIndexSettings | None = None
 
     def validate(self) -> None:
+        validate_analyzer(self.analyzer)
         if not self.hosts:
             raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
         if self.max_retries < 0:
@@ -153,9 +158,10 @@ class ElasticsearchStoreBackend(StoreBackend):
         return ElasticsearchEmbeddingRetriever(document_store=document_store)
 
     def bm25_documents(self, document_store, query: str, top_k: int, filters: dict | None) -> list[Document]:
-        """BM25 search; Elasticsearch's too-many-clauses refusal becomes a :class:`QueryTooLongError` naming the limit."""
+        """BM25 over the content and the title (:func:`~icr2_components.stores.text_analysis.elasticsearch_bm25_query`);
+        Elasticsearch's too-many-clauses refusal becomes a :class:`QueryTooLongError` naming the limit."""
         try:
-            return super().bm25_documents(document_store, query, top_k, filters)
+            return _bm25_search(document_store, self.settings.index, query, top_k, filters)
         except Exception as error:  # noqa: BLE001 - only the clause limit is translated, the rest re-raised
             limit = _clause_limit(error)
             if limit is None:
@@ -180,6 +186,20 @@ class ElasticsearchStoreBackend(StoreBackend):
             return []
         found = {d.id: d for d in document_store.filter_documents({"field": "id", "operator": "in", "value": ids})}
         return [found[i] for i in ids if i in found]
+
+
+def _bm25_search(document_store, index: str, query: str, top_k: int, filters: dict | None) -> list[Document]:
+    """The content-and-title BM25 query, read back as Haystack documents (flattened meta, ``_score`` as score)."""
+    if not query:
+        raise ValueError("query must be a non-empty string")
+    search: dict = elasticsearch_bm25_query(query)
+    if filters:
+        # the integration's own translation of Haystack filters (as its BM25 retriever uses it)
+        from haystack_integrations.document_stores.elasticsearch.filters import _normalize_filters
+
+        search = {"bool": {"must": [search], "filter": _normalize_filters(filters)}}
+    response = document_store.client.search(index=index, size=top_k, query=search)
+    return [Document.from_dict({**hit["_source"], "score": hit["_score"]}) for hit in response["hits"]["hits"]]
 
 
 _CLAUSE_LIMIT = re.compile(r"maxClauseCount is set to (\d+)|max_clause_count.*?(\d+)|too_many_(?:nested_)?clauses", re.IGNORECASE)

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from icr2_components.stores import text_analysis
 from icr2_components.stores.config import IndexConfig
 
 from icr2_components.stores.index_layout import warn_on_other_layout
@@ -234,6 +235,7 @@ def ensure_index(
     bm25_b: float = 0.4,
     number_of_shards: int = 1,
     layout: "IndexLayout | None" = None,
+    analyzer: str = "english",
 ) -> bool:
     """Create ``index`` with our mapping and settings unless it exists; check the embedding dimension.
 
@@ -250,15 +252,18 @@ def ensure_index(
         if layout is not None:
             mappings, settings = layout.apply(mappings, settings)
         try:
-            client.indices.create(index=index, mappings=mappings, settings=settings)
+            client.indices.create(index=index, mappings=text_analysis.with_text_analysis(mappings, analyzer),
+                                  settings=settings)
             return True
         except elasticsearch.BadRequestError as error:
             # created meanwhile by another process: fall through to the checks
             if getattr(error, "error", "") != "resource_already_exists_exception":
+                text_analysis.raise_if_analyzer_missing(error, analyzer)
                 raise
     _warn_on_other_bm25(client, index, bm25_k1, bm25_b)
     if layout is not None:
         warn_on_other_layout(client, index, layout)
+    text_analysis.warn_on_other_analyzer(client, index, analyzer)
     if embedding_dim is not None:
         has_vector, dims = index_embedding_dim(client, index)
         if not has_vector:
@@ -322,7 +327,7 @@ def build_elasticsearch_store(
     return ElasticsearchDocumentStore(
         hosts=hosts if len(hosts) > 1 else hosts[0],
         index=store.index,
-        custom_mapping=index_mapping(embedding_dim, embedding_similarity),
+        custom_mapping=text_analysis.with_text_analysis(index_mapping(embedding_dim, embedding_similarity), getattr(store, "analyzer", "english")),
         embedding_similarity_function=embedding_similarity,
         request_timeout=store.request_timeout,
         max_retries=store.max_retries,

@@ -212,6 +212,7 @@ class ElasticsearchStreamingWriter:
     :param max_retries: retries when the node cannot be reached (exponential backoff from ``retry_backoff``
         seconds, capped at ``max_backoff``), and retries of 429/5xx answers by ``streaming_bulk``.
     :param bm25_k1, bm25_b: BM25 parameters of a newly created index.
+    :param analyzer: BM25's analyzer of a newly created index, ``english`` or ``standard`` (stores/text_analysis.py).
     :param embedding_similarity: similarity of the dense_vector field of a newly created index.
     :param number_of_shards: shards of a newly created index.
     :param layout: shards, replicas and vector index of a newly created index
@@ -246,6 +247,7 @@ class ElasticsearchStreamingWriter:
         max_backoff: float = 30.0,
         bm25_k1: float = 0.9,
         bm25_b: float = 0.4,
+        analyzer: str = "english",
         embedding_similarity: Similarity = "cosine",
         number_of_shards: int = 1,
         layout: IndexLayout | None = None,
@@ -285,6 +287,7 @@ class ElasticsearchStreamingWriter:
         self.max_backoff = max_backoff
         self.bm25_k1 = bm25_k1
         self.bm25_b = bm25_b
+        self.analyzer = analyzer
         self.embedding_similarity = embedding_similarity
         self.number_of_shards = number_of_shards
         self.layout = layout
@@ -327,6 +330,7 @@ class ElasticsearchStreamingWriter:
             bm25_b=store.bm25_b,
             client_options=connection_options(store),
             layout=IndexLayout.from_config(config),
+            analyzer=store.analyzer,
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -545,6 +549,7 @@ class ElasticsearchStreamingWriter:
                 similarity=self.embedding_similarity,
                 bm25_k1=self.bm25_k1,
                 bm25_b=self.bm25_b,
+                analyzer=self.analyzer,
                 number_of_shards=self.number_of_shards,
                 layout=self.layout,
             ),

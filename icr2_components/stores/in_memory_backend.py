@@ -1,7 +1,9 @@
 """``store.type: in_memory``: Haystack's embedded ``InMemoryDocumentStore``, saved to one JSON file.
 
 Built on first use (a laptop needs no server and no separate indexing step), ranked like the Elasticsearch
-store: BM25 with the same ``k1``/``b``, cosine similarity for dense retrieval.
+store: BM25 with the same analyzer, fields, formula and ``k1``/``b``
+(:class:`~icr2_components.stores.in_memory_bm25.FieldedBM25`, built from the saved passages when the store is
+opened), cosine similarity for dense retrieval.
 
 Usage:
     >>> from icr2_components.stores import open_index
@@ -24,7 +26,9 @@ from haystack.document_stores.types import DuplicatePolicy
 
 from icr2_components.paths import cache_dir
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
+from icr2_components.stores.config import ConfigError
 from icr2_components.stores.errors import DocumentCountMismatchError, EmptyIndexError, IndexNotBuiltError
+from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
 
 
 @dataclass
@@ -36,6 +40,14 @@ class InMemoryStoreSettings(StoreSettings):
     persist_path: str | None = None
     bm25_k1: float = 0.9
     bm25_b: float = 0.4
+    # BM25's analyzer: english (stemming, stop words) or standard (lower case only); see stores/text_analysis.py.
+    # Not saved with the store: the BM25 index is built from the saved passages with this setting at open.
+    analyzer: str = DEFAULT_ANALYZER
+
+    def validate(self) -> None:
+        validate_analyzer(self.analyzer)
+        if self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
+            raise ConfigError(f"store.bm25_k1 must be >= 0 and store.bm25_b in [0, 1], got {self.bm25_k1} and {self.bm25_b}.")
 
 
 @register_store_backend("in_memory")
@@ -50,6 +62,7 @@ class InMemoryStoreBackend(StoreBackend):
         super().__init__(config, fingerprint, embedder)
         self._lock = threading.Lock()
         self._dense_matrix: tuple[Any, list[Document]] | None = None
+        self._bm25: tuple[Any, Any] | None = None  # (the document store it indexes, FieldedBM25)
 
     def persist_path(self) -> Path:
         if self.settings.persist_path:
@@ -115,6 +128,7 @@ class InMemoryStoreBackend(StoreBackend):
         os.replace(tmp, path)
         with self._lock:
             self._dense_matrix = None
+            self._bm25 = None
         self._bm25_retriever = self._embedding_retriever = None
         result.details = {"persist_path": str(path)}
         result.document_store = store
@@ -123,7 +137,8 @@ class InMemoryStoreBackend(StoreBackend):
     def _new_store(self):
         from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-        # BM25Okapi with Elasticsearch's k1/b so both stores rank alike; cosine like the ES dense_vector index.
+        # Haystack's own BM25 (BM25Okapi, ES's k1/b) serves only bm25_retriever(); the handle's BM25 is FieldedBM25.
+        # Cosine like the ES dense_vector index.
         return InMemoryDocumentStore(
             bm25_algorithm="BM25Okapi",
             bm25_parameters={"k1": self.settings.bm25_k1, "b": self.settings.bm25_b},
@@ -134,9 +149,25 @@ class InMemoryStoreBackend(StoreBackend):
     # -- retrieval ------------------------------------------------------------------------------------------
 
     def bm25_retriever(self, document_store):
+        """Haystack's own retriever over the store (its tokenizer, content only): for pipelines that want a
+        Haystack component; the handle's BM25 is :meth:`bm25_documents`."""
         from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 
         return InMemoryBM25Retriever(document_store)
+
+    def bm25_documents(self, document_store, query: str, top_k: int, filters: dict | None) -> list[Document]:
+        """BM25 over content and title with the configured analyzer (:class:`FieldedBM25`), built once per store."""
+        return self.fielded_bm25(document_store).search(query, top_k=top_k, filters=filters)
+
+    def fielded_bm25(self, document_store):
+        """The :class:`~icr2_components.stores.in_memory_bm25.FieldedBM25` of ``document_store`` (built on first use)."""
+        from icr2_components.stores.in_memory_bm25 import FieldedBM25
+
+        with self._lock:
+            if self._bm25 is None or self._bm25[0] is not document_store:
+                documents = sorted(document_store.storage.values(), key=lambda d: d.id)
+                self._bm25 = (document_store, FieldedBM25(documents, self.settings.analyzer, k1=self.settings.bm25_k1, b=self.settings.bm25_b))
+            return self._bm25[1]
 
     def embedding_retriever(self, document_store):
         from haystack.components.retrievers.in_memory import InMemoryEmbeddingRetriever
