@@ -36,6 +36,7 @@ from icr2_components.evaluation.paired_comparison import (
 from icr2_components.evaluation.position_curves import position_curves
 from icr2_components.evaluation.position_tests import MONTE_CARLO_TABLES
 from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+from icr2_components.evaluation.short_answer import short_answer
 from icr2_components.text.normalization import normalize_answer
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
@@ -51,17 +52,18 @@ EXACT_MATCH_MIN_SHORT_SHARE = 0.5
 def omitted_columns(records: Sequence[dict]) -> dict[str, str]:
     """Columns the report's tables leave out because they cannot mean anything here, each with the reason.
 
-    Exact match is left out when fewer than half of the answers are short (at most five tokens after the official
-    normalisation): it stays in ``summary`` / ``paired`` of report.json, only the tables drop it.
+    Exact match (scored on ``short_answer(reply)``) is left out when fewer than half of those short answers have at
+    most five tokens after the official normalisation: it stays in ``summary`` / ``paired`` of report.json, only the
+    tables drop it.
     """
     answers = [r["answer"] for r in records if not r.get("error") and isinstance(r.get("answer"), str)]
     if not answers:
         return {}
-    short = sum(len(normalize_answer(a).split()) <= SHORT_ANSWER_TOKENS for a in answers)
+    short = sum(len(normalize_answer(short_answer(a)).split()) <= SHORT_ANSWER_TOKENS for a in answers)
     if short / len(answers) >= EXACT_MATCH_MIN_SHORT_SHARE:
         return {}
     return {"exact_match": (f"only {short} of {len(answers)} answers ({short / len(answers):.0%}) are short (at most "
-                            f"{SHORT_ANSWER_TOKENS} tokens after normalisation): the reader answers in sentences, so "
+                            f"{SHORT_ANSWER_TOKENS} tokens once the answer span is taken and normalised): the reader answers in sentences, so "
                             "exact match would score its wording, not its answer; answer match is the headline and "
                             "exact match stays in report.json")}
 CI_KEY = "answer_match_ci95"  # the answer match's Wilson 95% interval [low, high] (= intervals["answer_match"]["ci95"])
