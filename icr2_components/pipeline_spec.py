@@ -21,7 +21,8 @@ from haystack import Document, Pipeline
 
 from icr2_components.backends import Backend, apply_backend
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
-from icr2_components.stores.index_switch import apply_index_switch, index_switch
+from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
+from icr2_components.stores import retrieval_version
 
 
 class PipelineSpecError(ValueError):
@@ -89,13 +90,73 @@ def file_hash(text: str) -> str:
 BEHAVIOUR_KEYS = ("components", "connections", "inputs", "outputs")
 
 
+# The init parameter through which components name the index config they read (IndexRetriever's `index`, the
+# need-features gates' `index`); a value ending in .yaml/.yml is a config path (an Elasticsearch index *name*,
+# e.g. the writer's `index: icr2-kilt`, is not).
+INDEX_PARAMETER = "index"
+
+
+def index_configs(data: dict) -> list[str]:
+    """The index config paths a parsed pipeline's components read, sorted: every ``index`` init parameter (at any
+    depth) naming a .yaml/.yml file, and the default config of an IndexRetriever that names none."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == INDEX_PARAMETER and isinstance(item, str) and item.lower().endswith((".yaml", ".yml")):
+                    found.add(item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for component in (data.get("components") or {}).values():
+        if not isinstance(component, dict):
+            continue
+        parameters = component.get("init_parameters")
+        if str(component.get("type", "")).rsplit(".", 1)[-1] == "IndexRetriever" and (
+                not isinstance(parameters, dict) or INDEX_PARAMETER not in parameters):
+            found.add(DEFAULT_INDEX_CONFIG)  # IndexRetriever's default `index`
+        walk(parameters)
+    return sorted(found)
+
+
+def index_fingerprint(paths: list[str]) -> dict[str, Any]:
+    """What decides the passages the configs ``paths`` retrieve: each config's parsed contents (read as the
+    components read it, relative to the working directory) and
+    ``icr2_components.stores.retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION``. A missing or
+    unreadable config contributes its path (or its raw text): loading the pipeline fails later with a clear error."""
+    configs: dict[str, Any] = {}
+    for path in paths:
+        file = Path(path).expanduser()
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            configs[path] = {"unreadable": path}
+            continue
+        try:
+            configs[path] = {"config": yaml.safe_load(text)}
+        except yaml.YAMLError:
+            configs[path] = {"unparsed": file_hash(text)}
+    # read at call time (not imported by name), so the constant has exactly one home
+    return {"configs": configs, "retrieval_behaviour_version": retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION}
+
+
 def behaviour_hash(data: dict) -> str:
     """Hash of the parts of a parsed pipeline YAML that change its answers (``BEHAVIOUR_KEYS`` and
-    ``metadata.context_input``, which decides what a controlled context type replaces)."""
+    ``metadata.context_input``, which decides what a controlled context type replaces) and, for a pipeline
+    whose components read an index, the index fingerprint (``index_fingerprint``: each config's contents and
+    ``RETRIEVAL_BEHAVIOUR_VERSION``), so a changed config or store changes the hash. A pipeline that reads no
+    index hashes exactly as before the fingerprint existed."""
     import json
 
     material = {key: data.get(key) for key in BEHAVIOUR_KEYS}
     material["context_input"] = (data.get("metadata") or {}).get("context_input")
+    configs = index_configs(data)
+    if configs:  # only then: index-free pipelines (closed_book, oracle) keep their hash and their cached answers
+        material["index"] = index_fingerprint(configs)
     return file_hash(json.dumps(material, sort_keys=True, default=str))
 
 
@@ -232,4 +293,13 @@ def controlled_variant(data: dict, context_input: str | None) -> dict:
     return variant
 
 
-__all__ = ["PipelineLoadError", "PipelineSpec", "PipelineSpecError", "controlled_variant", "parse_declared_io"]
+__all__ = [
+    "PipelineLoadError",
+    "PipelineSpec",
+    "PipelineSpecError",
+    "behaviour_hash",
+    "controlled_variant",
+    "index_configs",
+    "index_fingerprint",
+    "parse_declared_io",
+]

@@ -1,0 +1,118 @@
+"""``icr2 compare``'s pipeline hash covers the index a pipeline reads (config contents + the stores' retrieval
+behaviour version), and leaves the hash of every index-free pipeline exactly as it was (its cached answers stay)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from icr2_components.pipeline_spec import BEHAVIOUR_KEYS, PipelineSpec, behaviour_hash, file_hash, index_configs
+from icr2_components.stores import retrieval_version
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = sorted((ROOT / "pipelines").glob("*.yaml"))
+
+
+def keys_only_hash(data: dict) -> str:
+    """The hash before index fingerprints: BEHAVIOUR_KEYS and metadata.context_input alone."""
+    material = {key: data.get(key) for key in BEHAVIOUR_KEYS}
+    material["context_input"] = (data.get("metadata") or {}).get("context_input")
+    return file_hash(json.dumps(material, sort_keys=True, default=str))
+
+
+@pytest.fixture
+def in_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # the library's index paths are relative to the repository root, as when run there
+
+
+def test_index_free_library_pipelines_keep_their_hash_and_index_readers_change(in_root):
+    free, readers = [], []
+    for path in LIBRARY:
+        data = yaml.safe_load(path.read_text())
+        if index_configs(data):
+            readers.append(path.stem)
+            assert behaviour_hash(data) != keys_only_hash(data), path.name
+        else:
+            free.append(path.stem)
+            assert behaviour_hash(data) == keys_only_hash(data), path.name
+    assert {"closed_book", "oracle"} <= set(free)
+    assert {"vanilla_rag", "cmt_acd", "corpus_in_context"} <= set(readers)
+
+
+def test_spec_from_file_of_closed_book_has_the_keys_only_hash(in_root):
+    spec = PipelineSpec.from_file("pipelines/closed_book.yaml")
+    assert spec.hash == keys_only_hash(yaml.safe_load((ROOT / "pipelines/closed_book.yaml").read_text()))
+
+
+def _pipeline_reading(config: str) -> dict:
+    data = yaml.safe_load((ROOT / "pipelines/vanilla_rag.yaml").read_text())
+    retrievers = [c for c in data["components"].values() if c["type"].endswith("IndexRetriever")]
+    assert retrievers
+    for component in retrievers:
+        component["init_parameters"]["index"] = config
+    return data
+
+
+def test_changing_the_index_config_contents_or_the_version_changes_the_hash(tmp_path, monkeypatch):
+    config = tmp_path / "kilt-sample.yaml"
+    shutil.copy(ROOT / "indexing/kilt-sample.yaml", config)
+    data = _pipeline_reading(str(config))
+    assert index_configs(data) == [str(config)]
+    original = behaviour_hash(data)
+    # a comment is not content: the same hash
+    config.write_text(config.read_text() + "\n# a note\n")
+    assert behaviour_hash(data) == original
+    # another analyzer: other passages, another hash
+    parsed = yaml.safe_load(config.read_text())
+    assert parsed["store"]["analyzer"] == "english"
+    parsed["store"]["analyzer"] = "standard"
+    config.write_text(yaml.safe_dump(parsed))
+    changed = behaviour_hash(data)
+    assert changed != original
+    parsed["store"]["analyzer"] = "english"
+    config.write_text(yaml.safe_dump(parsed))
+    assert behaviour_hash(data) == original
+    # the stores' retrieval code changed (the one constant bumped): another hash
+    monkeypatch.setattr(retrieval_version, "RETRIEVAL_BEHAVIOUR_VERSION", retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION + "x")
+    assert behaviour_hash(data) != original
+
+
+def test_a_relative_config_path_is_read_from_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "indexing").mkdir()
+    (tmp_path / "indexing/mine.yaml").write_text((ROOT / "indexing/kilt-sample.yaml").read_text())
+    data = _pipeline_reading("indexing/mine.yaml")
+    before = behaviour_hash(data)
+    (tmp_path / "indexing/mine.yaml").write_text((ROOT / "indexing/kilt-sample.yaml").read_text()
+                                                 .replace("passage_words: 100", "passage_words: 50"))
+    assert behaviour_hash(data) != before
+
+
+def test_a_missing_or_broken_index_config_is_hashed_by_path_or_text_without_crashing(tmp_path):
+    missing_a = _pipeline_reading(str(tmp_path / "absent-a.yaml"))
+    missing_b = _pipeline_reading(str(tmp_path / "absent-b.yaml"))
+    assert behaviour_hash(missing_a) != behaviour_hash(missing_b)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("store: [unclosed\n")
+    data = _pipeline_reading(str(broken))
+    first = behaviour_hash(data)
+    broken.write_text("store: {unclosed\n")
+    assert behaviour_hash(data) != first
+
+
+def test_an_index_retriever_without_an_index_parameter_reads_the_default_config(in_root):
+    data = _pipeline_reading("indexing/kilt-sample.yaml")
+    for component in data["components"].values():
+        if component["type"].endswith("IndexRetriever"):
+            del component["init_parameters"]["index"]
+    assert index_configs(data) == ["indexing/kilt-sample.yaml"]
+    assert behaviour_hash(data) != keys_only_hash(data)
+
+
+def test_an_elasticsearch_index_name_is_not_an_index_config():
+    data = {"components": {"writer": {"type": "icr2_components.stores.elasticsearch_writer.ElasticsearchWriter",
+                                      "init_parameters": {"index": "icr2-kilt"}}}}
+    assert index_configs(data) == []
+    assert behaviour_hash(data) == keys_only_hash(data)
