@@ -14,8 +14,12 @@ def register(subparsers) -> None:
         "compare",
         help="run pipelines over the same questions and context types; report EM/F1/ROUGE-L/BCU, a Pareto plot "
         "and accuracy by gold passage position",
-        description="Resumable (a per-question JSONL cache in --out keyed by pipeline file hash, question id and "
-        "context type): re-running the same command redoes only what is missing.",
+        description="Resumable (a per-question JSONL cache in --out keyed by pipeline hash, question id and "
+        "context type): re-running the same command redoes only what is missing. The pipeline hash covers the "
+        "YAML's behaviour and, for a pipeline that reads an index, the index config's contents and the stores' "
+        "retrieval version; each answer to given passages records their hash (context_sha), and one recorded for "
+        "other passages than this run builds is redone (counted as stale_context; left out by --report-only). "
+        "Answers cached before context_sha existed are reused and counted as context_unchecked.",
     )
     parser.add_argument("--pipelines", nargs="+", required=True, help="pipeline YAMLs with declared inputs/outputs")
     parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
@@ -99,6 +103,13 @@ def print_report(report: dict) -> None:
     run = report["run"]
     console.print(f"model runs: {run['counters']}; dataset skips: {run['dataset_skips']['counts']}; "
                   f"contexts not built: {run['missing_contexts']}")
+    counters = run["counters"]
+    if counters.get("stale_context"):
+        console.print(f"{counters['stale_context']} cached answer(s) were given other passages than this run builds "
+                      "(stale_context): " + ("left out of this report" if run.get("report_only") else "re-answered"))
+    if counters.get("context_unchecked"):
+        console.print(f"{counters['context_unchecked']} cached answer(s) predate context hashes (context_unchecked): "
+                      "reused without checking their passages; delete them from the cache to redo them")
     console.print(f"report: {report['files']['markdown']} {report['files']['html']} {report['files']['json']}")
 
 

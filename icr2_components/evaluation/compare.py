@@ -12,7 +12,10 @@ feeding the pipeline's ``metadata.context_input`` are removed and the one passag
 that reads no passages (closed-book) is run once per question and its answer reused for every context type.
 Each answer record keeps the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
 ``gold_position``, the 1-based position of the first gold passage shown (None: none shown, or no passages read),
-from which the report draws its position curves.
+from which the report draws its position curves. Records of given passages (controlled types, the oracle's
+``open``) carry ``context_sha``; a cached one whose passages differ from this run's is redone (or, with
+``report_only``, left out) and counted in ``run.counters.stale_context``; ones from before ``context_sha`` are
+reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
 
 Questions (``evaluation.held_out``): the dataset's in file order, or one side of a seeded dev/test split
 (``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.splits``), then the first ``limit``; or exactly
@@ -33,7 +36,14 @@ from icr2_components.backends import Backend
 from icr2_components.errors import find_in_causes
 from icr2_components.models.served_model import ServedModelError
 from icr2_components.evaluation.bcu import CONTEXT_TYPES
-from icr2_components.evaluation.compare_cache import AnswerCache, cache_key
+from icr2_components.evaluation.compare_cache import (
+    CONTEXT_UNCHECKED,
+    STALE_CONTEXT,
+    AnswerCache,
+    cache_key,
+    context_sha,
+    reuse_decision,
+)
 from icr2_components.evaluation.compare_data import CompareQuestion, answer_pool, read_compare_questions
 from icr2_components.evaluation.held_out import pipeline_seeds, question_file_comments, select_questions
 from icr2_components.evaluation.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED, ids_hash, write_question_ids
@@ -71,8 +81,20 @@ def load_specs(paths: Sequence[str], backend: Backend | None = None) -> list[Pip
     return specs
 
 
-def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet) -> dict:
-    return {
+def expected_context_sha(spec: PipelineSpec, question: CompareQuestion, contexts: ContextSet,
+                         context_type: str) -> str | None:
+    """The ``context_sha`` of the passages compare gives ``spec`` for this question and context type now: the
+    controlled context (``NO_CONTEXT`` when not built; for every pipeline, since the record's
+    ``conflicting_answer`` and scoring follow it), the oracle's gold passages under ``open``; None under ``open``
+    retrieval, which the pipeline hash covers (index fingerprint)."""
+    if context_type == "open":
+        return context_sha(question.gold_documents) if spec.documents_input else None
+    return context_sha(contexts.documents(context_type))
+
+
+def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet,
+                 sha: str | None = None) -> dict:
+    record = {
         "key": cache_key(spec.hash, question.id, context_type),
         "pipeline": spec.name,
         "pipeline_file": spec.path,
@@ -87,6 +109,9 @@ def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: st
         "selects_passages": "documents" in spec.outputs and not spec.documents_input,
         "reads_context": spec.context_input is not None,
     }
+    if sha is not None:
+        record["context_sha"] = sha
+    return record
 
 
 def gold_position(record: dict) -> int | None:
@@ -167,7 +192,10 @@ def run_compare(
     out.mkdir(parents=True, exist_ok=True)
     ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
     cache = AnswerCache(out / CACHE_FILE)
-    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0}
+    # stale_context: cached answers given other passages than this run's (re-answered, or left out by
+    # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, STALE_CONTEXT: 0,
+                CONTEXT_UNCHECKED: 0}
     missing_contexts: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
         for context_type, reason in (context_set.reasons or {}).items():
@@ -181,11 +209,16 @@ def run_compare(
                 first_key = None
                 for context_type in types:
                     bar.update(1)
-                    record = _base_record(spec, question, context_type, contexts[question.id])
+                    sha = expected_context_sha(spec, question, contexts[question.id], context_type)
+                    record = _base_record(spec, question, context_type, contexts[question.id], sha)
                     if cache.done(record["key"]):
-                        counters["cached"] += 1
-                        first_key = first_key or record["key"]
-                        continue
+                        decision = reuse_decision(cache.records[record["key"]], sha)
+                        if decision != STALE_CONTEXT:
+                            counters["cached"] += 1
+                            counters[CONTEXT_UNCHECKED] += decision == CONTEXT_UNCHECKED
+                            first_key = first_key or record["key"]
+                            continue
+                        counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
                     if report_only:
                         continue
                     documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
@@ -217,8 +250,13 @@ def run_compare(
                         counters["errors"] += 1
                     cache.add(record)
                     first_key = first_key or record["key"]
-    records = [r for r in cache if r["pipeline_hash"] in {s.hash for s in specs}
-               and r["question_id"] in contexts and r["context_type"] in types]
+    by_hash = {s.hash: s for s in specs}
+    by_id = {q.id: q for q in questions}
+    records = [r for r in cache if r["pipeline_hash"] in by_hash and r["question_id"] in contexts
+               and r["context_type"] in types
+               # a stale record not redone (report_only, or its context no longer built) stays out of the report
+               and reuse_decision(r, expected_context_sha(by_hash[r["pipeline_hash"]], by_id[r["question_id"]],
+                                                          contexts[r["question_id"]], r["context_type"])) != STALE_CONTEXT]
     partial = None
     if report_only:
         # keep only questions answered by every pipeline under every context type built for them, so each paired
