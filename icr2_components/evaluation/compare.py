@@ -215,7 +215,7 @@ def run_compare(
                         decision = reuse_decision(cache.records[record["key"]], sha)
                         if decision != STALE_CONTEXT:
                             counters["cached"] += 1
-                            counters[CONTEXT_UNCHECKED] += decision == CONTEXT_UNCHECKED
+                            counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
                             first_key = first_key or record["key"]
                             continue
                         counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
