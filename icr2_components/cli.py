@@ -32,7 +32,7 @@ from icr2_components._environment import apply_environment_defaults
 DEBUG_ENV = "ICR2_DEBUG"
 START_ELASTICSEARCH = "bash scripts/elasticsearch.sh start"
 # Loggers that narrate retries of a failure the CLI then reports in its one line (shown with -v).
-_CHATTY_LOGGERS = ("elastic_transport", "elasticsearch")
+_CHATTY_LOGGERS = ("elastic_transport", "elasticsearch", "bm25s")
 
 
 def build_parser() -> argparse.ArgumentParser:

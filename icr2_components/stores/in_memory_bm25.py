@@ -48,8 +48,13 @@ class FieldedBM25:
     """
 
     def __init__(self, documents: Sequence[Document], analyzer: str | TextAnalyzer = DEFAULT_ANALYZER, k1: float = 0.9, b: float = 0.4, progress: bool = False) -> None:
+        import logging
+
         import bm25s
 
+        # bm25s sets its own logger to DEBUG at import, so every index build would print through the application's
+        # handlers; its messages are routine, warnings and errors still pass
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         if not isinstance(k1, (int, float)) or k1 < 0:
             raise ValueError(f"k1 must be a number >= 0 (Elasticsearch's default 1.2, this project's 0.9), got {k1!r}.")
         if not isinstance(b, (int, float)) or not 0 <= b <= 1:
