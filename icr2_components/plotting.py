@@ -231,7 +231,8 @@ def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "
                    f"95% intervals\nobjective = answer match - {comparison['cost']:g} x retrieval rate")
     axes.title.set_fontsize(9)
     axes.grid(alpha=0.3)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, borderaxespad=0.0)
+    # the legend goes under the axes: beside them its long labels squeezed the plot to a strip
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=1, borderaxespad=0.0)
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
