@@ -14,24 +14,6 @@ from icr2_components.training.recipe import recipe_from_dict
 TRAIN_EXAMPLES, EPOCHS = 6, 2
 
 
-@pytest.fixture(scope="module")
-def trained_head(tmp_path_factory):
-    from icr2_components.training.joint import train_retrieval_head
-    from icr2_components.training.sample_data import build_sample_benchmark
-
-    root = tmp_path_factory.mktemp("head")
-    # the first 7 sample questions: nq-sample-00004 has 3 gold passages, more than 2, and is skipped (counted)
-    built = build_sample_benchmark(root / "train.jsonl", limit=TRAIN_EXAMPLES + 1, budget_passages=2)
-    assert built["written"] == TRAIN_EXAMPLES, built["skips"]
-    recipe = recipe_from_dict({
-        "method": "retrieval_head", "model": "smollm2-135m-instruct", "output_dir": str(root / "out"),
-        "data": {"train": str(root / "train.jsonl")},
-        "training": {"max_steps": TRAIN_EXAMPLES * EPOCHS, "gradient_accumulation_steps": 1, "device": "cpu"},
-        "retrieval_head": {"top_k": 1, "loss": "joint", "head_learning_rate": 1e-3},
-    })
-    return train_retrieval_head(recipe, progress=False), root
-
-
 def _train(root, loss: str):
     from icr2_components.training.joint import train_retrieval_head
     from icr2_components.training.sample_data import build_sample_benchmark
@@ -45,6 +27,13 @@ def _train(root, loss: str):
         "retrieval_head": {"top_k": 1, "loss": loss, "head_learning_rate": 1e-3},
     })
     return train_retrieval_head(recipe, progress=False)
+
+
+@pytest.fixture(scope="module")
+def trained_head(tmp_path_factory):
+    # the first 7 sample questions: nq-sample-00004 has 3 gold passages, more than 2, and is skipped (counted)
+    root = tmp_path_factory.mktemp("head")
+    return _train(root, "joint"), root
 
 
 def _epoch_means(history):
@@ -72,8 +61,7 @@ def test_joint_training_lowers_the_retrieval_loss(trained_head):
     history = summary["history"]
     assert summary["train_examples"] == TRAIN_EXAMPLES
     assert len(history) == TRAIN_EXAMPLES * EPOCHS and all("generation" in step for step in history)
-    first = statistics.fmean(step["retrieval"] for step in history[:TRAIN_EXAMPLES])
-    last = statistics.fmean(step["retrieval"] for step in history[-TRAIN_EXAMPLES:])
+    first, last = _epoch_means(history)
     assert last < first, (first, last)  # the same examples, one epoch later
     assert history[-1]["tau"] < history[0]["tau"]
     assert (root / "out" / "retrieval_head" / "model.safetensors").exists()
