@@ -6,7 +6,9 @@
 #   bash bench/gate_tradeoff.sh [label-train|label-eval|train|eval|all]
 #
 # Questions. Training (dev) labels: NQ-sample positions 100-399 (no probe, tuning run or bench used them:
-# bench/data/make_heldout_ids.py lists 0-40 and 600-620; the held-out pool is positions >= 1000, excluded anyway).
+# bench/data/make_heldout_ids.py lists 0-40 and 600-620; the held-out pool is positions >= 1000, excluded anyway),
+# plus the 46 questions of bench/data/gate_train_pool.jsonl (new-world, long-tail and answerable questions written
+# like the evaluation set's, disjoint from it: the candidates of TA-ARE's demonstration pools, with contexts).
 # Evaluation (held apart): the first 200 held-out NQ ids + the 53 questions of bench/data/gate_eval.jsonl.
 # Contexts: for the NQ questions, what the shipped adaptive pipeline would show them (the sample index's top 3 hybrid
 # passages, as pipelines/adaptive_rag.yaml retrieves), so "needs retrieval" means "retrieval as deployed changes
@@ -24,11 +26,14 @@ which=${1:-all}
 LABELS=bench/results/gate_labels
 GATES=bench/results/gate_artifacts
 COST=${COST:-0.1}
+TRAIN="$LABELS/train_nq100-400.jsonl $LABELS/train_pool46.jsonl"
 CONTEXT="--context retrieved --retrieval-method hybrid --max-passages 3"
 
 if [[ $which == label-train || $which == all ]]; then
   .venv/bin/icr2 label-retrieval-need --out $LABELS/train_nq100-400.jsonl --nq-range 100:400 \
     --exclude-ids bench/data/heldout_nq_ids.txt --max-new-tokens 24 $CONTEXT
+  .venv/bin/icr2 label-retrieval-need --out $LABELS/train_pool46.jsonl \
+    --retrievalqa bench/data/gate_train_pool.jsonl --max-new-tokens 24 $CONTEXT
 fi
 if [[ $which == label-eval || $which == all ]]; then
   .venv/bin/icr2 label-retrieval-need --out $LABELS/heldout200_gate_eval.jsonl \
@@ -36,11 +41,11 @@ if [[ $which == label-eval || $which == all ]]; then
 fi
 if [[ $which == train || $which == all ]]; then
   # the calibrated threshold goes beside the pipeline that will read it (pipelines/adaptive_rag.yaml, header)
-  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind threshold --cost "$COST" \
+  .venv/bin/icr2 train-gate $TRAIN --kind threshold --cost "$COST" \
     --out pipelines/adaptive_rag.threshold.json
-  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind logistic --cost "$COST" \
+  .venv/bin/icr2 train-gate $TRAIN --kind logistic --cost "$COST" \
     --signals date_words,top_score --index indexing/kilt-sample.yaml --out pipelines/adaptive_rag.learned.json
-  .venv/bin/icr2 train-gate $LABELS/train_nq100-400.jsonl --kind knn --cost "$COST" --knn-k 10 \
+  .venv/bin/icr2 train-gate $TRAIN --kind knn --cost "$COST" --knn-k 10 \
     --out $GATES/knn.json
 fi
 if [[ $which == eval || $which == all ]]; then

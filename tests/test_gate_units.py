@@ -102,6 +102,19 @@ def test_default_pools_load_cleanly_and_share_no_question_with_the_bench_set():
     assert not bench & pools
 
 
+def test_gate_training_pool_is_disjoint_from_the_bench_set_and_its_contexts_hold_an_answer():
+    from icr2_components.evaluation.answer_match import answer_match
+
+    training = [json.loads(line) for line in (BENCH_SET.parent / "gate_train_pool.jsonl").read_text().splitlines()]
+    bench = {normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()}
+    assert len(training) == 46 and not bench & {normalize_text(row["question"]) for row in training}
+    for row in training:
+        # the answerable ones take the index's passages, as the bench set's answerable ones do
+        assert ("context" in row) == (row["data_source"] != "answerable"), row["question"]
+        if "context" in row:
+            assert answer_match(row["context"][0], row["ground_truth"]), row["question"]
+
+
 def test_rank_by_similarity_is_stable_and_skips_excluded_rows():
     import numpy as np
 

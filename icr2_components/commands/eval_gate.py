@@ -114,7 +114,12 @@ def run(args: argparse.Namespace) -> int:
 def run_on_labels(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
     from icr2_components.evaluation.gate_methods import gate_model_settings, parse_methods, run_methods
-    from icr2_components.evaluation.gate_tradeoff import compare_methods, format_comparison_table, format_curve_table
+    from icr2_components.evaluation.gate_tradeoff import (
+        compare_methods,
+        format_comparison_table,
+        format_curve_table,
+        format_reference_table,
+    )
     from icr2_components.evaluation.need_labels import read_labels
     from icr2_components.plotting import plot_gate_tradeoff
 
@@ -149,6 +154,8 @@ def run_on_labels(args: argparse.Namespace) -> int:
                       for i, q in enumerate(labelled)]
     title = f"gates on {len(labelled)} labelled questions, reader {described['reader']}"
     console.print(format_comparison_table(report["all"], title))
+    if report["all"]["versus_references"]:
+        console.print(format_reference_table(report["all"], "against the reference gates (TA-ARE, vanilla prompt)"))
     for source, comparison in report["by_source"].items():
         console.print(format_comparison_table(comparison, f"{source} ({comparison['questions']} questions)"))
     curves = {n: e["curve"] for n, e in report["all"]["methods"].items() if e.get("curve")}

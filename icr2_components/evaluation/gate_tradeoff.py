@@ -33,11 +33,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from icr2_components.evaluation.intervals import DEFAULT_SEED, bootstrap_interval, interval, mean_interval
-from icr2_components.evaluation.paired_comparison import compare_paired, holm, verdict
+from icr2_components.evaluation.auroc import auroc_difference, auroc_interval
+from icr2_components.evaluation.intervals import DEFAULT_SEED, mean_interval
+from icr2_components.evaluation.paired_comparison import ALPHA, compare_paired, holm, verdict
 
 OBJECTIVE = "answer match - lambda x retrieval rate"
 BASELINE = "always"
+# the gates a new one must beat (issue 17): RetrievalQA's TA-ARE prompt and the plain prompt, both scored by P(yes)
+REFERENCES = ("ta_are", "vanilla")
 
 
 def check_cost(cost: float) -> float:
@@ -97,36 +100,6 @@ def pick_cut(scores: Sequence[float], labelled: Sequence[Any], cost: float) -> d
     return {**best, "cost": float(cost), "objective_name": OBJECTIVE, "curve": curve}
 
 
-def _auroc_rows(scores: np.ndarray, labels: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Vectorised AUROC (Mann-Whitney, ties half) over the last axis; NaN where a row lacks a class."""
-    from scipy.stats import rankdata
-
-    scores, labels = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
-    ranks = rankdata(scores, axis=-1)
-    positives = labels.sum(axis=-1)
-    negatives = labels.shape[-1] - positives
-    with np.errstate(divide="ignore", invalid="ignore"):
-        auc = ((ranks * labels).sum(axis=-1) - positives * (positives + 1) / 2) / (positives * negatives)
-    return np.where((positives > 0) & (negatives > 0), auc, np.nan)
-
-
-def auroc_interval(scores: Sequence[float | None], labels: Sequence[bool | None], seed: int = DEFAULT_SEED) -> dict:
-    """AUROC of ``scores`` as a needs-retrieval score, with a bootstrap interval over questions (the interval dict
-    of ``evaluation.intervals``); unlabelled questions are left out; ``none`` without both classes."""
-    pairs = [(float(s), float(bool(l))) for s, l in zip(scores, labels) if s is not None and l is not None]
-    if not pairs:
-        return interval(None, None, 0, "none")
-    x = np.asarray([p[0] for p in pairs])
-    y = np.asarray([p[1] for p in pairs])
-    if y.min() == y.max():
-        return interval(None, None, len(pairs), "none")
-    point = float(_auroc_rows(x, y))
-    if len(set(x.tolist())) == 1:
-        return interval(point, [point, point], len(pairs), "constant")
-    bounds, method = bootstrap_interval([x, y], _auroc_rows, seed)
-    return interval(point, bounds, len(pairs), method)
-
-
 def compare_methods(methods: dict[str, dict[str, Any]], labelled: Sequence[Any], cost: float,
                     seed: int = DEFAULT_SEED, baseline: str = BASELINE) -> dict[str, Any]:
     """``methods``: name -> ``{"decisions": [bool], "scores": [float] or None}`` on the same ``labelled``
@@ -166,9 +139,45 @@ def compare_methods(methods: dict[str, dict[str, Any]], labelled: Sequence[Any],
             comparison["p_holm"] = p
             comparison["verdict"] = verdict(comparison["difference"]["mean"], p, len(labelled), comparison["mde"],
                                             largest=1.0 + cost if metric == "objective" else 1.0)
+    references = compare_with_references(methods, labelled, cost, seed, skip=(baseline, "never"))
     return {"cost": cost, "objective": OBJECTIVE, "baseline": baseline, "questions": len(labelled),
             "labelled": sum(1 for l in labels if l is not None), "needs_retrieval": sum(1 for l in labels if l),
-            "methods": results, "seed": seed}
+            "methods": results, "versus_references": references, "seed": seed}
+
+
+def compare_with_references(methods: dict[str, dict[str, Any]], labelled: Sequence[Any], cost: float,
+                            seed: int = DEFAULT_SEED, references: Sequence[str] = REFERENCES,
+                            skip: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every scored method that is not a reference against each reference gate present (by default TA-ARE and
+    the vanilla prompt: what a new gate must beat): the AUROC difference (bootstrap interval, DeLong p) and the
+    objective difference (paired: sign-flip p), each family Holm-adjusted across the pairs. Pairs whose AUROC is
+    undefined (a class missing) keep the objective and say why."""
+    labels = [q.needs_retrieval for q in labelled]
+    # a reference is found by its method (``vanilla``, ``ta_are`` without an artifact), whatever its display name
+    present = [n for n, m in methods.items() if m.get("method", n) in references and not m.get("artifact")
+               and m.get("scores") is not None]
+    pairs = []
+    for name, method in methods.items():
+        if name in present or name in skip or method.get("scores") is None:
+            continue
+        values = objective_values(method["decisions"], labelled, cost)
+        for reference in present:
+            pair: dict[str, Any] = {"method": name, "reference": reference}
+            try:
+                pair["auroc"] = auroc_difference(method["scores"], methods[reference]["scores"], labels, seed)
+            except ValueError as error:
+                pair["auroc"] = {"undefined": str(error)}
+            pair["objective"] = compare_paired(values, objective_values(methods[reference]["decisions"], labelled,
+                                                                        cost), seed)
+            pairs.append(pair)
+    for metric in ("auroc", "objective"):
+        tested = [p for p in pairs if "p_value" in p[metric]]
+        for pair, adjusted in zip(tested, holm([p[metric]["p_value"] for p in tested]) if tested else []):
+            pair[metric]["p_holm"] = adjusted
+            difference = pair[metric]["difference"]["mean"]
+            low, high = pair[metric]["difference"]["ci95"] or [difference, difference]
+            pair[metric]["beats"] = bool(adjusted < ALPHA and low > 0)
+    return pairs
 
 
 def format_comparison_table(comparison: dict[str, Any], title: str):
@@ -195,6 +204,28 @@ def format_comparison_table(comparison: dict[str, Any], title: str):
     return table
 
 
+def format_reference_table(comparison: dict[str, Any], title: str):
+    """A rich Table of ``compare_with_references``: per (method, reference) the AUROC and objective differences
+    with intervals and Holm-adjusted p-values, and whether the method beats the reference on each."""
+    from rich.table import Table
+
+    from icr2_components.evaluation.intervals import format_interval
+
+    table = Table(title=title)
+    for column in ("method", "against", "Δ AUROC (DeLong p Holm)", f"Δ objective (λ={comparison['cost']:g}) (p Holm)",
+                   "beats it"):
+        table.add_column(column, justify="left" if column in ("method", "against") else "right")
+    for pair in comparison.get("versus_references", []):
+        def cell(part: dict) -> str:
+            if "undefined" in part:
+                return "undefined"
+            return f"{format_interval(part['difference'])} (p {part['p_holm']:.3g})"
+        beats = [m for m in ("auroc", "objective") if pair[m].get("beats")]
+        table.add_row(pair["method"], pair["reference"], cell(pair["auroc"]), cell(pair["objective"]),
+                      " and ".join(beats) if beats else "no")
+    return table
+
+
 def format_curve_table(name: str, curve: Sequence[dict[str, float]], title: str | None = None):
     from rich.table import Table
 
@@ -207,5 +238,6 @@ def format_curve_table(name: str, curve: Sequence[dict[str, float]], title: str 
     return table
 
 
-__all__ = ["BASELINE", "OBJECTIVE", "answer_matches", "auroc_interval", "check_cost", "compare_methods",
-           "format_comparison_table", "format_curve_table", "objective_values", "pick_cut", "tradeoff_curve"]
+__all__ = ["BASELINE", "OBJECTIVE", "REFERENCES", "answer_matches", "auroc_interval", "check_cost",
+           "compare_methods", "compare_with_references", "format_comparison_table", "format_curve_table",
+           "format_reference_table", "objective_values", "pick_cut", "tradeoff_curve"]

@@ -7,6 +7,7 @@ averages over the two classes and F1 their harmonic mean, as in the paper's Tabl
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
@@ -70,10 +71,10 @@ def retrieval_auroc(p_yes: Sequence[float | None], labels: Sequence[bool | None]
     retrieval gets a higher P(yes) than one that does not (ties count half). Threshold-free, so it shows
     whether a gate's probability separates the classes even when the 0.5 cut is miscalibrated. None when a
     class is missing; unlabelled questions and missing probabilities are left out."""
-    pairs = [(float(p), bool(l)) for p, l in zip(p_yes, labels) if p is not None and l is not None]
-    positives = [p for p, l in pairs if l]
-    negatives = [p for p, l in pairs if not l]
-    if not positives or not negatives:
+    from icr2_components.evaluation.auroc import auroc_rows
+
+    pairs = [(float(p), float(bool(l))) for p, l in zip(p_yes, labels) if p is not None and l is not None]
+    if not pairs:
         return None
-    wins = sum(1.0 if pos > neg else 0.5 if pos == neg else 0.0 for pos in positives for neg in negatives)
-    return wins / (len(positives) * len(negatives))
+    value = float(auroc_rows([p for p, _ in pairs], [l for _, l in pairs]))
+    return None if math.isnan(value) else value

@@ -75,6 +75,7 @@ class NeedFeatures:
         self.index = index
         self.device = device
         self._embedder = None
+        self._index_handle = None  # opened once: parsing the index config per question would dominate the signal
 
     def embed(self, questions: Sequence[str]) -> np.ndarray:
         from icr2_components.models.cache import MODEL_CACHE
@@ -96,9 +97,11 @@ class NeedFeatures:
         return np.asarray(columns, dtype=np.float64).reshape(len(questions), -1)
 
     def _top_score(self, question: str) -> float:
-        from icr2_components.stores import open_index
+        if self._index_handle is None:
+            from icr2_components.stores import open_index
 
-        documents = open_index(self.index).retrieve(question, method="bm25", top_k=1)
+            self._index_handle = open_index(self.index)
+        documents = self._index_handle.retrieve(question, method="bm25", top_k=1)
         return float(documents[0].score or 0.0) if documents else 0.0
 
     def matrix(self, questions: Sequence[str]) -> np.ndarray:
