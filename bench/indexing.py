@@ -77,6 +77,7 @@ from tqdm import tqdm  # noqa: E402
 from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
 from icr2_components.paths import cache_dir  # noqa: E402
 from icr2_components.stores.elasticsearch_store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
+from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, with_text_analysis  # noqa: E402
 from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter, _source_serializer, document_to_source  # noqa: E402
 
 MIB = 1024 * 1024
@@ -195,8 +196,9 @@ VECTOR_VARIANTS = {
 
 
 def create_index(client, index: str, embedding_dim: int | None, variant: dict | None = None) -> None:
-    """Our mapping and settings (what the writer creates), refresh off, 0 replicas: the same for every method."""
-    mapping = index_mapping(embedding_dim)
+    """Our mapping and settings (what the writer creates, with the shipped configs' analyzer), refresh off,
+    0 replicas: the same for every method."""
+    mapping = with_text_analysis(index_mapping(embedding_dim), DEFAULT_ANALYZER)
     if variant:
         mapping["properties"]["embedding"].update(variant)
         if variant.get("index") is False:

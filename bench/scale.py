@@ -4,6 +4,7 @@ item 5), with a projection to the full KILT knowledge source (about 36M passages
     bash scripts/elasticsearch.sh start
     PYTHONPATH=$PWD .venv/bin/python bench/scale.py [--sizes 10000,100000,1000000] [--vector-index default]
         [--queries 200] [--warmup 20] [--memory-limit-gb 8] [--out bench/results/scale]
+        [--vectors-not-in-source]
     PYTHONPATH=$PWD .venv/bin/python bench/scale.py --sizes 2000,10000          # a check in a few minutes
 
 The corpus (``bench/scale_corpus.py``): the bundled sample's real Wikipedia passages with their real
@@ -276,6 +277,8 @@ def es_config_for(args, size: int, embedding_on: bool):
         if args.hnsw_ef_construction is not None:
             options["ef_construction"] = args.hnsw_ef_construction
         overrides["store.vector_index"] = options
+    if embedding_on and args.vectors_not_in_source:
+        overrides["store.vectors_in_source"] = False
     return load_index_config(args.es_config, overrides=overrides)
 
 
@@ -490,6 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dense_vector index type (default: the config's, i.e. the node's int8_hnsw); bm25_only: no vectors, BM25 only")
     parser.add_argument("--hnsw-m", type=int, help="HNSW m (with --vector-index hnsw or int8_hnsw)")
     parser.add_argument("--hnsw-ef-construction", type=int, help="HNSW ef_construction (with --vector-index hnsw or int8_hnsw)")
+    parser.add_argument("--vectors-not-in-source", action="store_true",
+                        help="leave the vectors out of the stored _source (store.vectors_in_source: false): indexed for kNN only")
     parser.add_argument("--batch-size", type=int, default=0, help="writer batch size (0: the config's)")
     parser.add_argument("--threads", type=int, default=0, help="bulk requests in flight (0: the config's)")
     parser.add_argument("--force-merge", action="store_true", help="force-merge each Elasticsearch index to one segment (timed) before measuring disk and latency")

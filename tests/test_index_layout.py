@@ -45,6 +45,8 @@ def es_config(store: dict | None = None, embedding: dict | None = None, url: str
     ({"vector_index": "hnsw"}, None, "key 'vector_index' is 'hnsw' (a string); expected a mapping or null"),
     ({"vector_index": {"type": "hnsw"}}, {"enabled": False},
      "store.vector_index is set (hnsw) but embedding.enabled is false: a BM25-only index has no vector field."),
+    ({"vectors_in_source": False}, {"enabled": False}, "store.vectors_in_source is false but embedding.enabled is false"),
+    ({"vectors_in_source": "no"}, None, "key 'vectors_in_source' is 'no' (a string)"),
 ])
 def test_layout_values_are_validated_with_one_line_errors(store, embedding, expected):
     with pytest.raises(ConfigError) as raised:
@@ -138,6 +140,35 @@ def test_a_bm25_only_index_has_no_vector_field_and_answers_bm25(elasticsearch_ur
     assert documents[5].id in [hit.id for hit in hits]
     with pytest.raises(ValueError, match="built without embeddings"):
         handle.retrieve("anything", method="dense")
+
+
+@pytest.mark.elasticsearch
+def test_vectors_left_out_of_source_still_answer_knn_and_come_back_without_embeddings(
+        elasticsearch_url, es_client, layout_index, sample_files, tmp_path):
+    config = es_config({"vectors_in_source": False}, url=elasticsearch_url, index=layout_index,
+                       checkpoint=str(tmp_path / "checkpoint.json"))
+    layout = IndexLayout.from_config(config)
+    assert layout.describe().endswith("(node default), not in _source")
+    documents = list(pseudo_embedded(sample_files.corpus, 40))
+    report = ElasticsearchStreamingWriter.from_config(config, progress=False).write(iter(documents))
+    assert report.index_created and report.passages_streamed == 40
+    reported = reported_layout(es_client, layout_index)
+    assert reported["vectors_in_source"] is False and layout.differences(reported) == []
+    stored = es_client.get(index=layout_index, id=documents[7].id)["_source"]
+    assert "embedding" not in stored and stored["content"] == documents[7].content
+    # kNN searches the indexed vectors: a passage's own vector finds it first
+    hits = es_client.search(index=layout_index, knn={"field": "embedding", "query_vector": documents[7].embedding,
+                                                     "k": 3, "num_candidates": 40})["hits"]["hits"]
+    assert hits[0]["_id"] == documents[7].id and "embedding" not in hits[0]["_source"]
+    # and an index created with vectors in _source is reported as differing from this config
+    other = f"{layout_index}-full"
+    try:
+        ElasticsearchStreamingWriter.from_config(es_config(url=elasticsearch_url, index=other,
+                                                           checkpoint=str(tmp_path / "b.json")),
+                                                 progress=False).write(iter(documents[:5]))
+        assert layout.differences(reported_layout(es_client, other)) == ["vectors_in_source: config false, index true"]
+    finally:
+        es_client.indices.delete(index=other, ignore_unavailable=True)
 
 
 @pytest.mark.elasticsearch

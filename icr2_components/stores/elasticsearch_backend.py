@@ -62,6 +62,10 @@ class ElasticsearchStoreSettings(StoreSettings):
     shards: int = 1
     replicas: int = 0
     vector_index: VectorIndexSettings | None = None
+    # false: the vectors are indexed for kNN but left out of each passage's stored _source (about three quarters of
+    # a passage's disk with 384 float32 dims); retrieved Documents then carry no embedding, and the index cannot be
+    # re-indexed from itself (ES "Tune approximate kNN search": exclude vector fields from _source)
+    vectors_in_source: bool = True
 
     def validate(self) -> None:
         validate_analyzer(self.analyzer)

@@ -11,6 +11,7 @@ store:
     type: int8_hnsw      # hnsw (float32) | int8_hnsw | flat (float32, brute force) | int8_flat
     m: 16                # HNSW neighbours per node (hnsw types only)
     ef_construction: 100 # HNSW candidates while building (hnsw types only)
+  vectors_in_source: false  # keep the vectors out of the stored _source (less disk; Documents come back without them)
 embedding:
   enabled: false         # a BM25-only index: no vector field at all
 ```
@@ -120,6 +121,11 @@ def validate_store_layout(shards: Any, replicas: Any, vector_index: VectorIndexS
 def validate_layout_against_config(config: "IndexConfig") -> None:
     """Cross-section check: a vector index type on a config that embeds nothing is a mistake, not a no-op."""
     vector_index = getattr(config.store, "vector_index", None)
+    if getattr(config.store, "vectors_in_source", True) is False and not config.embedding.enabled:
+        raise _config_error(
+            "store.vectors_in_source is false but embedding.enabled is false: a BM25-only index has no vectors to "
+            "leave out. Remove store.vectors_in_source, or set embedding.enabled: true."
+        )
     if vector_index is not None and not config.embedding.enabled:
         raise _config_error(
             f"store.vector_index is set ({vector_index.type}) but embedding.enabled is false: a BM25-only index has no "
@@ -136,12 +142,15 @@ class IndexLayout:
     :param vectors: False for a BM25-only index (no ``embedding`` field in the mapping).
     :param vector_index: the ``index_options`` type and HNSW parameters; None leaves them to the node
         (``int8_hnsw``, m 16, ef_construction 100 on Elasticsearch 8.14 and later).
+    :param vectors_in_source: False excludes the ``embedding`` field from the stored ``_source`` (it stays
+        indexed for kNN): retrieved Documents then have no embedding.
     """
 
     shards: int = 1
     replicas: int = 0
     vectors: bool = True
     vector_index: VectorIndexSettings | None = None
+    vectors_in_source: bool = True
 
     @classmethod
     def from_config(cls, config: "IndexConfig") -> "IndexLayout":
@@ -151,6 +160,7 @@ class IndexLayout:
             replicas=int(getattr(store, "replicas", 0)),
             vectors=bool(config.embedding.enabled),
             vector_index=getattr(store, "vector_index", None) if config.embedding.enabled else None,
+            vectors_in_source=bool(getattr(store, "vectors_in_source", True)),
         )
 
     def effective_vector_index(self) -> dict[str, Any] | None:
@@ -169,6 +179,8 @@ class IndexLayout:
             default = " (node default)" if self.vector_index is None else ""
             params = f" (m {options['m']}, ef_construction {options['ef_construction']})" if "m" in options else ""
             vectors = f"vectors {options['type']}{params}{default}"
+            if not self.vectors_in_source:
+                vectors += ", not in _source"
         return f"shards {self.shards}, replicas {self.replicas}, {vectors}"
 
     def apply(self, mappings: dict[str, Any], settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -184,6 +196,9 @@ class IndexLayout:
             properties.pop("embedding", None)
         elif self.vector_index is not None and "embedding" in properties:
             properties["embedding"] = {**properties["embedding"], "index_options": self.vector_index.index_options()}
+        if self.vectors and not self.vectors_in_source:
+            source = mappings.setdefault("_source", {})
+            source["excludes"] = sorted(set(source.get("excludes", [])) | {"embedding"})
         return mappings, settings
 
     def differences(self, reported: dict[str, Any]) -> list[str]:
@@ -202,11 +217,15 @@ class IndexLayout:
                     found.append(f"vector_index.{key}: config {value}, index {reported['vector_index'].get(key)}")
         elif expected is not None and not reported["vector_field"]:
             found.append("vectors: config has a vector field, the index has no dense_vector 'embedding' field")
+        if expected is not None and "vectors_in_source" in reported and reported["vectors_in_source"] != self.vectors_in_source:
+            found.append(f"vectors_in_source: config {str(self.vectors_in_source).lower()}, index "
+                         f"{str(reported['vectors_in_source']).lower()}")
         return found
 
 
 def reported_layout(client, index: str) -> dict[str, Any]:
-    """What the node reports for ``index``: ``{shards, replicas, vector_field, vector_index, dims}``.
+    """What the node reports for ``index``: ``{shards, replicas, vector_field, vector_index, dims,
+    vectors_in_source}``.
 
     ``vector_index`` is the ``index_options`` of the ``embedding`` field as the node reports them with
     defaults included (so an index created without them shows the node's default type).
@@ -217,12 +236,15 @@ def reported_layout(client, index: str) -> dict[str, Any]:
     field = next(iter(field_body.values()))["mappings"].get("embedding", {}).get("mapping", {}).get("embedding")
     is_vector = bool(field) and field.get("type") == "dense_vector"
     options = dict(field.get("index_options") or {}) if is_vector else None
+    mapping_body = client.indices.get_mapping(index=index).body
+    source = next(iter(mapping_body.values()))["mappings"].get("_source", {})
     return {
         "shards": int(settings["index.number_of_shards"]),
         "replicas": int(settings["index.number_of_replicas"]),
         "vector_field": is_vector,
         "vector_index": options,
         "dims": int(field["dims"]) if is_vector and field.get("dims") is not None else None,
+        "vectors_in_source": "embedding" not in source.get("excludes", []),
     }
 
 
