@@ -74,9 +74,15 @@ def node_info(client, url: str) -> dict:
             "disk_available_bytes": int(stats["fs"]["total"]["available_in_bytes"])}
 
 
+# the extra measurement of the vectors left out of _source (store.vectors_in_source: false), on the node default type
+LEAN = "int8_hnsw_vectors_not_in_source"
+
+
 def layout_for(index_type: str, shards: int) -> IndexLayout:
     if index_type == "bm25_only":
         return IndexLayout(shards=shards, vectors=False)
+    if index_type == LEAN:
+        return IndexLayout(shards=shards, vector_index=VectorIndexSettings(type="int8_hnsw"), vectors_in_source=False)
     return IndexLayout(shards=shards, vector_index=VectorIndexSettings(type=index_type))
 
 
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"measuring on {platform.node()} ({os.cpu_count()} cores, load {load_before[0]:.1f}), Elasticsearch "
                   f"{node['version']} at {args.url}, sizes {sizes}")
     results: dict[str, list[dict]] = {}
-    for index_type in INDEX_TYPES:
+    for index_type in (*INDEX_TYPES, LEAN):
         results[index_type] = [measure_type(client, args.url, documents, index_type, size, args.index_prefix, args) for size in sizes]
         big = results[index_type][-1]
         console.print(f"  {index_type}: {big['passages_per_s']:.0f} passages/s at {big['passages']}, store {big['store_bytes']:,} B")
@@ -161,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     for index_type, (small, big) in results.items():
         slope = (big["store_bytes"] - small["store_bytes"]) / (big["passages"] - small["passages"])
         disk[index_type] = round(slope if slope > 0 else big["store_bytes"] / big["passages"], 1)
+    # what the stored vectors add to _source: read by the plan of a config with store.vectors_in_source: false
+    source_vector_bytes = round(max(0.0, disk["int8_hnsw"] - disk.pop(LEAN)), 1)
+    rates.pop(LEAN)
     # only the load before the run says whether other work held the cores: the load after includes this bench's own
     # node and client (about 1.5 on 2 cores when nothing else runs)
     busy = load_before[0] > 0.5 * (os.cpu_count() or 1)
@@ -173,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "embedding": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in embedding.items()},
         "indexing_passages_per_s": rates,
         "disk_bytes_per_passage": disk,
+        "source_vector_bytes_per_passage": source_vector_bytes,
         "runs": {t: [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in run.items()} for run in r] for t, r in results.items()},
         "command": "python bench/index_plan_figures.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "notes": [
@@ -189,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     for index_type in INDEX_TYPES:
         table.add_row(index_type, f"{rates[index_type]:.0f}", f"{rates[index_type] / rates['bm25_only']:.2f}", f"{disk[index_type]:.0f}")
     console.print(table)
+    console.print(f"the vectors in _source: {source_vector_bytes:.0f} B per passage (int8_hnsw with and without them)")
     console.print(f"embedding ({embedding['model']}, cpu): {embedding['passages_per_s']:.1f} passages/s over {embedding['passages']}")
     if busy:
         console.print(f"[yellow]load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores: these "

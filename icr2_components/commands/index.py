@@ -89,7 +89,8 @@ def run_plan(args) -> int:
     text_share = "" if plan["index_type"] == "bm25_only" else (
         f"; {figures.disk_per_passage('bm25_only'):,.0f} of them text and BM25, the rest the vector in _source and its index")
     table.add_row("disk (primaries)", format_bytes(plan["disk_bytes_primary"]),
-                  f"{figures.disk_per_passage(plan['index_type']):,.0f} B/passage measured ({plan['index_type']}{text_share})")
+                  f"{figures.disk_per_passage(plan['index_type']):,.0f} B/passage measured ({plan['index_type']}{text_share})"
+                  + (f"; {plan['disk_note']}" if plan.get("disk_note") else ""))
     if plan["disk_bytes_with_replicas"] != plan["disk_bytes_primary"]:
         table.add_row("disk (with replicas)", format_bytes(plan["disk_bytes_with_replicas"]), "x (1 + replicas)")
     if plan["index_type"] == "bm25_only":

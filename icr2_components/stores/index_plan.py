@@ -76,6 +76,9 @@ class MeasuredFigures:
     disk_bytes_per_passage: dict[str, float]
     passages_measured: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # bytes per passage the vectors take in the stored _source (an index with store.vectors_in_source: false saves
+    # them); None in figures measured before it was
+    source_vector_bytes_per_passage: float | None = None
     source: str = ""
 
     def rate(self, index_type: str) -> float:
@@ -315,9 +318,19 @@ def plan_index(config: "IndexConfig", figures: MeasuredFigures, passages: int | 
     count, count_source = planned_passages(config, passages)
     node = node if node is not None else node_resources(config, figures)
     dims = embedding_dims(config, figures) if options else None
+    disk_per_passage = figures.disk_per_passage(index_type)
+    disk_note = None
+    if options and not layout.vectors_in_source:
+        if figures.source_vector_bytes_per_passage is None:
+            disk_note = ("store.vectors_in_source is false but the figures do not measure what the vectors take in "
+                         "_source: the disk shown includes them (an upper bound); re-measure with bench/index_plan_figures.py")
+        else:
+            disk_per_passage -= float(figures.source_vector_bytes_per_passage)
+            disk_note = (f"vectors left out of _source: {figures.source_vector_bytes_per_passage:.0f} B per passage "
+                         "less than the measured figure")
     result = project(
         count, index_type, dims=dims, m=m, replicas=layout.replicas, shards=layout.shards,
-        disk_bytes_per_passage=figures.disk_per_passage(index_type),
+        disk_bytes_per_passage=disk_per_passage,
         indexing_passages_per_s=figures.rate(index_type),
         embedding_passages_per_s=float(figures.embedding["passages_per_s"]) if options else None,
         node_memory_bytes=int(node["memory_bytes"]), node_heap_bytes=int(node["heap_max_bytes"]),
@@ -330,6 +343,7 @@ def plan_index(config: "IndexConfig", figures: MeasuredFigures, passages: int | 
         "dims": dims,
         "hnsw_m": m if index_type.endswith("hnsw") else None,
         "passages_source": count_source,
+        "disk_note": disk_note,
         "node": node,
         "figures": {"file": figures.source, "measured_at": figures.measured_at, "machine": figures.machine,
                     "passages_measured": figures.passages_measured,
