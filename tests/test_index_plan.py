@@ -103,7 +103,7 @@ def test_passage_count_sources(sample_files):
     assert planned_passages(sample, 10) == (10, "given with --passages")
 
 
-def figures_file(tmp_path: Path) -> Path:
+def figures_file(tmp_path: Path, **extra) -> Path:
     figures = {
         "measured_at": "2026-11-23T00:00:00+00:00",
         "machine": {"hostname": "test", "cpu_count": 2, "cpu_model": "test", "load_average_before": [0.1]},
@@ -113,6 +113,7 @@ def figures_file(tmp_path: Path) -> Path:
         "indexing_passages_per_s": {"bm25_only": 2000, "hnsw": 500, "int8_hnsw": 1000, "flat": 800, "int8_flat": 900},
         "disk_bytes_per_passage": {"bm25_only": 700, "hnsw": 8000, "int8_hnsw": 1000, "flat": 7900, "int8_flat": 8400},
         "notes": ["hand-made figures for a test"],
+        **extra,
     }
     path = tmp_path / "figures.yaml"
     path.write_text(yaml.safe_dump(figures))
@@ -141,6 +142,23 @@ def test_plan_table_for_a_float32_layout_says_where_one_node_stops(tmp_path, cap
     assert "36,000,000" in out and "57.6 GB" in out and "One node is not enough (at least 3 nodes like it)" in out
     assert "replicas 1: each copy of a shard needs another node" in out
     assert "set store.shards >= 6" in out                          # 288 GB of primaries / 50 GB
+
+
+def test_plan_of_vectors_left_out_of_source_takes_their_measured_bytes_off_the_disk(tmp_path, capsys):
+    def plan(figures: Path, in_source: str) -> dict:
+        assert main(["index", "--plan", "indexing/kilt-full-elasticsearch.yaml", "--figures", str(figures), "--set",
+                     "store.hosts=http://127.0.0.1:1", "--set", f"store.vectors_in_source={in_source}", "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    measured = figures_file(tmp_path, source_vector_bytes_per_passage=400)
+    full, lean = plan(measured, "true"), plan(measured, "false")
+    assert full["disk_bytes_primary"] == 36_000_000_000 and full["disk_note"] is None
+    assert lean["disk_bytes_primary"] == 36_000_000_000 - 36_000_000 * 400
+    assert lean["disk_note"].startswith("vectors left out of _source: 400 B per passage less")
+    assert lean["vector_memory_bytes"] == full["vector_memory_bytes"]          # still indexed for kNN
+    (tmp_path / "old").mkdir()
+    old = plan(figures_file(tmp_path / "old"), "false")                         # figures measured before the option
+    assert old["disk_bytes_primary"] == 36_000_000_000 and "an upper bound" in old["disk_note"]
 
 
 def test_plan_errors_are_one_line(tmp_path, capsys):
