@@ -369,3 +369,22 @@ def test_compare_keeps_a_gates_training_questions_out(tmp_path, sample_files):
     ids_file.write_text("nq-sample-00000\nnq-sample-00003\n")
     with pytest.raises(HeldOutError, match="probed on"):
         select_questions([spec], question_ids=str(ids_file))
+
+
+def test_need_features_read_the_index_signals_of_real_questions(sample_files, minilm):
+    from icr2_components.gates.need_features import NeedFeatures, check_signals, feature_names
+    from icr2_components.stores import open_index
+
+    signals = ["date_words", "top_score", "top_dense_score"]
+    with pytest.raises(ValueError, match="top_score, top_dense_score signal\\(s\\) need an index config"):
+        check_signals(signals, None)
+    index = open_index("indexing/kilt-sample.yaml")
+    passage = next(iter(sorted(index.document_store.storage.values(), key=lambda d: d.id)))
+    on_topic = f"What is {passage.meta['title']}?"
+    features = NeedFeatures("all-minilm-l6-v2", signals=signals, index="indexing/kilt-sample.yaml", device="cpu")
+    matrix = features.matrix([on_topic, "qwzx vbnm plok in 2025"])
+    assert matrix.shape == (2, len(feature_names(384, signals))) == (2, 389)
+    date_words, names_year, bm25, dense, margin = matrix[:, -5:].T
+    assert list(names_year) == [0.0, 1.0] and date_words[1] >= 1
+    assert bm25[0] > bm25[1] and dense[0] > dense[1]       # the index covers the on-topic question better
+    assert all(0.0 < d <= 1.0 for d in dense) and all(m >= 0.0 for m in margin)

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
                         "vanilla prompt, recorded)")
     parser.add_argument("--embedding-model", default="all-minilm-l6-v2", help="question embedder (learned kinds)")
     parser.add_argument("--signals", default="date_words",
-                        help="comma-separated cheap signals of the logistic gate: date_words, top_score ('' for none)")
+                        help="comma-separated cheap signals of the logistic gate: date_words, top_score, top_dense_score ('' for none)")
     parser.add_argument("--index", default=None, help="index config of the top_score signal "
                         "(e.g. indexing/kilt-sample.yaml)")
     parser.add_argument("--knn-k", type=int, default=10, help="neighbours of the knn gate (default 10)")

@@ -7,6 +7,9 @@ Signals (``SIGNALS``; each adds the columns of ``SIGNAL_COLUMNS``):
   for (RetrievalQA, https://arxiv.org/abs/2402.16457); here they are a feature a model learns a weight for.
 - ``top_score``: the top BM25 score of the question in the index (``index``): how well the corpus covers the
   question (a cheap lookup on the in-memory or Elasticsearch store, no embedding).
+- ``top_dense_score``: the top dense (cosine) score of the question in the index, and its margin over the
+  second: whether the passages a reader would see are close to the question (one kNN lookup; the question's
+  embedding is the one the gate already computes, so the index embeds it again with its own model).
 
 The embedding rows are L2-normalised; the signals are raw (the logistic gate standardises every column with the
 mean and scale it was trained with).
@@ -27,8 +30,10 @@ from typing import Sequence
 
 import numpy as np
 
-SIGNALS = ("date_words", "top_score")
-SIGNAL_COLUMNS = {"date_words": ("date_words", "names_a_year"), "top_score": ("top_bm25_score",)}
+SIGNALS = ("date_words", "top_score", "top_dense_score")
+SIGNAL_COLUMNS = {"date_words": ("date_words", "names_a_year"), "top_score": ("top_bm25_score",),
+                  "top_dense_score": ("top_dense_score", "dense_margin")}
+INDEX_SIGNALS = ("top_score", "top_dense_score")
 
 _DATE_WORDS = re.compile(
     r"\b(today|now|current(?:ly)?|latest|recent(?:ly)?|newest|upcoming|this year|last year|next year|this season|"
@@ -56,8 +61,9 @@ def check_signals(signals: Sequence[str], index: str | None) -> list[str]:
         raise ValueError(f"Unknown gate signal(s) {unknown}; choose from {list(SIGNALS)}.")
     if len(set(signals)) != len(signals):
         raise ValueError(f"Gate signals are listed once each, got {signals}.")
-    if "top_score" in signals and not index:
-        raise ValueError("The top_score signal needs an index config (e.g. indexing/kilt-sample.yaml).")
+    needing = [s for s in signals if s in INDEX_SIGNALS]
+    if needing and not index:
+        raise ValueError(f"The {', '.join(needing)} signal(s) need an index config (e.g. indexing/kilt-sample.yaml).")
     return signals
 
 
@@ -93,21 +99,31 @@ class NeedFeatures:
                 row += [float(date_word_count(question)), float(names_a_year(question))]
             if "top_score" in self.signals:
                 row.append(self._top_score(question))
+            if "top_dense_score" in self.signals:
+                row += self._top_dense_scores(question)
             columns.append(row)
         return np.asarray(columns, dtype=np.float64).reshape(len(questions), -1)
 
-    def _top_score(self, question: str) -> float:
+    def _index(self):
         if self._index_handle is None:
             from icr2_components.stores import open_index
 
             self._index_handle = open_index(self.index)
-        documents = self._index_handle.retrieve(question, method="bm25", top_k=1)
+        return self._index_handle
+
+    def _top_score(self, question: str) -> float:
+        documents = self._index().retrieve(question, method="bm25", top_k=1)
         return float(documents[0].score or 0.0) if documents else 0.0
+
+    def _top_dense_scores(self, question: str) -> list[float]:
+        scores = [float(d.score or 0.0) for d in self._index().retrieve(question, method="dense", top_k=2)]
+        scores += [0.0] * (2 - len(scores))
+        return [scores[0], scores[0] - scores[1]]
 
     def matrix(self, questions: Sequence[str]) -> np.ndarray:
         """One row per question: the embedding, then the signal columns."""
         return np.hstack([self.embed(questions), self.signal_values(questions)])
 
 
-__all__ = ["NeedFeatures", "SIGNALS", "SIGNAL_COLUMNS", "check_signals", "date_word_count", "feature_names",
+__all__ = ["INDEX_SIGNALS", "NeedFeatures", "SIGNALS", "SIGNAL_COLUMNS", "check_signals", "date_word_count", "feature_names",
            "names_a_year"]

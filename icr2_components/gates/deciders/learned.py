@@ -6,7 +6,7 @@ needs retrieval for a model when the model answers it wrong closed-book and righ
 question's embedding (the bundled MiniLM) plus cheap signals (date/recency words, the top BM25 score), or SKR's
 nearest-neighbour judgement (Wang et al. 2023, https://arxiv.org/abs/2310.05002: the share of needing questions
 among the k most similar training questions), and picks the cut on its probability for a stated objective. No
-language model is asked: a decision is one embedding (and one BM25 lookup with `top_score`).
+language model is asked: a decision is one embedding (and one BM25 lookup with `top_score`, one kNN lookup with `top_dense_score`).
 """
 
 from __future__ import annotations
