@@ -44,7 +44,7 @@ if [[ $which == train || $which == all ]]; then
   .venv/bin/icr2 train-gate $TRAIN --kind threshold --cost "$COST" \
     --out pipelines/adaptive_rag.threshold.json
   .venv/bin/icr2 train-gate $TRAIN --kind logistic --cost "$COST" \
-    --signals date_words,top_score --index indexing/kilt-sample.yaml --out pipelines/adaptive_rag.learned.json
+    --signals date_words,top_score,top_dense_score --index indexing/kilt-sample.yaml --out pipelines/adaptive_rag.learned.json
   .venv/bin/icr2 train-gate $TRAIN --kind knn --cost "$COST" --knn-k 10 \
     --out $GATES/knn.json
 fi

@@ -56,6 +56,17 @@ def test_layout_values_are_validated_with_one_line_errors(store, embedding, expe
     assert "\n" not in message
 
 
+def test_writer_load_replicas_is_validated_and_reaches_the_writer():
+    assert es_config().writer.load_replicas == 0
+    for value, expected in ((-1, "writer.load_replicas must be >= 0, or null"), ("x", "key 'load_replicas' is 'x'")):
+        with pytest.raises(ConfigError, match=expected):
+            index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {},
+                                    "writer": {"load_replicas": value}}, source="test config")
+    config = index_config_from_dict({"name": "x", "store": {"type": "elasticsearch", "replicas": 1}, "corpus": {},
+                                     "writer": {"load_replicas": None}}, source="test config")
+    assert ElasticsearchStreamingWriter.from_config(config, progress=False).load_replicas is None
+
+
 def test_layout_from_config_and_what_it_does_to_a_new_index():
     config = es_config({"shards": 3, "replicas": 1, "vector_index": {"type": "hnsw", "m": 8, "ef_construction": 64}})
     layout = IndexLayout.from_config(config)

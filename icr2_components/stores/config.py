@@ -71,12 +71,17 @@ class WriterConfig:
     # bulk requests in flight at once (Elasticsearch)
     thread_count: int = 2
     max_chunk_bytes: int = 50 * 1024 * 1024
+    # Elasticsearch: replicas while the load runs: 0 (fastest; the index's own replicas are restored afterwards) or
+    # null (keep them, so that a cluster which loses a node mid-load loses no written passage)
+    load_replicas: int | None = 0
 
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("writer.batch_size must be >= 1.")
         if self.thread_count < 1:
             raise ConfigError("writer.thread_count must be >= 1.")
+        if self.load_replicas is not None and self.load_replicas < 0:
+            raise ConfigError(f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}.")
 
 
 def default_store_settings() -> StoreSettings:

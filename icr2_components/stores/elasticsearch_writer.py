@@ -331,6 +331,7 @@ class ElasticsearchStreamingWriter:
             client_options=connection_options(store),
             layout=IndexLayout.from_config(config),
             analyzer=store.analyzer,
+            load_replicas=writer.load_replicas,
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
