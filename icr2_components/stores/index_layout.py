@@ -29,7 +29,7 @@ Usage:
     >>> from icr2_components.stores.index_layout import IndexLayout
     >>> layout = IndexLayout.from_config(load_index_config("indexing/kilt-full-elasticsearch.yaml"))
     >>> layout.describe()
-    'shards 1, replicas 0, vectors int8_hnsw (m 16, ef_construction 100)'
+    'shards 8, replicas 1, vectors int8_hnsw (m 16, ef_construction 100), not in _source'
 """
 
 from __future__ import annotations
