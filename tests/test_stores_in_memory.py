@@ -103,3 +103,24 @@ def test_index_retriever_runs_in_a_yaml_pipeline():
     assert {d.meta["retriever"] for d in documents} == {"bm25"}
     with pytest.raises(ValueError, match="method"):
         IndexRetriever(method="colbert")
+
+
+def test_a_store_past_its_measured_size_warns_and_says_what_to_use(tmp_path, monkeypatch, caplog, sample_files):
+    import logging
+    from itertools import islice
+
+    from icr2_components.kilt import KiltKnowledgeSource
+    from icr2_components.stores import IndexHandle
+    from icr2_components.stores import in_memory_backend
+
+    monkeypatch.setattr(in_memory_backend, "LARGE_STORE_PASSAGES", 30)   # the real limit is 200,000 passages
+    config = index_config_from_dict({
+        "name": "big", "store": {"type": "in_memory", "persist_path": str(tmp_path / "index.json")},
+        "corpus": {"path": "sample"}, "embedding": {"enabled": False}, "writer": {"batch_size": 8},
+    })
+    documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 40))
+    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.in_memory_backend"):
+        report = IndexHandle(config).build(progress=False, documents=documents)
+    assert report.documents_in_store == 40
+    warnings = [r.getMessage() for r in caplog.records if "passes 30 passages" in r.getMessage()]
+    assert len(warnings) == 1 and "use Elasticsearch" in warnings[0]

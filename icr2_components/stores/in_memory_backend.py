@@ -5,6 +5,12 @@ store: BM25 with the same analyzer, fields, formula and ``k1``/``b``
 (:class:`~icr2_components.stores.in_memory_bm25.FieldedBM25`, built from the saved passages when the store is
 opened), cosine similarity for dense retrieval.
 
+**Where it stops** (``bench/scale.py``, BENCHMARKS.md "Scale bench"): with 384-d vectors the process holds
+about 28 KB of RAM per passage (3.3 GiB at 100K passages, 0.9 GiB at 10K), the saved JSON about 9 KB per
+passage, and dense search scans an exact matrix (p50 7.4 ms at 100K, growing linearly). An 8 GiB process
+holds about 280K passages; the store logs a warning past :data:`LARGE_STORE_PASSAGES`. Beyond that, use
+Elasticsearch (``indexing/kilt-sample-elasticsearch.yaml``, ``indexing/kilt-full-elasticsearch.yaml``).
+
 Usage:
     >>> from icr2_components.stores import open_index
     >>> index = open_index("indexing/kilt-sample.yaml")   # store: {type: in_memory}
@@ -14,6 +20,7 @@ Usage:
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -29,6 +36,14 @@ from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWri
 from icr2_components.stores.config import ConfigError
 from icr2_components.stores.errors import DocumentCountMismatchError, EmptyIndexError, IndexNotBuiltError
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
+
+
+#: past this many passages the in-memory store warns (measured ~28 KB of RAM per passage with 384-d vectors: ~5.5 GiB)
+LARGE_STORE_PASSAGES = 200_000
+#: bytes of RAM per passage measured by bench/scale.py at 100K passages (for the warning's estimate)
+RAM_BYTES_PER_PASSAGE = 28_000
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -104,6 +119,12 @@ class InMemoryStoreBackend(StoreBackend):
         batch: list[Document] = []
         for document in tqdm(stream, desc=f"indexing {self.config.name}", unit=" passages", disable=not progress):
             batch.append(document)
+            if result.passages_streamed + len(batch) == LARGE_STORE_PASSAGES + 1:
+                logger.warning(
+                    "The in-memory store '%s' passes %s passages: it holds about %.0f KB of RAM per passage (bench/scale.py), "
+                    "so ~%.1f GiB at this size and more as it grows. For a corpus this large use Elasticsearch "
+                    "(store.type: elasticsearch, e.g. indexing/kilt-sample-elasticsearch.yaml).", self.config.name,
+                    f"{LARGE_STORE_PASSAGES:,}", RAM_BYTES_PER_PASSAGE / 1000, LARGE_STORE_PASSAGES * RAM_BYTES_PER_PASSAGE / 2**30)
             if len(batch) >= self.config.writer.batch_size:
                 store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
                 result.passages_streamed += len(batch)
