@@ -183,6 +183,35 @@ def test_vectors_left_out_of_source_still_answer_knn_and_come_back_without_embed
 
 
 @pytest.mark.elasticsearch
+def test_writer_force_merges_after_a_counted_load_when_the_config_asks(elasticsearch_url, es_client, layout_index,
+                                                                         sample_files, tmp_path):
+    with pytest.raises(ConfigError, match="writer.force_merge_segments must be >= 1"):
+        index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {},
+                                "writer": {"force_merge_segments": 0}}, source="test config")
+    config = index_config_from_dict({
+        "name": "merge", "store": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": layout_index},
+        "corpus": {}, "embedding": {"enabled": False},
+        "writer": {"batch_size": 10, "checkpoint_path": str(tmp_path / "c.json"), "force_merge_segments": 1},
+    }, source="test config")
+    documents = [replace(d, embedding=None) for d in islice(KiltKnowledgeSource(sample_files.corpus).documents(), 60)]
+
+    def segments() -> int:
+        shards = es_client.indices.segments(index=layout_index).body["indices"][layout_index]["shards"]["0"]
+        return len(shards[0]["segments"])
+
+    first = ElasticsearchStreamingWriter.from_config(config, progress=False, force_merge_segments=None)
+    assert first.write(iter(documents)).force_merge_seconds is None
+    for document in documents[:3]:   # re-indexed one by one with a refresh each: more segments for the merge
+        es_client.index(index=layout_index, id=document.id, document={"content": document.content}, refresh=True)
+    assert segments() > 1
+    writer = ElasticsearchStreamingWriter.from_config(config, progress=False, resume=False,
+                                                      checkpoint_path=str(tmp_path / "second.json"))
+    report = writer.write(iter(documents))
+    assert report.count_ok and report.force_merge_seconds is not None and "force-merged in" in report.summary()
+    assert segments() == 1 and es_client.count(index=layout_index)["count"] == 60
+
+
+@pytest.mark.elasticsearch
 def test_an_existing_index_with_another_layout_is_reported(elasticsearch_url, es_client, layout_index, sample_files, tmp_path, caplog):
     first = es_config({"vector_index": {"type": "flat"}}, url=elasticsearch_url, index=layout_index, checkpoint=str(tmp_path / "a.json"))
     ElasticsearchStreamingWriter.from_config(first, progress=False).write(pseudo_embedded(sample_files.corpus, 20))

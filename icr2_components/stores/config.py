@@ -74,6 +74,9 @@ class WriterConfig:
     # Elasticsearch: replicas while the load runs: 0 (fastest; the index's own replicas are restored afterwards) or
     # null (keep them, so that a cluster which loses a node mid-load loses no written passage)
     load_replicas: int | None = 0
+    # Elasticsearch: force-merge to this many segments per shard after a load whose count check passed (null: no
+    # merge); an index loaded once and then read answers faster merged (bench/scale.py)
+    force_merge_segments: int | None = None
 
     def validate(self) -> None:
         if self.batch_size < 1:
@@ -82,6 +85,8 @@ class WriterConfig:
             raise ConfigError("writer.thread_count must be >= 1.")
         if self.load_replicas is not None and self.load_replicas < 0:
             raise ConfigError(f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}.")
+        if self.force_merge_segments is not None and self.force_merge_segments < 1:
+            raise ConfigError(f"writer.force_merge_segments must be >= 1, or null for no merge; got {self.force_merge_segments}.")
 
 
 def default_store_settings() -> StoreSettings:

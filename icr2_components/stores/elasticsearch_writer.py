@@ -125,6 +125,7 @@ class WriteReport:
     checkpoint_path: str | None = None
     seconds: float = 0.0
     stream_seconds: float = 0.0  # of which streaming the documents (the rest: index checks, settings, count check)
+    force_merge_seconds: float | None = None  # the force-merge after the load (force_merge_segments), when asked for
 
     @property
     def passages_per_second(self) -> float:
@@ -147,6 +148,8 @@ class WriteReport:
         if self.index_count is not None:
             verdict = "ok" if self.count_ok else "MISMATCH"
             lines.append(f"  count check: index holds {self.index_count}, expected {self.expected_count} -> {verdict}")
+        if self.force_merge_seconds is not None:
+            lines.append(f"  force-merged in {self.force_merge_seconds:.1f}s")
         return "\n".join(lines)
 
 
@@ -224,6 +227,10 @@ class ElasticsearchStreamingWriter:
     :param load_replicas: replicas while the load runs (0, the default: fastest, restored afterwards); None keeps
         the index's own replicas, so that a cluster which must survive losing a node during the load keeps a
         copy of every shard on another node (see tests/test_elasticsearch_cluster.py).
+    :param force_merge_segments: after a load whose count check passed, force-merge the index down to this many
+        segments per shard (waited for, timed in the report); None (default) leaves merging to the node. A load
+        leaves dozens of segments, and searching them all is what made kNN p99 1.2 s at 1M passages
+        (bench/scale.py: 22 ms once merged to one); worth it for an index that is loaded once and then read.
     :param client_options: more keyword arguments for the client it builds (TLS CA, auth headers: see
         :func:`~icr2_components.stores.elasticsearch_connection.connection_options`).
     :param client: an existing ``elasticsearch.Elasticsearch`` client (otherwise one is built).
@@ -256,6 +263,7 @@ class ElasticsearchStreamingWriter:
         max_failure_examples: int = 20,
         progress: bool = True,
         load_replicas: int | None = 0,
+        force_merge_segments: int | None = None,
         client_options: Mapping[str, Any] | None = None,
         client=None,
     ) -> None:
@@ -271,6 +279,10 @@ class ElasticsearchStreamingWriter:
             raise ValueError(f"load_replicas must be a non-negative integer or None (keep the index's replicas), got {load_replicas!r}.")
         if max_chunk_bytes < 1:
             raise ValueError(f"max_chunk_bytes must be >= 1, got {max_chunk_bytes}.")
+        if force_merge_segments is not None and (isinstance(force_merge_segments, bool) or not isinstance(force_merge_segments, int)
+                                                 or force_merge_segments < 1):
+            raise ValueError(f"force_merge_segments must be a positive integer or None (no merge), got {force_merge_segments!r}.")
+        self.force_merge_segments = force_merge_segments
         self.hosts = hosts
         self.url = describe_hosts(hosts)
         self.index = index
@@ -332,6 +344,7 @@ class ElasticsearchStreamingWriter:
             layout=IndexLayout.from_config(config),
             analyzer=store.analyzer,
             load_replicas=writer.load_replicas,
+            force_merge_segments=writer.force_merge_segments,
         )
         options.update(overrides)
         return cls(store.hosts, store.index, **options)
@@ -609,6 +622,13 @@ class ElasticsearchStreamingWriter:
             # never recorded as complete: the next run starts over instead of trusting this load
             state["count_check_failed"] = {"index_count": report.index_count, "expected_count": report.expected_count}
         self._write_checkpoint(state)
+        if report.count_ok and self.force_merge_segments is not None:
+            merge_started = time.perf_counter()
+            # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
+            self._retrying(lambda: self.client.options(request_timeout=None).indices.forcemerge(
+                index=self.index, max_num_segments=self.force_merge_segments, wait_for_completion=True), "force-merging the index")
+            report.force_merge_seconds = time.perf_counter() - merge_started
+            report.seconds = time.perf_counter() - started
 
         if report.failed:
             logger.warning(
