@@ -44,12 +44,12 @@ if [[ $which == train || $which == all ]]; then
   .venv/bin/icr2 train-gate $TRAIN --kind threshold --cost "$COST" \
     --out pipelines/adaptive_rag.threshold.json
   .venv/bin/icr2 train-gate $TRAIN --kind logistic --cost "$COST" \
-    --signals date_words,top_score,top_dense_score --index indexing/kilt-sample.yaml --out pipelines/adaptive_rag.learned.json
+    --signals date_words,top_score,top_dense_score --index indexing/kilt-sample.yaml --out $GATES/logistic.json
   .venv/bin/icr2 train-gate $TRAIN --kind knn --cost "$COST" --knn-k 10 \
-    --out $GATES/knn.json
+    --out pipelines/adaptive_rag.learned.json   # the shipped gate (pipelines/adaptive_rag.yaml, header)
 fi
 if [[ $which == eval || $which == all ]]; then
   .venv/bin/icr2 eval-gate --labels $LABELS/heldout200_gate_eval.jsonl --cost "$COST" --today 2025-12-01 \
-    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=pipelines/adaptive_rag.learned.json,knn:learned=$GATES/knn.json" \
+    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=$GATES/logistic.json,knn:learned=pipelines/adaptive_rag.learned.json" \
     --out-dir bench/results/gate_tradeoff
 fi

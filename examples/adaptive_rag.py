@@ -1,4 +1,5 @@
-"""Adaptive RAG (TA-ARE): the gate decides whether to retrieve before answering.
+"""Adaptive RAG: a gate decides whether to retrieve before answering (shipped: the learned gate calibrated for
+SmolLM2, pipelines/adaptive_rag.yaml header; TA-ARE is the alternative for a capable reader).
 
 Answers the first NQ question of the bundled sample with pipelines/adaptive_rag.yaml (8 new tokens).
 Run from the repository root: .venv/bin/python examples/adaptive_rag.py

@@ -119,7 +119,9 @@ def test_plumbing_the_adaptive_rag_yaml_round_trips():
 
     pipeline = load_pipeline(Path(__file__).resolve().parents[1] / "pipelines" / "adaptive_rag.yaml")
     gate = pipeline.get_component("gate")
-    assert isinstance(gate, TimeAwareRetrievalGate) and gate.method == "ta_are" and gate.pool_skips == {}
+    # the shipped gate: the learned one, with its artifact (pipelines/adaptive_rag.yaml, header)
+    assert isinstance(gate, TimeAwareRetrievalGate) and gate.method == "learned" and gate.model is None
+    assert gate.artifact == "pipelines/adaptive_rag.learned.json"
     again = loads_pipeline(pipeline.dumps())
     assert again.to_dict()["components"] == pipeline.to_dict()["components"]
     def edges(p):

@@ -165,10 +165,20 @@ def test_answers_absent_from_the_top_logprobs_fall_back_to_the_parsed_reply(llam
 
 
 @pytest.mark.llama_server
-def test_adaptive_pipeline_runs_on_the_llama_cpp_backend(llama_server_url, minilm, sample_files):
+def test_adaptive_pipeline_runs_on_the_llama_cpp_backend(llama_server_url, minilm, sample_files, tmp_path):
+    import yaml
+
     backend = load_backend(ROOT / "backends" / "llama_cpp_server.yaml")
     assert backend.served_model.api_base_url == llama_server_url
-    spec = PipelineSpec.from_file(str(ROOT / "pipelines" / "adaptive_rag.yaml"), backend=backend)
+    # the adaptive pipeline with TA-ARE as its gate (its header's alternative for a capable reader): the gate that asks
+    # the served model; the shipped learned gate asks no model
+    data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
+    data["components"]["gate"]["init_parameters"] = {"method": "ta_are", "model": "smollm2-135m-instruct", "today": None,
+                                                     "n_yes": 2, "n_no": 2, "embedding_model": "all-minilm-l6-v2"}
+    data["components"]["retriever"]["init_parameters"]["index"] = str(ROOT / "indexing" / "kilt-sample.yaml")
+    path = tmp_path / "adaptive_ta_are.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = PipelineSpec.from_file(str(path), backend=backend)
     gate_entry = spec.data["components"]["gate"]["init_parameters"]
     assert gate_entry["model"] is None and gate_entry["server"]["api_base_url"] == llama_server_url
     assert gate_entry["embedding_model"] == "all-minilm-l6-v2" and gate_entry["method"] == "ta_are"

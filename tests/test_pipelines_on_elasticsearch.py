@@ -103,7 +103,7 @@ def test_adaptive_rag_answers_from_elasticsearch(switched, es_client, questions,
     spec = PipelineSpec.from_file(str(REPO_ROOT / "pipelines" / "adaptive_rag.yaml"))
     retrievers_on(spec, config_path)
     pipeline = spec.pipeline(controlled=False)
-    # as shipped (TA-ARE decides), then with the gate's run-time method `always`, so the retrieval branch runs
+    # as shipped (the learned gate decides), then with the gate's run-time method `always`, so the retrieval branch runs
     for method in (None, "always"):
         for question in questions:
             gate_input = {"query": question} if method is None else {"query": question, "method": method}
