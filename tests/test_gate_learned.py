@@ -357,7 +357,7 @@ def test_compare_keeps_a_gates_training_questions_out(tmp_path, sample_files):
     trained = ["nq-sample-00001", "nq-sample-00003"]
     artifact = GateArtifact(kind="threshold", cut=0.4, objective={}, probed_ids=trained).save(tmp_path / "gate.json")
     data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
-    data["components"]["gate"]["init_parameters"].update(method="threshold", artifact=str(artifact))
+    data["components"]["gate"]["init_parameters"].update(method="threshold", model="smollm2-135m-instruct", artifact=str(artifact))
     data["components"]["retriever"]["init_parameters"]["index"] = str(ROOT / "indexing" / "kilt-sample.yaml")
     path = tmp_path / "adaptive_calibrated.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
