@@ -174,8 +174,8 @@ def compare_with_references(methods: dict[str, dict[str, Any]], labelled: Sequen
         tested = [p for p in pairs if "p_value" in p[metric]]
         for pair, adjusted in zip(tested, holm([p[metric]["p_value"] for p in tested]) if tested else []):
             pair[metric]["p_holm"] = adjusted
-            difference = pair[metric]["difference"]["mean"]
-            low, high = pair[metric]["difference"]["ci95"] or [difference, difference]
+            difference = pair[metric]["difference"]
+            low = difference["ci95"][0] if difference["ci95"] else difference["mean"]
             pair[metric]["beats"] = bool(adjusted < ALPHA and low > 0)
     return pairs
 

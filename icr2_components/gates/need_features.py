@@ -8,8 +8,8 @@ Signals (``SIGNALS``; each adds the columns of ``SIGNAL_COLUMNS``):
 - ``top_score``: the top BM25 score of the question in the index (``index``): how well the corpus covers the
   question (a cheap lookup on the in-memory or Elasticsearch store, no embedding).
 - ``top_dense_score``: the top dense (cosine) score of the question in the index, and its margin over the
-  second: whether the passages a reader would see are close to the question (one kNN lookup; the question's
-  embedding is the one the gate already computes, so the index embeds it again with its own model).
+  second: whether the passages a reader would see are close to the question (one kNN lookup with the embedding
+  the gate already computed, when the index embeds with the same model; otherwise the index embeds the question).
 
 The embedding rows are L2-normalised; the signals are raw (the logistic gate standardises every column with the
 mean and scale it was trained with).
@@ -91,16 +91,18 @@ class NeedFeatures:
         vectors = self._embedder.encode(list(questions), normalize_embeddings=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float64).reshape(len(questions), -1)
 
-    def signal_values(self, questions: Sequence[str]) -> np.ndarray:
+    def signal_values(self, questions: Sequence[str], embeddings: np.ndarray | None = None) -> np.ndarray:
+        """The signal columns; ``embeddings`` (the rows :meth:`embed` gave) spare ``top_dense_score`` a second
+        embedding of each question when the index embeds with the same model."""
         columns: list[list[float]] = []
-        for question in questions:
+        for i, question in enumerate(questions):
             row: list[float] = []
             if "date_words" in self.signals:
                 row += [float(date_word_count(question)), float(names_a_year(question))]
             if "top_score" in self.signals:
                 row.append(self._top_score(question))
             if "top_dense_score" in self.signals:
-                row += self._top_dense_scores(question)
+                row += self._top_dense_scores(question, None if embeddings is None else embeddings[i])
             columns.append(row)
         return np.asarray(columns, dtype=np.float64).reshape(len(questions), -1)
 
@@ -115,14 +117,22 @@ class NeedFeatures:
         documents = self._index().retrieve(question, method="bm25", top_k=1)
         return float(documents[0].score or 0.0) if documents else 0.0
 
-    def _top_dense_scores(self, question: str) -> list[float]:
-        scores = [float(d.score or 0.0) for d in self._index().retrieve(question, method="dense", top_k=2)]
+    def _top_dense_scores(self, question: str, embedding: np.ndarray | None) -> list[float]:
+        index = self._index()
+        same_model = (index.config.embedding.enabled and index.config.embedding.model == self.embedding_model
+                      and index.config.embedding.backend == "fp32")
+        if embedding is not None and same_model:
+            documents = index.search_dense(question, top_k=2, embedding=embedding)
+        else:
+            documents = index.retrieve(question, method="dense", top_k=2)
+        scores = [float(d.score or 0.0) for d in documents]
         scores += [0.0] * (2 - len(scores))
         return [scores[0], scores[0] - scores[1]]
 
     def matrix(self, questions: Sequence[str]) -> np.ndarray:
         """One row per question: the embedding, then the signal columns."""
-        return np.hstack([self.embed(questions), self.signal_values(questions)])
+        embeddings = self.embed(questions)
+        return np.hstack([embeddings, self.signal_values(questions, embeddings)])
 
 
 __all__ = ["INDEX_SIGNALS", "NeedFeatures", "SIGNALS", "SIGNAL_COLUMNS", "check_signals", "date_word_count", "feature_names",

@@ -627,8 +627,8 @@ class ElasticsearchStreamingWriter:
             # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
             self._retrying(lambda: self.client.options(request_timeout=None).indices.forcemerge(
                 index=self.index, max_num_segments=self.force_merge_segments, wait_for_completion=True), "force-merging the index")
+            # kept apart from report.seconds, so that the load's passages/s stays the load's
             report.force_merge_seconds = time.perf_counter() - merge_started
-            report.seconds = time.perf_counter() - started
 
         if report.failed:
             logger.warning(

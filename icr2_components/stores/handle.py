@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from haystack import Document
 
@@ -210,9 +210,14 @@ class IndexHandle:
         """The store's BM25 ranking (no checks: :meth:`retrieve` is the entry point; retrieval methods use this)."""
         return self.backend.bm25_documents(self.document_store, query, top_k, filters)
 
-    def search_dense(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]:
-        """The store's ranking by similarity to the query's embedding (no checks, as :meth:`search_bm25`)."""
-        embedding = self._embedder.embed_query(query)
+    def search_dense(self, query: str, top_k: int, filters: dict | None = None,
+                     embedding: Sequence[float] | None = None) -> list[Document]:
+        """The store's ranking by similarity to the query's embedding (no checks, as :meth:`search_bm25`);
+        ``embedding``: the query's embedding when the caller already has it from this index's model."""
+        if embedding is None:
+            embedding = self._embedder.embed_query(query)
+        else:
+            embedding = [float(x) for x in embedding]
         return self.backend.dense_documents(self.document_store, embedding, top_k, filters)
 
     def _require_passages(self) -> None:
