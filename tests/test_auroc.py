@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from icr2_components.evaluation.auroc import auroc_difference, auroc_interval, auroc_rows, delong_test
-from icr2_components.evaluation.gate_tradeoff import compare_methods
+from icr2_components.evaluation.gate_tradeoff import compare_methods, intersection_union_claim
 from icr2_components.evaluation.need_labels import LabelledQuestion, needs_retrieval
 
 
@@ -87,3 +87,34 @@ def test_plumbing_learned_gate_against_the_reference_gates():
     assert [(p["method"], p["reference"]) for p in pairs] == [("mine", "TA-ARE")]  # found by method, not by name
     assert pairs[0]["auroc"]["beats"] is True and pairs[0]["auroc"]["p_holm"] < 0.001
     assert pairs[0]["objective"]["difference"]["mean"] > 0 and "p_holm" in pairs[0]["objective"]
+
+
+def test_intersection_union_claim_needs_every_comparison_to_hold():
+    """A pre-named gate's claim 'beats TA-ARE and vanilla by AUROC and objective' holds only if all four hold."""
+    rng = np.random.default_rng(5)
+    n = 300
+    outcomes = rng.choice(["context_only", "both_wrong", "both_right"], size=n, p=[0.3, 0.5, 0.2]).tolist()
+    labelled = _labelled(outcomes)
+    need = np.array([q.needs_retrieval for q in labelled], dtype=float)
+    good = (need + rng.normal(0, 0.4, n)).tolist()
+    chance_a, chance_b = rng.random(n).tolist(), rng.random(n).tolist()
+    methods = {"always": {"method": "always", "decisions": [True] * n, "scores": None},
+               "TA-ARE": {"method": "ta_are", "decisions": [s >= 0.5 for s in chance_a], "scores": chance_a},
+               "vanilla": {"method": "vanilla", "decisions": [s >= 0.5 for s in chance_b], "scores": chance_b},
+               # ranks need well and retrieves exactly when it is needed: beats both on both metrics
+               "mine": {"method": "learned", "artifact": "a.json", "decisions": [bool(x) for x in need],
+                        "scores": good},
+               # ranks need well but retrieves for nobody: its objective is no better than the references'
+               "shy": {"method": "learned", "artifact": "b.json", "decisions": [False] * n, "scores": good}}
+    pairs = compare_methods(methods, labelled, cost=0.1, seed=0)["versus_references"]
+    claim = intersection_union_claim(pairs, "mine")
+    assert claim["holds"] is True and claim["references"] == ["TA-ARE", "vanilla"]
+    assert len(claim["parts"]) == 4 and all(p["holds"] and p["p_value"] < 0.05 and p["ci95"][0] > 0
+                                            for p in claim["parts"])
+    shy = intersection_union_claim(pairs, "shy")
+    assert shy["holds"] is False
+    assert {(p["metric"], p["holds"]) for p in shy["parts"]} == {("auroc", True), ("objective", False)}
+    with pytest.raises(ValueError, match="no comparison of 'nobody'"):
+        intersection_union_claim(pairs, "nobody")
+    with pytest.raises(ValueError, match="alpha must be in"):
+        intersection_union_claim(pairs, "mine", alpha=1.5)

@@ -249,9 +249,13 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
     out_dir = tmp_path / "report"
     code = main(["eval-gate", "--labels", str(evaluation), "--methods",
                  f"always,never,vanilla,ta_are,threshold={artifact_path}", "--cost", "0.1", "--today", "2025-12-01",
-                 "--device", "cpu", "--out-dir", str(out_dir)])
+                 "--device", "cpu", "--out-dir", str(out_dir), "--claim", "threshold:threshold"])
     assert code == 0
     report = json.loads((out_dir / "tradeoff.json").read_text())
+    # the pre-named claim: one part per (reference, metric), holding only if every part does
+    claim = report["claim"]
+    assert claim["method"] == "threshold:threshold" and len(claim["parts"]) == 4
+    assert claim["holds"] == all(part["holds"] for part in claim["parts"])
     assert (out_dir / "tradeoff.png").stat().st_size > 0 and "## vanilla" in (out_dir / "curves.md").read_text()
     methods = report["all"]["methods"]
     assert set(methods) == {"always", "never", "vanilla", "ta_are", "threshold:threshold"}
@@ -272,6 +276,7 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
     assert methods["vanilla"]["curve"] and methods["always"]["auroc"] is None
     printed = " ".join(capsys.readouterr().out.split())
     assert "6 labelled questions" in printed and "threshold:threshold" in printed and "baseline" in printed
+    assert "claim (intersection-union" in printed
     # the artifact's training questions cannot be evaluated on
     code = main(["eval-gate", "--labels", str(train), "--methods", f"always,threshold={artifact_path}",
                  "--device", "cpu"])

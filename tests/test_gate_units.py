@@ -115,6 +115,39 @@ def test_gate_training_pool_is_disjoint_from_the_bench_set_and_its_contexts_hold
             assert answer_match(row["context"][0], row["ground_truth"]), row["question"]
 
 
+def test_confirmatory_gate_candidates_are_new_and_their_contexts_hold_an_answer():
+    """The confirmatory held-apart set (bench/data/gate_confirm_preregistration.md) shares no question with the
+    earlier sets, reads each long-tail question off a DPR-sample passage no earlier question used, and its kept set
+    (written by make_gate_sets.py confirm) is a subset of its candidates."""
+    from icr2_components.kilt.sample import DPR_FILE, shared_data_dir
+
+    data = BENCH_SET.parent
+    candidates = [json.loads(line) for line in (data / "gate_confirm_candidates.jsonl").read_text().splitlines()]
+    earlier = [json.loads(line) for name in ("gate_eval_candidates.jsonl", "gate_pool_candidates.jsonl",
+                                             "gate_train_pool.jsonl", "gate_eval.jsonl")
+               for line in (data / name).read_text().splitlines() if line.strip()]
+    questions = [normalize_text(row["question"]) for row in candidates]
+    assert len(questions) == len(set(questions)) == 142
+    assert not set(questions) & {normalize_text(row["question"]) for row in earlier}
+    used_passages = {row["dpr_id"] for row in earlier if "dpr_id" in row}
+    passages = {}
+    for line in (shared_data_dir() / DPR_FILE).read_text().splitlines():
+        record = json.loads(line)
+        passages[str(record["id"])] = record["contents"]
+    long_tail = [row for row in candidates if row["data_source"] == "long_tail"]
+    assert len(long_tail) == 48 and len({row["dpr_id"] for row in long_tail}) == 48
+    for row in candidates:
+        assert ("context" in row) == (row["data_source"] != "answerable") == row["needs_retrieval"], row["question"]
+        if "context" in row:
+            assert answer_match(row["context"][0], row["ground_truth"]), row["question"]
+        if row["data_source"] == "long_tail":
+            assert row["dpr_id"] not in used_passages and answer_match(passages[row["dpr_id"]], row["ground_truth"])
+    kept = data / "gate_confirm.jsonl"
+    if kept.exists():
+        kept_questions = [json.loads(line)["question"] for line in kept.read_text().splitlines() if line.strip()]
+        assert kept_questions and {normalize_text(q) for q in kept_questions} <= set(questions)
+
+
 def test_rank_by_similarity_is_stable_and_skips_excluded_rows():
     import numpy as np
 

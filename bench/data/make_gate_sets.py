@@ -1,11 +1,14 @@
 """Label the hand-written gate candidates with SmolLM2 closed-book answers and write the kept sets.
 
-    .venv/bin/python bench/data/make_gate_sets.py
+    .venv/bin/python bench/data/make_gate_sets.py            # the evaluation set and the default pools
+    .venv/bin/python bench/data/make_gate_sets.py confirm    # the confirmatory held-apart set only
 
 A needs-retrieval candidate is kept only if SmolLM2 does NOT match a gold answer closed-book (RetrievalQA
 kept questions GPT-4 failed); an answerable candidate only if it DOES. Writes ``bench/data/gate_eval.jsonl``
 (the evaluation set) and the package's default demonstration pools
-(``icr2_components/resources/gates/{yes,no}_demonstrations.jsonl``) from disjoint candidate files.
+(``icr2_components/resources/gates/{yes,no}_demonstrations.jsonl``) from disjoint candidate files. ``confirm``
+writes ``bench/data/gate_confirm.jsonl`` (and ``gate_confirm_dropped.jsonl``) from ``gate_confirm_candidates.jsonl``
+the same way: the questions of the gates' confirmatory test (``gate_confirm_preregistration.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,19 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 def main() -> None:
     reader = LocalChatReader(model="smollm2-135m-instruct", max_new_tokens=24, dtype="float32", device="cpu")
+    if sys.argv[1:] == ["confirm"]:
+        kept, dropped = label(HERE / "gate_confirm_candidates.jsonl", reader)
+        write_jsonl(HERE / "gate_confirm.jsonl", kept)
+        write_jsonl(HERE / "gate_confirm_dropped.jsonl", dropped)
+        counts: dict[str, list[int]] = {}
+        for rows, index in ((kept, 0), (dropped, 1)):
+            for row in rows:
+                counts.setdefault(row["data_source"], [0, 0])[index] += 1
+        print("confirmatory set, kept / dropped per source: "
+              + ", ".join(f"{source} {k} / {d}" for source, (k, d) in sorted(counts.items())))
+        return
+    if sys.argv[1:]:
+        raise SystemExit(f"usage: make_gate_sets.py [confirm]; got {sys.argv[1:]}")
     kept, dropped = label(HERE / "gate_eval_candidates.jsonl", reader)
     write_jsonl(HERE / "gate_eval.jsonl", kept)
     write_jsonl(HERE / "gate_eval_dropped.jsonl", dropped)

@@ -21,6 +21,9 @@ FIRST_POSITION = 1000
 COUNT = 600
 SEED = 15
 PREFIXES = {"heldout_nq_ids_first200.txt": 200, "heldout_nq_ids_first100.txt": 100}
+# Slices after the first 200, for the gates' confirmatory held-apart set (bench/data/gate_confirm_preregistration.md):
+# two halves so that two labelling processes can share the cores. 1-based positions in the names, end included.
+SLICES = {"heldout_nq_ids_201-400.txt": (200, 400), "heldout_nq_ids_401-600.txt": (400, 600)}
 
 
 def main() -> None:
@@ -42,6 +45,11 @@ def main() -> None:
         prefix.write_text("\n".join([f"# the first {count} ids of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)"]
                                     + chosen[:count]) + "\n")
         print(f"wrote {prefix} ({count} ids)")
+    for name, (start, end) in SLICES.items():
+        part = out.with_name(name)
+        part.write_text("\n".join([f"# ids {start + 1}-{end} of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)"]
+                                   + chosen[start:end]) + "\n")
+        print(f"wrote {part} ({end - start} ids)")
 
 
 if __name__ == "__main__":

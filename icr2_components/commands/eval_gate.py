@@ -38,6 +38,10 @@ def register(subparsers) -> None:
                         "(vanilla, ta_are, threshold) use; a served one gives P(yes) from top log-probabilities")
     parser.add_argument("--show-curves", action="store_true", help="with --labels: print every curve point")
     parser.add_argument("--seed", type=int, default=0, help="with --labels: bootstrap and permutation seed")
+    parser.add_argument("--claim", default=None, metavar="METHOD",
+                        help="with --labels: the one method named in advance as beating TA-ARE and the vanilla prompt; "
+                        "reports whether it beats both by AUROC and by the objective (intersection-union test: each "
+                        "p < 0.05 with its interval above 0), as 'claim' in the JSON")
     parser.add_argument("--method", default="ta_are", choices=gate_decider_names(),
                         help="the gate's method: a registered gate decider (icr2_components/gates/deciders/)")
     parser.add_argument("--model", default="smollm2-135m-instruct", help="gate and reader model (alias, path or HF id)")
@@ -119,6 +123,7 @@ def run_on_labels(args: argparse.Namespace) -> int:
         format_comparison_table,
         format_curve_table,
         format_reference_table,
+        intersection_union_claim,
     )
     from icr2_components.evaluation.need_labels import read_labels
     from icr2_components.plotting import plot_gate_tradeoff
@@ -127,6 +132,8 @@ def run_on_labels(args: argparse.Namespace) -> int:
     specs = parse_methods(args.methods)
     if "always" not in [s.name for s in specs]:
         raise ValueError("--methods must include always (the baseline every method is tested against).")
+    if args.claim is not None and args.claim not in [s.name for s in specs]:
+        raise ValueError(f"--claim {args.claim!r} is not one of --methods ({[s.name for s in specs]}).")
     labelled, described = read_labels(args.labels, args.both_wrong)
     if args.limit is not None:
         labelled = labelled[: args.limit]
@@ -141,6 +148,8 @@ def run_on_labels(args: argparse.Namespace) -> int:
     report = {"labels": described, "settings": {k: v for k, v in vars(args).items() if k != "handler"},
               "methods": {n: {k: v for k, v in r.items() if k not in ("decisions", "scores")} for n, r in runs.items()}}
     report["all"] = compare_methods(runs, labelled, args.cost, seed=args.seed)
+    if args.claim is not None:
+        report["claim"] = intersection_union_claim(report["all"]["versus_references"], args.claim)
     report["by_source"] = {}
     for source in sorted({q.source for q in labelled}):
         members = [i for i, q in enumerate(labelled) if q.source == source]
@@ -156,6 +165,13 @@ def run_on_labels(args: argparse.Namespace) -> int:
     console.print(format_comparison_table(report["all"], title))
     if report["all"]["versus_references"]:
         console.print(format_reference_table(report["all"], "against the reference gates (TA-ARE, vanilla prompt)"))
+    if "claim" in report:
+        claim = report["claim"]
+        parts = "; ".join(f"{p['metric']} vs {p['reference']}: " + (f"{p['difference']:+.3f} p {p['p_value']:.3g}"
+                          if "p_value" in p else p["why"]) + (" holds" if p["holds"] else " fails")
+                          for p in claim["parts"])
+        console.print(f"claim ({claim['test']}): {claim['method']} beats {' and '.join(claim['references'])}: "
+                      f"{'HOLDS' if claim['holds'] else 'does not hold'} ({parts})")
     for source, comparison in report["by_source"].items():
         console.print(format_comparison_table(comparison, f"{source} ({comparison['questions']} questions)"))
     curves = {n: e["curve"] for n, e in report["all"]["methods"].items() if e.get("curve")}

@@ -180,6 +180,40 @@ def compare_with_references(methods: dict[str, dict[str, Any]], labelled: Sequen
     return pairs
 
 
+def intersection_union_claim(pairs: Sequence[dict[str, Any]], method: str, alpha: float = ALPHA) -> dict[str, Any]:
+    """Whether ``method`` beats every reference gate on every metric of ``compare_with_references``'s pairs, as one
+    pre-named claim: each comparison must have an unadjusted p < ``alpha`` and a 95% interval above 0.
+
+    This is an intersection-union test (Berger 1982, Technometrics 24:295): the claim's null is that *some*
+    comparison fails, and rejecting it needs every comparison to reject, so the claim's level is ``alpha`` without
+    a multiplicity adjustment (Holm is for claiming *any* member of a family). It is valid only for a method named
+    before the data were seen; picking the best of several on the same questions needs Holm across them instead.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}.")
+    mine = [p for p in pairs if p["method"] == method]
+    if not mine:
+        known = sorted({p["method"] for p in pairs})
+        raise ValueError(f"no comparison of {method!r} with a reference gate; compared methods: {known}. Name a "
+                         "scored, non-reference method of --methods (and include vanilla and ta_are).")
+    parts = []
+    for pair in mine:
+        for metric in ("auroc", "objective"):
+            part = pair[metric]
+            if "p_value" not in part:
+                parts.append({"reference": pair["reference"], "metric": metric, "holds": False,
+                              "why": part.get("undefined", "no test")})
+                continue
+            difference = part["difference"]
+            low = difference["ci95"][0] if difference["ci95"] else difference["mean"]
+            holds = bool(part["p_value"] < alpha and low > 0)
+            parts.append({"reference": pair["reference"], "metric": metric, "difference": difference["mean"],
+                          "ci95": difference["ci95"], "p_value": part["p_value"], "holds": holds})
+    return {"method": method, "alpha": alpha, "test": "intersection-union (every comparison p < alpha, interval > 0)",
+            "references": sorted({p["reference"] for p in mine}), "parts": parts,
+            "holds": all(part["holds"] for part in parts)}
+
+
 def format_comparison_table(comparison: dict[str, Any], title: str):
     """A rich Table: one row per method with its intervals and the paired verdicts against always-retrieve."""
     from rich.table import Table
