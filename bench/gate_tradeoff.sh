@@ -4,6 +4,7 @@
 # appends one line per question to its labels file and skips what it holds, so a re-run after a kill continues.
 #
 #   bash bench/gate_tradeoff.sh [label-train|label-eval|train|eval|all]
+#   bash bench/gate_tradeoff.sh [label-confirm|eval-confirm]   # the confirmatory test, not part of "all"
 #
 # Questions. Training (dev) labels: NQ-sample positions 100-399 (no probe, tuning run or bench used them:
 # bench/data/make_heldout_ids.py lists 0-40 and 600-620; the held-out pool is positions >= 1000, excluded anyway),
@@ -18,6 +19,9 @@
 # ~11 s when more jobs share the cores): label-train 300 questions ~18 min (up to ~55), label-eval 253 questions
 # ~15 min (up to ~45), train ~2 min (the threshold kind scores 300 vanilla prompts), eval ~5-10 min (vanilla,
 # TA-ARE and threshold P(yes) per question; the learned gates embed).
+# Confirmatory test (bench/data/gate_confirm_preregistration.md): the shipped knn gate, frozen, against TA-ARE and
+# the vanilla prompt on questions no gate or choice has seen: NQ held-out ids 201-600 and bench/data/gate_confirm.jsonl
+# (make_gate_sets.py confirm). label-confirm runs the two NQ halves side by side (~20 min at 5 s per question).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1
@@ -39,6 +43,15 @@ if [[ $which == label-eval || $which == all ]]; then
   .venv/bin/icr2 label-retrieval-need --out $LABELS/heldout200_gate_eval.jsonl \
     --nq-ids bench/data/heldout_nq_ids_first200.txt --retrievalqa bench/data/gate_eval.jsonl --max-new-tokens 24 $CONTEXT
 fi
+if [[ $which == label-confirm ]]; then
+  for half in 201-400 401-600; do
+    .venv/bin/icr2 label-retrieval-need --out $LABELS/confirm_nq$half.jsonl --nq-ids bench/data/heldout_nq_ids_$half.txt \
+      --max-new-tokens 24 $CONTEXT --no-progress &
+  done
+  wait
+  .venv/bin/icr2 label-retrieval-need --out $LABELS/confirm_retrievalqa.jsonl --retrievalqa bench/data/gate_confirm.jsonl \
+    --max-new-tokens 24 $CONTEXT
+fi
 if [[ $which == train || $which == all ]]; then
   # the calibrated threshold goes beside the pipeline that will read it (pipelines/adaptive_rag.yaml, header)
   .venv/bin/icr2 train-gate $TRAIN --kind threshold --cost "$COST" \
@@ -52,4 +65,10 @@ if [[ $which == eval || $which == all ]]; then
   .venv/bin/icr2 eval-gate --labels $LABELS/heldout200_gate_eval.jsonl --cost "$COST" --today 2025-12-01 \
     --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=$GATES/logistic.json,knn:learned=pipelines/adaptive_rag.learned.json" \
     --out-dir bench/results/gate_tradeoff
+fi
+if [[ $which == eval-confirm ]]; then
+  .venv/bin/icr2 eval-gate --labels $LABELS/confirm_nq201-400.jsonl $LABELS/confirm_nq401-600.jsonl \
+    $LABELS/confirm_retrievalqa.jsonl --cost "$COST" --today 2025-12-01 --claim knn \
+    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=$GATES/logistic.json,knn:learned=pipelines/adaptive_rag.learned.json" \
+    --out-dir bench/results/gate_confirm
 fi
