@@ -277,6 +277,10 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
     printed = " ".join(capsys.readouterr().out.split())
     assert "6 labelled questions" in printed and "threshold:threshold" in printed and "baseline" in printed
     assert "claim (intersection-union" in printed
+    # a claim needs both references among the methods
+    assert main(["eval-gate", "--labels", str(evaluation), "--methods", f"always,vanilla,threshold={artifact_path}",
+                 "--claim", "threshold:threshold", "--device", "cpu"]) == 1
+    assert "add ['ta_are'] to --methods" in capsys.readouterr().err
     # the artifact's training questions cannot be evaluated on
     code = main(["eval-gate", "--labels", str(train), "--methods", f"always,threshold={artifact_path}",
                  "--device", "cpu"])

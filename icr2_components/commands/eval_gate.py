@@ -132,8 +132,13 @@ def run_on_labels(args: argparse.Namespace) -> int:
     specs = parse_methods(args.methods)
     if "always" not in [s.name for s in specs]:
         raise ValueError("--methods must include always (the baseline every method is tested against).")
-    if args.claim is not None and args.claim not in [s.name for s in specs]:
-        raise ValueError(f"--claim {args.claim!r} is not one of --methods ({[s.name for s in specs]}).")
+    if args.claim is not None:
+        if args.claim not in [s.name for s in specs]:
+            raise ValueError(f"--claim {args.claim!r} is not one of --methods ({[s.name for s in specs]}).")
+        missing = {"vanilla", "ta_are"} - {s.method for s in specs if s.artifact is None}
+        if missing:
+            raise ValueError(f"--claim tests a gate against TA-ARE and the vanilla prompt: add {sorted(missing)} to "
+                             "--methods.")
     labelled, described = read_labels(args.labels, args.both_wrong)
     if args.limit is not None:
         labelled = labelled[: args.limit]
