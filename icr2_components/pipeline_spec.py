@@ -144,12 +144,74 @@ def index_fingerprint(paths: list[str]) -> dict[str, Any]:
     return {"configs": configs, "retrieval_behaviour_version": retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION}
 
 
+# The init parameter through which components name a file they were fitted into (a gate artifact, probed heads).
+ARTIFACT_PARAMETER = "artifact"
+
+
+def artifact_paths(data: dict) -> list[str]:
+    """The artifact files a parsed pipeline's components read, sorted: every ``artifact`` init parameter (at any
+    depth) that is a non-empty string."""
+    found: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == ARTIFACT_PARAMETER and isinstance(item, str) and item.strip():
+                    found.add(item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for component in (data.get("components") or {}).values():
+        if isinstance(component, dict):
+            walk(component.get("init_parameters"))
+    return sorted(found)
+
+
+def artifact_fingerprint(paths: list[str]) -> dict[str, Any]:
+    """What decides what the artifacts ``paths`` make a pipeline do: each file's bytes, and for a gate artifact
+    (``artifacts.gate_artifact``) the vector file it names beside itself (``vectors_file``, a knn gate's neighbours)
+    and the index config its features read (``index``: ``index_fingerprint``). So a retrained gate or re-probed heads
+    change the pipeline's hash even when the path stays. A missing file contributes its path: loading fails later
+    with a clear error."""
+    import json
+
+    fingerprints: dict[str, Any] = {}
+    for path in paths:
+        file = Path(path).expanduser()
+        try:
+            raw = file.read_bytes()
+        except OSError:
+            fingerprints[path] = {"unreadable": path}
+            continue
+        entry: dict[str, Any] = {"sha256": hashlib.sha256(raw).hexdigest()}
+        try:
+            parsed = json.loads(raw)
+        except ValueError:  # not JSON (or not text): its bytes are the whole story
+            parsed = None
+        if isinstance(parsed, dict):
+            vectors = parsed.get("vectors_file")
+            if isinstance(vectors, str) and vectors:
+                try:
+                    entry["vectors_sha256"] = hashlib.sha256((file.parent / vectors).read_bytes()).hexdigest()
+                except OSError:
+                    entry["vectors_sha256"] = {"unreadable": str(file.parent / vectors)}
+            index = parsed.get("index")
+            if isinstance(index, str) and index.lower().endswith((".yaml", ".yml")):
+                entry["index"] = index_fingerprint([index])
+        fingerprints[path] = entry
+    return fingerprints
+
+
 def behaviour_hash(data: dict) -> str:
     """Hash of the parts of a parsed pipeline YAML that change its answers (``BEHAVIOUR_KEYS`` and
-    ``metadata.context_input``, which decides what a controlled context type replaces) and, for a pipeline
-    whose components read an index, the index fingerprint (``index_fingerprint``: each config's contents and
-    ``RETRIEVAL_BEHAVIOUR_VERSION``), so a changed config or store changes the hash. A pipeline that reads no
-    index hashes exactly as before the fingerprint existed."""
+    ``metadata.context_input``, which decides what a controlled context type replaces); for a pipeline whose
+    components read an index, the index fingerprint (``index_fingerprint``: each config's contents and
+    ``RETRIEVAL_BEHAVIOUR_VERSION``); and for one whose components read artifacts, their contents
+    (``artifact_fingerprint``). So a changed config, store, retrained gate or re-probed heads change the hash. A
+    pipeline that reads neither hashes exactly as before the fingerprints existed."""
     import json
 
     material = {key: data.get(key) for key in BEHAVIOUR_KEYS}
@@ -157,6 +219,9 @@ def behaviour_hash(data: dict) -> str:
     configs = index_configs(data)
     if configs:  # only then: index-free pipelines (closed_book, oracle) keep their hash and their cached answers
         material["index"] = index_fingerprint(configs)
+    artifacts = artifact_paths(data)
+    if artifacts:
+        material["artifacts"] = artifact_fingerprint(artifacts)
     return file_hash(json.dumps(material, sort_keys=True, default=str))
 
 
@@ -297,6 +362,8 @@ __all__ = [
     "PipelineLoadError",
     "PipelineSpec",
     "PipelineSpecError",
+    "artifact_fingerprint",
+    "artifact_paths",
     "behaviour_hash",
     "controlled_variant",
     "index_configs",

@@ -1,5 +1,6 @@
 """``icr2 compare``'s pipeline hash covers the index a pipeline reads (config contents + the stores' retrieval
-behaviour version), and leaves the hash of every index-free pipeline exactly as it was (its cached answers stay)."""
+behaviour version) and the artifacts its components read (a gate's, probed heads), and leaves the hash of every
+pipeline that reads neither exactly as it was (its cached answers stay)."""
 
 import json
 import shutil
@@ -8,7 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.pipeline_spec import BEHAVIOUR_KEYS, PipelineSpec, behaviour_hash, file_hash, index_configs
+from icr2_components.pipeline_spec import (
+    BEHAVIOUR_KEYS,
+    PipelineSpec,
+    artifact_paths,
+    behaviour_hash,
+    file_hash,
+    index_configs,
+)
 from icr2_components.stores import retrieval_version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,17 +36,66 @@ def in_root(monkeypatch):
 
 
 def test_index_free_library_pipelines_keep_their_hash_and_index_readers_change(in_root):
-    free, readers = [], []
+    free, readers, fitted = [], [], []
     for path in LIBRARY:
         data = yaml.safe_load(path.read_text())
         if index_configs(data):
             readers.append(path.stem)
+        if artifact_paths(data):
+            fitted.append(path.stem)
+        if path.stem in readers or path.stem in fitted:
             assert behaviour_hash(data) != keys_only_hash(data), path.name
         else:
             free.append(path.stem)
             assert behaviour_hash(data) == keys_only_hash(data), path.name
     assert {"closed_book", "oracle"} <= set(free)
     assert {"vanilla_rag", "cmt_acd", "corpus_in_context"} <= set(readers)
+    # the pipelines that read a gate artifact or probed heads
+    assert set(fitted) == {"adaptive_rag", "cmt_ph3_context", "cmt_ph3_memory", "rap"}
+
+
+def _adaptive_rag_with_artifact(tmp_path: Path, index: str | None = None) -> tuple[dict, Path]:
+    """The shipped adaptive pipeline reading a copy of its learned gate's artifact (JSON + the .npz beside it)."""
+    artifact = tmp_path / "gate.json"
+    shutil.copy(ROOT / "pipelines/adaptive_rag.learned.npz", tmp_path / "adaptive_rag.learned.npz")
+    payload = json.loads((ROOT / "pipelines/adaptive_rag.learned.json").read_text())
+    if index is not None:
+        payload["index"] = index
+    artifact.write_text(json.dumps(payload))
+    data = yaml.safe_load((ROOT / "pipelines/adaptive_rag.yaml").read_text())
+    data["components"]["gate"]["init_parameters"]["artifact"] = str(artifact)
+    return data, artifact
+
+
+def test_a_retrained_gate_or_new_neighbours_change_the_hash(tmp_path, in_root):
+    data, artifact = _adaptive_rag_with_artifact(tmp_path)
+    assert artifact_paths(data) == [str(artifact)]
+    original = behaviour_hash(data)
+    assert behaviour_hash(data) == original  # stable
+    # another cut (a recalibrated gate) at the same path: another hash
+    payload = json.loads(artifact.read_text())
+    payload["cut"] = 0.25
+    artifact.write_text(json.dumps(payload))
+    recalibrated = behaviour_hash(data)
+    assert recalibrated != original
+    # the knn gate's neighbours (the .npz it names) changed: another hash
+    vectors = tmp_path / payload["vectors_file"]
+    vectors.write_bytes(vectors.read_bytes() + b"\0")
+    assert behaviour_hash(data) != recalibrated
+    # a missing artifact is hashed by its path, without crashing (loading the pipeline says what is wrong)
+    data["components"]["gate"]["init_parameters"]["artifact"] = str(tmp_path / "absent.json")
+    missing = behaviour_hash(data)
+    data["components"]["gate"]["init_parameters"]["artifact"] = str(tmp_path / "absent-too.json")
+    assert behaviour_hash(data) != missing
+
+
+def test_the_index_a_gate_artifact_reads_is_part_of_the_hash(tmp_path, in_root):
+    config = tmp_path / "features.yaml"
+    shutil.copy(ROOT / "indexing/kilt-sample.yaml", config)
+    data, _ = _adaptive_rag_with_artifact(tmp_path, index=str(config))
+    before = behaviour_hash(data)
+    config.write_text(config.read_text().replace("passage_words: 100", "passage_words: 50"))
+    assert behaviour_hash(data) != before
 
 
 def test_spec_from_file_of_closed_book_has_the_keys_only_hash(in_root):

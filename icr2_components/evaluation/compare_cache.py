@@ -7,7 +7,9 @@ What a key covers, so that a resumed run never mixes answers to different inputs
 
 - the pipeline hash (``icr2_components.pipeline_spec.behaviour_hash``): the YAML's components, connections,
   inputs, outputs and context entry, and, for a pipeline that reads an index, the index config's contents and
-  the stores' ``RETRIEVAL_BEHAVIOUR_VERSION`` (so open-retrieval answers follow the index);
+  the stores' ``RETRIEVAL_BEHAVIOUR_VERSION`` (so open-retrieval answers follow the index), and, for a pipeline
+  whose components read artifacts (a gate's ``artifact:``, probed heads), their contents (so a retrained gate or
+  re-probed heads are answered again);
 - the passages compare itself gives (the controlled ``gold``, ``conflicting``, ``irrelevant`` contexts, and the
   oracle's gold passages under ``open``) are not in the key: each record stores ``context_sha``
   (``context_sha``: ids and contents, in order), and a record whose ``context_sha`` differs from the context
