@@ -96,22 +96,24 @@ BEHAVIOUR_KEYS = ("components", "connections", "inputs", "outputs")
 INDEX_PARAMETER = "index"
 
 
+def _string_parameters(value: Any, name: str, found: set[str], accept) -> None:
+    """Collect into ``found`` every string value of an init parameter called ``name`` (at any depth of ``value``)
+    that ``accept`` takes; a non-matching value under that name is walked like any other."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == name and isinstance(item, str) and accept(item):
+                found.add(item)
+            else:
+                _string_parameters(item, name, found, accept)
+    elif isinstance(value, list):
+        for item in value:
+            _string_parameters(item, name, found, accept)
+
+
 def index_configs(data: dict) -> list[str]:
     """The index config paths a parsed pipeline's components read, sorted: every ``index`` init parameter (at any
     depth) naming a .yaml/.yml file, and the default config of an IndexRetriever that names none."""
     found: set[str] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key == INDEX_PARAMETER and isinstance(item, str) and item.lower().endswith((".yaml", ".yml")):
-                    found.add(item)
-                else:
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
     for component in (data.get("components") or {}).values():
         if not isinstance(component, dict):
             continue
@@ -119,7 +121,7 @@ def index_configs(data: dict) -> list[str]:
         if str(component.get("type", "")).rsplit(".", 1)[-1] == "IndexRetriever" and (
                 not isinstance(parameters, dict) or INDEX_PARAMETER not in parameters):
             found.add(DEFAULT_INDEX_CONFIG)  # IndexRetriever's default `index`
-        walk(parameters)
+        _string_parameters(parameters, INDEX_PARAMETER, found, lambda v: v.lower().endswith((".yaml", ".yml")))
     return sorted(found)
 
 
@@ -152,21 +154,9 @@ def artifact_paths(data: dict) -> list[str]:
     """The artifact files a parsed pipeline's components read, sorted: every ``artifact`` init parameter (at any
     depth) that is a non-empty string."""
     found: set[str] = set()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key == ARTIFACT_PARAMETER and isinstance(item, str) and item.strip():
-                    found.add(item)
-                else:
-                    walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
     for component in (data.get("components") or {}).values():
         if isinstance(component, dict):
-            walk(component.get("init_parameters"))
+            _string_parameters(component.get("init_parameters"), ARTIFACT_PARAMETER, found, lambda v: bool(v.strip()))
     return sorted(found)
 
 
