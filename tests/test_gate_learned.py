@@ -397,3 +397,7 @@ def test_need_features_read_the_index_signals_of_real_questions(sample_files, mi
     assert list(names_year) == [0.0, 1.0] and date_words[1] >= 1
     assert bm25[0] > bm25[1] and dense[0] > dense[1]       # the index covers the on-topic question better
     assert all(0.0 < d <= 1.0 for d in dense) and all(m >= 0.0 for m in margin)
+    # the gate's own embedding stands in for the index's (same model, fp32): the same top score as a fresh search
+    assert index.embeds_queries_like("all-minilm-l6-v2") and not index.embeds_queries_like("another-model")
+    again = index.retrieve(on_topic, method="dense", top_k=1)[0].score
+    assert dense[0] == pytest.approx(again, abs=1e-5)

@@ -119,9 +119,7 @@ class NeedFeatures:
 
     def _top_dense_scores(self, question: str, embedding: np.ndarray | None) -> list[float]:
         index = self._index()
-        same_model = (index.config.embedding.enabled and index.config.embedding.model == self.embedding_model
-                      and index.config.embedding.backend == "fp32")
-        if embedding is not None and same_model:
+        if embedding is not None and index.embeds_queries_like(self.embedding_model):
             documents = index.search_dense(question, top_k=2, embedding=embedding)
         else:
             documents = index.retrieve(question, method="dense", top_k=2)

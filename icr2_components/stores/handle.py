@@ -210,6 +210,12 @@ class IndexHandle:
         """The store's BM25 ranking (no checks: :meth:`retrieve` is the entry point; retrieval methods use this)."""
         return self.backend.bm25_documents(self.document_store, query, top_k, filters)
 
+    def embeds_queries_like(self, model: str) -> bool:
+        """Whether this index embeds a query exactly as ``model`` does through sentence-transformers (fp32,
+        normalised): then a caller's embedding of the query can go to :meth:`search_dense` instead of a second one."""
+        embedding = self.config.embedding
+        return embedding.enabled and embedding.model == model and embedding.backend == "fp32"
+
     def search_dense(self, query: str, top_k: int, filters: dict | None = None,
                      embedding: Sequence[float] | None = None) -> list[Document]:
         """The store's ranking by similarity to the query's embedding (no checks, as :meth:`search_bm25`);
