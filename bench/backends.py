@@ -141,7 +141,7 @@ class PeakRss:
 
 
 def build_prompts(count: int, passages: int) -> list[dict]:
-    from icr2_components.builders.benchmark import read_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
     from icr2_components.text.templates import render_cic_prompt
     from icr2_components.training.sample_data import build_sample_benchmark
 
@@ -190,7 +190,7 @@ def main() -> int:
     from haystack_integrations.components.generators.llama_cpp.chat.chat_generator import LlamaCppChatGenerator
     from openai import OpenAI
 
-    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.models.resolver import bundled_gguf_path
     from icr2_components.readers import LocalChatReader, ServedChatReader
 

@@ -39,7 +39,7 @@ TYPES = ("gold", "conflicting", "irrelevant")
 
 def matrix(questions, contexts, max_new_tokens, only):
     from icr2_components.pipeline_spec import PipelineSpec
-    from icr2_components.evaluation.tuning import score_answer
+    from icr2_components.evaluation.compare.tuning import score_answer
 
     rows = {}
     for name, path in TECHNIQUES.items():
@@ -109,7 +109,7 @@ def plot(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from icr2_components.evaluation.bcu import pareto_front
+    from icr2_components.evaluation.metrics.bcu import pareto_front
 
     points = {n: (r["robustness"], r["faithfulness"]) for n, r in rows.items()}
     front = set(pareto_front(points))
@@ -143,8 +143,8 @@ def main() -> None:
     parser.add_argument("--offset", type=int, default=16, help="skip the first questions (PH3's probing set)")
     args = parser.parse_args()
 
-    from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
-    from icr2_components.evaluation.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
+    from icr2_components.kilt.context_types import build_context_set
 
     count = max(args.questions, args.cost_questions)
     questions, skips, path = read_compare_questions(None, limit=args.offset + count)

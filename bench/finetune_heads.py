@@ -23,7 +23,7 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
     from tqdm.auto import tqdm
 
     from icr2_components.text.templates import render_cic_prompt
-    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.readers import LocalChatReader
     from icr2_components.training.targets import parse_generation
 
@@ -41,7 +41,7 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
 
 
 def probe(model: str, instances) -> dict:
-    from icr2_components.probing.probing_job import probe_to_artifact
+    from icr2_components.filters.probing.probing_job import probe_to_artifact
 
     outcome = probe_to_artifact(instances, model, m=1, q=4, max_m=2, dtype="float32", device="cpu")
     return outcome.artifact.to_json()
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--work", default="runs/bench-finetune-heads")
     args = parser.parse_args()
 
-    from icr2_components.probing.cic_instances import read_benchmark_instances
+    from icr2_components.filters.probing.cic_instances import read_benchmark_instances
     from icr2_components.training.recipe import recipe_from_dict
     from icr2_components.training.sample_data import build_sample_benchmark
     from icr2_components.training.sft import train_sft

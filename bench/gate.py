@@ -35,8 +35,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from icr2_components.evaluation.gate_eval import read_retrievalqa_jsonl  # noqa: E402
-from icr2_components.evaluation.retrieval_decisions import retrieval_auroc, score_retrieval_decisions  # noqa: E402
+from icr2_components.evaluation.gates.gate_eval import read_retrievalqa_jsonl  # noqa: E402
+from icr2_components.evaluation.gates.retrieval_decisions import retrieval_auroc, score_retrieval_decisions  # noqa: E402
 from icr2_components.gates import TimeAwareRetrievalGate  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "gate_eval.jsonl"

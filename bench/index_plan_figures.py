@@ -39,8 +39,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import yaml  # noqa: E402
 
-from icr2_components.stores.index_layout import IndexLayout, VectorIndexSettings  # noqa: E402
-from icr2_components.stores.index_plan import INDEX_TYPES  # noqa: E402
+from icr2_components.stores.elasticsearch.index_layout import IndexLayout, VectorIndexSettings  # noqa: E402
+from icr2_components.stores.elasticsearch.index_plan import INDEX_TYPES  # noqa: E402
 
 
 def machine_info() -> dict:
@@ -89,7 +89,7 @@ def layout_for(index_type: str, shards: int) -> IndexLayout:
 
 
 def measure_type(client, url: str, documents: list, index_type: str, size: int, prefix: str, args) -> dict:
-    from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter, document_to_source
+    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, document_to_source
 
     index = f"{prefix}-{index_type.replace('_', '-')}-{size}-{uuid.uuid4().hex[:6]}"
     stream = documents[:size] if index_type != "bm25_only" else [replace(d, embedding=None) for d in documents[:size]]
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     from icr2_components.stores import open_index
-    from icr2_components.stores.elasticsearch_store import build_elasticsearch_client
+    from icr2_components.stores.elasticsearch.store import build_elasticsearch_client
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200"))

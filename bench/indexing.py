@@ -76,9 +76,9 @@ from tqdm import tqdm  # noqa: E402
 
 from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
 from icr2_components.paths import cache_dir  # noqa: E402
-from icr2_components.stores.elasticsearch_store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
+from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, with_text_analysis  # noqa: E402
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter, _source_serializer, document_to_source  # noqa: E402
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, _source_serializer, document_to_source  # noqa: E402
 
 MIB = 1024 * 1024
 CHECKPOINTS = (0.10, 0.25, 0.50, 0.75, 1.00)

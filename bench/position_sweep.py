@@ -85,8 +85,8 @@ def main() -> int:
     from tqdm import tqdm
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
-    from icr2_components.builders.benchmark import GoldPassageLookup
-    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+    from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.readers import LocalChatReader
     from icr2_components.reorderers import GoldAtPositionReorderer
@@ -193,8 +193,8 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
     from rich.console import Console
     from rich.table import Table
 
-    from icr2_components.evaluation.answer_match import answer_match
-    from icr2_components.evaluation.proportions import wilson_interval
+    from icr2_components.evaluation.metrics.answer_match import answer_match
+    from icr2_components.evaluation.statistics.proportions import wilson_interval
 
     n = len(done)
     if n == 0:
@@ -205,8 +205,8 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
     accuracy = {c: hits[c] / n for c in conditions}
     intervals = {c: wilson_interval(hits[c], n) for c in conditions}
     tokens = {c: sum(cache[(t.id, c)]["prompt_tokens"] or 0 for t in done) / n for c in conditions}
-    from icr2_components.evaluation.position_tests import paired_position_test
-    from icr2_components.evaluation.proportions import paired_outcomes
+    from icr2_components.evaluation.statistics.position_tests import paired_position_test
+    from icr2_components.evaluation.statistics.proportions import paired_outcomes
 
     shape = {}
     for k, ps in positions.items():

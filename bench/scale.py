@@ -283,7 +283,7 @@ def es_config_for(args, size: int, embedding_on: bool):
 
 
 def run_elasticsearch(size: int, corpus: ScaleCorpus, args, client, node: dict, questions: list[str], query_vectors: dict) -> dict:
-    from icr2_components.stores.index_layout import IndexLayout
+    from icr2_components.stores.elasticsearch.index_layout import IndexLayout
 
     embedding_on = args.vector_index != "bm25_only"
     config = es_config_for(args, size, embedding_on)
@@ -571,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
 
     client, node = None, None
     if not args.skip_elasticsearch:
-        from icr2_components.stores.elasticsearch_store import build_elasticsearch_client
+        from icr2_components.stores.elasticsearch.store import build_elasticsearch_client
 
         client = build_elasticsearch_client(args.url, request_timeout=600)
         try:

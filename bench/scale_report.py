@@ -19,7 +19,7 @@ import numpy as np
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-#: full KILT, the projection's target (icr2_components.stores.index_plan.KILT_FULL_PASSAGES)
+#: full KILT, the projection's target (icr2_components.stores.elasticsearch.index_plan.KILT_FULL_PASSAGES)
 KILT_FULL_PASSAGES = 36_000_000
 METHOD_LABELS = {"bm25": "BM25", "dense": "kNN", "hybrid": "hybrid"}
 

@@ -5,7 +5,7 @@ Answers the first NQ question of the bundled sample with pipelines/oracle.yaml, 
 Run from the repository root: .venv/bin/python examples/oracle.py
 """
 
-from icr2_components.evaluation.compare_data import read_compare_questions
+from icr2_components.kilt.questions import read_compare_questions
 from icr2_components.pipeline_spec import PipelineSpec
 
 questions, skips, _ = read_compare_questions(None, limit=1)

@@ -208,7 +208,7 @@ def plot_position_curves(section: dict, path: Path) -> bool:
 
 def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "retrieval gates") -> Path:
     """Retrieval rate (x) vs answer match (y): each scored gate's curve over every threshold, and every method's
-    operating point with the 95% intervals of both (``evaluation.gate_tradeoff.compare_methods``)."""
+    operating point with the 95% intervals of both (``evaluation.gates.gate_tradeoff.compare_methods``)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -78,7 +78,7 @@ def elasticsearch_url():
 
 @pytest.fixture(scope="session")
 def es_client(elasticsearch_url):
-    from icr2_components.stores.elasticsearch_store import build_elasticsearch_client
+    from icr2_components.stores.elasticsearch.store import build_elasticsearch_client
 
     client = build_elasticsearch_client(elasticsearch_url, request_timeout=60)
     yield client

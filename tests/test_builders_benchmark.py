@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from icr2_components.builders.benchmark import (
-    GoldPassageLookup,
-    benchmark_statistics,
-    build_icr2_benchmark,
-    infer_task_type,
-    read_icr2_benchmark,
-)
+from icr2_components.builders.benchmark import benchmark_statistics, build_icr2_benchmark
+from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type, read_icr2_benchmark
 from icr2_components.text.normalization import contains_answer
 from icr2_components.kilt import KiltKnowledgeSource, KiltTask, Provenance, read_kilt_tasks
 from icr2_components.records import SkipReport

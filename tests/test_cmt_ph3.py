@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
-from icr2_components.probing.ph3_probing import first_answer_token, head_direct_effects, ph3_instances, probe_ph3_heads
+from icr2_components.filters.probing.ph3_probing import first_answer_token, head_direct_effects, ph3_instances, probe_ph3_heads
 from icr2_components.models.head_suppression import suppress_heads
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """Multi-agent and prompting CMTs: components on their own, their YAML pipelines answering a real NQ question
-with SmolLM2 under CUB's controlled contexts, and the dev-split search (icr2_components.evaluation.tuning)."""
+with SmolLM2 under CUB's controlled contexts, and the dev-split search (icr2_components.evaluation.compare.tuning)."""
 
 from pathlib import Path
 
@@ -20,8 +20,8 @@ DOCS = [Document(content="Hamlet is a tragedy written by William Shakespeare.", 
 
 @pytest.fixture(scope="module")
 def nq(sample_files):
-    from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
-    from icr2_components.evaluation.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
+    from icr2_components.kilt.context_types import build_context_set
 
     questions, _, path = read_compare_questions(sample_files.tasks, limit=1)
     question = questions[0]
@@ -152,7 +152,7 @@ def test_prompting_pipeline_loads_and_answers(nq, smollm2):
 
 
 def test_dev_split_search_picks_the_best_mean_bcu_and_writes_a_tuned_yaml(tmp_path, sample_files):
-    from icr2_components.evaluation.tuning import tune_pipeline
+    from icr2_components.evaluation.compare.tuning import tune_pipeline
 
     data = yaml.safe_load((ROOT / "pipelines" / "cmt_prompting.yaml").read_text())
     data["metadata"]["tunable"] = {"prompt.instruction": ["none", "concise_faithful"]}

@@ -9,10 +9,10 @@ import json
 from haystack import Document
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare import expected_context_sha, run_compare
-from icr2_components.evaluation.compare_cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision
-from icr2_components.evaluation.compare_data import CompareQuestion
-from icr2_components.evaluation.context_types import ContextSet, build_context_set
+from icr2_components.evaluation.compare.run import expected_context_sha, run_compare
+from icr2_components.evaluation.compare.cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision
+from icr2_components.kilt.questions import CompareQuestion
+from icr2_components.kilt.context_types import ContextSet, build_context_set
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.readers.local_chat_reader import LocalChatReader
 

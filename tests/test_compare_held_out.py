@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare import run_compare
-from icr2_components.evaluation.compare_cache import read_answer_records
-from icr2_components.evaluation.compare_data import dataset_question_ids, read_compare_questions
-from icr2_components.evaluation.held_out import HeldOutError
-from icr2_components.evaluation.splits import file_sha256, ids_hash, read_question_ids, split_question_ids, write_question_ids
+from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.compare.cache import read_answer_records
+from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
+from icr2_components.evaluation.compare.held_out import HeldOutError
+from icr2_components.evaluation.compare.splits import file_sha256, ids_hash, read_question_ids, split_question_ids, write_question_ids
 from icr2_components.pipeline_spec import PipelineSpec
 
 ROOT = Path(__file__).resolve().parents[1]

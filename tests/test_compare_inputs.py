@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
-from icr2_components.evaluation.context_types import answer_type, build_context_set
+from icr2_components.kilt.questions import answer_pool, read_compare_questions
+from icr2_components.kilt.context_types import answer_type, build_context_set
 from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
-from icr2_components.evaluation.text_metrics import exact_match, rouge_l, token_f1
+from icr2_components.evaluation.metrics.text_metrics import exact_match, rouge_l, token_f1
 from icr2_components.pipeline_loading import PipelineLoadError
 
 CLOSED_BOOK = "pipelines/closed_book.yaml"
@@ -92,7 +92,7 @@ def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_pa
     from haystack.core.errors import PipelineRuntimeError
 
     from icr2_components.errors import ContextTooLongError
-    from icr2_components.evaluation.compare import run_compare
+    from icr2_components.evaluation.compare.run import run_compare
 
     def failing(kind):
         def run(self, *args, **kwargs):

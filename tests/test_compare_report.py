@@ -7,22 +7,22 @@ from types import SimpleNamespace
 import pytest
 
 from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.compare_report import TABLE_COLUMNS, build_report
-from icr2_components.evaluation.report_rendering import write_report
-from icr2_components.evaluation.external_metrics import (
+from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS, build_report
+from icr2_components.evaluation.reports.rendering import write_report
+from icr2_components.evaluation.metrics.external_metrics import (
     haystack_exact_match,
     ragas_import_error,
     ragas_rouge_l,
 )
-from icr2_components.evaluation.position_curves import (
+from icr2_components.evaluation.reports.position_curves import (
     BUCKET_LABELS,
     NOT_SHOWN,
     first_gold_position,
     position_bucket,
     position_curves,
 )
-from icr2_components.evaluation.proportions import wilson_interval
-from icr2_components.evaluation.text_metrics import answer_match, exact_match, rouge_l, short_answer_exact_match
+from icr2_components.evaluation.statistics.proportions import wilson_interval
+from icr2_components.evaluation.metrics.text_metrics import answer_match, exact_match, rouge_l, short_answer_exact_match
 
 
 def record(pipeline, qid, answer, answers, shown, gold, context_type="open", reads_context=True, **extra):
@@ -164,7 +164,7 @@ def test_ragas_is_importable_and_its_rouge_l_differs_from_ours_only_by_stemming(
 
 def test_report_rows_carry_intervals_and_the_paired_section_against_the_baseline(tmp_path):
     """rag vs closed_book on q1-q3 (open): rag right on q1, q2 and wrong on q3; closed_book right on all three."""
-    from icr2_components.evaluation.proportions import exact_mcnemar
+    from icr2_components.evaluation.statistics.proportions import exact_mcnemar
 
     records = hand_built_records()
     report = build_report(records, [spec("rag"), spec("closed_book", None)], ["open", "gold"], baseline="closed_book")
@@ -211,7 +211,7 @@ def test_report_rows_carry_intervals_and_the_paired_section_against_the_baseline
 
 
 def test_exact_match_column_is_left_out_of_the_tables_when_the_reader_answers_in_sentences(tmp_path):
-    from icr2_components.evaluation.report_rendering import paired_rows, summary_rows
+    from icr2_components.evaluation.reports.rendering import paired_rows, summary_rows
 
     sentences = [record(p, f"q{i}", "The capital of France is the city of Paris, on the Seine.", ["Paris"], ["p1"], ["p1"])
                  for p in ("rag", "other") for i in range(4)]

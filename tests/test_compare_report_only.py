@@ -3,7 +3,7 @@
 import json
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare import run_compare
+from icr2_components.evaluation.compare.run import run_compare
 
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
 

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.bcu import bcu
-from icr2_components.evaluation.compare import run_compare
-from icr2_components.evaluation.compare_cache import read_answer_records
+from icr2_components.evaluation.metrics.bcu import bcu
+from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.proportions import wilson_interval
-from icr2_components.evaluation.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
-from icr2_components.evaluation.text_metrics import answer_scores, in_context_recall
+from icr2_components.evaluation.statistics.proportions import wilson_interval
+from icr2_components.evaluation.reports.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
+from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
 from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.local_chat_reader import LocalChatReader
 

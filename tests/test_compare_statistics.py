@@ -9,9 +9,9 @@ import pytest
 from scipy.stats import norm
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare_report import TABLE_COLUMNS, build_report, resolve_baseline
-from icr2_components.evaluation.report_rendering import write_report
-from icr2_components.evaluation.proportions import wilson_interval
+from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS, build_report, resolve_baseline
+from icr2_components.evaluation.reports.rendering import write_report
+from icr2_components.evaluation.statistics.proportions import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = 30

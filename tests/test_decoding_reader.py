@@ -22,8 +22,8 @@ QUESTION_ID = "nq-sample-00003"
 @pytest.fixture(scope="module")
 def nq_conflict(sample_files, smollm2):
     """(query, conflicting documents) for one real NQ question; the substitute answer replaces the gold one."""
-    from icr2_components.evaluation.compare_data import answer_pool, read_compare_questions
-    from icr2_components.evaluation.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
+    from icr2_components.kilt.context_types import build_context_set
 
     questions, _, path = read_compare_questions(sample_files.tasks, limit=4)
     question = next(q for q in questions if q.id == QUESTION_ID)

@@ -28,8 +28,8 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores.config import index_config_from_dict
-from icr2_components.stores.elasticsearch_store import build_elasticsearch_client, build_elasticsearch_store, index_mapping, index_settings
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, build_elasticsearch_store, index_mapping, index_settings
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "elasticsearch.sh"

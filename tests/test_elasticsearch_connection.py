@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from icr2_components.stores.config import ConfigError, load_index_config
-from icr2_components.stores.elasticsearch_connection import connection_options
-from icr2_components.stores.elasticsearch_store import build_elasticsearch_store
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.connection import connection_options
+from icr2_components.stores.elasticsearch.store import build_elasticsearch_store
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
 
 def write_config(tmp_path: Path, **store) -> Path:

@@ -11,8 +11,8 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores import IndexHandle, index_config_from_dict
-from icr2_components.stores.elasticsearch_backend import QueryTooLongError
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.backend import QueryTooLongError
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.embedding import PassageEmbedder
 from icr2_components.stores.errors import DocumentCountMismatchError, IndexNotBuiltError
 

@@ -31,15 +31,15 @@ import pytest
 from haystack import Document
 
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.stores.elasticsearch_backend import ElasticsearchStoreSettings
-from icr2_components.stores.elasticsearch_store import (
+from icr2_components.stores.elasticsearch.backend import ElasticsearchStoreSettings
+from icr2_components.stores.elasticsearch.store import (
     ElasticsearchUnreachableError,
     EmbeddingDimensionError,
     build_elasticsearch_store,
     ensure_index,
     index_mapping,
 )
-from icr2_components.stores.elasticsearch_writer import (
+from icr2_components.stores.elasticsearch.writer import (
     LOAD_META_KEY,
     CheckpointMismatchError,
     ElasticsearchStreamingWriter,
@@ -180,7 +180,7 @@ KILLED_CHILD = textwrap.dedent(
     """
     import sys, time
     from icr2_components.kilt import KiltKnowledgeSource
-    from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
     url, index, checkpoint, corpus = sys.argv[1:5]
 
@@ -298,7 +298,7 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
     writer = ElasticsearchStreamingWriter(
         proxy.url, es_index_name, batch_size=100, max_retries=6, retry_backoff=0.2, checkpoint_path=tmp_path / "a.json", progress=False
     )
-    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch_writer"):
+    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.writer"):
         report = writer.write(broken_for_a_while(sample_documents(sample_files.corpus, limit=800)))
     assert any("unreachable" in record.getMessage() and "retry" in record.getMessage() for record in caplog.records)
     assert report.count_ok and report.index_count == 800 and report.failed == 0

@@ -295,7 +295,7 @@ def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly
 @pytest.mark.elasticsearch
 def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_shards(elasticsearch_url, es_client, tmp_path):
     """The writer skips its confirmed prefix, then asks the shard embedder from mid-corpus on: no model, exact count."""
-    from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
     out = tmp_path / "vectors"
     embed_to_shards(index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=8, progress=False)

@@ -57,7 +57,7 @@ def check_documented_output(name, stdout, sample_files):
     assert lines["gold"].startswith(" | ".join(answers[:3]) + "  (")
     documents = None
     if "given its gold passages" in docstring:
-        from icr2_components.evaluation.compare_data import read_compare_questions
+        from icr2_components.kilt.questions import read_compare_questions
 
         first = read_compare_questions(None, limit=1)[0][0]
         assert first.query == question and first.answers[:3] == answers[:3]

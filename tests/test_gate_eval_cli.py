@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.cli import main
-from icr2_components.evaluation.answer_match import answer_match
+from icr2_components.evaluation.metrics.answer_match import answer_match
 
 BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
 

@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 
 from icr2_components.cli import main
-from icr2_components.evaluation.answer_match import answer_match
-from icr2_components.evaluation.gate_tradeoff import auroc_interval, compare_methods, pick_cut, tradeoff_curve
-from icr2_components.evaluation.need_labels import (
+from icr2_components.evaluation.metrics.answer_match import answer_match
+from icr2_components.evaluation.gates.gate_tradeoff import auroc_interval, compare_methods, pick_cut, tradeoff_curve
+from icr2_components.evaluation.gates.need_labels import (
     LabelledQuestion,
     needs_retrieval,
     outcome_of,
     read_labels,
     retrievalqa_question_id,
 )
-from icr2_components.evaluation.retrieval_decisions import retrieval_auroc
+from icr2_components.evaluation.gates.retrieval_decisions import retrieval_auroc
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_SET = ROOT / "bench" / "data" / "gate_eval.jsonl"
@@ -289,9 +289,9 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
 
 
 def test_plumbing_held_out_ids_are_left_out_of_a_labelling_range_and_counted(sample_files):
-    from icr2_components.evaluation.compare_data import dataset_question_ids
-    from icr2_components.evaluation.need_labels import nq_question_ids
-    from icr2_components.evaluation.splits import read_question_ids
+    from icr2_components.kilt.questions import dataset_question_ids
+    from icr2_components.evaluation.gates.need_labels import nq_question_ids
+    from icr2_components.evaluation.compare.splits import read_question_ids
 
     available, _, _ = dataset_question_ids(None)
     held = set(read_question_ids(HELD_OUT))
@@ -360,7 +360,7 @@ def test_compare_keeps_a_gates_training_questions_out(tmp_path, sample_files):
     import yaml
 
     from icr2_components.artifacts.gate_artifact import GateArtifact
-    from icr2_components.evaluation.held_out import HeldOutError, select_questions
+    from icr2_components.evaluation.compare.held_out import HeldOutError, select_questions
     from icr2_components.pipeline_spec import PipelineSpec
 
     trained = ["nq-sample-00001", "nq-sample-00003"]

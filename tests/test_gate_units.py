@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.evaluation.answer_match import answer_match
-from icr2_components.evaluation.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
-from icr2_components.evaluation.retrieval_decisions import score_retrieval_decisions
+from icr2_components.evaluation.metrics.answer_match import answer_match
+from icr2_components.evaluation.gates.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
+from icr2_components.evaluation.gates.retrieval_decisions import score_retrieval_decisions
 from icr2_components.gates import TimeAwareRetrievalGate
 from icr2_components.gates.demonstrations import default_pool_path, load_demonstration_pool, rank_by_similarity
 from icr2_components.gates.prompts import (
@@ -103,7 +103,7 @@ def test_default_pools_load_cleanly_and_share_no_question_with_the_bench_set():
 
 
 def test_gate_training_pool_is_disjoint_from_the_bench_set_and_its_contexts_hold_an_answer():
-    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.evaluation.metrics.answer_match import answer_match
 
     training = [json.loads(line) for line in (BENCH_SET.parent / "gate_train_pool.jsonl").read_text().splitlines()]
     bench = {normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()}
@@ -241,7 +241,7 @@ def test_always_and_never_route_without_a_model_and_reject_empty_questions():
 
 
 def test_retrieval_auroc_by_hand():
-    from icr2_components.evaluation.retrieval_decisions import retrieval_auroc
+    from icr2_components.evaluation.gates.retrieval_decisions import retrieval_auroc
 
     assert retrieval_auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
     assert retrieval_auroc([0.1, 0.8, 0.9, 0.2], [True, True, False, False]) == 0.25

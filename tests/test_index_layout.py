@@ -13,8 +13,8 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
-from icr2_components.stores.index_layout import NODE_DEFAULT_VECTOR_INDEX, IndexLayout, reported_layout
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.index_layout import NODE_DEFAULT_VECTOR_INDEX, IndexLayout, reported_layout
 
 
 def es_config(store: dict | None = None, embedding: dict | None = None, url: str = "http://127.0.0.1:9200", index: str = "icr2-index-layout-x",
@@ -217,7 +217,7 @@ def test_an_existing_index_with_another_layout_is_reported(elasticsearch_url, es
     ElasticsearchStreamingWriter.from_config(first, progress=False).write(pseudo_embedded(sample_files.corpus, 20))
     second = es_config({"shards": 2, "vector_index": {"type": "hnsw", "m": 8}}, url=elasticsearch_url, index=layout_index,
                        checkpoint=str(tmp_path / "b.json"))
-    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.index_layout"):
+    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.index_layout"):
         report = ElasticsearchStreamingWriter.from_config(second, progress=False, resume=False).write(pseudo_embedded(sample_files.corpus, 20))
     assert not report.index_created
     warning = " ".join(record.getMessage() for record in caplog.records)

@@ -11,7 +11,7 @@ import yaml
 
 from icr2_components.cli import main
 from icr2_components.stores import load_index_config
-from icr2_components.stores.index_plan import (
+from icr2_components.stores.elasticsearch.index_plan import (
     KILT_FULL_PASSAGES,
     PlanError,
     format_bytes,

@@ -210,7 +210,7 @@ def test_training_recipe_values_are_type_checked(tmp_path):
 
 
 def test_gate_eval_records_with_a_string_label_or_a_number_answer_are_skipped_and_counted(tmp_path):
-    from icr2_components.evaluation.gate_eval import read_retrievalqa_jsonl
+    from icr2_components.evaluation.gates.gate_eval import read_retrievalqa_jsonl
 
     path = tmp_path / "gate.jsonl"
     rows = [
@@ -231,7 +231,7 @@ def test_gate_eval_records_with_a_string_label_or_a_number_answer_are_skipped_an
 
 
 def test_icr2_benchmark_records_with_wrong_types_are_counted(tmp_path):
-    from icr2_components.builders.benchmark import read_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
 
     good = {"id": "q1", "query": "who?", "answers": ["A"], "task_type": "qa",
             "context": [{"passage_id": "p1", "doc_id": "d1", "text": "A did it"}], "gold_passage_ids": ["p1"]}

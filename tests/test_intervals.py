@@ -6,7 +6,7 @@ import pytest
 from scipy.stats import bootstrap
 from statsmodels.stats.proportion import proportion_confint
 
-from icr2_components.evaluation.intervals import (
+from icr2_components.evaluation.statistics.intervals import (
     BOOTSTRAP_RESAMPLES,
     format_interval,
     mean_interval,

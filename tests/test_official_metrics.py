@@ -25,10 +25,10 @@ from collections import Counter
 import pytest
 import regex  # Lost in the Middle's normalisation uses it (installed with transformers)
 
-from icr2_components.evaluation.answer_match import answer_match, normalized_gold_answers
-from icr2_components.evaluation.external_metrics import external_scores, haystack_exact_match
-from icr2_components.evaluation.short_answer import short_answer
-from icr2_components.evaluation.text_metrics import (
+from icr2_components.evaluation.metrics.answer_match import answer_match, normalized_gold_answers
+from icr2_components.evaluation.metrics.external_metrics import external_scores, haystack_exact_match
+from icr2_components.evaluation.metrics.short_answer import short_answer
+from icr2_components.evaluation.metrics.text_metrics import (
     answer_scores,
     exact_match,
     rouge_l,

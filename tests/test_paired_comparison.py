@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.power import NormalIndPower
 
-from icr2_components.evaluation.paired_comparison import (
+from icr2_components.evaluation.statistics.paired_comparison import (
     MCNEMAR,
     SIGN_FLIP,
     compare_paired,

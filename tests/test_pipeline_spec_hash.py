@@ -169,7 +169,7 @@ def test_an_index_retriever_without_an_index_parameter_reads_the_default_config(
 
 
 def test_an_elasticsearch_index_name_is_not_an_index_config():
-    data = {"components": {"writer": {"type": "icr2_components.stores.elasticsearch_writer.ElasticsearchWriter",
+    data = {"components": {"writer": {"type": "icr2_components.stores.elasticsearch.writer.ElasticsearchWriter",
                                       "init_parameters": {"index": "icr2-kilt"}}}}
     assert index_configs(data) == []
     assert behaviour_hash(data) == keys_only_hash(data)

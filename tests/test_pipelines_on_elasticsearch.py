@@ -20,7 +20,7 @@ import yaml
 from icr2_components.kilt import read_kilt_tasks
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.stores import load_index_config, open_index
-from icr2_components.stores.elasticsearch_writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.index_switch import INDEX_CONFIG_ENV
 
 pytestmark = pytest.mark.elasticsearch

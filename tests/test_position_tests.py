@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import MonteCarloMethod, fisher_exact
 
-from icr2_components.evaluation.position_tests import (
+from icr2_components.evaluation.statistics.position_tests import (
     FISHER,
     FREEMAN_HALTON,
     paired_position_test,

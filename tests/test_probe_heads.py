@@ -8,7 +8,7 @@ import torch
 from icr2_components.artifacts.base import ArtifactMismatchError
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import top_m_indices
-from icr2_components.probing.head_probing import chance_hit_rate, instance_hit_rates, select_heads
+from icr2_components.filters.probing.head_probing import chance_hit_rate, instance_hit_rates, select_heads
 
 
 def test_hit_rate_counts_gold_within_each_heads_top_m():
@@ -47,7 +47,7 @@ def test_select_heads_ranks_by_hit_rate():
 @pytest.fixture(scope="module")
 def benchmark_file(tmp_path_factory, sample_files):
     """A small ICR2-format benchmark JSONL written from NQ-sample CiC instances (gold + BM25 confounders)."""
-    from icr2_components.probing.cic_instances import nq_sample_instances
+    from icr2_components.training.sample_data import nq_sample_instances
 
     path = tmp_path_factory.mktemp("bench") / "val.jsonl"
     with open(path, "w") as handle:
@@ -80,8 +80,8 @@ def test_probe_heads_cli_writes_artifact_and_heatmap(benchmark_file, tmp_path, s
     assert best == max(max(row) for row in artifact.hit_rates[0])
     assert output.with_suffix(".png").stat().st_size > 1000
     # the questions it was probed on: the 2 instances drawn with the seed (icr2 compare leaves them out)
-    from icr2_components.probing.cic_instances import read_benchmark_instances
-    from icr2_components.probing.probing_job import choose_instances
+    from icr2_components.filters.probing.cic_instances import read_benchmark_instances
+    from icr2_components.filters.probing.probing_job import choose_instances
 
     drawn = choose_instances(list(read_benchmark_instances(benchmark_file)), 2, seed=0)
     assert artifact.probed_ids == [i.id for i in drawn] and artifact.probed_ids_note == ""

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy.stats import binomtest
 
-from icr2_components.evaluation.proportions import (
+from icr2_components.evaluation.statistics.proportions import (
     exact_mcnemar,
     paired_outcomes,
     wilson_interval,

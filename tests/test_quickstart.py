@@ -16,8 +16,8 @@ from icr2_components.commands.quickstart import (
     quickstart_variant,
     write_variants,
 )
-from icr2_components.evaluation.compare_report import build_report
-from icr2_components.evaluation.proportions import exact_mcnemar, wilson_interval
+from icr2_components.evaluation.reports.compare_report import build_report
+from icr2_components.evaluation.statistics.proportions import exact_mcnemar, wilson_interval
 from icr2_components.pipeline_spec import PipelineSpec
 
 ROOT = Path(__file__).resolve().parents[1]

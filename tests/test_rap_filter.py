@@ -15,9 +15,9 @@ from icr2_components.artifacts.base import ArtifactMismatchError
 from icr2_components.errors import ContextTooLongError
 from icr2_components.filters import RetrievalAttentionFilter
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
-from icr2_components.probing.head_probing import probe_heads, split_instances
-from icr2_components.probing.cic_instances import nq_sample_instances
-from icr2_components.probing.probing_job import probe_to_artifact
+from icr2_components.filters.probing.head_probing import probe_heads, split_instances
+from icr2_components.training.sample_data import nq_sample_instances
+from icr2_components.filters.probing.probing_job import probe_to_artifact
 
 PASSAGES = 4
 Q = 4

@@ -75,7 +75,7 @@ HELD_PASSAGES = 4
 def held_apart_ranking(tmp_path_factory):
     """A head trained (retrieval loss, reader frozen) on 24 sample questions, two epochs, then scored on 16 other
     questions: (top-1 hits, chance hits), chance being the expected hits of a uniformly random pick."""
-    from icr2_components.builders.benchmark import read_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
     from icr2_components.rankers import RetrievalHeadRanker
     from icr2_components.training.joint import train_retrieval_head
     from icr2_components.training.sample_data import build_sample_benchmark

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare import load_specs
-from icr2_components.evaluation.compare_data import dataset_question_ids, read_compare_questions
-from icr2_components.evaluation.held_out import HeldOutError, pipeline_seeds, select_questions
-from icr2_components.evaluation.splits import (
+from icr2_components.evaluation.compare.run import load_specs
+from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
+from icr2_components.evaluation.compare.held_out import HeldOutError, pipeline_seeds, select_questions
+from icr2_components.evaluation.compare.splits import (
     QuestionIdFileError,
     file_sha256,
     ids_hash,
@@ -190,7 +190,7 @@ def test_bad_question_choices_are_refused(tmp_path, capsys):
     assert "--dev-offset is gone" in capsys.readouterr().err
     assert main(["compare", "--pipelines", "pipelines/cmt_cad.yaml", "--tune", "--split", "dev", "--out", out]) == 1
     assert "--split dev would report on the questions it tunes on" in capsys.readouterr().err
-    from icr2_components.evaluation.tuning import tune_pipeline
+    from icr2_components.evaluation.compare.tuning import tune_pipeline
 
     with pytest.raises(ValueError, match="1 dev question id\\(s\\) are not usable questions"):
         tune_pipeline("pipelines/cmt_cad.yaml", question_ids=["nq-sample-00001", "no-such-question"], out_dir=tmp_path / "t")

@@ -55,7 +55,7 @@ def test_rta_loss_falls_and_markers_survive_save_and_load(rta_run):
 
 
 def test_rta_reader_loaded_by_path_retrieves_then_answers(rta_run, train_file):
-    from icr2_components.builders.benchmark import read_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
     from icr2_components.text.templates import render_cic_prompt
     from icr2_components.readers import LocalChatReader
     from icr2_components.training.targets import parse_generation
@@ -110,8 +110,8 @@ def test_rta_model_loads_by_path_into_the_rap_filter(rta_run, train_file, tmp_pa
     from haystack import Document
 
     from icr2_components.filters import RetrievalAttentionFilter
-    from icr2_components.probing.cic_instances import read_benchmark_instances
-    from icr2_components.probing.probing_job import probe_to_artifact
+    from icr2_components.filters.probing.cic_instances import read_benchmark_instances
+    from icr2_components.filters.probing.probing_job import probe_to_artifact
 
     instances = list(read_benchmark_instances(train_file))
     artifact = tmp_path / "heads.json"

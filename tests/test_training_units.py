@@ -29,7 +29,7 @@ def tokenizer():
 
 
 def first_instance(path):
-    from icr2_components.builders.benchmark import read_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
 
     return next(read_icr2_benchmark(path))
 

@@ -22,8 +22,8 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from icr2_components.evaluation.answer_match import answer_match  # noqa: E402
-from icr2_components.evaluation.gate_eval import closed_book_messages  # noqa: E402
+from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
+from icr2_components.evaluation.gates.gate_eval import closed_book_messages  # noqa: E402
 from icr2_components.readers import LocalChatReader  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

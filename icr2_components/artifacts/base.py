@@ -7,7 +7,7 @@ both and refuses another model with a message that says how to make the right ar
 Every artifact also records the ids of the questions (instances) it was probed on, ``probed_ids`` (None: not
 recorded, an artifact made before ids were kept), with ``probed_ids_note`` saying how they were obtained when
 the probe did not record them itself. ``icr2 compare`` keeps those questions out of its evaluation
-(``evaluation.held_out``), so a technique is never scored on the questions its heads were chosen on.
+(``evaluation.compare.held_out``), so a technique is never scored on the questions its heads were chosen on.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the JSON, read with ``allow_pickle=False``):
 
 Every gate artifact records the ids of the questions it was trained or calibrated on as ``probed_ids`` (the key
 head artifacts use, ``artifacts.base``): a pipeline whose gate names the artifact (init parameter ``artifact``)
-is then kept off those questions by ``icr2 compare`` (``evaluation.held_out``), and ``icr2 eval-gate`` refuses
+is then kept off those questions by ``icr2 compare`` (``evaluation.compare.held_out``), and ``icr2 eval-gate`` refuses
 labelled questions that overlap them.
 
 Usage:

@@ -24,7 +24,7 @@ class PH3HeadArtifact(HeadArtifactIO):
 
     FORMAT = PH3_FORMAT
     KIND = "PH3"
-    MAKE_WITH = "icr2_components.probing.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py"
+    MAKE_WITH = "icr2_components.filters.probing.ph3_probing.probe_ph3_heads, or bench/cmt_matrix.py"
 
     model: str
     model_signature: dict[str, Any]

@@ -1,16 +1,12 @@
 """Builders: the confounder-aware corpus-in-context builder, the prompt builders, benchmark construction.
 
+The reader of benchmark files (and the provenance -> gold passage lookup) is ground floor: ``kilt.icr2_benchmark``.
+
 The CiC prompt template itself is ground floor (``icr2_components.text.templates``): the RAP filter, the
 retrieval-head ranker and training render the very same prompt to find the passages in it.
 """
 
-from icr2_components.builders.benchmark import (
-    GoldPassageLookup,
-    ICR2Instance,
-    benchmark_statistics,
-    build_icr2_benchmark,
-    read_icr2_benchmark,
-)
+from icr2_components.builders.benchmark import benchmark_statistics, build_icr2_benchmark
 from icr2_components.builders.context_use_prompt_builder import ContextUsePromptBuilder
 from icr2_components.builders.corpus_assembly import (
     BudgetTooSmallError,
@@ -32,12 +28,9 @@ __all__ = [
     "CorpusInContextPromptBuilder",
     "CorpusReport",
     "CorpusResult",
-    "GoldPassageLookup",
-    "ICR2Instance",
     "MultiAgentAnswerPromptBuilder",
     "RelevanceJudgePromptBuilder",
     "benchmark_statistics",
     "build_icr2_benchmark",
     "pool_round_robin",
-    "read_icr2_benchmark",
 ]

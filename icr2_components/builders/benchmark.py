@@ -1,4 +1,7 @@
-"""ICR2 benchmark construction (section 3.2): KILT tasks + retrievers -> corpus-in-context JSONL, and its reader.
+"""ICR2 benchmark construction (section 3.2): KILT tasks + retrievers -> corpus-in-context JSONL.
+
+The reader of the files it writes is ground floor (:mod:`icr2_components.kilt.icr2_benchmark`): evaluation
+and training read benchmark files without depending on the builder.
 
 Each KILT instance <q, a, P+> becomes an ICR2 instance <q, a, C>. Retrievers run on ``q`` concatenated with
 the answers (as in ICR2, so that confounders are close to both), their top-K lists are pooled, gold-overlapping
@@ -19,70 +22,24 @@ import os
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from haystack import Document
 
 from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler, validate_budget, validate_ratio
 from icr2_components.text.templates import TASK_TYPES, render_cic_prompt
 from icr2_components.models.token_counting import PassageTokenCounter
-from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
-from icr2_components.records import iter_jsonl
 from icr2_components.records import SkipReport
-from icr2_components.strict_mapping import TypeCheckError, check_type
-from icr2_components.kilt.tasks import KiltTask, PassageSpanIndex
+from icr2_components.kilt.icr2_benchmark import record_documents
+from icr2_components.kilt.tasks import KiltTask
 
 RetrieveFn = Callable[[str, int], list[Document]]
 RandomPoolFn = Callable[[int, int, set], list[Document]]
-REQUIRED_FIELDS = ("id", "query", "answers", "task_type", "context", "gold_passage_ids")
-
-
-def infer_task_type(path: str | os.PathLike) -> str:
-    """Guess the ICR2 task type from a KILT file name (fever -> fact verification, wow -> dialogue, else qa)."""
-    name = Path(path).name.lower()
-    if "fever" in name:
-        return "fact_verification"
-    if "wow" in name or "wizard" in name:
-        return "dialogue"
-    return "qa"
 
 
 def task_seed(seed: int, task_id: str) -> int:
     """A per-instance seed: stable across runs and processes (crc32, not Python's salted hash)."""
     return zlib.crc32(f"{seed}:{task_id}".encode("utf-8"))
-
-
-class GoldPassageLookup:
-    """Maps a task's provenance to its gold passages (the passages overlapping any provenance span).
-
-    Usage:
-        >>> lookup = GoldPassageLookup.from_knowledge_source(corpus_path, wikipedia_ids={"90000012"})
-        >>> lookup(task)   # [Document(id="90000012-w100-00000", ...)]
-    """
-
-    def __init__(self, documents: Iterable[Document]) -> None:
-        self._by_id: dict[str, Document] = {}
-        self._spans = PassageSpanIndex()
-        for document in documents:
-            self._by_id[document.id] = document
-            self._spans.add_document(document)
-
-    @classmethod
-    def from_knowledge_source(
-        cls, path: str | os.PathLike, wikipedia_ids: set[str] | None = None, passage_words: int = 100
-    ) -> "GoldPassageLookup":
-        """Read the passages of the articles named (all when ``wikipedia_ids`` is None), one article at a time."""
-        source = KiltKnowledgeSource(path, passage_words=passage_words)
-        documents = source.documents()
-        if wikipedia_ids is not None:
-            documents = (d for d in documents if d.meta["wikipedia_id"] in wikipedia_ids)
-        return cls(documents)
-
-    def __call__(self, task: KiltTask) -> list[Document]:
-        return [self._by_id[pid] for pid in self._spans.gold_passage_ids(task.provenance)]
-
-    def __len__(self) -> int:
-        return len(self._by_id)
 
 
 @dataclass
@@ -165,7 +122,7 @@ def build_icr2_benchmark(
     :param retrieve: retriever name -> ``fn(query, top_k)`` returning ranked passages, pooled in this order.
     :param random_pool: ``fn(n, seed, exclude_ids)`` (e.g. ``IndexHandle.random_documents``) or a list of
         passages to sample from; needed when ``confounding_ratio < 1``.
-    :param gold_passages: ``fn(task)`` giving the gold passages (e.g. a :class:`GoldPassageLookup`).
+    :param gold_passages: ``fn(task)`` giving the gold passages (e.g. a :class:`~icr2_components.kilt.icr2_benchmark.GoldPassageLookup`).
     :param tokenizer: the reader's tokenizer: counts ``budget_tokens`` and the prompt tokens of Table 7.
     :param query_with_answer: retrieve with ``query + answers`` (ICR2) rather than the query alone.
     """
@@ -275,91 +232,4 @@ def benchmark_statistics(records: Iterable[Mapping[str, Any]], tokenizer: Any = 
     }
 
 
-def record_documents(record: Mapping[str, Any]) -> list[Document]:
-    """The context of a record as Documents (meta passage_id, title, origin), in record order."""
-    return [
-        Document(
-            id=item["doc_id"],
-            content=item["text"],
-            meta={"passage_id": item["passage_id"], "title": item.get("title", ""), "origin": item.get("origin", "")},
-        )
-        for item in record["context"]
-    ]
-
-
-@dataclass
-class ICR2Instance:
-    """One record of an ICR2 benchmark file."""
-
-    id: str
-    query: str
-    answers: list[str]
-    task_type: str
-    context: list[dict[str, Any]]
-    gold_passage_ids: list[str]
-    record: dict[str, Any]
-
-    def documents(self) -> list[Document]:
-        return record_documents(self.record)
-
-    def gold_documents(self) -> list[Document]:
-        wanted = set(self.gold_passage_ids)
-        return [d for d in self.documents() if d.meta["passage_id"] in wanted]
-
-
-# the declared types of an ICR2 record's fields (``id`` may be a number in files written by other tools)
-_FIELD_TYPES = {"id": str | int, "query": str, "answers": list[str], "task_type": str, "context": list, "gold_passage_ids": list[str]}
-
-
-def read_icr2_benchmark(path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None) -> Iterator[ICR2Instance]:
-    """Stream an ICR2 JSONL file; malformed lines and records missing fields are counted in ``skips``."""
-    skips = skips if skips is not None else SkipReport(source=str(path))
-    count = 0
-    for line_number, record in iter_jsonl(path, skips):
-        if limit is not None and count >= limit:
-            return
-        missing = [name for name in REQUIRED_FIELDS if name not in record]
-        if missing:
-            skips.skip("missing fields", line_number, ", ".join(missing))
-            continue
-        try:
-            for name, expected in _FIELD_TYPES.items():
-                check_type(record[name], expected, name)
-        except TypeCheckError as error:
-            skips.skip("wrongly typed field", line_number, str(error))
-            continue
-        if record["task_type"] not in TASK_TYPES:
-            skips.skip("unknown task_type", line_number, str(record["task_type"]))
-            continue
-        context = record["context"]
-        if not isinstance(context, list) or any(
-            not isinstance(item, dict) or not {"passage_id", "doc_id", "text"} <= set(item) for item in context
-        ):
-            skips.skip("malformed context", line_number, record.get("id", ""))
-            continue
-        shown = {item["passage_id"] for item in context}
-        if not set(record["gold_passage_ids"]) <= shown:
-            skips.skip("gold passage id not in the context", line_number, record["id"])
-            continue
-        count += 1
-        yield ICR2Instance(
-            id=str(record["id"]),
-            query=record["query"],
-            answers=list(record["answers"]),
-            task_type=record["task_type"],
-            context=context,
-            gold_passage_ids=list(record["gold_passage_ids"]),
-            record=record,
-        )
-
-
-__all__ = [
-    "BenchmarkSummary",
-    "GoldPassageLookup",
-    "ICR2Instance",
-    "benchmark_statistics",
-    "build_icr2_benchmark",
-    "infer_task_type",
-    "read_icr2_benchmark",
-    "record_documents",
-]
+__all__ = ["BenchmarkSummary", "benchmark_statistics", "build_icr2_benchmark"]

@@ -40,11 +40,12 @@ def run(args) -> int:
     from icr2_components.commands._console import make_console
     from rich.table import Table
 
-    from icr2_components.builders.benchmark import GoldPassageLookup, build_icr2_benchmark, infer_task_type
+    from icr2_components.builders.benchmark import build_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.records import SkipReport
     from icr2_components.stores import open_index, retrieval_method_names
-    from icr2_components.stores.handle import corpus_path
+    from icr2_components.stores.config import corpus_path
 
     methods = [m.strip() for m in args.retrievers.split(",") if m.strip()]
     unknown = [m for m in methods if m not in retrieval_method_names()]

@@ -8,7 +8,7 @@ DEFAULT_CONTEXT_TYPES = "open,gold,conflicting,irrelevant"
 
 
 def register(subparsers) -> None:
-    from icr2_components.evaluation.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED
+    from icr2_components.evaluation.compare.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED
 
     parser = subparsers.add_parser(
         "compare",
@@ -78,9 +78,9 @@ def print_table(console, title: str, header: list[str], rows: list[list[str]]) -
 
 def print_report(report: dict) -> None:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.compare_report import HEADLINE_METRICS
-    from icr2_components.evaluation.report_rendering import cub_rows, gap_rows, paired_rows, summary_rows
-    from icr2_components.evaluation.position_curves import curve_rows, shape_rows
+    from icr2_components.evaluation.reports.compare_report import HEADLINE_METRICS
+    from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
+    from icr2_components.evaluation.reports.position_curves import curve_rows, shape_rows
 
     console = make_console()
     tables = [("per pipeline and context type: mean [95% interval]", summary_rows(report))]
@@ -124,7 +124,7 @@ def run(args) -> int:
 
 def _run(args) -> int:
     from icr2_components.backends import resolve_backend
-    from icr2_components.evaluation.compare import run_compare
+    from icr2_components.evaluation.compare.run import run_compare
 
     if args.dev_offset is not None:
         raise ValueError("--dev-offset is gone: --tune tunes on the first --dev-limit questions of the seeded dev "
@@ -151,15 +151,15 @@ def tune(args, backend) -> tuple[list[str], str | None]:
     to report on (test, unless a question-id file names the questions; compare refuses any dev id there)."""
     from pathlib import Path
 
-    from icr2_components.evaluation.held_out import dataset_split
-    from icr2_components.evaluation.tuning import tune_pipeline
+    from icr2_components.evaluation.compare.held_out import dataset_split
+    from icr2_components.evaluation.compare.tuning import tune_pipeline
 
     if args.split == "dev":
         raise ValueError("--tune reports on the test split; --split dev would report on the questions it tunes on.")
     if args.dev_limit < 1:
         raise ValueError("--dev-limit must be a positive integer.")
     if args.baseline is not None:  # a wrong name fails before tuning (run_compare checks the tuned names)
-        from icr2_components.evaluation.compare_report import resolve_baseline
+        from icr2_components.evaluation.reports.compare_report import resolve_baseline
 
         resolve_baseline(args.baseline, [Path(p).stem for p in args.pipelines])
     made, _, _ = dataset_split(args.dataset, seed=args.split_seed, dev_fraction=args.dev_fraction)

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.data:
         raise ValueError("Name a RetrievalQA-format JSONL, or --labels files of icr2 label-retrieval-need.")
 
-    from icr2_components.evaluation.gate_eval import evaluate_gate, format_summary_table, read_retrievalqa_jsonl
+    from icr2_components.evaluation.gates.gate_eval import evaluate_gate, format_summary_table, read_retrievalqa_jsonl
     from icr2_components.gates import TimeAwareRetrievalGate
     from icr2_components.readers import LocalChatReader
 
@@ -117,15 +117,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_on_labels(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.gate_methods import gate_model_settings, parse_methods, run_methods
-    from icr2_components.evaluation.gate_tradeoff import (
+    from icr2_components.evaluation.gates.gate_methods import gate_model_settings, parse_methods, run_methods
+    from icr2_components.evaluation.gates.gate_tradeoff import (
         compare_methods,
         format_comparison_table,
         format_curve_table,
         format_reference_table,
         intersection_union_claim,
     )
-    from icr2_components.evaluation.need_labels import read_labels
+    from icr2_components.evaluation.gates.need_labels import read_labels
     from icr2_components.plotting import plot_gate_tradeoff
 
     console = make_console()

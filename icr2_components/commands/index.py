@@ -2,7 +2,7 @@
 
 ``icr2 index --plan indexing/<name>.yaml [--json]``: build nothing; project passages, disk, vector memory and
 indexing time for the config from figures measured on this machine, and say where one node stops being enough
-(:mod:`icr2_components.stores.index_plan`)."""
+(:mod:`icr2_components.stores.elasticsearch.index_plan`)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def run_plan(args) -> int:
 
     from icr2_components.commands._console import make_console
     from icr2_components.stores import load_index_config
-    from icr2_components.stores.index_plan import format_bytes, format_seconds, load_measured_figures, plan_index, plan_json
+    from icr2_components.stores.elasticsearch.index_plan import format_bytes, format_seconds, load_measured_figures, plan_index, plan_json
 
     config = load_index_config(args.plan, overrides=parse_overrides(args.set))
     figures = load_measured_figures(args.figures)

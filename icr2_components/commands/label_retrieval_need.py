@@ -49,7 +49,7 @@ def run(args) -> int:
     from rich.table import Table
 
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.need_labels import (
+    from icr2_components.evaluation.gates.need_labels import (
         OUTCOMES,
         label_questions,
         nq_question_ids,

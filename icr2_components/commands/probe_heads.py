@@ -27,8 +27,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from icr2_components.probing.cic_instances import read_benchmark_instances
-    from icr2_components.probing.probing_job import choose_instances, probe_to_artifact
+    from icr2_components.filters.probing.cic_instances import read_benchmark_instances
+    from icr2_components.filters.probing.probing_job import choose_instances, probe_to_artifact
     from icr2_components.records import SkipReport
 
     if args.limit is not None and args.limit < 1:

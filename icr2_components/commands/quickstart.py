@@ -105,8 +105,8 @@ def paired_summary(report: dict, pipeline: str = "oracle", baseline: str = "clos
     """One sentence from the report's paired section: both answer-match rates with their 95% intervals, the paired
     difference with its interval, the exact McNemar test on the same questions (Holm-adjusted across the
     pipelines compared with the baseline) and the verdict."""
-    from icr2_components.evaluation.report_rendering import format_difference, format_p_value
-    from icr2_components.evaluation.intervals import format_interval
+    from icr2_components.evaluation.reports.rendering import format_difference, format_p_value
+    from icr2_components.evaluation.statistics.intervals import format_interval
 
     paired = report.get("paired") or {}
     test = next((c for c in paired.get("comparisons", []) if c["pipeline"] == pipeline
@@ -130,7 +130,7 @@ def paired_summary(report: dict, pipeline: str = "oracle", baseline: str = "clos
 
 def example_rows(records: list[dict], pipelines: list[str], count: int) -> tuple[list[str], list[list[str]]]:
     """The first ``count`` questions' whole answers, one column per pipeline ("+" marks an answer match)."""
-    from icr2_components.evaluation.answer_match import answer_match
+    from icr2_components.evaluation.metrics.answer_match import answer_match
 
     by_question: dict[str, dict[str, dict]] = {}
     for record in records:
@@ -162,9 +162,9 @@ def _run(args, index: str) -> int:
 
     from icr2_components.commands._console import make_console
     from icr2_components.commands.compare import print_table
-    from icr2_components.evaluation.compare import run_compare
-    from icr2_components.evaluation.compare_cache import read_answer_records
-    from icr2_components.evaluation.report_rendering import cub_rows, gap_rows, paired_rows, summary_rows
+    from icr2_components.evaluation.compare.run import run_compare
+    from icr2_components.evaluation.compare.cache import read_answer_records
+    from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.kilt import build_sample
     from icr2_components.stores import open_index
 

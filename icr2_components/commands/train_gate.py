@@ -44,9 +44,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from icr2_components.commands._console import make_console
-    from icr2_components.evaluation.gate_tradeoff import format_curve_table
-    from icr2_components.evaluation.intervals import format_interval
-    from icr2_components.training.gate_training import train_gate
+    from icr2_components.evaluation.gates.gate_tradeoff import format_curve_table
+    from icr2_components.evaluation.statistics.intervals import format_interval
+    from icr2_components.evaluation.gates.gate_training import train_gate
 
     console = make_console()
     signals = [s.strip() for s in args.signals.split(",") if s.strip()]

@@ -1,6 +1,7 @@
 """Context filters: the Retrieval Attention Probing filter (ICR2 section 4.2) and the passage scoring it runs.
 
-Probing the heads (what makes the artifact the filter reads) is a job, not a component: ``icr2_components.probing``.
+Head probing (RAP's retrieval heads, PH3's context/memory heads: the artifacts the filter and the head-suppression
+reader read) lives beside it in ``filters.probing``; it is a job, not a component, so it is not imported here.
 """
 
 from icr2_components.filters.passage_scoring import (

@@ -25,7 +25,7 @@ class HeadSuppressionReader:
 
     `direction="context"` (PH3 +context) suppresses the artifact's top `num_heads` *memory* heads, so the
     answer leans on the context; `direction="memory"` (PH3 +memory) suppresses its top *context* heads. The
-    heads come from a PH3 artifact (`icr2_components.probing.ph3_probing`) or are given explicitly as
+    heads come from a PH3 artifact (`icr2_components.filters.probing.ph3_probing`) or are given explicitly as
     `heads=[[layer, head], ...]`. `num_heads=0` is the plain reader. Suppression goes through the attention
     access's kernel tap (`icr2_components.models.head_suppression`) and lasts only for the call; the model is the
     shared `MODEL_CACHE` copy, so do not run another component on the same model concurrently with this one.

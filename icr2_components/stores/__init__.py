@@ -2,7 +2,8 @@
 backend registered with :func:`register_store_backend`)."""
 
 # Importing the built-in backends registers them (store.type: in_memory, elasticsearch).
-from icr2_components.stores import elasticsearch_backend, in_memory_backend  # noqa: F401
+from icr2_components.stores import in_memory_backend  # noqa: F401 (registers the backend)
+from icr2_components.stores.elasticsearch import backend as elasticsearch_backend  # noqa: F401 (registers the backend)
 from icr2_components.stores.backend import (
     StoreBackend,
     StoreSettings,
@@ -11,8 +12,8 @@ from icr2_components.stores.backend import (
     store_backend,
     store_backend_names,
 )
-from icr2_components.stores.config import ConfigError, IndexConfig, index_config_from_dict, load_index_config
-from icr2_components.stores.handle import IndexHandle, IndexReport, config_fingerprint, open_index
+from icr2_components.stores.config import ConfigError, IndexConfig, config_fingerprint, index_config_from_dict, load_index_config
+from icr2_components.stores.handle import IndexHandle, IndexReport, open_index
 from icr2_components.stores.retrieval_methods import (
     reciprocal_rank_fusion,
     register_retrieval_method,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from icr2_components.kilt.sample import build_sample
 from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
 from icr2_components.strict_mapping import dataclass_from_mapping
 
@@ -58,7 +61,7 @@ class EmbeddingConfig:
     def validate(self) -> None:
         if self.batch_size < 1:
             raise ConfigError("embedding.batch_size must be >= 1.")
-        from icr2_components.stores.embedding_shards import validate_embedding_settings
+        from icr2_components.stores.embedding import validate_embedding_settings
 
         validate_embedding_settings(self, ConfigError)
 
@@ -191,3 +194,30 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
                 data[section] = {}
             data[section][key] = value
     return index_config_from_dict(data, source=str(path))
+
+
+def corpus_path(config: IndexConfig) -> Path:
+    if config.corpus.path == "sample":
+        return build_sample().corpus
+    path = Path(config.corpus.path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"corpus.path {path} does not exist (use 'sample' for the bundled sample).")
+    return path
+
+
+def config_fingerprint(config: IndexConfig) -> str:
+    """Changes whenever the passages or their embeddings would change."""
+    path = corpus_path(config)
+    stat = path.stat()
+    key = {
+        "corpus": str(path.resolve()),
+        "size": stat.st_size,
+        "passage_words": config.corpus.passage_words,
+        "skip_title_paragraph": config.corpus.skip_title_paragraph,
+        "max_articles": config.corpus.max_articles,
+        "embedding": config.embedding.model if config.embedding.enabled else None,
+        "meta_fields_to_embed": config.embedding.meta_fields_to_embed if config.embedding.enabled else None,
+    }
+    if config.embedding.enabled and config.embedding.backend != "fp32":
+        key["embedding_backend"] = config.embedding.backend  # only when set: fp32 indexes keep their fingerprint
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -68,17 +68,6 @@ class PassageEmbedder:
         self._encoder = None
         self._pool = None
 
-    @classmethod
-    def from_config(cls, embedding) -> "PassageEmbedder":
-        """The embedder an index config's ``embedding:`` section asks for (vectors from shards when ``vectors_dir`` is set)."""
-        kwargs = dict(batch_size=embedding.batch_size, meta_fields=embedding.meta_fields_to_embed, device=embedding.device,
-                      backend=embedding.backend, devices=embedding.devices, processes=embedding.processes, threads=embedding.threads)
-        if embedding.vectors_dir:
-            from icr2_components.stores.embedding_shards import ShardVectorEmbedder
-
-            return ShardVectorEmbedder(embedding.vectors_dir, embedding.model, **kwargs)
-        return cls(embedding.model, **kwargs)
-
     @property
     def pool_devices(self) -> list[str]:
         """The worker processes' devices; one entry or none means no pool (encode in this process)."""
@@ -131,3 +120,27 @@ class PassageEmbedder:
             vectors = self.embed_texts([text_to_embed(doc, self.meta_fields) for doc in batch])
             for document, vector in zip(batch, vectors):
                 yield replace(document, embedding=vector)
+
+
+def validate_embedding_settings(embedding, error_class: type[Exception]) -> None:
+    """Check the ``embedding:`` keys added for scale (backend, device(s), processes, threads, vectors_dir)."""
+    from icr2_components.models.sentence_backends import BACKENDS, EmbeddingBackendError, check_device
+
+    if embedding.backend not in BACKENDS:
+        raise error_class(f"embedding.backend must be one of {', '.join(BACKENDS)}, got {embedding.backend!r}.")
+    if embedding.processes < 1:
+        raise error_class(f"embedding.processes must be >= 1, got {embedding.processes}.")
+    if embedding.threads is not None and embedding.threads < 1:
+        raise error_class(f"embedding.threads must be >= 1 or null, got {embedding.threads}.")
+    if embedding.devices is not None:
+        if not embedding.devices:
+            raise error_class("embedding.devices must list at least one device (e.g. [cuda:0, cuda:1]) or be null.")
+        if embedding.device is not None:
+            raise error_class("embedding: give `device` (one) or `devices` (a pool), not both.")
+    for device in ([embedding.device] if embedding.device is not None else []) + list(embedding.devices or []):
+        try:
+            check_device(device)
+        except EmbeddingBackendError as error:
+            raise error_class(f"embedding: {error}") from None
+    if embedding.vectors_dir is not None and not str(embedding.vectors_dir).strip():
+        raise error_class("embedding.vectors_dir must be a folder written by `icr2 embed` or null.")

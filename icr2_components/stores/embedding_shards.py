@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -60,30 +59,6 @@ class ShardsMismatchError(UserInputError):
 
 class MissingVectorError(UserInputError):
     """A passage has no vector in the shards folder (the pass is unfinished, or another corpus); says what to run."""
-
-
-def validate_embedding_settings(embedding, error_class: type[Exception]) -> None:
-    """Check the ``embedding:`` keys added for scale (backend, device(s), processes, threads, vectors_dir)."""
-    from icr2_components.models.sentence_backends import BACKENDS, EmbeddingBackendError, check_device
-
-    if embedding.backend not in BACKENDS:
-        raise error_class(f"embedding.backend must be one of {', '.join(BACKENDS)}, got {embedding.backend!r}.")
-    if embedding.processes < 1:
-        raise error_class(f"embedding.processes must be >= 1, got {embedding.processes}.")
-    if embedding.threads is not None and embedding.threads < 1:
-        raise error_class(f"embedding.threads must be >= 1 or null, got {embedding.threads}.")
-    if embedding.devices is not None:
-        if not embedding.devices:
-            raise error_class("embedding.devices must list at least one device (e.g. [cuda:0, cuda:1]) or be null.")
-        if embedding.device is not None:
-            raise error_class("embedding: give `device` (one) or `devices` (a pool), not both.")
-    for device in ([embedding.device] if embedding.device is not None else []) + list(embedding.devices or []):
-        try:
-            check_device(device)
-        except EmbeddingBackendError as error:
-            raise error_class(f"embedding: {error}") from None
-    if embedding.vectors_dir is not None and not str(embedding.vectors_dir).strip():
-        raise error_class("embedding.vectors_dir must be a folder written by `icr2 embed` or null.")
 
 
 @dataclass
@@ -140,7 +115,7 @@ def read_manifest(folder: str | os.PathLike) -> dict:
 
 
 def _identity(config, dimension: int, shard_size: int) -> dict:
-    from icr2_components.stores.handle import config_fingerprint
+    from icr2_components.stores.config import config_fingerprint
 
     return {
         "version": SHARDS_VERSION,
@@ -184,7 +159,7 @@ def embed_to_shards(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     own_embedder = embedder is None
-    embedder = embedder or PassageEmbedder.from_config(config.embedding)
+    embedder = embedder or passage_embedder(config.embedding)
     identity = _identity(config, embedder.dimension, shard_size)
     manifest_path = out / MANIFEST
     if manifest_path.exists():
@@ -259,7 +234,7 @@ def embed_to_shards(
 def corpus_source(config):
     """The config's corpus as a passage source (as ``IndexHandle.source()``, without opening a store)."""
     from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
-    from icr2_components.stores.handle import corpus_path
+    from icr2_components.stores.config import corpus_path
 
     return KiltKnowledgeSource(corpus_path(config), passage_words=config.corpus.passage_words,
                                skip_title_paragraph=config.corpus.skip_title_paragraph, max_articles=config.corpus.max_articles)
@@ -387,3 +362,12 @@ class ShardVectorEmbedder(PassageEmbedder):
             vector = vectors.vector(document.id)
             self.passages_from_shards += 1
             yield dataclass_replace(document, embedding=vector.tolist())
+
+
+def passage_embedder(embedding) -> PassageEmbedder:
+    """The embedder an index config's ``embedding:`` section asks for (vectors from shards when ``vectors_dir`` is set)."""
+    kwargs = dict(batch_size=embedding.batch_size, meta_fields=embedding.meta_fields_to_embed, device=embedding.device,
+                  backend=embedding.backend, devices=embedding.devices, processes=embedding.processes, threads=embedding.threads)
+    if embedding.vectors_dir:
+        return ShardVectorEmbedder(embedding.vectors_dir, embedding.model, **kwargs)
+    return PassageEmbedder(embedding.model, **kwargs)

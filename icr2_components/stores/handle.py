@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from haystack import Document
 
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
-from icr2_components.kilt.sample import build_sample
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport
 from icr2_components.stores.backend import StoreBackend, store_backend
-from icr2_components.stores.config import IndexConfig, load_index_config
-from icr2_components.stores.embedding import PassageEmbedder
+from icr2_components.stores.config import IndexConfig, config_fingerprint, corpus_path, load_index_config
+from icr2_components.stores.embedding_shards import passage_embedder
 from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError
 from icr2_components.stores.retrieval_methods import UnknownRetrievalMethodError, retrieval_method
 
@@ -66,33 +63,6 @@ class IndexReport:
         return dataclasses.asdict(self)
 
 
-def corpus_path(config: IndexConfig) -> Path:
-    if config.corpus.path == "sample":
-        return build_sample().corpus
-    path = Path(config.corpus.path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"corpus.path {path} does not exist (use 'sample' for the bundled sample).")
-    return path
-
-
-def config_fingerprint(config: IndexConfig) -> str:
-    """Changes whenever the passages or their embeddings would change."""
-    path = corpus_path(config)
-    stat = path.stat()
-    key = {
-        "corpus": str(path.resolve()),
-        "size": stat.st_size,
-        "passage_words": config.corpus.passage_words,
-        "skip_title_paragraph": config.corpus.skip_title_paragraph,
-        "max_articles": config.corpus.max_articles,
-        "embedding": config.embedding.model if config.embedding.enabled else None,
-        "meta_fields_to_embed": config.embedding.meta_fields_to_embed if config.embedding.enabled else None,
-    }
-    if config.embedding.enabled and config.embedding.backend != "fp32":
-        key["embedding_backend"] = config.embedding.backend  # only when set: fp32 indexes keep their fingerprint
-    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
 class IndexHandle:
     """Build, open and query one index. Obtain one with :func:`open_index`.
 
@@ -104,7 +74,7 @@ class IndexHandle:
         self._store = None
         self._lock = threading.RLock()
         # a PassageEmbedder, or one reading the vectors of `icr2 embed` shards when embedding.vectors_dir is set
-        self._embedder = PassageEmbedder.from_config(config.embedding) if config.embedding.enabled else None
+        self._embedder = passage_embedder(config.embedding) if config.embedding.enabled else None
         backend_class = store_backend(config.store.type)
         self.backend: StoreBackend = backend_class(config, functools.partial(config_fingerprint, config), self._embedder)
         self._has_passages = False

@@ -88,6 +88,6 @@ def contains_answer(text: str, answers: list[str] | None) -> bool:
     """The builder's loose containment test, ``contains_answer("The Eiffel Tower, Paris.", ["paris"]) -> True``.
 
     For excluding passages that hold an answer, never for scoring a reply: score with
-    ``icr2_components.evaluation.answer_match.answer_match`` (Lost in the Middle's ``best_subspan_em``).
+    ``icr2_components.evaluation.metrics.answer_match.answer_match`` (Lost in the Middle's ``best_subspan_em``).
     """
     return contains_any(normalize_text(text), normalized_answers(answers))

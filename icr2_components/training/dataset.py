@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from icr2_components.builders.benchmark import read_icr2_benchmark
+from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
 from icr2_components.records import SkipReport
 from icr2_components.training.examples import EncodedExample, encode_example
 from icr2_components.training.targets import check_method

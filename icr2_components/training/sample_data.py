@@ -1,4 +1,5 @@
-"""Building small ICR2 training/validation files from the bundled NQ sample (smoke recipes, tests, the bench).
+"""Building small ICR2 training/validation files from the bundled NQ sample (smoke recipes, tests, the bench),
+and CiC probing instances made from it (:func:`nq_sample_instances`).
 
 It runs the same library function as ``icr2 build-benchmark`` (``build_icr2_benchmark`` over ``open_index``)
 on a slice of the sample's questions. Nothing is written into the repository: callers give a temp or run dir.
@@ -9,7 +10,10 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from icr2_components.filters.probing.head_probing import CiCInstance
 
 
 def build_sample_benchmark(
@@ -27,10 +31,11 @@ def build_sample_benchmark(
     Usage:
         >>> build_sample_benchmark("/tmp/train.jsonl", limit=16, budget_passages=3)
     """
-    from icr2_components.builders.benchmark import GoldPassageLookup, build_icr2_benchmark
+    from icr2_components.builders.benchmark import build_icr2_benchmark
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.stores import open_index
-    from icr2_components.stores.handle import corpus_path
+    from icr2_components.stores.config import corpus_path
 
     if limit < 1 or offset < 0 or budget_passages < 2:
         raise ValueError("build_sample_benchmark needs limit >= 1, offset >= 0 and budget_passages >= 2.")
@@ -47,3 +52,44 @@ def build_sample_benchmark(
     summary = build_icr2_benchmark(tasks, retrieve, None, lookup, out_path, budget_passages=budget_passages,
                                    top_k=budget_passages * 4, seed=seed, progress=progress)
     return summary.as_dict()
+
+
+def nq_sample_instances(count: int, passages: int = 5, seed: int = 0, offset: int = 0) -> list[CiCInstance]:
+    """``count`` NQ questions of the bundled sample as CiC instances of ``passages`` passages each.
+
+    The gold passages come from the task provenance; the confounders are the BM25 top hits over the sample
+    corpus that neither overlap the gold span nor contain an answer (the corpus builder's checks), so the
+    context is hard (ICR2 confounding ratio 1). Questions whose gold passage is not in the corpus are skipped.
+    """
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+    from icr2_components.builders import ConfounderAwareCorpusBuilder
+    from icr2_components.filters.probing.head_probing import CiCInstance
+    from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks
+
+    sample = build_sample()
+    corpus = list(KiltKnowledgeSource(sample.corpus).documents())
+    by_id = {document.id: document for document in corpus}
+    spans = PassageSpanIndex.from_documents(corpus)
+    store = InMemoryDocumentStore()
+    store.write_documents(corpus)
+    bm25 = InMemoryBM25Retriever(store, top_k=passages * 3)
+    builder = ConfounderAwareCorpusBuilder(retrievers=["bm25"], confounding_ratio=1.0, budget_passages=passages, seed=seed)
+    instances: list[CiCInstance] = []
+    for task in read_kilt_tasks(sample.tasks):
+        if offset:
+            offset -= 1
+            continue
+        gold = [by_id[pid] for pid in spans.gold_passage_ids(task.provenance) if pid in by_id]
+        if not gold:
+            continue
+        hits = bm25.run(query=task.input)["documents"]
+        built = builder.run(query=task.input, answers=task.answers, gold_documents=gold[:1], bm25=hits)["documents"]
+        if len(built) < 2:
+            continue
+        gold_ids = [d.meta["passage_id"] for d in built if d.meta.get("origin") == "gold"]
+        instances.append(CiCInstance(task.id, task.input, built, gold_ids, "qa", list(task.answers)))
+        if len(instances) >= count:
+            break
+    return instances

@@ -1,0 +1,298 @@
+"""``icr2 compare``: every pipeline over the same questions and context types, resumable, with a report.
+
+Usage:
+    >>> from icr2_components.evaluation.compare.run import run_compare
+    >>> report = run_compare(["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml"], limit=10,
+    ...                      out_dir="runs/compare", max_new_tokens=16)
+    >>> report["summary"]["vanilla_rag"]["gold"]["answer_match"]
+
+Context types: ``open`` (the pipeline as deployed: its own retrieval; the oracle gets the gold passages) and
+CUB's controlled ``gold``, ``conflicting`` and ``irrelevant`` (see ``context_types``), where the components
+feeding the pipeline's ``metadata.context_input`` are removed and the one passage is given instead. A pipeline
+that reads no passages (closed-book) is run once per question and its answer reused for every context type.
+Each answer record keeps the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
+``gold_position``, the 1-based position of the first gold passage shown (None: none shown, or no passages read),
+from which the report draws its position curves. Records of given passages (controlled types, the oracle's
+``open``) carry ``context_sha``; a cached one whose passages differ from this run's is redone (or, with
+``report_only``, left out) and counted in ``run.counters.stale_context``; ones from before ``context_sha`` are
+reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
+
+Questions (``evaluation.compare.held_out``): the dataset's in file order, or one side of a seeded dev/test split
+(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or exactly
+the ids of a question-id file (``question_ids``), in file order, unknown ids counted and reported. Questions a
+pipeline's head artifact was probed on are left out (counted); a tuned pipeline is refused on its dev questions.
+Every run writes the ids it used to ``question_ids.txt`` in ``out_dir`` and records them, the dataset's path and
+SHA-256, how they were chosen and every seed in ``report["run"]``, so two runs can be compared on identical
+questions (``--question-ids runs/a/question_ids.txt``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Sequence
+
+from icr2_components.backends import Backend
+from icr2_components.errors import find_in_causes
+from icr2_components.models.served_model import ServedModelError
+from icr2_components.evaluation.metrics.bcu import CONTEXT_TYPES
+from icr2_components.evaluation.compare.cache import (
+    CONTEXT_UNCHECKED,
+    STALE_CONTEXT,
+    AnswerCache,
+    cache_key,
+    context_sha,
+    reuse_decision,
+)
+from icr2_components.kilt.questions import CompareQuestion, answer_pool, read_compare_questions
+from icr2_components.evaluation.compare.held_out import pipeline_seeds, question_file_comments, select_questions
+from icr2_components.evaluation.compare.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED, ids_hash, write_question_ids
+from icr2_components.kilt.context_types import ContextSet, build_context_set
+from icr2_components.evaluation.statistics.intervals import DEFAULT_SEED
+from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.evaluation.reports.position_curves import first_gold_position
+
+logger = logging.getLogger(__name__)
+CACHE_FILE = "answers.jsonl"
+QUESTION_IDS_FILE = "question_ids.txt"
+
+
+def parse_context_types(text: str | Sequence[str]) -> list[str]:
+    items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+    unknown = [t for t in items if t not in CONTEXT_TYPES]
+    if not items or unknown:
+        raise ValueError(f"--context-types takes a comma-separated subset of {list(CONTEXT_TYPES)}; got {text!r}.")
+    return list(dict.fromkeys(items))
+
+
+def load_specs(paths: Sequence[str], backend: Backend | None = None) -> list[PipelineSpec]:
+    """Load and check every pipeline before any question runs (a bad file fails the run at once); with
+    ``backend``, each follows it (``icr2_components.backends``) and its cache key covers it."""
+    if not paths:
+        raise ValueError("Name at least one pipeline YAML (--pipelines pipelines/closed_book.yaml ...).")
+    specs = [PipelineSpec.from_file(p, backend=backend) for p in paths]
+    seen: dict[str, int] = {}
+    for spec in specs:
+        if spec.name in seen:
+            seen[spec.name] += 1
+            spec.name = f"{spec.name}_{seen[spec.name]}"
+        else:
+            seen[spec.name] = 1
+    return specs
+
+
+def expected_context_sha(spec: PipelineSpec, question: CompareQuestion, contexts: ContextSet,
+                         context_type: str) -> str | None:
+    """The ``context_sha`` of the passages compare gives ``spec`` for this question and context type now: the
+    controlled context (``NO_CONTEXT`` when not built; for every pipeline, since the record's
+    ``conflicting_answer`` and scoring follow it), the oracle's gold passages under ``open``; None under ``open``
+    retrieval, which the pipeline hash covers (index fingerprint)."""
+    if context_type == "open":
+        return context_sha(question.gold_documents) if spec.documents_input else None
+    return context_sha(contexts.documents(context_type))
+
+
+def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet,
+                 sha: str | None = None) -> dict:
+    record = {
+        "key": cache_key(spec.hash, question.id, context_type),
+        "pipeline": spec.name,
+        "pipeline_file": spec.path,
+        "pipeline_hash": spec.hash,
+        "question_id": question.id,
+        "query": question.query,
+        "task_type": question.task_type,
+        "context_type": context_type,
+        "answers": question.answers,
+        "gold_ids": [d.id for d in question.gold_documents],
+        "conflicting_answer": contexts.conflicting_answer if context_type == "conflicting" else None,
+        "selects_passages": "documents" in spec.outputs and not spec.documents_input,
+        "reads_context": spec.context_input is not None,
+    }
+    if sha is not None:
+        record["context_sha"] = sha
+    return record
+
+
+def gold_position(record: dict) -> int | None:
+    """1-based position of the first gold passage among the passages shown; None if none shown or not known."""
+    if not record.get("reads_context") or record.get("shown_ids") is None:
+        return None
+    return first_gold_position(record["shown_ids"], record.get("gold_ids") or [])
+
+
+def _context_documents(spec: PipelineSpec, question: CompareQuestion, contexts: ContextSet, context_type: str):
+    """(documents, controlled, missing reason) for one pipeline, question and context type."""
+    if context_type == "open":
+        return (question.gold_documents if spec.documents_input else None), False, None
+    documents = contexts.documents(context_type)
+    if documents is None:
+        return None, True, (contexts.reasons or {}).get(context_type, "not built")
+    return documents, True, None
+
+
+def run_compare(
+    pipelines: Sequence[str],
+    dataset: str | None = None,
+    context_types: Sequence[str] | str = CONTEXT_TYPES,
+    limit: int | None = None,
+    out_dir: str | Path = "runs/compare",
+    max_new_tokens: int | None = None,
+    index: str = "indexing/kilt-sample.yaml",
+    progress: bool = True,
+    backend: Backend | None = None,
+    baseline: str | None = None,
+    seed: int = DEFAULT_SEED,
+    question_ids: str | Path | Sequence[str] | None = None,
+    split: str | None = None,
+    split_seed: int = DEFAULT_SPLIT_SEED,
+    dev_fraction: float = DEFAULT_DEV_FRACTION,
+    seeds: dict[str, Any] | None = None,
+    report_only: bool = False,
+) -> dict[str, Any]:
+    """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
+    question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
+    same questions (default: the first); ``seed``: the report's bootstrap and permutation resampling (recorded as
+    ``run.seeds.stats_seed``); ``question_ids``: a question-id file (or a list of ids); ``split``: ``"dev"`` or
+    ``"test"`` of the seeded split; ``seeds``: further seeds to record. ``report_only``: run no model; report on
+    the questions the cache answers for every pipeline and context type (a long run's partial results, still
+    paired), and count the others in ``run.report_only``."""
+    from tqdm.auto import tqdm
+
+    from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
+    from icr2_components.evaluation.reports.rendering import write_report
+
+    types = parse_context_types(context_types)
+    if limit is not None and limit < 1:
+        raise ValueError("--limit must be a positive integer.")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise ValueError("--max-new-tokens must be a positive integer.")
+    specs = load_specs(pipelines, backend)
+    baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
+    selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
+                                 split_seed=split_seed, dev_fraction=dev_fraction)
+    skips = selection.skips
+    questions, _, dataset_path = read_compare_questions(selection.dataset, index=index, ids=selection.ids)
+    read_ids = {q.id for q in questions}
+    lost = [i for i in selection.ids if i not in read_ids]
+    if lost:  # both readers apply the same rules; a difference is a bug, not a skip
+        raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
+    file_info = selection.file or {}
+    if file_info.get("unknown"):
+        logger.warning("%s: %d question id(s) not in %s left out (e.g. %s)", file_info.get("path"), file_info["unknown"],
+                       dataset_path, file_info["unknown_examples"][:3])
+    excluded = selection.describe()["held_out"]["excluded_probed"]
+    if excluded:
+        logger.warning("%d question(s) left out: a pipeline's head artifact was probed on them (report run.selection)",
+                       excluded)
+    pool = answer_pool(dataset_path)
+    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
+                for q in questions}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
+    cache = AnswerCache(out / CACHE_FILE)
+    # stale_context: cached answers given other passages than this run's (re-answered, or left out by
+    # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, STALE_CONTEXT: 0,
+                CONTEXT_UNCHECKED: 0}
+    missing_contexts: dict[str, dict[str, int]] = {}
+    for context_set in contexts.values():
+        for context_type, reason in (context_set.reasons or {}).items():
+            if context_type in types:
+                bucket = missing_contexts.setdefault(context_type, {})
+                bucket[reason] = bucket.get(reason, 0) + 1
+    total = len(questions) * len(specs) * len(types)
+    with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
+        for question in questions:
+            for spec in specs:
+                first_key = None
+                for context_type in types:
+                    bar.update(1)
+                    sha = expected_context_sha(spec, question, contexts[question.id], context_type)
+                    record = _base_record(spec, question, context_type, contexts[question.id], sha)
+                    if cache.done(record["key"]):
+                        decision = reuse_decision(cache.records[record["key"]], sha)
+                        if decision != STALE_CONTEXT:
+                            counters["cached"] += 1
+                            counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
+                            first_key = first_key or record["key"]
+                            continue
+                        counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
+                    if report_only:
+                        continue
+                    documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
+                    if missing:  # counted once per question below, for every pipeline alike
+                        continue
+                    if spec.context_input is None and first_key is not None and cache.done(first_key):
+                        source = cache.records[first_key]
+                        record.update({k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s",
+                                                                 "gold_position")})
+                        record["reused_from"] = source["context_type"]
+                        counters["reused_no_context"] += 1
+                        cache.add(record)
+                        continue
+                    try:
+                        record.update(spec.run(question.query, documents, controlled, max_new_tokens=max_new_tokens))
+                        record["gold_position"] = gold_position(record)
+                        counters["model_runs"] += 1
+                    except Exception as error:
+                        # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
+                        # prompt longer than the reader's context) is this question's problem, anything else a bug.
+                        down = find_in_causes(error, ServedModelError)
+                        if down is not None:
+                            raise down  # the LLM server is down or broken: every further question would fail too
+                        cause = find_in_causes(error, ValueError)
+                        if cause is None:
+                            raise
+                        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None,
+                                      gold_position=None, error=str(cause))
+                        counters["errors"] += 1
+                    cache.add(record)
+                    first_key = first_key or record["key"]
+    by_hash = {s.hash: s for s in specs}
+    by_id = {q.id: q for q in questions}
+    records = [r for r in cache if r["pipeline_hash"] in by_hash and r["question_id"] in contexts
+               and r["context_type"] in types
+               # a stale record not redone (report_only, or its context no longer built) stays out of the report
+               and reuse_decision(r, expected_context_sha(by_hash[r["pipeline_hash"]], by_id[r["question_id"]],
+                                                          contexts[r["question_id"]], r["context_type"])) != STALE_CONTEXT]
+    partial = None
+    if report_only:
+        # keep only questions answered by every pipeline under every context type built for them, so each paired
+        # comparison stands on the same questions
+        answered: dict[str, set] = {}
+        for r in records:
+            if not r.get("error"):
+                answered.setdefault(r["question_id"], set()).add((r["pipeline_hash"], r["context_type"]))
+        complete = {q.id for q in questions
+                    if {(s.hash, t) for s in specs for t in types if t == "open"
+                        or contexts[q.id].documents(t) is not None} <= answered.get(q.id, set())}
+        records = [r for r in records if r["question_id"] in complete]
+        partial = {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}
+    report = build_report(records, specs, types, baseline=baseline, seed=seed)
+    report["run"] = {
+        "dataset": dataset_path,
+        "dataset_sha256": selection.dataset_sha256,
+        "questions": len(questions),
+        "question_ids": selection.ids,
+        "question_ids_sha256": ids_hash(selection.ids),
+        "question_ids_file": str(ids_file),
+        "selection": selection.describe(),
+        "seeds": {"split_seed": split_seed if split is not None else None, "stats_seed": seed, **(seeds or {}),
+                  "pipelines": {s.name: pipeline_seeds(s.data) for s in specs}},
+        "context_types": types,
+        "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
+        "max_new_tokens": max_new_tokens,
+        "backend": backend.describe() if backend is not None else "pipelines' own (local)",
+        "counters": counters,
+        "dataset_skips": skips.as_dict(),
+        "missing_contexts": missing_contexts,
+        "unreadable_cache_lines": cache.unreadable_lines,
+        "cache": str(out / CACHE_FILE),
+        # the summed generation time of the answers reported (their latency_s), whatever session produced them
+        "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
+        "report_only": partial,
+    }
+    write_report(report, out)
+    return report
