@@ -195,12 +195,48 @@ def artifact_fingerprint(paths: list[str]) -> dict[str, Any]:
     return fingerprints
 
 
+def string_parameters(value: Any, where: str = ""):
+    """``(dotted parameter, string)`` of every string init-parameter value at any depth of ``value``."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from string_parameters(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            yield from string_parameters(item, f"{where}[{position}]")
+
+
+def trained_fingerprint(data: dict) -> dict[str, Any]:
+    """``{path: training_ids.json sha256}`` for every init parameter naming a folder made by ``icr2 train``
+    (``artifacts.training_ids``; its ``run_id`` is new with every run), so a reader or head retrained at the same
+    path changes the hash. A trained folder without the file contributes its path (compare refuses it later)."""
+    from icr2_components.artifacts.training_ids import TrainingIdsError, find_trained_artifact
+
+    found: dict[str, Any] = {}
+    for component in (data.get("components") or {}).values():
+        if not isinstance(component, dict):
+            continue
+        for _, value in string_parameters(component.get("init_parameters") or {}):
+            if not value.strip() or "\n" in value:
+                continue
+            try:
+                artifact = find_trained_artifact(value)
+            except TrainingIdsError:
+                found[value] = {"unrecorded": value}
+                continue
+            if artifact is not None:
+                found[value] = artifact.file_sha256
+    return found
+
+
 def behaviour_hash(data: dict) -> str:
     """Hash of the parts of a parsed pipeline YAML that change its answers (``BEHAVIOUR_KEYS`` and
     ``metadata.context_input``, which decides what a controlled context type replaces); for a pipeline whose
     components read an index, the index fingerprint (``index_fingerprint``: each config's contents and
     ``RETRIEVAL_BEHAVIOUR_VERSION``); and for one whose components read artifacts, their contents
-    (``artifact_fingerprint``). So a changed config, store, retrained gate or re-probed heads change the hash. A
+    (``artifact_fingerprint``); for one reading a fine-tuned folder, its training record (``trained_fingerprint``).
+    So a changed config, store, retrained gate or reader, or re-probed heads change the hash. A
     pipeline that reads neither hashes exactly as before the fingerprints existed."""
     import json
 
@@ -212,6 +248,9 @@ def behaviour_hash(data: dict) -> str:
     artifacts = artifact_paths(data)
     if artifacts:
         material["artifacts"] = artifact_fingerprint(artifacts)
+    trained = trained_fingerprint(data)
+    if trained:  # only then: pipelines reading no fine-tuned folder keep their hash
+        material["trained"] = trained
     return file_hash(json.dumps(material, sort_keys=True, default=str))
 
 

@@ -16,7 +16,8 @@ head learns (the reader stays frozen, gradients still flow through it to the mas
 fine-tuned too and saved next to the head.
 
 accelerate gives mixed precision (bf16), gradient accumulation, multi-GPU (``accelerate launch``) and
-``save_state``/``load_state`` checkpoints (``output_dir/checkpoint-<step>``) for resuming.
+``save_state``/``load_state`` checkpoints (``output_dir/checkpoint-<step>``) for resuming. The head folder and
+``output_dir`` carry ``training_ids.json`` (``artifacts.training_ids``): ``icr2 compare`` keeps those questions out.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from icr2_components.rankers.retrieval_head import HEAD_FOLDER, HeadConfig, Retr
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
+from icr2_components.training.trained_ids import copy_training_ids, record_training_ids
 
 
 @dataclass
@@ -156,6 +158,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     loaded, validation, skips = load_split(recipe, tokenizer, max_length, "da")
     train = joint_examples(loaded.examples, tokenizer)
     held = joint_examples(validation, tokenizer)
+    ids_file = record_training_ids(recipe, train, held)  # before training: checkpoints are covered
     config = HeadConfig(hidden_size=int(model.config.hidden_size), proj_dim=options.proj_dim, top_k=options.top_k)
     torch.manual_seed(t.seed)
     head = RetrievalHead(config.hidden_size, config.proj_dim, config)
@@ -208,8 +211,9 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     if best_state is not None:
         head.load_state_dict(best_state)
     saved = save_head(head, model, tokenizer, recipe)
+    copy_training_ids(recipe, saved)
     summary = {
-        "method": "retrieval_head", "model": recipe.model, "head": str(saved), "steps": step,
+        "method": "retrieval_head", "model": recipe.model, "head": str(saved), "steps": step, "training_ids": str(ids_file),
         "train_examples": len(train), "validation_examples": len(held), "skips": skips,
         "dropped_distractor_passages": loaded.dropped_passages, "history": history,
         "validation": head_recall(model, head, held, options.top_k) if held else None,

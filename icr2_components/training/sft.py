@@ -7,7 +7,8 @@ multi-GPU through ``accelerate launch --config_file training/accelerate_*.yaml``
 The result is a plain model folder at ``output_dir`` (LoRA adapters are merged unless ``lora.merge: false``)
 with the tokenizer that knows the retrieval markers, so ``LocalChatReader(model=output_dir)`` and the RAP
 filter load it by path. ``output_dir/training_summary.json`` records the losses, the skipped records and the
-recipe.
+recipe; ``training_ids.json`` (in ``output_dir`` and in a LoRA adapter folder) the ids trained and validated on,
+which ``icr2 compare`` keeps out of its evaluation.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from icr2_components.training.examples import EncodedExample, pad_batch
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
 from icr2_components.training.special_tokens import add_retrieval_tokens
+from icr2_components.training.trained_ids import copy_training_ids, record_training_ids
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +249,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     new_ids = add_retrieval_tokens(tokenizer, model) if recipe.method != "da" else []
     max_length = effective_max_length(model.config, recipe.max_seq_length)
     loaded, validation, skips = load_split(recipe, tokenizer, max_length, recipe.method)
+    ids_file = record_training_ids(recipe, loaded.examples, validation)  # before training: checkpoints are covered
     if recipe.finetuning == "lora":
         model = wrap_lora(model, recipe, new_ids)
     if t.device:
@@ -263,6 +266,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
     saved = save_result(trainer.model, tokenizer, recipe)
+    copy_training_ids(recipe, saved)
     summary = {
         "method": recipe.method, "model": recipe.model, "finetuning": recipe.finetuning, "saved": saved,
         "train_examples": len(loaded.examples), "validation_examples": len(validation),
@@ -271,7 +275,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         "first_examples_loss_before": initial, "first_examples_loss_after": final,
         "best_checkpoint": trainer.state.best_model_checkpoint, "log_history": trainer.state.log_history,
         "resumed_from": str(checkpoint) if checkpoint else None,
-        "resumed_at_step": checkpoint_step(checkpoint) if checkpoint else 0,
+        "resumed_at_step": checkpoint_step(checkpoint) if checkpoint else 0, "training_ids": str(ids_file),
         "seconds": time.perf_counter() - start, "recipe": recipe.as_dict(),
     }
     Path(recipe.output_dir).mkdir(parents=True, exist_ok=True)

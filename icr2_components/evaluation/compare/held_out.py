@@ -13,6 +13,10 @@ A pipeline can carry what it learned from questions:
   to run exactly those questions, so one that lists probed questions is refused instead. An artifact that
   records no probed ids (made before they were kept) is refused: its held-out status cannot be known; re-probe it
   (``icr2 probe-heads`` records them) or add the ids.
+- a **fine-tuned** component reads a folder made by ``icr2 train`` (a reader's ``model``, a ranker's ``head``, in
+  any init parameter) that records the questions it trained and validated on (``training_ids.json``,
+  ``artifacts.training_ids``). Those questions are treated exactly like probed ones: left out of a chosen run, a
+  question-id file listing one is refused; a trained folder without the file is refused.
 
 Seeds are gathered here too: every ``seed`` / ``*_seed`` init parameter of each pipeline's components.
 
@@ -87,20 +91,45 @@ def pipeline_seeds(data: dict) -> dict[str, Any]:
 
 @dataclass
 class ProbedArtifact:
+    """An artifact a pipeline reads and the questions it learned from: ``kind`` "probed" (head and gate
+    artifacts' ``probed_ids``) or "trained" (a fine-tuned folder's ``training_ids.json``)."""
+
     path: str
     ids: list[str]
     note: str
     pipelines: list[str] = field(default_factory=list)
     excluded: list[str] = field(default_factory=list)
+    kind: str = "probed"
 
     def describe(self) -> dict:
-        return {"pipelines": self.pipelines, "probed_ids": len(self.ids), "probed_ids_sha256": ids_hash(self.ids),
-                "excluded": len(self.excluded), "excluded_ids": self.excluded,
-                **({"probed_ids_note": self.note} if self.note else {})}
+        return {"pipelines": self.pipelines, "kind": self.kind, f"{self.kind}_ids": len(self.ids),
+                f"{self.kind}_ids_sha256": ids_hash(self.ids), "excluded": len(self.excluded),
+                "excluded_ids": self.excluded, **({f"{self.kind}_ids_note": self.note} if self.note else {})}
+
+
+def trained_artifacts(data: dict) -> list[tuple[str, Any]]:
+    """``(component.parameter, TrainedArtifact)`` for every init parameter naming a folder made by ``icr2 train``;
+    raises :class:`HeldOutError` for one that records no training ids."""
+    from icr2_components.artifacts.training_ids import TrainingIdsError, find_trained_artifact
+    from icr2_components.pipeline_spec import string_parameters
+
+    found = []
+    for name, component in (data.get("components") or {}).items():
+        for parameter, value in string_parameters((component or {}).get("init_parameters") or {}):
+            if not value.strip() or "\n" in value:
+                continue
+            try:
+                artifact = find_trained_artifact(value)
+            except TrainingIdsError as error:
+                raise HeldOutError(f"component {name!r} ({parameter}): {error}") from error
+            if artifact is not None:
+                found.append((f"{name}.{parameter}", artifact))
+    return found
 
 
 def probed_artifacts(specs: Sequence[Any]) -> dict[str, ProbedArtifact]:
-    """Every head artifact the pipelines read, with its probed ids and the pipelines that read it."""
+    """Every head or gate artifact the pipelines read, with its probed ids, and every fine-tuned folder they read,
+    with its training ids; each with the pipelines that read it."""
     from icr2_components.artifacts.base import read_probed_ids
 
     found: dict[str, ProbedArtifact] = {}
@@ -118,6 +147,17 @@ def probed_artifacts(specs: Sequence[Any]) -> dict[str, ProbedArtifact]:
                         "probed on, so compare cannot keep them out of the evaluation; probe again (icr2 probe-heads "
                         "records probed_ids) or add `probed_ids` to the artifact.")
                 found[key] = ProbedArtifact(path, ids, note)
+            if spec.name not in found[key].pipelines:
+                found[key].pipelines.append(spec.name)
+        try:
+            trained = trained_artifacts(spec.data)
+        except HeldOutError as error:
+            raise HeldOutError(f"{spec.path}: {error}") from error
+        for where, artifact in trained:
+            key = os.path.normpath(artifact.folder)
+            if key not in found:
+                found[key] = ProbedArtifact(artifact.folder, artifact.ids, f"training_ids.json, run {artifact.run_id}",
+                                            kind="trained")
             if spec.name not in found[key].pipelines:
                 found[key].pipelines.append(spec.name)
     return found
@@ -205,9 +245,12 @@ def select_questions(
         if leaked:
             owners = "; ".join(f"{a.path} ({', '.join(a.pipelines)}): {len(set(a.ids) & set(leaked))}"
                                for a in artifacts.values() if set(a.ids) & set(leaked))
-            raise HeldOutError(f"The question-id file lists {len(leaked)} question(s) a pipeline's head artifact was "
-                               f"probed on ({_examples(leaked)}; {owners}); remove them from the file, or choose "
-                               "questions with --split/--limit, which leaves probed questions out.")
+            found_kinds = {a.kind for a in artifacts.values() if set(a.ids) & set(leaked)}
+            kinds = " or ".join(sorted(found_kinds))
+            noun = {"probed": "head artifact", "trained": "fine-tuned artifact"}.get(kinds, "artifact")
+            raise HeldOutError(f"The question-id file lists {len(leaked)} question(s) a pipeline's {noun} was "
+                               f"{kinds} on ({_examples(leaked)}; {owners}); remove them from the file, or choose "
+                               f"questions with --split/--limit, which leaves {kinds} questions out.")
         ids = resolved.found
     else:
         pool = available
@@ -234,7 +277,7 @@ def select_questions(
                                  "dev_selection": tuned_selection.get(name)}
     if not ids:
         raise ValueError(f"No question of {path} is left to run ({skips.summary()}; "
-                         f"{len(probed)} probed ids excluded; mode {selection.mode}).")
+                         f"{len(probed)} probed or trained ids excluded; mode {selection.mode}).")
     selection.ids = ids
     return selection
 
@@ -252,7 +295,7 @@ def question_file_comments(selection: QuestionSelection) -> list[str]:
         lines.append(f"from file: {selection.file.get('path')} ({selection.file.get('unknown', 0)} unknown ids left out)")
     excluded = {i for a in selection.artifacts.values() for i in a.excluded}
     if excluded:
-        lines.append(f"left out: {len(excluded)} question(s) probed by "
+        lines.append(f"left out: {len(excluded)} question(s) probed or trained on by "
                      + ", ".join(Path(a.path).name for a in selection.artifacts.values() if a.excluded))
     lines.append("run them again with: icr2 compare --question-ids THIS_FILE ...")
     return lines

@@ -183,7 +183,7 @@ def run_compare(
                        dataset_path, file_info["unknown_examples"][:3])
     excluded = selection.describe()["held_out"]["excluded_probed"]
     if excluded:
-        logger.warning("%d question(s) left out: a pipeline's head artifact was probed on them (report run.selection)",
+        logger.warning("%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
                        excluded)
     pool = answer_pool(dataset_path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
