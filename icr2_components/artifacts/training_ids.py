@@ -3,7 +3,7 @@
 Every training run writes one into each folder it produces (the SFT model folder, a LoRA adapter folder, the
 retrieval head folder and, for joint training, its output folder): the ids of the examples it trained on and of
 the validation examples that chose its checkpoint (early stopping, best model), the data files and a ``run_id``
-unique to the run. ``icr2 compare`` (``evaluation.held_out``) finds these files through the paths a pipeline's
+unique to the run. ``icr2 compare`` (``evaluation.compare.held_out``) finds these files through the paths a pipeline's
 components read (a reader's ``model``, a ranker's ``head``) and keeps those questions out of the evaluation
 exactly as it does for probed heads; the ``run_id`` puts the run in the pipeline's hash, so a reader retrained
 at the same path is answered again instead of read from the cache.
