@@ -35,6 +35,11 @@ class MissingContextError(UserInputError):
     pipeline, usually a retrieval that found nothing for the question."""
 
 
+class ComponentLoadError(Icr2Error):
+    """A pipeline's component cannot load (its model, index or artifact is missing or broken): no question can be
+    answered, so a run stops at once instead of recording every question as failed."""
+
+
 def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseException | None:
     """The first exception of ``kind`` in ``error``'s ``__cause__``/``__context__`` chain (itself first), else None."""
     seen: set[int] = set()
@@ -47,4 +52,4 @@ def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseExcep
     return None
 
 
-__all__ = ["ContextTooLongError", "Icr2Error", "MissingContextError", "UserInputError", "find_in_causes"]
+__all__ = ["ComponentLoadError", "ContextTooLongError", "Icr2Error", "MissingContextError", "UserInputError", "find_in_causes"]

@@ -20,6 +20,7 @@ import yaml
 from haystack import Document, Pipeline
 
 from icr2_components.backends import Backend, apply_backend
+from icr2_components.errors import ComponentLoadError
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 from icr2_components.stores import retrieval_version
@@ -317,6 +318,17 @@ class PipelineSpec:
                                                   source=f"{self.path} (controlled context)")
         return self._pipelines[key]
 
+    def warm_up(self, pipeline: Pipeline) -> None:
+        """Load every component (models, indexes, artifacts; a no-op once loaded). A component that cannot load
+        is a :class:`~icr2_components.errors.ComponentLoadError` naming the pipeline, not one question's failure: every question would fail."""
+        try:
+            pipeline.warm_up()
+        except Exception as error:  # noqa: BLE001 - whatever the component raised, the pipeline cannot answer
+            message = " ".join(str(error).split()) or type(error).__name__
+            raise ComponentLoadError(f"pipeline {self.name} ({self.path}) cannot load: {type(error).__name__}: "
+                                    f"{message}. Fix the component's settings in {self.path}; nothing was answered "
+                                    "with it.") from error
+
     def run(self, query: str, documents: list[Document] | None, controlled: bool,
             max_new_tokens: int | None = None) -> dict[str, Any]:
         """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
@@ -337,6 +349,7 @@ class PipelineSpec:
                 if "max_new_tokens" in sockets:
                     data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
         outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
+        self.warm_up(pipeline)
         start = time.perf_counter()
         result = pipeline.run(data, include_outputs_from=outputs_from)
         latency = time.perf_counter() - start

@@ -50,7 +50,7 @@ def _handle(store: str, analyzer: str, elasticsearch_url: str, tmp_path, index: 
     return IndexHandle(index_config_from_dict({
         "name": f"bm25-parity-{analyzer}",
         "store": {"type": store, "analyzer": analyzer, **sections[store]},
-        "corpus": {},
+        "corpus": {"path": "sample"},
         "embedding": {"enabled": False},
         "writer": {"checkpoint_path": str(tmp_path / f"{analyzer}-checkpoint.json")},
     }))

@@ -103,7 +103,7 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
             {
                 "name": f"cluster-{part}",
                 "store": {"type": "elasticsearch", "hosts": cluster, "index": index, "request_timeout": 30, "max_retries": 8},
-                "corpus": {},
+                "corpus": {"path": "sample"},
                 "embedding": {"enabled": False},
                 "writer": {"batch_size": 100, "thread_count": 2, "checkpoint_path": str(tmp_path / f"{part}.json")},
             },

@@ -21,7 +21,7 @@ from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWr
 
 def write_config(tmp_path: Path, **store) -> Path:
     path = tmp_path / "cluster.yaml"
-    data = {"store": {"type": "elasticsearch", "index": "icr2-es-cluster-connection", **store}, "corpus": {}, "embedding": {"enabled": False}}
+    data = {"store": {"type": "elasticsearch", "index": "icr2-es-cluster-connection", **store}, "corpus": {"path": "sample"}, "embedding": {"enabled": False}}
     path.write_text(yaml.safe_dump(data))
     return path
 

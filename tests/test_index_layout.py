@@ -22,7 +22,7 @@ def es_config(store: dict | None = None, embedding: dict | None = None, url: str
     return index_config_from_dict({
         "name": "layout-test",
         "store": {"type": "elasticsearch", "hosts": url, "index": index, **(store or {})},
-        "corpus": {},
+        "corpus": {"path": "sample"},
         "embedding": {"enabled": True, **(embedding or {})},
         "writer": {"batch_size": 50, "checkpoint_path": checkpoint},
     }, source="test config")
@@ -60,9 +60,9 @@ def test_writer_load_replicas_is_validated_and_reaches_the_writer():
     assert es_config().writer.load_replicas == 0
     for value, expected in ((-1, "writer.load_replicas must be >= 0, or null"), ("x", "key 'load_replicas' is 'x'")):
         with pytest.raises(ConfigError, match=expected):
-            index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {},
+            index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                     "writer": {"load_replicas": value}}, source="test config")
-    config = index_config_from_dict({"name": "x", "store": {"type": "elasticsearch", "replicas": 1}, "corpus": {},
+    config = index_config_from_dict({"name": "x", "store": {"type": "elasticsearch", "replicas": 1}, "corpus": {"path": "sample"},
                                      "writer": {"load_replicas": None}}, source="test config")
     assert ElasticsearchStreamingWriter.from_config(config, progress=False).load_replicas is None
 
@@ -186,11 +186,11 @@ def test_vectors_left_out_of_source_still_answer_knn_and_come_back_without_embed
 def test_writer_force_merges_after_a_counted_load_when_the_config_asks(elasticsearch_url, es_client, layout_index,
                                                                          sample_files, tmp_path):
     with pytest.raises(ConfigError, match="writer.force_merge_segments must be >= 1"):
-        index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {},
+        index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                 "writer": {"force_merge_segments": 0}}, source="test config")
     config = index_config_from_dict({
         "name": "merge", "store": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": layout_index},
-        "corpus": {}, "embedding": {"enabled": False},
+        "corpus": {"path": "sample"}, "embedding": {"enabled": False},
         "writer": {"batch_size": 10, "checkpoint_path": str(tmp_path / "c.json"), "force_merge_segments": 1},
     }, source="test config")
     documents = [replace(d, embedding=None) for d in islice(KiltKnowledgeSource(sample_files.corpus).documents(), 60)]

@@ -275,10 +275,11 @@ def test_dense_and_bm25_search_on_an_empty_index_say_so(tmp_path, minilm):
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
     persist = tmp_path / "index.json"
-    InMemoryDocumentStore().save_to_disk(str(persist))  # an index file left by some other tool, holding nothing
     config = index_config_from_dict({"name": "empty", "store": {"type": "in_memory", "persist_path": str(persist)},
                                      "corpus": {"path": "sample"}})
     handle = IndexHandle(config)
+    # an index file of this config holding nothing (emptied by some other tool)
+    InMemoryDocumentStore(index=handle.backend.index_name).save_to_disk(str(persist))
     for method in ("dense", "bm25", "hybrid"):
         with pytest.raises(EmptyIndexError, match="holds no passages"):
             handle.retrieve("who won the nobel prize", method=method)

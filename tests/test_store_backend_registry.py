@@ -93,21 +93,21 @@ def write_config(tmp_path, name: str, **sections) -> str:
 def test_the_registry_lists_the_new_backend_beside_the_built_in_ones():
     assert {"in_memory", "elasticsearch", "scratch"} <= set(store_backend_names())
     assert store_backend("scratch") is ScratchStoreBackend
-    config = index_config_from_dict({"store": {"type": "scratch", "bm25_algorithm": "BM25L"}, "corpus": {}})
+    config = index_config_from_dict({"store": {"type": "scratch", "bm25_algorithm": "BM25L"}, "corpus": {"path": "sample"}})
     assert isinstance(config.store, ScratchStoreSettings) and config.store.bm25_algorithm == "BM25L"
 
 
 def test_an_unknown_store_type_is_refused_listing_the_registered_ones():
     names = ", ".join(store_backend_names())
     with pytest.raises(ConfigError, match=rf"store.type must be one of the registered store types \({names}\), got 'faiss'"):
-        index_config_from_dict({"store": {"type": "faiss"}, "corpus": {}})
+        index_config_from_dict({"store": {"type": "faiss"}, "corpus": {"path": "sample"}})
     with pytest.raises(UnknownStoreBackendError, match=rf"Unknown store type 'faiss'; registered store types: {names}\."):
         store_backend("faiss")
 
 
 def test_the_new_backend_reads_only_its_own_keys():
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type scratch\).*allowed keys: \['bm25_algorithm', 'type'\]"):
-        index_config_from_dict({"store": {"type": "scratch", "hosts": "http://127.0.0.1:9200"}, "corpus": {}})
+        index_config_from_dict({"store": {"type": "scratch", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}})
 
 
 def test_a_name_is_served_by_one_backend_and_settings_name_their_type():

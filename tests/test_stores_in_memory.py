@@ -32,7 +32,7 @@ def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
         index_config_from_dict({"store": {"type": "faiss"}})
     # each store type reads its own keys: an Elasticsearch key on an in-memory store is not silently ignored
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type in_memory\)"):
-        index_config_from_dict({"store": {"type": "in_memory", "hosts": "http://127.0.0.1:9200"}, "corpus": {}})
+        index_config_from_dict({"store": {"type": "in_memory", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}})
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"corpus": {"passage_words": 0}}))
     with pytest.raises(ConfigError, match="passage_words"):

@@ -84,7 +84,7 @@ def test_filters_keep_only_matching_passages(sample_documents, english):
 @pytest.mark.parametrize("store", ["in_memory", "elasticsearch"])
 def test_an_unknown_analyzer_is_a_config_error_naming_the_choices(store):
     with pytest.raises(ConfigError, match=r"store\.analyzer must be one of english, standard, got 'french'"):
-        index_config_from_dict({"store": {"type": store, "analyzer": "french"}, "corpus": {}})
+        index_config_from_dict({"store": {"type": store, "analyzer": "french"}, "corpus": {"path": "sample"}})
 
 
 def test_a_saved_in_memory_store_is_searched_with_the_analyzer_of_the_config_that_opens_it(sample_documents, tmp_path):
@@ -92,7 +92,7 @@ def test_a_saved_in_memory_store_is_searched_with_the_analyzer_of_the_config_tha
         return IndexHandle(index_config_from_dict({
             "name": "bm25-analyzer-switch",
             "store": {"type": "in_memory", "analyzer": analyzer, "persist_path": str(tmp_path / "index.json")},
-            "corpus": {}, "embedding": {"enabled": False},
+            "corpus": {"path": "sample"}, "embedding": {"enabled": False},
         }))
 
     built = handle("english")

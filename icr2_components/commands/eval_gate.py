@@ -145,6 +145,8 @@ def run_on_labels(args: argparse.Namespace) -> int:
     if not labelled:
         raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
     console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
+    if described["unreadable_lines"]:
+        console.print(f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)")
     model, gate_options = gate_model_settings(args.model, args.backend)
     runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options)
     for name, run in runs.items():

@@ -71,6 +71,10 @@ class WriterConfig:
     batch_size: int = 500
     # Elasticsearch: a JSON file recording how far a load got, so an interrupted run resumes
     checkpoint_path: str | None = None
+    # Elasticsearch: write the checkpoint every this many confirmed bulks, and at least every checkpoint_seconds,
+    # so that a load killed at any moment redoes (re-embeds) only about that many seconds of work
+    checkpoint_every: int = 10
+    checkpoint_seconds: float = 5.0
     # bulk requests in flight at once (Elasticsearch)
     thread_count: int = 2
     max_chunk_bytes: int = 50 * 1024 * 1024
@@ -86,6 +90,10 @@ class WriterConfig:
             raise ConfigError("writer.batch_size must be >= 1.")
         if self.thread_count < 1:
             raise ConfigError("writer.thread_count must be >= 1.")
+        if self.checkpoint_every < 1:
+            raise ConfigError(f"writer.checkpoint_every must be >= 1 (bulk requests), got {self.checkpoint_every}.")
+        if not self.checkpoint_seconds > 0:
+            raise ConfigError(f"writer.checkpoint_seconds must be > 0, got {self.checkpoint_seconds}.")
         if self.load_replicas is not None and self.load_replicas < 0:
             raise ConfigError(f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}.")
         if self.force_merge_segments is not None and self.force_merge_segments < 1:
@@ -146,7 +154,7 @@ REQUIRED_SECTIONS = ("store", "corpus")
 
 def index_config_from_dict(data: dict[str, Any], source: str = "config") -> IndexConfig:
     """Validate a config mapping: known keys only, each value of its declared type, ``store`` and ``corpus``
-    present (an empty ``corpus: {}`` is how to ask for the defaults, i.e. the bundled sample)."""
+    present, and ``corpus.path`` spelled out (``path: sample`` is how to ask for the bundled sample)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTION_NAMES)}.")
     allowed = set(_SECTION_NAMES) | {"name"}
@@ -165,6 +173,12 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
             f"{source}: no {' or '.join(repr(m) for m in missing)} section. Say where the index lives "
             "(store: {type: in_memory} or {type: elasticsearch, hosts: ..., index: ...}) and what to index "
             "(corpus: {path: <kilt_knowledgesource.json>} or {path: sample} for the bundled sample); see indexing/kilt-sample.yaml."
+        )
+    # a corpus section without its path would index the bundled sample and exit 0: what was meant is unknown
+    if not isinstance(data["corpus"], dict) or "path" not in data["corpus"]:
+        raise ConfigError(
+            f"{source}: section 'corpus' has no 'path'. Say what to index: corpus: {{path: <kilt_knowledgesource.json>}}, "
+            "or {path: sample} for the bundled sample (see indexing/kilt-sample.yaml)."
         )
     return config
 

@@ -26,3 +26,8 @@ class DocumentCountMismatchError(RuntimeError):
     def __init__(self, message: str, report: Any) -> None:
         super().__init__(message)
         self.report = report
+
+
+class IndexConfigMismatchError(ValueError):
+    """The index was built from another corpus or config than the one given (their fingerprints differ): reading
+    it would answer from other passages, writing into it would mix two corpora. The message names both."""

@@ -34,7 +34,7 @@ from haystack.document_stores.types import DuplicatePolicy
 from icr2_components.paths import cache_dir
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
-from icr2_components.stores.errors import DocumentCountMismatchError, EmptyIndexError, IndexNotBuiltError
+from icr2_components.stores.errors import DocumentCountMismatchError, EmptyIndexError, IndexConfigMismatchError, IndexNotBuiltError
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
 
 
@@ -101,7 +101,27 @@ class InMemoryStoreBackend(StoreBackend):
         if not path.exists():
             raise IndexNotBuiltError(f"No in-memory index of '{self.config.name}' is saved at {path}: build it with `icr2 index --config <this config>`.")
         # the saved file carries the store's own settings (BM25 parameters, similarity, index name)
-        return InMemoryDocumentStore.load_from_disk(str(path))
+        store = InMemoryDocumentStore.load_from_disk(str(path))
+        self._refuse_another_config(store, path)
+        return store
+
+    def _refuse_another_config(self, store, path: Path) -> None:
+        """The saved store's index name is ``<name>-<fingerprint>`` of the config that built it (:meth:`_new_store`):
+        a store at an explicit ``persist_path`` built from another corpus, passage length or embedding would
+        otherwise answer from the old passages."""
+        saved = str(getattr(store, "index", "") or "")
+        built_with = saved.rpartition("-")[2]
+        expected = self.fingerprint()
+        if built_with == expected:
+            return
+        known = len(built_with) == len(expected) and all(c in "0123456789abcdef" for c in built_with)
+        was = f"config fingerprint {built_with}" if known else "no config fingerprint (it was not written by `icr2 index`)"
+        raise IndexConfigMismatchError(
+            f"The in-memory index at {path} was built with {was}, but '{self.config.name}' now gives fingerprint "
+            f"{expected} (its corpus, passage length or embedding changed): its passages are not this config's. "
+            "Rebuild it with `icr2 index --config <this config>` (the file is replaced), or set store.persist_path "
+            "to another file."
+        )
 
     def write(
         self,

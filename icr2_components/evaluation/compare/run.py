@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from icr2_components.backends import Backend
-from icr2_components.errors import find_in_causes
+from icr2_components.errors import ComponentLoadError, find_in_causes
 from icr2_components.models.served_model import ServedModelError
 from icr2_components.evaluation.metrics.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare.cache import (
@@ -169,6 +169,9 @@ def run_compare(
         raise ValueError("--max-new-tokens must be a positive integer.")
     specs = load_specs(pipelines, backend)
     baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
+    if not report_only:
+        for spec in specs:  # a component that cannot load fails the run now, not as n failed questions
+            spec.warm_up(spec.pipeline(controlled=False))
     selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
                                  split_seed=split_seed, dev_fraction=dev_fraction)
     skips = selection.skips
@@ -239,6 +242,8 @@ def run_compare(
                     except Exception as error:
                         # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
                         # prompt longer than the reader's context) is this question's problem, anything else a bug.
+                        if isinstance(error, ComponentLoadError):
+                            raise  # the pipeline cannot answer any question: no report of n = 0
                         down = find_in_causes(error, ServedModelError)
                         if down is not None:
                             raise down  # the LLM server is down or broken: every further question would fail too

@@ -90,7 +90,10 @@ def record_from_json(record: dict) -> GateEvalRecord:
     if label is None and answerable is not None:
         label = not bool(answerable)
     source = str(record.get("data_source") or record.get("source") or "unknown")
-    return GateEvalRecord(question.strip(), truths, tuple(passage_texts(record.get("context"))), label, source)
+    # a passage that is neither a string nor a {title, text} mapping (a number, a nested list) would vanish from the
+    # context in silence: the line is counted instead
+    context = check_type(record.get("context"), str | dict | list[str | dict] | None, "context")
+    return GateEvalRecord(question.strip(), truths, tuple(passage_texts(context)), label, source)
 
 
 def read_retrievalqa_jsonl(path: str | os.PathLike, limit: int | None = None) -> tuple[list[GateEvalRecord], SkipReport]:

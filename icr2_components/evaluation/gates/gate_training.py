@@ -128,7 +128,8 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
                   labels_sha256=", ".join(file_sha256(p) for p in labels_files))
     training: dict[str, Any] = {"questions": len(labelled), "fitted": len(fit), "needs_retrieval": int(labels.sum()),
                                 "both_wrong_policy": both_wrong, "held_out_checked": held_sizes, "seed": seed,
-                                "label_counts": described["counts"].get("all")}
+                                "label_counts": described["counts"].get("all"),
+                                "label_lines_not_read": described["skips"]}
     if kind == "threshold":
         from icr2_components.evaluation.gates.gate_methods import MethodSpec, gate_model_settings, run_methods
 

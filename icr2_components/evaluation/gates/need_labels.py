@@ -47,12 +47,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.compare.cache import AnswerCache
 from icr2_components.evaluation.gates.gate_eval import closed_book_messages, context_messages, read_retrievalqa_jsonl
-from icr2_components.records import SkipReport
+from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.strict_mapping import TypeCheckError, check_type
 
 OUTCOMES = ("context_only", "both_right", "closed_book_only", "both_wrong")
 BOTH_WRONG_POLICIES = ("no_need", "exclude")
@@ -300,20 +301,55 @@ class LabelledQuestion:
     reader: str
 
 
+#: the declared type of each field a label line must have (read through the same typed checker as every record)
+LABEL_TYPES: dict[str, Any] = {"key": str, "id": str, "question": str, "answers": list[str], "source": str,
+                               "closed_book_match": bool, "context_match": bool,
+                               "outcome": Literal["context_only", "both_right", "closed_book_only", "both_wrong"],
+                               "reader": str}
+
+
+def read_label_file(path: str | os.PathLike, skips: SkipReport) -> list[dict]:
+    """The typed label lines of one file, in order; a garbage line (bad JSON, a wrongly typed field such as
+    ``closed_book_match: "false"``, whose ``bool()`` is True; a line without the label fields) is counted in
+    ``skips`` with its line number, never read as a label. A file none of whose lines is a label is an error."""
+    records = []
+    before = skips.total
+    for line_number, raw in iter_jsonl(path, skips):
+        missing = [f for f in LABEL_TYPES if f not in raw]
+        if missing:
+            skips.skip("not a label line", line_number, f"lacks {missing}")
+            continue
+        try:
+            for name, expected in LABEL_TYPES.items():
+                check_type(raw[name], expected, name)
+        except TypeCheckError as error:
+            skips.skip("wrongly typed field", line_number, str(error))
+            continue
+        if raw["outcome"] != outcome_of(raw["closed_book_match"], raw["context_match"]):
+            skips.skip("outcome disagrees with the matches", line_number,
+                       f"outcome {raw['outcome']!r} but closed_book_match {raw['closed_book_match']} and "
+                       f"context_match {raw['context_match']}")
+            continue
+        records.append(raw)
+    if not records and skips.total > before:
+        raise ValueError(f"{path}: no line is a label of icr2 label-retrieval-need ({skips.summary()}); it is not a "
+                         "label file.")
+    return records
+
+
 def read_labels(paths: Sequence[str | os.PathLike], both_wrong: str = "no_need") -> tuple[list[LabelledQuestion], dict]:
     """Label lines of one or more files (the last line of a key wins), each question id once. Refuses files that
-    mix readers (labels of one reader say nothing of another's need) or a question labelled twice differently."""
+    mix readers (labels of one reader say nothing of another's need) or a question labelled twice differently.
+    Garbage lines are counted per reason in the description's ``skips`` (and ``unreadable_lines``), not read."""
     records: dict[str, dict] = {}
-    unreadable = 0
+    skips = SkipReport(source=", ".join(map(str, paths)))
     for path in paths:
         if not Path(path).is_file():
             raise FileNotFoundError(f"Labels file not found: {path}. Write it with icr2 label-retrieval-need.")
-        cache = AnswerCache(path)
-        unreadable += cache.unreadable_lines
-        for record in cache:
-            missing = [f for f in LABEL_FIELDS if f not in record]
-            if missing:
-                raise ValueError(f"{path}: a line lacks {missing}; it is not a label file of icr2 label-retrieval-need.")
+        by_key: dict[str, dict] = {}
+        for record in read_label_file(path, skips):
+            by_key[record["key"]] = record
+        for record in by_key.values():
             previous = records.get(record["id"])
             if previous is not None and previous["key"] != record["key"]:
                 raise ValueError(f"Question {record['id']} is labelled twice (with other passages or another reader) "
@@ -323,14 +359,15 @@ def read_labels(paths: Sequence[str | os.PathLike], both_wrong: str = "no_need")
     if len(readers) > 1:
         raise ValueError(f"The labels mix readers {readers}; need is per reader: train and evaluate on one reader's "
                          "labels.")
-    labelled = [LabelledQuestion(r["id"], r["question"], r["source"], bool(r["closed_book_match"]),
-                                 bool(r["context_match"]), r["outcome"], needs_retrieval(r["outcome"], both_wrong),
+    labelled = [LabelledQuestion(r["id"], r["question"], r["source"], r["closed_book_match"],
+                                 r["context_match"], r["outcome"], needs_retrieval(r["outcome"], both_wrong),
                                  r["reader"]) for r in records.values()]
     return labelled, {"files": [str(p) for p in paths], "questions": len(labelled), "reader": readers[0] if readers
-                      else None, "unreadable_lines": unreadable, "counts": outcome_counts(list(records.values()),
-                                                                                          both_wrong)}
+                      else None, "unreadable_lines": skips.total, "skips": skips.as_dict(),
+                      "skipped": skips.summary(),
+                      "counts": outcome_counts(list(records.values()), both_wrong)}
 
 
 __all__ = ["BOTH_WRONG_POLICIES", "CONTEXT_KINDS", "LabelledQuestion", "NeedQuestion", "OUTCOMES", "label_questions",
            "needs_retrieval", "nq_question_ids", "nq_questions", "outcome_counts", "outcome_of",
-           "parse_position_range", "read_labels", "reader_for", "retrievalqa_question_id", "retrievalqa_questions"]
+           "parse_position_range", "read_label_file", "read_labels", "reader_for", "retrievalqa_question_id", "retrievalqa_questions"]
