@@ -25,7 +25,7 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
     from icr2_components.text.templates import render_cic_prompt
     from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.readers import LocalChatReader
-    from icr2_components.training.targets import parse_generation
+    from icr2_components.text.retrieval_replies import parse_generation
 
     reader = LocalChatReader(model=model, max_new_tokens=max_new_tokens, dtype="float32", device="cpu")
     correct = parsed_ok = retrieved_gold = 0

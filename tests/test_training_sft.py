@@ -58,7 +58,7 @@ def test_rta_reader_loaded_by_path_retrieves_then_answers(rta_run, train_file):
     from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
     from icr2_components.text.templates import render_cic_prompt
     from icr2_components.readers import LocalChatReader
-    from icr2_components.training.targets import parse_generation
+    from icr2_components.text.retrieval_replies import parse_generation
 
     instance = next(read_icr2_benchmark(train_file))
     reader = LocalChatReader(model=rta_run.output_dir, max_new_tokens=220, dtype="float32", device="cpu")

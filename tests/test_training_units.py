@@ -9,7 +9,7 @@ import torch
 from icr2_components.training.examples import SequenceTooLongError, encode_example
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.recipe import RecipeError, load_recipe, recipe_from_dict
-from icr2_components.training.targets import RETRIEVAL_END, RETRIEVAL_START, format_target, parse_generation
+from icr2_components.text.retrieval_replies import RETRIEVAL_END, RETRIEVAL_START, format_target, parse_generation
 
 
 @pytest.fixture(scope="module")

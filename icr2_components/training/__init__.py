@@ -6,7 +6,7 @@ Heavy imports (Trainer, peft, accelerate) happen inside the functions that need 
 from icr2_components.training.examples import EncodedExample, SequenceTooLongError, encode_example
 from icr2_components.training.recipe import METHODS, RecipeError, TrainingRecipe, load_recipe, recipe_from_dict
 from icr2_components.training.special_tokens import add_retrieval_tokens
-from icr2_components.training.targets import (
+from icr2_components.text.retrieval_replies import (
     RETRIEVAL_END,
     RETRIEVAL_START,
     SFT_METHODS,

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from haystack import Document
 
 from icr2_components.text.templates import render_cic_prompt
-from icr2_components.training.targets import format_target
+from icr2_components.text.retrieval_replies import format_target
 
 TRUNCATION_POLICIES = ("drop_distractors", "skip", "error")
 IGNORE_INDEX = -100

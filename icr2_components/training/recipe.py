@@ -31,7 +31,7 @@ from typing import Any
 
 from icr2_components.strict_mapping import check_type, dataclass_from_mapping, field_types
 from icr2_components.training.examples import TRUNCATION_POLICIES
-from icr2_components.training.targets import SFT_METHODS
+from icr2_components.text.retrieval_replies import SFT_METHODS
 
 METHODS = SFT_METHODS + ("retrieval_head",)
 FINETUNING = ("full", "lora")
@@ -102,6 +102,15 @@ class TrainingOptions:
     seed: int = 0
     device: str | None = None
     report_to: str = "none"
+    # Throughput levers (bench/training_throughput.py measures each against plain transformers.Trainer):
+    # project only the positions that predict a target token onto the vocabulary (training/target_logits.py);
+    target_logits_only: bool = True
+    # batch examples of similar length together (less padding at per_device_train_batch_size > 1);
+    group_by_length: bool = False
+    # torch threads for the run (None: torch's default, one per core);
+    threads: int | None = None
+    # torch.compile the model (inductor; compile time is paid once per new sequence length bucket).
+    torch_compile: bool = False
 
 
 @dataclass
@@ -213,7 +222,8 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     for name in ("learning_rate", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
                  "num_train_epochs", "logging_steps"):
         _positive(getattr(t, name), f"{s}: training.{name}")
-    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta", "new_token_learning_rate"):
+    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta", "new_token_learning_rate",
+                 "threads"):
         _positive(getattr(t, name), f"{s}: training.{name}", allow_none=True)
     for name in ("top_k", "proj_dim", "tau_start", "tau_end", "head_learning_rate"):
         _positive(getattr(h, name), f"{s}: retrieval_head.{name}")

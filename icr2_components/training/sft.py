@@ -132,22 +132,29 @@ def new_token_parameter_groups(model, new_token_ids: Sequence[int], rate: float)
 
 
 def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs):
-    """transformers' Trainer; with ``training.new_token_learning_rate`` its optimizer gets our parameter groups."""
+    """transformers' Trainer, with the recipe's own optimizer groups (``training.new_token_learning_rate``) and
+    loss (``training.target_logits_only``: the vocabulary projection only where a target token is predicted)."""
     from transformers import Trainer
 
-    rate = recipe.training.new_token_learning_rate
-    if not rate or not new_token_ids:
-        return Trainer(**kwargs)
+    rate = recipe.training.new_token_learning_rate if new_token_ids else None
+    target_logits = recipe.training.target_logits_only
 
-    class NewTokenRateTrainer(Trainer):
+    class RecipeTrainer(Trainer):
         def create_optimizer(self, model=None):
-            if self.optimizer is None:
+            if self.optimizer is None and rate:
                 opt_model = self.model if model is None else model
                 optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
                 self.optimizer = optimizer_cls(new_token_parameter_groups(opt_model, new_token_ids, rate), **optimizer_kwargs)
-            return self.optimizer
+            return super().create_optimizer(model) if self.optimizer is None else self.optimizer
 
-    return NewTokenRateTrainer(**kwargs)
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if not target_logits:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            from icr2_components.training.target_logits import target_only_loss
+
+            return target_only_loss(model, inputs, num_items_in_batch, return_outputs)
+
+    return RecipeTrainer(**kwargs)
 
 
 def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
@@ -209,6 +216,8 @@ def training_arguments(recipe: TrainingRecipe, has_validation: bool):
         metric_for_best_model="eval_loss",
         greater_is_better=False,
         seed=t.seed,
+        group_by_length=t.group_by_length,
+        torch_compile=t.torch_compile,
         use_cpu=t.device == "cpu",
         report_to=t.report_to,
         dataloader_pin_memory=False,
@@ -244,6 +253,10 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     t = recipe.training
     start = time.perf_counter()
     checkpoint = resolve_checkpoint(recipe)  # before the model loads: a wrong resume setting fails at once
+    if t.threads:
+        import torch
+
+        torch.set_num_threads(t.threads)
     # Training needs its own trainable copy, not the shared inference one in MODEL_CACHE (model_loading.py).
     model, tokenizer = load_trainable(recipe.model, t.dtype, t.attn_implementation, t.rope_theta)
     new_ids = add_retrieval_tokens(tokenizer, model) if recipe.method != "da" else []

@@ -9,7 +9,7 @@ and the tied output layer follows.
 
 from __future__ import annotations
 
-from icr2_components.training.targets import RETRIEVAL_TOKENS
+from icr2_components.text.retrieval_replies import RETRIEVAL_TOKENS
 
 
 def add_retrieval_tokens(tokenizer, model=None) -> list[int]:

@@ -1,4 +1,5 @@
-"""Supervised fine-tuning targets (ICR2 section 4.1, figure 8) and the parser of what a trained reader writes.
+"""The retrieve-then-generate reply format (ICR2 section 4.1, figure 8): the targets a reader is fine-tuned on
+(``format_target``) and the parser of what a fine-tuned reader writes (``parse_generation``).
 
 Three methods, all answering the same CiC prompt (``render_cic_prompt``):
 

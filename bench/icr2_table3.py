@@ -1,0 +1,147 @@
+"""ICR2 Table 3 at SmolLM2-135M scale: the registered experiment of `bench/data/icr2_table3/preregistration.md`.
+
+    .venv/bin/python bench/icr2_table3.py ids          # write the id files (deterministic; committed)
+    .venv/bin/python bench/icr2_table3.py data         # build the CiC benchmark files into runs/icr2_table3/data
+    .venv/bin/python bench/icr2_table3.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml), resumable
+    .venv/bin/python bench/icr2_table3.py eval [ARM..] # answer the evaluation questions (icr2 compare, resumable)
+    .venv/bin/python bench/icr2_table3.py report       # the table (Markdown, JSON, PNG) from the answer cache
+
+Every step calls the package (`icr2 build-benchmark`, `icr2 train`, `icr2 compare`); this file only names the
+registered inputs. The benchmark files are derived from `../shared/data/` and are rebuilt, never committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IDS = ROOT / "bench" / "data" / "icr2_table3"
+WORK = ROOT / "runs" / "icr2_table3"
+DATA = WORK / "data"
+RESULTS = ROOT / "bench" / "results" / "icr2_table3"
+ICR2 = [str(ROOT / ".venv" / "bin" / "icr2")]
+
+SEED = 26
+TRAIN_COUNT, DEV_COUNT = 1000, 100
+TRAIN_LIMIT_POSITION = 2000      # positions 2000 and later never train (the project's rule)
+EVAL_FIRST_POSITION = 2024       # 2000-2023 were the evaluation questions of bench/finetune_heads.py
+BUDGET_PASSAGES = 6
+RETRIEVERS = "bm25,dense,hybrid"
+TOP_K = 50                       # candidates per retriever (ICR2: 200 over 36M passages; the sample has 3,717)
+
+
+def sample_ids() -> list[str]:
+    from icr2_components.kilt import build_sample
+
+    tasks = build_sample().tasks
+    return [json.loads(line)["id"] for line in Path(tasks).read_text().splitlines() if line.strip()]
+
+
+def held_out_ids() -> set[str]:
+    """Every id listed in a held-out file of bench/data (the A/B evaluations and the gates' confirmatory set)."""
+    held: set[str] = set()
+    for path in (ROOT / "bench" / "data").glob("heldout_nq_ids*.txt"):
+        held |= {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    return held
+
+
+def write_ids(name: str, ids: list[str], header: str) -> None:
+    IDS.mkdir(parents=True, exist_ok=True)
+    (IDS / name).write_text("\n".join([f"# {line}" for line in header.splitlines()] + ids) + "\n")
+    print(f"wrote {IDS / name} ({len(ids)} ids)")
+
+
+def read_ids(name: str) -> list[str]:
+    return [line.strip() for line in (IDS / name).read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def cmd_ids(_args) -> None:
+    ids = sample_ids()
+    held = held_out_ids()
+    train_pool = [i for i in ids[:TRAIN_LIMIT_POSITION] if i not in held]
+    eval_pool = [i for i in ids[EVAL_FIRST_POSITION:] if i not in held]
+    rng = random.Random(SEED)
+    rng.shuffle(train_pool)
+    rng.shuffle(eval_pool)
+    write_ids("train_ids.txt", train_pool[:TRAIN_COUNT],
+              f"{TRAIN_COUNT} training questions: a random.Random({SEED}) shuffle of the NQ-sample positions < "
+              f"{TRAIN_LIMIT_POSITION}\nin no bench/data/heldout_nq_ids*.txt file (bench/icr2_table3.py ids)")
+    write_ids("dev_ids.txt", train_pool[TRAIN_COUNT:TRAIN_COUNT + DEV_COUNT],
+              f"{DEV_COUNT} dev questions (validation loss only): the next {DEV_COUNT} of the same shuffle")
+    write_ids("eval_ids.txt", eval_pool,
+              f"{len(eval_pool)} evaluation questions: every NQ-sample position >= {EVAL_FIRST_POSITION} in no held-out "
+              f"file,\nin a random.Random({SEED}) order (answered in this order, so a partial run is a random subset)")
+
+
+def build_records(path: Path, ids: set[str]) -> None:
+    """ICR2 records for the sample questions in ``ids`` (the library function behind `icr2 build-benchmark`)."""
+    from icr2_components.builders.benchmark import build_icr2_benchmark
+    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+    from icr2_components.stores import open_index
+    from icr2_components.stores.handle import corpus_path
+
+    handle = open_index(str(ROOT / "indexing" / "kilt-sample.yaml"))
+    tasks = [t for t in read_kilt_tasks(build_sample().tasks) if t.id in ids]
+    config = handle.config
+    lookup = GoldPassageLookup.from_knowledge_source(corpus_path(config), wikipedia_ids={p.wikipedia_id for t in tasks for p in t.provenance},
+                                                     passage_words=config.corpus.passage_words)
+    retrieve = {m: (lambda query, k, m=m: handle.retrieve(query, method=m, top_k=k)) for m in RETRIEVERS.split(",")}
+    summary = build_icr2_benchmark(tasks, retrieve, None, lookup, path, budget_passages=BUDGET_PASSAGES,
+                                   confounding_ratio=1.0, seed=0, top_k=TOP_K, progress=True)
+    (path.parent / "all.summary.json").write_text(json.dumps(summary.as_dict(), indent=1, default=str))
+
+
+def cmd_data(args) -> None:
+    DATA.mkdir(parents=True, exist_ok=True)
+    full = DATA / "all.jsonl"
+    splits = {split: read_ids(f"{split}_ids.txt") for split in ("train", "dev", "eval")}
+    if not full.exists() or args.rebuild:
+        build_records(Path(str(full) + ".part"), {i for ids in splits.values() for i in ids})
+        os.replace(str(full) + ".part", full)
+    records = {}
+    for line in full.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            records[record["id"]] = record
+    for split, wanted in splits.items():
+        kept = [records[i] for i in wanted if i in records]
+        (DATA / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+        print(f"{split}: {len(kept)} of {len(wanted)} questions have a CiC record (the others are in all.summary.json's skips)")
+        if split == "train":  # ICR2's ablation: the same questions, gold passages only
+            gold = [dict(r, context=[c for c in r["context"] if c["passage_id"] in set(r["gold_passage_ids"])])
+                    for r in kept]
+            (DATA / "train_gold_only.jsonl").write_text("".join(json.dumps(r) + "\n" for r in gold))
+
+
+def cmd_train(args) -> None:
+    recipe = ROOT / "training" / "icr2_table3" / f"{args.arm}.yaml"
+    if not recipe.exists():
+        sys.exit(f"no recipe {recipe}")
+    extra = [f"--set=training.resume_from_checkpoint=true"] if args.resume else []
+    subprocess.run(ICR2 + ["train", "--config", str(recipe)] + extra, check=True, cwd=ROOT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ids").set_defaults(handler=cmd_ids)
+    data = sub.add_parser("data")
+    data.add_argument("--rebuild", action="store_true")
+    data.set_defaults(handler=cmd_data)
+    train = sub.add_parser("train")
+    train.add_argument("arm")
+    train.add_argument("--resume", action="store_true")
+    train.set_defaults(handler=cmd_train)
+    args = parser.parse_args()
+    args.handler(args)
+
+
+if __name__ == "__main__":
+    main()
