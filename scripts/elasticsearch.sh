@@ -38,7 +38,10 @@
 #
 # Environment:
 #   ICR2_CACHE_DIR         cache root (default ~/.cache/icr2_components); the distribution lives in <root>/elasticsearch/
-#   ICR2_ES_PORT           HTTP port (default 9200); the transport port is chosen by Elasticsearch
+#   ICR2_ES_PORT           HTTP port (default 9200); the transport port is chosen by Elasticsearch. Single nodes on
+#                          different ports run side by side: each keeps its pid file, logs and data in its own
+#                          folder (<runtime> for 9200, <runtime>/ports/<port> for another), and start/stop/status
+#                          act on the node of this port only
 #   ICR2_ES_VERSION        pin a version (default: the newest 8.x Maven resolves, or the newest cached offline)
 #   ICR2_ES_HEAP           heap size (default 1g: -Xms1g -Xmx1g)
 #   ICR2_ES_JAVA_HOME      JDK (default /usr/lib/jvm/java-17-openjdk-amd64)
@@ -318,7 +321,14 @@ runtime_dir() {
     fi
 }
 
-pid_file() { echo "$(runtime_dir)/run/elasticsearch.pid"; }
+# The single node's own folder (data, logs, pid file, tmp), one per HTTP port: the default port keeps the
+# runtime folder itself (where its data always was), another port gets <runtime>/ports/<port>. A start or stop
+# with ICR2_ES_PORT=9250 therefore finds, waits on and stops only the node of port 9250.
+node_runtime() {
+    if [ "$PORT" = 9200 ]; then runtime_dir; else echo "$(runtime_dir)/ports/$PORT"; fi
+}
+
+pid_file() { echo "$(node_runtime)/run/elasticsearch.pid"; }
 
 running_pid() {
     local pidf pid
@@ -383,7 +393,7 @@ cmd_start() {
     local pid body
     if pid="$(running_pid)"; then
         log "Elasticsearch is already running (pid $pid) at $URL"
-        wait_for_health "$(runtime_dir)" "$pid"
+        wait_for_health "$(node_runtime)" "$pid"
         return 0
     fi
     if body="$(es_get /_cluster/health 3)" && echo "$body" | grep -q '"cluster_name"'; then
@@ -396,13 +406,14 @@ cmd_start() {
 
     [ -x "$JAVA_HOME_17/bin/java" ] || die "OpenJDK 17 not found at $JAVA_HOME_17 (apt-get install openjdk-17-jdk-headless, or set ICR2_ES_JAVA_HOME)"
 
-    local version rt home
+    local version rt home base
     version="$(installed_version)"
     install_rest_root "$ES_CACHE/elasticsearch-$version" "$version"
     install_english_analysis "$ES_CACHE/elasticsearch-$version" "$version"
-    rt="$(runtime_dir)"
-    mkdir -p "$rt"/{data,logs,run,tmp}
-    home="$(distribution_home "$version" "$rt")"
+    base="$(runtime_dir)"
+    rt="$(node_runtime)"
+    mkdir -p "$base" "$rt"/{data,logs,run,tmp}
+    home="$(distribution_home "$version" "$base")"
     : >"$rt/logs/startup.out"
 
     local settings=(
@@ -432,6 +443,7 @@ cmd_start() {
         ensure_es_user
         # the node writes its data, logs and pid file, and its keystore into config/ (recursive chown only
         # the first time: a data directory holding a whole KILT index has many files)
+        [ "$rt" = "$base" ] || chown "$ES_USER:" "$base" "$(dirname "$rt")"
         chown "$ES_USER:" "$rt" "$rt"/data "$rt"/logs "$rt"/run "$rt"/tmp
         [ "$(stat -c %U "$rt/data")" = "$ES_USER" ] && [ -z "$(find "$rt/data" -maxdepth 3 ! -user "$ES_USER" -print -quit)" ] \
             || chown -R "$ES_USER:" "$rt/data"

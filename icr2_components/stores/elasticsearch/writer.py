@@ -16,9 +16,13 @@ What it guarantees:
   previous values restored afterwards, on failure too. The previous values are also kept in the index's
   mapping ``_meta`` while the load runs, so a run killed outright (SIGKILL) is repaired by the next run;
 - **resumable**: a JSON checkpoint (position in the stream, passages confirmed written, last id, config
-  fingerprint) is written every ``checkpoint_every`` chunks; a re-run skips the confirmed prefix of the
+  fingerprint) is written every ``checkpoint_every`` chunks and at least every ``checkpoint_seconds`` (a chunk
+  is confirmed as soon as Elasticsearch answers it), so a load killed at any moment redoes about that many
+  seconds of work (tests/test_elasticsearch_writer.py kills ``icr2 index`` with SIGKILL); a re-run skips the confirmed prefix of the
   (deterministic) stream, checks that the id where it stopped is the same, and refuses to resume when the
   config fingerprint differs;
+- **one corpus per index**: the stream's fingerprint is recorded in the index's ``_meta`` at its first load; a
+  load of another corpus or config into it is refused before anything is written, naming both fingerprints;
 - **checked**: a final refresh and count; a mismatch with the passages streamed raises
   :class:`DocumentCountMismatchError` (or is only reported with ``verify_count=False``), and the checkpoint
   never records such a load as complete: the next run starts it over;
@@ -66,7 +70,7 @@ from icr2_components.stores.elasticsearch.store import (
     index_embedding_dim,
     wait_until_reachable,
 )
-from icr2_components.stores.errors import DocumentCountMismatchError
+from icr2_components.stores.errors import DocumentCountMismatchError, IndexConfigMismatchError
 from icr2_components.stores.elasticsearch.index_layout import IndexLayout
 
 __all__ = [
@@ -84,6 +88,9 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_VERSION = 1
 # Kept in the index mapping's _meta while a load runs: the settings to restore.
 LOAD_META_KEY = "icr2_bulk_load"
+# Kept in the index mapping's _meta from the first load on: the fingerprint of the stream (corpus, chunking,
+# embedding) the index holds, so that another corpus or config is refused before it is written in.
+SOURCE_META_KEY = "icr2_source"
 LOAD_SETTINGS = {"index.refresh_interval": "-1", "index.number_of_replicas": 0}
 # Answers worth retrying (by streaming_bulk, per document and per request).
 RETRY_STATUSES = (429, 502, 503, 504)
@@ -209,6 +216,8 @@ class ElasticsearchStreamingWriter:
     :param max_chunk_bytes: a bulk request is split when its body would exceed this.
     :param checkpoint_path: JSON checkpoint file; None disables checkpointing (and resuming).
     :param checkpoint_every: write the checkpoint every this many confirmed chunks.
+    :param checkpoint_seconds: and whenever this many seconds passed since the last one (a load that embeds
+        slowly checkpoints by time long before it has confirmed ``checkpoint_every`` chunks).
     :param fingerprint: what identifies the stream (a string, or a JSON-able mapping hashed into one); a
         checkpoint is only resumed by a run with the same fingerprint and index.
     :param resume: False ignores (and replaces) an existing checkpoint.
@@ -247,6 +256,7 @@ class ElasticsearchStreamingWriter:
         max_chunk_bytes: int = 50 * 1024 * 1024,
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int = 10,
+        checkpoint_seconds: float = 5.0,
         fingerprint: str | Mapping[str, Any] | None = None,
         resume: bool = True,
         request_timeout: float = 60.0,
@@ -274,6 +284,8 @@ class ElasticsearchStreamingWriter:
             raise ValueError(f"thread_count must be >= 1, got {thread_count}.")
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
+        if isinstance(checkpoint_seconds, bool) or not isinstance(checkpoint_seconds, (int, float)) or not checkpoint_seconds > 0:
+            raise ValueError(f"checkpoint_seconds must be a positive number of seconds, got {checkpoint_seconds!r}.")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
         if load_replicas is not None and (isinstance(load_replicas, bool) or not isinstance(load_replicas, int) or load_replicas < 0):
@@ -292,6 +304,7 @@ class ElasticsearchStreamingWriter:
         self.max_chunk_bytes = max_chunk_bytes
         self.checkpoint_path = Path(checkpoint_path).expanduser() if checkpoint_path else None
         self.checkpoint_every = checkpoint_every
+        self.checkpoint_seconds = float(checkpoint_seconds)
         self.fingerprint = self._fingerprint(index, fingerprint)
         self.resume = resume
         self.request_timeout = request_timeout
@@ -335,6 +348,8 @@ class ElasticsearchStreamingWriter:
             thread_count=writer.thread_count,
             max_chunk_bytes=writer.max_chunk_bytes,
             checkpoint_path=checkpoint,
+            checkpoint_every=writer.checkpoint_every,
+            checkpoint_seconds=writer.checkpoint_seconds,
             fingerprint=fingerprint,
             request_timeout=store.request_timeout,
             max_retries=store.max_retries,
@@ -473,6 +488,32 @@ class ElasticsearchStreamingWriter:
             meta[LOAD_META_KEY] = {"settings": saved, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
+    def _index_meta(self) -> dict[str, Any]:
+        body = self.client.indices.get_mapping(index=self.index).body
+        return dict(next(iter(body.values()))["mappings"].get("_meta") or {})
+
+    def _refuse_another_source(self) -> str | None:
+        """The stream fingerprint recorded in the index (None: no index yet, or one loaded before fingerprints
+        were recorded); raises :class:`IndexConfigMismatchError` naming both when it is another stream's, before
+        anything is written: the load would leave the index holding two corpora (and fail its count check)."""
+        if not self.client.indices.exists(index=self.index):
+            return None
+        recorded = (self._index_meta().get(SOURCE_META_KEY) or {}).get("fingerprint")
+        if recorded is None or recorded == self.fingerprint:
+            return recorded
+        raise IndexConfigMismatchError(
+            f"Index '{self.index}' at {self.url} holds the passages of another corpus or config (stream fingerprint "
+            f"{recorded}, recorded at its first load); this config's is {self.fingerprint} (corpus, chunking or "
+            "embedding differ). Nothing was written: writing would leave the index holding two corpora. Write into "
+            f"a new index (store.index), or delete this one first (DELETE {self.url}/{self.index})."
+        )
+
+    def _record_source(self) -> None:
+        meta = self._index_meta()
+        meta[SOURCE_META_KEY] = {"fingerprint": self.fingerprint,
+                                 "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        self.client.indices.put_mapping(index=self.index, meta=meta)
+
     def _enter_load_settings(self) -> dict[str, Any]:
         """Switch to load settings; return the settings to restore afterwards. Settings already at their load
         value are not put again (each put is a cluster-state update, tens of milliseconds)."""
@@ -536,6 +577,7 @@ class ElasticsearchStreamingWriter:
         wait_until_reachable(self.client, self.url, max_retries=self.max_retries, initial_backoff=self.retry_backoff, max_backoff=self.max_backoff)
 
         checkpoint = self._resume_state()
+        recorded_source = self._retrying(self._refuse_another_source, "reading the index's source")
         if checkpoint is not None and not self._checkpoint_matches_index(checkpoint):
             checkpoint = None
         position = int(checkpoint["position"]) if checkpoint else 0
@@ -572,6 +614,8 @@ class ElasticsearchStreamingWriter:
         if embedding_dim is None:
             embedding_dim = index_embedding_dim(self.client, self.index)[1]
         report.embedding_dim = embedding_dim
+        if recorded_source is None:
+            self._retrying(self._record_source, "recording the index's source")
 
         state = {
             "version": CHECKPOINT_VERSION,
@@ -786,9 +830,10 @@ class ElasticsearchStreamingWriter:
         in_flight: deque[tuple[Future, _Chunk]] = deque()
         max_in_flight = self.thread_count * 2
         batches = 0
+        last_checkpoint = time.monotonic()
 
         def confirm(future: Future, chunk: _Chunk) -> None:
-            nonlocal batches
+            nonlocal batches, last_checkpoint
             result: _ChunkResult = future.result()
             transient = [f for f in result.failures if f.get("status") in RETRY_STATUSES]
             if transient:
@@ -814,10 +859,11 @@ class ElasticsearchStreamingWriter:
                     failures_file.flush()
             bar.update(len(chunk))
             batches += 1
-            if batches % self.checkpoint_every == 0:
+            if batches % self.checkpoint_every == 0 or time.monotonic() - last_checkpoint >= self.checkpoint_seconds:
                 if failures_file is not None:
                     os.fsync(failures_file.fileno())
                 self._write_checkpoint(state)
+                last_checkpoint = time.monotonic()
             if self.max_failures is not None and state["failed"] > self.max_failures:
                 report.failed = state["failed"]
                 report.failure_examples = state["failure_examples"]
@@ -831,7 +877,9 @@ class ElasticsearchStreamingWriter:
         try:
             for chunk in chunks:
                 in_flight.append((pool.submit(self._send, chunk), chunk))
-                while len(in_flight) >= max_in_flight:
+                # confirm answered chunks at once, not only when the queue is full: when the stream is slower than
+                # the node (embedding), unconfirmed but written chunks would be redone after a kill
+                while len(in_flight) >= max_in_flight or (in_flight and in_flight[0][0].done()):
                     confirm(*in_flight.popleft())
             while in_flight:
                 confirm(*in_flight.popleft())

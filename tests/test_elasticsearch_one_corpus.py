@@ -1,0 +1,149 @@
+"""Against the real node (scripts/elasticsearch.sh), issue 27: an index holds one corpus, a load killed at any
+moment loses seconds of work, and single nodes on two ports start and stop independently."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from icr2_components.stores import IndexHandle, index_config_from_dict, load_index_config
+from icr2_components.stores.elasticsearch.writer import SOURCE_META_KEY
+from icr2_components.stores.errors import IndexConfigMismatchError
+
+pytestmark = pytest.mark.elasticsearch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "elasticsearch.sh"
+
+
+def _corpus(path: Path, prefix: str, articles: int) -> Path:
+    lines = [json.dumps({"wikipedia_id": f"{prefix}{i}", "wikipedia_title": f"{prefix} {i}",
+                         "text": [f"{prefix} {i}", " ".join(f"{prefix}{i}w{j}" for j in range(150))]})
+             for i in range(articles)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _config(url: str, index: str, corpus: Path, tmp_path: Path, name: str) -> dict:
+    return {"name": name, "store": {"type": "elasticsearch", "hosts": url, "index": index, "max_retries": 1},
+            "corpus": {"path": str(corpus)}, "embedding": {"enabled": False},
+            "writer": {"checkpoint_path": str(tmp_path / f"{name}.ckpt.json")}}
+
+
+def test_a_second_corpus_is_refused_before_the_first_write_naming_both_fingerprints(elasticsearch_url, es_client,
+                                                                                     es_index_name, tmp_path):
+    first = _config(elasticsearch_url, es_index_name, _corpus(tmp_path / "a.jsonl", "alpha", 6), tmp_path, "a")
+    report = IndexHandle(index_config_from_dict(first)).build(progress=False)
+    assert report.count_ok and report.documents_in_store == 12
+    meta = es_client.indices.get_mapping(index=es_index_name)[es_index_name]["mappings"]["_meta"]
+    recorded = meta[SOURCE_META_KEY]["fingerprint"]
+
+    second = _config(elasticsearch_url, es_index_name, _corpus(tmp_path / "b.jsonl", "beta", 4), tmp_path, "b")
+    with pytest.raises(IndexConfigMismatchError, match=rf"stream fingerprint {recorded}.*this config's is [0-9a-f]{{20}}"):
+        IndexHandle(index_config_from_dict(second)).build(progress=False)
+    es_client.indices.refresh(index=es_index_name)
+    assert es_client.count(index=es_index_name)["count"] == 12  # nothing of the second corpus went in
+    # the command says it in one line (it loaded 8 more passages, then failed its count check: "unexpected error")
+    path = tmp_path / "b.yaml"
+    path.write_text(yaml.safe_dump(second))
+    result = subprocess.run([sys.executable, "-m", "icr2_components.cli", "index", "--config", str(path)],
+                            capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"stream fingerprint {recorded}" in result.stderr and "unexpected" not in result.stderr
+    # the same corpus again is a re-run (overwrites by id), not a refusal
+    again = IndexHandle(index_config_from_dict(first)).build(progress=False)
+    assert again.count_ok and again.documents_in_store == 12
+
+
+def test_icr2_index_killed_with_sigkill_at_default_settings_resumes_from_seconds_ago(elasticsearch_url, es_client,
+                                                                                      es_index_name, tmp_path):
+    """The sample's first 1,000 articles with MiniLM embeddings, writer settings as shipped: before, nothing was
+    checkpointed before 10 bulks (5,000 passages), so a kill at any moment started the load over."""
+    config = yaml.safe_load((REPO / "indexing" / "kilt-sample-elasticsearch.yaml").read_text())
+    config["store"].update(hosts=elasticsearch_url, index=es_index_name)
+    config["corpus"]["max_articles"] = 1000  # ~1,150 passages: three bulks of the default 500
+    checkpoint = tmp_path / "load.ckpt.json"
+    config["writer"]["checkpoint_path"] = str(checkpoint)
+    path = tmp_path / "sample-es.yaml"
+    path.write_text(yaml.safe_dump(config))
+    seconds = load_index_config(path).writer.checkpoint_seconds
+
+    child = subprocess.Popen([sys.executable, "-m", "icr2_components.cli", "index", "--config", str(path)], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 600
+    try:
+        while child.poll() is None and not checkpoint.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert child.poll() is None, f"the load ended before any checkpoint:\n{child.stderr.read().decode()[-3000:]}"
+        assert checkpoint.exists(), "no checkpoint within 600 s"
+        time.sleep(seconds / 2)  # any moment after the first checkpoint
+        child.send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGKILL
+    state = json.loads(checkpoint.read_text())
+    age = killed_at - checkpoint.stat().st_mtime
+    assert not state["completed"] and state["position"] > 0
+    # what the kill threw away is what the checkpoint had not recorded: seconds, not the load
+    assert age < seconds + 20, f"the last checkpoint was {age:.1f} s old when the load was killed"
+
+    report = IndexHandle(load_index_config(path)).build(progress=False)
+    assert report.resumed_from == state["position"]
+    assert report.count_ok and report.documents_in_store == report.passages_streamed > state["position"]
+
+
+# -- two single nodes, two ports --------------------------------------------------------------------------------
+
+
+def _script(command: str, port: int, heap: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ICR2_ES_PORT": str(port)}
+    if heap:
+        env["ICR2_ES_HEAP"] = heap
+    return subprocess.run(["bash", str(SCRIPT), command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _node(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{url}/_nodes/_local/process", timeout=5) as response:
+            body = json.loads(response.read())
+    except OSError:
+        return None
+    node = next(iter(body["nodes"].values()))
+    return {"id": next(iter(body["nodes"])), "pid": node["process"]["id"]}
+
+
+@pytest.mark.slow
+def test_two_single_nodes_on_two_ports_start_and_stop_independently(elasticsearch_url):
+    """With a node on the default port, `ICR2_ES_PORT=9250 ... start` found that node's pid file and waited on it
+    (starting nothing), and `... stop` would have stopped it."""
+    first = _node(elasticsearch_url)
+    assert first is not None
+    port = 9250
+    second_url = f"http://127.0.0.1:{port}"
+    assert _node(second_url) is None, f"something already answers on {second_url}"
+    assert _script("status", port).returncode == 1  # the default port's node is not this port's
+    try:
+        started = _script("start", port, heap="256m")
+        assert started.returncode == 0, started.stderr[-3000:]
+        second = _node(second_url)
+        assert second is not None and second["pid"] != first["pid"] and second["id"] != first["id"]
+        assert f"pid {second['pid']}" in _script("status", port).stdout
+        stopped = _script("stop", port)
+        assert stopped.returncode == 0, stopped.stderr[-2000:]
+        assert f"pid {second['pid']}" in stopped.stderr
+        assert _node(second_url) is None
+        assert _node(elasticsearch_url) == first  # the default port's node was not touched
+    finally:
+        _script("stop", port)
