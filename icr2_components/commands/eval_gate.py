@@ -119,26 +119,22 @@ def run_on_labels(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
     from icr2_components.evaluation.gates.gate_methods import gate_model_settings, parse_methods, run_methods
     from icr2_components.evaluation.gates.gate_tradeoff import (
-        compare_methods,
         format_comparison_table,
         format_curve_table,
         format_reference_table,
-        intersection_union_claim,
     )
     from icr2_components.evaluation.gates.need_labels import read_labels
-    from icr2_components.plotting import plot_gate_tradeoff
+    from icr2_components.evaluation.reports.gate_report import (
+        build_gate_report,
+        check_claim_methods,
+        format_claim,
+        report_curves,
+        write_gate_report,
+    )
 
     console = make_console()
     specs = parse_methods(args.methods)
-    if "always" not in [s.name for s in specs]:
-        raise ValueError("--methods must include always (the baseline every method is tested against).")
-    if args.claim is not None:
-        if args.claim not in [s.name for s in specs]:
-            raise ValueError(f"--claim {args.claim!r} is not one of --methods ({[s.name for s in specs]}).")
-        missing = {"vanilla", "ta_are"} - {s.method for s in specs if s.artifact is None}
-        if missing:
-            raise ValueError(f"--claim tests a gate against TA-ARE and the vanilla prompt: add {sorted(missing)} to "
-                             "--methods.")
+    check_claim_methods(specs, args.claim)
     labelled, described = read_labels(args.labels, args.both_wrong)
     if args.limit is not None:
         labelled = labelled[: args.limit]
@@ -152,49 +148,20 @@ def run_on_labels(args: argparse.Namespace) -> int:
     for name, run in runs.items():
         if run["unscored"]:
             console.print(f"{name}: {run['unscored']} decision(s) without P(yes): no curve or AUROC for it")
-    report = {"labels": described, "settings": {k: v for k, v in vars(args).items() if k != "handler"},
-              "methods": {n: {k: v for k, v in r.items() if k not in ("decisions", "scores")} for n, r in runs.items()}}
-    report["all"] = compare_methods(runs, labelled, args.cost, seed=args.seed)
-    if args.claim is not None:
-        report["claim"] = intersection_union_claim(report["all"]["versus_references"], args.claim)
-    report["by_source"] = {}
-    for source in sorted({q.source for q in labelled}):
-        members = [i for i, q in enumerate(labelled) if q.source == source]
-        subset = {n: {**r, "decisions": [r["decisions"][i] for i in members],
-                      "scores": None if r["scores"] is None else [r["scores"][i] for i in members]}
-                  for n, r in runs.items()}
-        report["by_source"][source] = compare_methods(subset, [labelled[i] for i in members], args.cost, seed=args.seed)
-    report["rows"] = [{"id": q.id, "source": q.source, "outcome": q.outcome, "needs_retrieval": q.needs_retrieval,
-                       **{f"{n} retrieve": r["decisions"][i] for n, r in runs.items()},
-                       **{f"{n} score": r["scores"][i] for n, r in runs.items() if r["scores"] is not None}}
-                      for i, q in enumerate(labelled)]
+    report = build_gate_report(runs, labelled, described, cost=args.cost, seed=args.seed, claim=args.claim,
+                               settings={k: v for k, v in vars(args).items() if k != "handler"})
     title = f"gates on {len(labelled)} labelled questions, reader {described['reader']}"
     console.print(format_comparison_table(report["all"], title))
     if report["all"]["versus_references"]:
         console.print(format_reference_table(report["all"], "against the reference gates (TA-ARE, vanilla prompt)"))
     if "claim" in report:
-        claim = report["claim"]
-        parts = "; ".join(f"{p['metric']} vs {p['reference']}: " + (f"{p['difference']:+.3f} p {p['p_value']:.3g}"
-                          if "p_value" in p else p["why"]) + (" holds" if p["holds"] else " fails")
-                          for p in claim["parts"])
-        console.print(f"claim ({claim['test']}): {claim['method']} beats {' and '.join(claim['references'])}: "
-                      f"{'HOLDS' if claim['holds'] else 'does not hold'} ({parts})")
+        console.print(format_claim(report["claim"]))
     for source, comparison in report["by_source"].items():
         console.print(format_comparison_table(comparison, f"{source} ({comparison['questions']} questions)"))
-    curves = {n: e["curve"] for n, e in report["all"]["methods"].items() if e.get("curve")}
     if args.show_curves:
-        for name, curve in curves.items():
+        for name, curve in report_curves(report).items():
             console.print(format_curve_table(name, curve))
     if args.out_dir:
-        out = Path(args.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "tradeoff.json").write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
-        plot_gate_tradeoff(report["all"], out / "tradeoff.png", title=title)
-        lines = [f"# Trade-off curves ({title}; λ = {args.cost:g})", ""]
-        for name, curve in curves.items():
-            lines += [f"## {name}", "", "| cut | retrieval rate | answer match | objective |", "|---|---|---|---|"]
-            lines += [f"| {p['cut']:.4f} | {p['retrieval_rate']:.3f} | {p['answer_match']:.3f} | {p['objective']:.3f} |"
-                      for p in curve] + [""]
-        (out / "curves.md").write_text("\n".join(lines))
-        console.print(f"wrote {out / 'tradeoff.json'}, {out / 'tradeoff.png'} and {out / 'curves.md'}")
+        written = write_gate_report(report, args.out_dir, title=title, cost=args.cost)
+        console.print(f"wrote {written[0]}, {written[1]} and {written[2]}")
     return 0
