@@ -232,7 +232,7 @@ components:
 connections: []
 """
     pipeline = loads_pipeline(yaml_text)
-    assert loads_pipeline(pipeline.dumps()).get_component("gate").artifact == str(artifact_path)  # round trip
+    assert loads_pipeline(pipeline.dumps()).get_component("gate").parameters_of().artifact == str(artifact_path)  # round trip
     question = "Who became Prime Minister of Canada in March 2025?"
     decision = pipeline.run({"gate": {"query": question}})["gate"]["decision"]
     expected = float(LearnedGateModel(str(artifact_path), device="cpu").probabilities([question])[0])

@@ -121,7 +121,7 @@ def test_plumbing_the_adaptive_rag_yaml_round_trips():
     gate = pipeline.get_component("gate")
     # the shipped gate: the learned one, with its artifact (pipelines/adaptive_rag.yaml, header)
     assert isinstance(gate, TimeAwareRetrievalGate) and gate.method == "learned" and gate.model is None
-    assert gate.artifact == "pipelines/adaptive_rag.learned.json"
+    assert gate.parameters_of().artifact == "pipelines/adaptive_rag.learned.json"
     again = loads_pipeline(pipeline.dumps())
     assert again.to_dict()["components"] == pipeline.to_dict()["components"]
     def edges(p):

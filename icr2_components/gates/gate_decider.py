@@ -32,14 +32,13 @@ import datetime as _dt
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from icr2_components.gates.prompts import Demonstration
 from icr2_components.registry import Registry
-
-if TYPE_CHECKING:
-    from icr2_components.gates.time_aware_retrieval_gate import TimeAwareRetrievalGate
 
 FIXED_SCORING = "fixed"
 REPLY_SCORING = "reply"
@@ -49,15 +48,14 @@ DEFAULT_CUT = 0.5
 
 @dataclass(frozen=True)
 class GateQuestion:
-    """One query to route, with this run's settings (the gate's init values or the run-time overrides)."""
+    """One query to route, with what this run says: the date, a P(yes) cut, and overrides of the method's own
+    parameters (``gate.run(n_yes=...)``; a decider reads them through :meth:`GateDecider.parameters_for`)."""
 
     query: str
     today: _dt.date
-    threshold: float
-    n_yes: int
-    n_no: int
-    threshold_given: bool = False
-    """True when this run passed `threshold` (it then wins over a calibrated threshold's artifact)."""
+    cut: float | None = None
+    """The run's `threshold`: the P(yes) cut for this run (it wins over a calibrated or learned cut); None: none given."""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,27 +150,60 @@ class GateDecision:
         return record
 
 
-class GateDecider(ABC):
-    """One gate method: its prompt (if any), its checks and how it turns the model's answer into a decision.
+@dataclass(frozen=True)
+class NoGateParameters:
+    """The parameters of a method that has none of its own."""
 
-    The gate builds one decider per method it runs, passing itself: a decider reads the gate's parameters
-    (``gate.yes_pool``, ``gate.time_aware``, ...) and the run's settings (:class:`GateQuestion`). Set the class
-    flags the gate checks before it delegates: ``needs_model`` (the decider calls ``model.ask``; the gate then
-    needs a local model, a server or a chat generator) and ``needs_logits`` (P(yes) must be a probability: a
+
+def check_artifact_path(artifact: str | None) -> None:
+    """A method parameter naming a gate artifact is a non-empty path or None (whether it exists: the method's check)."""
+    if artifact is not None and (not isinstance(artifact, str) or not artifact.strip()):
+        raise ValueError(f"artifact must be the path of a gate artifact (icr2 train-gate --out), got {artifact!r}.")
+
+
+class GateDecider(ABC):
+    """One gate method: its own parameters, its prompt (if any), its checks, and how it turns the model's answer
+    into a decision.
+
+    A method owns its parameters: ``Parameters`` is a frozen dataclass (validated in its ``__post_init__``) whose
+    fields the gate accepts as init parameters (and YAML keys) and hands to this method only; the decider reads
+    them from ``self.parameters`` (with a run's overrides: :meth:`parameters_for`), the device its own models go
+    to from ``self.device``, and the run from :class:`GateQuestion`. It reads nothing else of the gate. Set the
+    class flags the gate checks before it delegates: ``needs_model`` (the decider calls ``model.ask``; the gate
+    then needs a local model, a server or a chat generator) and ``needs_logits`` (P(yes) must be a probability: a
     local model's logits or a server's log-probabilities, not a reply parsed by design).
     """
 
     name: ClassVar[str] = ""
     needs_model: ClassVar[bool] = True
     needs_logits: ClassVar[bool] = False
+    Parameters: ClassVar[type] = NoGateParameters
 
-    def __init__(self, gate: TimeAwareRetrievalGate) -> None:
-        self.gate = gate
+    def __init__(self, parameters: Any = None, *, device: str | None = None) -> None:
+        self.parameters = parameters if parameters is not None else self.Parameters()
+        if not isinstance(self.parameters, self.Parameters):
+            raise TypeError(f"{type(self).__name__} takes {self.Parameters.__name__}, not {type(parameters).__name__}.")
+        self.device = device
         self.input_skips: dict[str, dict] = {}
         """Skip reports of what :meth:`warm_up` read, by input name (e.g. the TA-ARE pools)."""
 
+    @classmethod
+    def parameter_names(cls) -> tuple[str, ...]:
+        """The init parameters (YAML keys) this method owns."""
+        return tuple(f.name for f in dataclasses.fields(cls.Parameters))
+
+    @classmethod
+    def parameters_from(cls, values: Mapping[str, Any]) -> Any:
+        """This method's parameters out of the gate's method parameters (keys of other methods are left out)."""
+        return cls.Parameters(**{name: values[name] for name in cls.parameter_names() if name in values})
+
+    def parameters_for(self, question: GateQuestion) -> Any:
+        """The parameters with this run's overrides of them applied (validated again)."""
+        overrides = {k: v for k, v in question.overrides.items() if k in self.parameter_names()}
+        return dataclasses.replace(self.parameters, **overrides) if overrides else self.parameters
+
     def check(self) -> None:
-        """Reject gate parameters this method cannot use (ValueError naming the value), reading no file."""
+        """Reject what the parameters alone cannot (e.g. that a file exists: a stat, reading no file)."""
 
     def warm_up(self) -> None:
         """Load what the method needs besides the gate's model (files, embedders); called again, it does nothing."""
@@ -200,6 +231,9 @@ def register_gate_decider(name: str) -> Callable[[DeciderClass], DeciderClass]:
     def register(cls: DeciderClass) -> DeciderClass:
         if not (isinstance(cls, type) and issubclass(cls, GateDecider)):
             raise TypeError(f"@register_gate_decider({name!r}) decorates GateDecider subclasses, not {cls!r}.")
+        parameters = cls.Parameters
+        if not (dataclasses.is_dataclass(parameters) and parameters.__dataclass_params__.frozen):
+            raise TypeError(f"{cls.__name__}.Parameters must be a frozen dataclass (@dataclass(frozen=True)).")
         # The same class imported again (a module reloaded) replaces itself; another class may not take the name.
         _DECIDERS.register(name, cls)
         cls.name = name
@@ -212,6 +246,16 @@ def gate_decider_names() -> tuple[str, ...]:
     """The registered gate methods, sorted (the built-ins and any registered since)."""
     _import_builtin_deciders()
     return _DECIDERS.names()
+
+
+def gate_parameter_owners() -> dict[str, tuple[str, ...]]:
+    """Every method parameter of the registered methods -> the methods that own it (``artifact``: learned, threshold)."""
+    _import_builtin_deciders()
+    owners: dict[str, list[str]] = {}
+    for name in _DECIDERS.names():
+        for parameter in _DECIDERS.get(name).parameter_names():
+            owners.setdefault(parameter, []).append(name)
+    return {parameter: tuple(names) for parameter, names in owners.items()}
 
 
 def gate_decider_class(name: str) -> type[GateDecider]:

@@ -14,15 +14,14 @@ from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.backends import Backend
-from icr2_components.gates.demonstrations import DEFAULT_POOL
 from icr2_components.gates.gate_decider import (
     REPLY_SCORING,
     GateDecider,
     GateQuestion,
     YesNoAnswer,
     gate_decider_class,
+    gate_parameter_owners,
 )
-from icr2_components.gates.prompts import DEMONSTRATION_ORDERS
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no, score_yes_no_top_logprobs
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.generation_settings import decoding_arguments
@@ -157,15 +156,6 @@ class TimeAwareRetrievalGate:
         chat_generator: Any = None,
         server: dict[str, Any] | None = None,
         today: str | None = None,
-        time_aware: bool = True,
-        n_yes: int = 2,
-        n_no: int = 2,
-        yes_pool: str = DEFAULT_POOL,
-        no_pool: str = DEFAULT_POOL,
-        no_selection: str = "similar",
-        demonstration_order: str = "yes_first",
-        embedding_model: str = "all-minilm-l6-v2",
-        threshold: float = 0.5,
         answer_prefix: str = "[",
         yes_answer: str = "Yes",
         no_answer: str = "No",
@@ -177,7 +167,7 @@ class TimeAwareRetrievalGate:
         device: str | None = None,
         attn_implementation: str | None = "sdpa",
         reuse_prompt_prefix: bool = True,
-        artifact: str | None = None,
+        **method_parameters: Any,
     ) -> None:
         """
         :param method: A registered gate decider: `ta_are`, `vanilla`, `threshold`, `always`, `never`, or one
@@ -190,16 +180,6 @@ class TimeAwareRetrievalGate:
             `ServedModel`; `context_length` and `tokenizer` are accepted and unused: the gate's prompt is short).
             `model` is then not loaded. Not together with `chat_generator`.
         :param today: ISO date written in the TA-ARE prompt; None means the day of each run.
-        :param time_aware: Write "Today is <date>." in the TA-ARE prompt (False: the paper's no-date ablation).
-        :param n_yes: [Yes] demonstrations per query (TA-ARE).
-        :param n_no: [No] demonstrations per query (TA-ARE).
-        :param yes_pool: JSONL of questions the model could not answer, or `default` for the bundled pool.
-        :param no_pool: JSONL of questions the model could answer, or `default`.
-        :param no_selection: `similar` (by embedding similarity, like [Yes]) or `fixed` (the pool's first lines,
-            like the paper's hand-written [No] examples).
-        :param demonstration_order: `yes_first` (Yes, No, Yes, No) or `no_first` (No, Yes, No, Yes).
-        :param embedding_model: Sentence-transformers model that ranks demonstrations (from the model cache).
-        :param threshold: P(yes) at or above which the `threshold` method retrieves.
         :param answer_prefix: Text opening the assistant turn before the scored answer token.
         :param yes_answer: The answer scored as "retrieve".
         :param no_answer: The answer scored as "don't retrieve".
@@ -217,10 +197,11 @@ class TimeAwareRetrievalGate:
         :param reuse_prompt_prefix: Keep the key/value cache of the last prompt and run only the tokens after the
             prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE
             prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
-        :param artifact: A gate artifact written by `icr2 train-gate` (read at `warm_up`): for method `threshold`
-            a calibrated threshold (it replaces `threshold`; a run-time `threshold` still wins), for method
-            `learned` the learned model. It records the questions it was trained on, which `icr2 compare` then
-            keeps out of its evaluation.
+        :param method_parameters: The method's own parameters, as init parameters (YAML keys) of the gate: each
+            registered method declares them in its frozen `Parameters` dataclass and receives only those (TA-ARE:
+            `time_aware`, `n_yes`, `n_no`, `yes_pool`, `no_pool`, `no_selection`, `demonstration_order`,
+            `embedding_model`; threshold: `threshold`, `artifact`; learned: `artifact`). A key no registered method
+            owns is an error naming the owners of each key; every method that owns a given key checks its value.
         """
         decider_class = gate_decider_class(method)
         if server is not None and chat_generator is not None:
@@ -241,43 +222,24 @@ class TimeAwareRetrievalGate:
         if (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
                 or not 1 <= top_logprobs <= MAX_TOP_LOGPROBS):
             raise ValueError(f"top_logprobs must be an integer from 1 to {MAX_TOP_LOGPROBS}, got {top_logprobs!r}.")
-        for name, value in (("n_yes", n_yes), ("n_no", n_no)):
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
-        if not 0.0 <= float(threshold) <= 1.0:
-            raise ValueError(f"threshold must be a probability in [0, 1], got {threshold}.")
         if on_unparsed not in UNPARSED_POLICIES:
             raise ValueError(f"on_unparsed must be one of {UNPARSED_POLICIES}, got {on_unparsed!r}.")
         if not yes_answer.strip() or not no_answer.strip() or yes_answer == no_answer:
             raise ValueError("yes_answer and no_answer must be two different non-empty strings.")
-        if demonstration_order not in DEMONSTRATION_ORDERS:
-            raise ValueError(f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {demonstration_order!r}.")
         if local_scoring not in LOCAL_SCORINGS:
             raise ValueError(f"local_scoring must be one of {LOCAL_SCORINGS}, got {local_scoring!r}.")
         if local_scoring == "generate" and decider_class.needs_logits and chat_generator is None and served is None:
             raise ValueError(f"method={method!r} needs P(yes) from logits; use local_scoring='logits'.")
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
-        if no_selection not in ("similar", "fixed"):
-            raise ValueError(f"no_selection must be 'similar' or 'fixed', got {no_selection!r}.")
-        if artifact is not None and (not isinstance(artifact, str) or not artifact.strip()):
-            raise ValueError(f"artifact must be the path of a gate artifact (icr2 train-gate --out), got {artifact!r}.")
         parse_today(today)
-        self.artifact = artifact
+        self.method_parameters = self._check_method_parameters(method_parameters)
+        """The methods' own parameters as given (YAML keys); each decider gets the ones its `Parameters` declares."""
         self.method = method
         self.model = model
         self.chat_generator = chat_generator
         self.server = dict(server) if server is not None else None
         self.today = today
-        self.time_aware = time_aware
-        self.n_yes = n_yes
-        self.n_no = n_no
-        self.yes_pool = yes_pool
-        self.no_pool = no_pool
-        self.no_selection = no_selection
-        self.demonstration_order = demonstration_order
-        self.embedding_model = embedding_model
-        self.threshold = float(threshold)
         self.answer_prefix = answer_prefix
         self.yes_answer = yes_answer
         self.no_answer = no_answer
@@ -300,6 +262,19 @@ class TimeAwareRetrievalGate:
         `unparsed_replies`: replies that said neither yes nor no."""
         self._deciders: dict[str, GateDecider] = {}
         self._decider(method)  # the method's own checks (e.g. that its pool files exist), reading no file
+
+    @staticmethod
+    def _check_method_parameters(values: dict[str, Any]) -> dict[str, Any]:
+        """Every key is owned by a registered method, and every owner accepts its value (its Parameters' checks)."""
+        owners = gate_parameter_owners()
+        unknown = sorted(set(values) - set(owners))
+        if unknown:
+            offered = "; ".join(f"{name} ({', '.join(methods)})" for name, methods in sorted(owners.items()))
+            raise ValueError(f"TimeAwareRetrievalGate got {unknown}: neither a gate parameter nor a parameter of a "
+                             f"registered gate method. The methods' parameters are: {offered}.")
+        for method in sorted({m for name in values for m in owners[name]}):
+            gate_decider_class(method).parameters_from(values)
+        return dict(values)
 
     @staticmethod
     def _check_server(server: Any) -> ServedModel:
@@ -374,11 +349,16 @@ class TimeAwareRetrievalGate:
             skips.update(decider.input_skips)
         return skips
 
+    def parameters_of(self, method: str | None = None) -> Any:
+        """The frozen parameters the gate hands ``method`` (default: its own method), e.g. ``.artifact``."""
+        return self._decider(method or self.method).parameters
+
     def _decider(self, method: str) -> GateDecider:
         """The gate's decider for ``method``, built and checked on first use (the run-time override included)."""
         decider = self._deciders.get(method)
         if decider is None:
-            decider = gate_decider_class(method)(self)
+            decider_class = gate_decider_class(method)
+            decider = decider_class(decider_class.parameters_from(self.method_parameters), device=self.device)
             decider.check()
             self._deciders[method] = decider
         return decider
@@ -486,9 +466,10 @@ class TimeAwareRetrievalGate:
         :param query: The question to route.
         :param today: ISO date overriding the init value for this call.
         :param method: Method overriding the init value for this call.
-        :param threshold: Threshold overriding the init value (method `threshold`).
-        :param n_yes: [Yes] demonstrations for this call.
-        :param n_no: [No] demonstrations for this call.
+        :param threshold: The P(yes) cut for this call (methods `threshold` and `learned`: it wins over their own or
+            calibrated cut).
+        :param n_yes: [Yes] demonstrations for this call (overrides TA-ARE's `n_yes`).
+        :param n_no: [No] demonstrations for this call (overrides TA-ARE's `n_no`).
         :returns: `retrieve` or `no_retrieval` (the query, on the chosen output only) and `decision`.
         """
         if not isinstance(query, str) or not query.strip():
@@ -500,19 +481,17 @@ class TimeAwareRetrievalGate:
                              "this gate parses replies.")
         if decider.needs_model and self.chat_generator is None and self._served is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
-        threshold_given = threshold is not None
-        threshold = self.threshold if threshold is None else float(threshold)
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
-        n_yes = self.n_yes if n_yes is None else n_yes
-        n_no = self.n_no if n_no is None else n_no
-        if n_yes < 0 or n_no < 0:
+        if threshold is not None:
+            threshold = float(threshold)
+            if not 0.0 <= threshold <= 1.0:
+                raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
+        if (n_yes is not None and n_yes < 0) or (n_no is not None and n_no < 0):
             raise ValueError("n_yes and n_no must be >= 0.")
+        overrides = {name: value for name, value in (("n_yes", n_yes), ("n_no", n_no)) if value is not None}
         day = parse_today(today) or parse_today(self.today) or _dt.date.today()
         query = query.strip()
         start = time.perf_counter()
-        question = GateQuestion(query=query, today=day, threshold=threshold, n_yes=n_yes, n_no=n_no,
-                                threshold_given=threshold_given)
+        question = GateQuestion(query=query, today=day, cut=threshold, overrides=overrides)
         decided = decider.decide(question, self if decider.needs_model else None)
         decision = decided.as_record(method)
         decision["retrieve"] = decided.retrieve
@@ -533,8 +512,10 @@ class TimeAwareRetrievalGate:
         that relies on the default, and checks the result.) Loading needs no ``from_dict``: Haystack's
         ``default_from_dict`` rebuilds the nested generator from its ``type``.
         """
-        parameters = {name: getattr(self, name) for name in inspect.signature(type(self).__init__).parameters
-                      if name != "self"}
+        signature = inspect.signature(type(self).__init__).parameters
+        parameters = {name: getattr(self, name) for name, p in signature.items()
+                      if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+        parameters.update(self.method_parameters)  # flat, as the YAML gives them
         if self.chat_generator is not None:
             parameters["chat_generator"] = component_to_dict(self.chat_generator, "chat_generator")
         return default_to_dict(self, **parameters)

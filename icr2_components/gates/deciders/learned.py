@@ -11,6 +11,7 @@ language model is asked: a decision is one embedding (and one BM25 lookup with `
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from icr2_components.gates.gate_decider import (
     GateQuestion,
     YesNoAnswer,
     YesNoModel,
+    check_artifact_path,
     register_gate_decider,
 )
 from icr2_components.gates.need_features import NeedFeatures
@@ -72,23 +74,38 @@ class LearnedGateModel:
         return logistic_probabilities(self.artifact, self.features.matrix(questions))
 
 
+@dataclass(frozen=True)
+class LearnedParameters:
+    """The `learned` method's own parameter.
+
+    :param artifact: The gate artifact of `icr2 train-gate --kind logistic|knn` (required; read at `warm_up`).
+        It records the questions it was trained on, which `icr2 compare` then keeps out of its evaluation.
+    """
+
+    artifact: str | None = None
+
+    def __post_init__(self) -> None:
+        check_artifact_path(self.artifact)
+
+
 @register_gate_decider("learned")
 class LearnedDecider(GateDecider):
     """Retrieves when the learned model's P(needs retrieval) reaches the artifact's cut (or a run's `threshold`).
 
-    Reads the gate's `artifact` (required) and `device`; asks no language model (``needs_model`` is False), so a
+    Reads its own `artifact` (required) and the device; asks no language model (``needs_model`` is False), so a
     gate with `method: learned` may be built with `model: null`. The decision shows P(yes) as `p_yes`, scoring
     `learned`.
     """
 
     needs_model = False
+    Parameters = LearnedParameters
 
-    def __init__(self, gate) -> None:
-        super().__init__(gate)
+    def __init__(self, parameters: LearnedParameters | None = None, *, device: str | None = None) -> None:
+        super().__init__(parameters, device=device)
         self.model: LearnedGateModel | None = None
 
     def check(self) -> None:
-        artifact = getattr(self.gate, "artifact", None)
+        artifact = self.parameters.artifact
         if not artifact:
             raise ValueError("method='learned' needs artifact= (a gate artifact made by icr2 train-gate LABELS "
                              "--kind logistic --out ARTIFACT.json).")
@@ -98,11 +115,11 @@ class LearnedDecider(GateDecider):
 
     def warm_up(self) -> None:
         if self.model is None:
-            self.model = LearnedGateModel(self.gate.artifact, device=self.gate.device)
+            self.model = LearnedGateModel(self.parameters.artifact, device=self.device)
 
     def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
         self.warm_up()
         p = float(self.model.probabilities([question.query])[0])
-        cut = question.threshold if question.threshold_given else float(self.model.artifact.cut)
+        cut = question.cut if question.cut is not None else float(self.model.artifact.cut)
         answer = YesNoAnswer(p_yes=p, scoring=LEARNED_SCORING)
         return GateDecision.at_cut(answer, cut)
