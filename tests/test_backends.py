@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from icr2_components.backends import (
-    Backend,
     BackendError,
     apply_backend,
     backend_from_dict,
@@ -38,12 +37,14 @@ def llama_backend():
 def test_every_shipped_backend_file_parses():
     backends = {path.stem: load_backend(path) for path in sorted((REPO / "backends").glob("*.yaml"))}
     assert {"local", "llama_cpp_server", "vllm", "ollama", "openai", "tgi"} <= set(backends)
-    assert backends["local"].kind == "local" and backends["local"].served_model is None
-    served = backends["llama_cpp_server"].served_model
+    assert backends["local"].kind_name == "local" and backends["local"].settings.model is None
+    assert backends["local"].provides == {"weights", "tokenizer", "logprobs"}
+    assert backends["llama_cpp_server"].kind_name == "served" and "weights" not in backends["llama_cpp_server"].provides
+    served = backends["llama_cpp_server"].settings.served_model
     assert (served.api_base_url, served.model, served.context_length) == ("http://127.0.0.1:8089/v1",
                                                                          "smollm2-135m-instruct", 8192)
-    assert backends["openai"].served_model.api_key_env == "OPENAI_API_KEY"
-    assert backends["ollama"].served_model.tokenizer != "server"  # Ollama has no tokenize endpoint
+    assert backends["openai"].settings.served_model.api_key_env == "OPENAI_API_KEY"
+    assert backends["ollama"].settings.served_model.tokenizer != "server"  # Ollama has no tokenize endpoint
 
 
 @pytest.mark.parametrize("values, message", [
@@ -74,7 +75,7 @@ def test_resolve_backend_prefers_the_flag_then_the_environment(monkeypatch):
     assert resolve_backend(None) is None
     monkeypatch.setenv("ICR2_BACKEND", str(REPO / "backends" / "llama_cpp_server.yaml"))
     assert resolve_backend(None).name == "llama_cpp_server"
-    assert resolve_backend(str(REPO / "backends" / "local.yaml")).kind == "local"
+    assert resolve_backend(str(REPO / "backends" / "local.yaml")).kind_name == "local"
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.stem)
@@ -111,14 +112,14 @@ def test_the_spec_hash_covers_the_backend(llama_backend):
 
 
 def test_a_local_backend_with_a_model_moves_readers_and_budgets_to_it():
-    backend = Backend(name="bigger", kind="local", model="Qwen/Qwen2.5-1.5B-Instruct")
+    backend = backend_from_dict({"kind": "local", "model": "Qwen/Qwen2.5-1.5B-Instruct"}, name="bigger")
     data = yaml.safe_load((REPO / "pipelines" / "cic_rag_lost_in_the_middle.yaml").read_text())
     moved = apply_backend(data, backend, "cic_rag_lost_in_the_middle.yaml")
     readers = [e for e in moved["components"].values() if e["type"] == LOCAL_READER]
     assert readers and all(e["init_parameters"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct" for e in readers)
     budgets = [e for e in moved["components"].values() if "tokenizer" in (e.get("init_parameters") or {})]
     assert budgets and all(e["init_parameters"]["tokenizer"] == "Qwen/Qwen2.5-1.5B-Instruct" for e in budgets)
-    assert apply_backend(data, Backend(name="local"), "x") == data  # the plain local backend changes nothing
+    assert apply_backend(data, backend_from_dict({"kind": "local"}, name="local"), "x") == data  # the plain local backend changes nothing
     rap = apply_backend(yaml.safe_load((REPO / "pipelines" / "rap.yaml").read_text()), backend, "rap.yaml")
     assert rap["components"]["rap_filter"]["init_parameters"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct"  # white-box too
 

@@ -169,7 +169,7 @@ def test_adaptive_pipeline_runs_on_the_llama_cpp_backend(llama_server_url, minil
     import yaml
 
     backend = load_backend(ROOT / "backends" / "llama_cpp_server.yaml")
-    assert backend.served_model.api_base_url == llama_server_url
+    assert backend.settings.served_model.api_base_url == llama_server_url
     # the adaptive pipeline with TA-ARE as its gate (its header's alternative for a capable reader): the gate that asks
     # the served model; the shipped learned gate asks no model
     data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
@@ -215,12 +215,12 @@ def test_served_gate_round_trips_through_to_dict_and_yaml():
     restored = loads_pipeline(pipeline.dumps()).get_component("gate")
     assert restored.to_dict() == data
     # the backend switch writes the same shape
-    variant = TimeAwareRetrievalGate.backend_variant({"method": "ta_are", "model": SERVED_NAME},
-                                                     load_backend(ROOT / "backends" / "llama_cpp_server.yaml"))
+    variant = load_backend(ROOT / "backends" / "llama_cpp_server.yaml").follow(
+        TimeAwareRetrievalGate, {"method": "ta_are", "model": SERVED_NAME})
     built = component_from_dict(TimeAwareRetrievalGate, variant, "gate")
     assert built.model is None and built.server["api_base_url"] == "http://127.0.0.1:8089/v1"
     assert set(built.server) == {"api_base_url", "model", "timeout_s", "max_retries"}
-    assert TimeAwareRetrievalGate.backend_variant({"method": "ta_are"}, load_backend(ROOT / "backends" / "local.yaml")) is None
+    assert load_backend(ROOT / "backends" / "local.yaml").follow(TimeAwareRetrievalGate, {"method": "ta_are"}) is None
 
 
 def test_a_down_server_is_one_line_within_seconds():

@@ -35,7 +35,7 @@ SIBLINGS_APART = {2, 3}  # floors whose packages may not import each other
 
 # Loads whose module name comes from data, not code: file (relative to the package) -> why it is allowed.
 LOADS_BY_DATA = {
-    "backends.py": "imports the component class a pipeline file names (under icr2_components. or haystack only) to "
+    "backends/pipelines.py": "imports the component class a pipeline file names (under icr2_components. or haystack only) to "
                    "ask what it needs, as Haystack's own loader does when it builds that pipeline",
 }
 

@@ -36,7 +36,7 @@ BLACK_BOX = ["closed_book", "vanilla_rag", "corpus_in_context", "query_aware", "
 def backend(llama_server_url, tmp_path_factory):
     """backends/llama_cpp_server.yaml, pointed at the URL the fixture serves (the same file when on 8089)."""
     shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.served_model.api_base_url == llama_server_url:
+    if shipped.settings.served_model.api_base_url == llama_server_url:
         return shipped
     file = tmp_path_factory.mktemp("backend") / "llama.yaml"
     file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import Document, component
 
@@ -12,7 +12,6 @@ from icr2_components.builders.corpus_assembly import (
     validate_budget,
     validate_ratio,
 )
-from icr2_components.backends import Backend, follow_tokenizer
 from icr2_components.models.token_counting import PassageTokenCounter
 
 _FIXED_INPUTS = {
@@ -62,6 +61,9 @@ class ConfounderAwareCorpusBuilder:
     result["report"]             # counts of everything dropped, the budget used, the achieved ratio
     ```
     """
+
+    backend_role: ClassVar[str] = "token_budget"
+    """Under a backend (`icr2_components.backends`), a token budget counts with that backend model's tokenizer."""
 
     def __init__(
         self,
@@ -118,11 +120,6 @@ class ConfounderAwareCorpusBuilder:
         self._assembler: CorpusAssembler | None = None
         for name in retrievers:
             component.set_input_type(self, name, list[Document], default=None)
-
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """Under another backend (`icr2_components.backends`), a token budget counts with that backend's model."""
-        return follow_tokenizer(f"{cls.__module__}.{cls.__name__}", init_parameters, backend)
 
     def warm_up(self) -> None:
         if self._assembler is None:

@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from icr2_components.backends import follow_local_model
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.passage_scoring import (
     QUERY_POSITION_MODES,
@@ -69,12 +68,11 @@ class RetrievalAttentionFilter:
     ```
     """
 
-    requires_model_weights: ClassVar[str] = (
-        "scores passages by the attention of its probed heads (Retrieval Attention Probing), which needs the weights"
-    )
-    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
-
-    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
+    model_needs: ClassVar[dict[str, str]] = {
+        "weights": "scores passages by the attention of its probed heads (Retrieval Attention Probing), which needs the weights",
+    }
+    """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
+    backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
     def __init__(
         self,

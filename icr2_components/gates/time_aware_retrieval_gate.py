@@ -7,13 +7,12 @@ import datetime as _dt
 import inspect
 import logging
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import component, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.backends import Backend
 from icr2_components.gates.gate_decider import (
     REPLY_SCORING,
     GateDecider,
@@ -32,8 +31,6 @@ logger = logging.getLogger(__name__)
 
 UNPARSED_POLICIES = ("retrieve", "no_retrieval", "error")
 LOCAL_SCORINGS = ("logits", "generate")
-SERVER_KEYS = ("api_base_url", "model", "api_key_env", "timeout_s", "max_retries")
-"""The `server` keys a backend hands the gate (a backend's `served_model` block is accepted whole)."""
 MAX_TOP_LOGPROBS = 20
 """OpenAI's and vLLM's (default) limit on `top_logprobs`; TGI allows 5."""
 
@@ -101,7 +98,7 @@ class TimeAwareRetrievalGate:
       " yes", "[Yes", ...) among the top tokens of the first answer position (a chat API cannot open the answer
       with "[", so generated "[" and spaces are skipped): scoring `top_logprobs`, with `answer_mass` the yes+no
       share. The `threshold` method works over the server too. `icr2 compare --backend
-      backends/llama_cpp_server.yaml` turns a local gate into this one (`backend_variant`). A server that is
+      backends/llama_cpp_server.yaml` turns a local gate into this one (its `backend_role`). A server that is
       down or slow is one `ServedModelError` line, after `timeout_s` and `max_retries` at most.
     * any Haystack ChatGenerator (`chat_generator`): P(yes) from its replies' log-probabilities when it returns
       them (`reply.meta["logprobs"]`, e.g. an `OpenAIChatGenerator` with `generation_kwargs` `logprobs` and
@@ -148,6 +145,10 @@ class TimeAwareRetrievalGate:
         server: {api_base_url: "http://127.0.0.1:8089/v1", model: smollm2-135m-instruct, timeout_s: 120, max_retries: 2}
     ```
     """
+
+    backend_role: ClassVar[str] = "yes_no_asker"
+    """Under a backend (`icr2_components.backends`) the kind decides whom the gate asks: a served kind its server
+    (P(yes) from top log-probabilities, `server`), a local one naming a model that model."""
 
     def __init__(
         self,
@@ -282,21 +283,6 @@ class TimeAwareRetrievalGate:
             raise ValueError("server must be a mapping of ServedModel keys (api_base_url, model, api_key_env, "
                              f"timeout_s, max_retries), got {server!r}.")
         return ServedModel.from_dict(dict(server), "TimeAwareRetrievalGate server")
-
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """This gate's pipeline entry under ``backend`` (see `icr2_components.backends`): asking the served model
-        (`server`, model None) for a served backend, or the backend's local model; the method, prompts,
-        demonstration pools and their embedding model (local) stay."""
-        if backend.served_model is not None:
-            served = backend.served_model.to_dict()
-            server = {key: served[key] for key in SERVER_KEYS if served.get(key) is not None}
-            parameters = {**init_parameters, "model": None, "chat_generator": None, "server": server}
-        elif backend.model:
-            parameters = {**init_parameters, "model": backend.model, "chat_generator": None, "server": None}
-        else:
-            return None
-        return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": parameters}
 
     # -- loading -----------------------------------------------------------------------------------------
 

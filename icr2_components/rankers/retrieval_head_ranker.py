@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from icr2_components.backends import follow_local_model
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import check_fits, context_limit, model_signature
 from icr2_components.rankers.retrieval_head import RetrievalHead, find_head_folder
@@ -44,12 +43,11 @@ class RetrievalHeadRanker:
     ```
     """
 
-    requires_model_weights: ClassVar[str] = (
-        "ranks passages with the model's attention heads and a trained head, which needs the weights"
-    )
-    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
-
-    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
+    model_needs: ClassVar[dict[str, str]] = {
+        "weights": "ranks passages with the model's attention heads and a trained head, which needs the weights",
+    }
+    """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
+    backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
     def __init__(
         self,

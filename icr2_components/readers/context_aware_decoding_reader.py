@@ -13,7 +13,6 @@ import torch
 from haystack import component, default_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.backends import follow_local_model
 from icr2_components.errors import MissingContextError
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
@@ -91,12 +90,11 @@ class ContextAwareDecodingReader:
     ```
     """
 
-    requires_model_weights: ClassVar[str] = (
-        "contrasts the next-token distributions with and without the context at every step, which needs the full logits"
-    )
-    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
-
-    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
+    model_needs: ClassVar[dict[str, str]] = {
+        "weights": "contrasts the next-token distributions with and without the context at every step, which needs the full logits",
+    }
+    """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
+    backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
     def __init__(
         self,

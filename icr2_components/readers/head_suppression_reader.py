@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 from haystack import component
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.backends import follow_local_model
 from icr2_components.models.introspection import model_signature
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 
@@ -42,12 +41,11 @@ class HeadSuppressionReader:
     ```
     """
 
-    requires_model_weights: ClassVar[str] = (
-        "suppresses attention heads (PH3) inside the model, which needs the weights"
-    )
-    """Why this component cannot run on a served (black-box) model: `icr2_components.backends` refuses it there."""
-
-    backend_variant = classmethod(follow_local_model)  # on a local backend naming another model, use it
+    model_needs: ClassVar[dict[str, str]] = {
+        "weights": "suppresses attention heads (PH3) inside the model, which needs the weights",
+    }
+    """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
+    backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
     def __init__(
         self,

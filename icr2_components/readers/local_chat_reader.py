@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import component
 from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingChunk, SyncStreamingCallbackT
 
-from icr2_components.backends import Backend
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
-from icr2_components.readers.served_chat_reader import ServedChatReader
 
 
 @component
@@ -41,6 +39,10 @@ class LocalChatReader:
                streaming_callback=lambda chunk: print(chunk.content, end="", flush=True))
     ```
     """
+
+    backend_role: ClassVar[str] = "chat_reader"
+    """Under a backend (`icr2_components.backends`) the kind decides what answers: a served kind puts a
+    `ServedChatReader` in its place (same answer budget, greedy unless sampling), a local one names the model."""
 
     def __init__(
         self,
@@ -76,25 +78,6 @@ class LocalChatReader:
         self.device = device
         self.attn_implementation = attn_implementation
         self.max_input_tokens = max_input_tokens
-
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """This reader's pipeline entry under ``backend`` (see `icr2_components.backends`): a `ServedChatReader`
-        for a served model (same answer budget, greedy unless sampling), or this reader on the backend's model."""
-        if backend.served_model is not None:
-            served = backend.served_model
-            sampling = init_parameters.get("do_sample", False)
-            return {
-                "type": f"{ServedChatReader.__module__}.{ServedChatReader.__name__}",
-                "init_parameters": {
-                    **served.to_dict(),
-                    "max_new_tokens": init_parameters.get("max_new_tokens", 64),
-                    "temperature": float(init_parameters.get("temperature", 1.0)) if sampling else 0.0,
-                },
-            }
-        if backend.model:
-            return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
-        return None
 
     def warm_up(self) -> None:
         self.chat_model.load()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from haystack import Document, component
 
-from icr2_components.backends import Backend, follow_tokenizer
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
 
@@ -22,6 +21,9 @@ class BudgetedReorderer:
     """
 
     convention = ""
+
+    backend_role: ClassVar[str] = "token_budget"
+    """Under a backend (`icr2_components.backends`), a token budget counts with that backend model's tokenizer."""
 
     def __init__(
         self,
@@ -42,11 +44,6 @@ class BudgetedReorderer:
         self.tokenizer = tokenizer
         self.relevance = relevance
         self._counter: PassageTokenCounter | None = None
-
-    @classmethod
-    def backend_variant(cls, init_parameters: dict[str, Any], backend: Backend) -> dict[str, Any] | None:
-        """Under another backend (`icr2_components.backends`), a token budget counts with that backend's model."""
-        return follow_tokenizer(f"{cls.__module__}.{cls.__name__}", init_parameters, backend)
 
     def _place(self, kept: list[Document], documents: list[Document]) -> list[Document]:
         """Order ``kept`` (most relevant first) for the prompt; ``documents`` is the input, for reference."""

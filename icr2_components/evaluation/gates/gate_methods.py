@@ -83,15 +83,14 @@ def gate_model_settings(model: str | None, backend: str | None) -> tuple[str | N
     if not backend:
         return model, {}
     from icr2_components.backends import resolve_backend
-    from icr2_components.gates.time_aware_retrieval_gate import SERVER_KEYS
+    from icr2_components.gates import TimeAwareRetrievalGate
 
     chosen = resolve_backend(backend)
-    if chosen is not None and chosen.served_model is not None:
-        served = chosen.served_model.to_dict()
-        return None, {"server": {key: served[key] for key in SERVER_KEYS if served.get(key) is not None}}
-    if chosen is not None and chosen.model:
-        return chosen.model, {}
-    return model, {}
+    variant = chosen.follow(TimeAwareRetrievalGate, {"model": model}) if chosen is not None else None
+    if variant is None:
+        return model, {}
+    parameters = variant["init_parameters"]
+    return parameters.get("model"), ({"server": parameters["server"]} if parameters.get("server") else {})
 
 
 def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str | None = "smollm2-135m-instruct",

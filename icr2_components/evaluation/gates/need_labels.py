@@ -198,27 +198,23 @@ def reader_for(model: str | None = "smollm2-135m-instruct", backend: str | None 
                device: str | None = None) -> tuple[Any, str]:
     """The reader (a Haystack chat generator) and a key naming it (model, where it runs, answer budget): the
     in-process ``model``, or the backend file's model (``backends/*.yaml``: a served model or another local one)."""
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends import component_class, resolve_backend
 
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be a positive integer, got {max_new_tokens!r}.")
-    chosen = resolve_backend(backend) if backend else None
-    if chosen is not None and chosen.served_model is not None:
-        from icr2_components.readers.served_chat_reader import ServedChatReader
-
-        served = chosen.served_model
-        reader = ServedChatReader(api_base_url=served.api_base_url, model=served.model, api_key_env=served.api_key_env,
-                                  max_new_tokens=max_new_tokens, timeout_s=served.timeout_s,
-                                  max_retries=served.max_retries)
-        return reader, f"served:{served.model}@{served.api_base_url}:max_new_tokens={max_new_tokens}"
-    if chosen is not None and chosen.model:
-        model = chosen.model
-    if not model:
-        raise ValueError("Name a reader: --model (an alias, path or Hugging Face id) or --backend FILE.")
     from icr2_components.readers import LocalChatReader
 
-    reader = LocalChatReader(model=model, max_new_tokens=max_new_tokens, dtype="float32", device=device)
-    return reader, f"local:{model}:max_new_tokens={max_new_tokens}"
+    # the backend's kind decides what answers (a served kind: a ServedChatReader; a local one: its model)
+    chosen = resolve_backend(backend) if backend else None
+    model = (chosen.kind.local_model() if chosen is not None else None) or model
+    entry = {"model": model, "max_new_tokens": max_new_tokens, "dtype": "float32", "device": device}
+    variant = chosen.follow(LocalChatReader, entry) if chosen is not None else None
+    if variant is None and not model:
+        raise ValueError("Name a reader: --model (an alias, path or Hugging Face id) or --backend FILE.")
+    reader_class = component_class(variant["type"]) if variant is not None else LocalChatReader
+    reader = reader_class(**(variant["init_parameters"] if variant is not None else entry))
+    label = chosen.kind.reader_label(model) if chosen is not None else f"local:{model}"
+    return reader, f"{label}:max_new_tokens={max_new_tokens}"
 
 
 def label_key(reader_key: str, question: NeedQuestion) -> str:

@@ -11,15 +11,14 @@ served_model:
   context_length: 8192
 ```
 
-``kind: local`` keeps the model in this process (transformers), optionally another one (``model: Qwen/...``);
-``kind: served`` puts it behind an OpenAI-compatible server (vLLM, llama.cpp, Ollama, TGI, OpenAI; the keys of
-:class:`~icr2_components.models.served_model.ServedModel`). ``icr2 compare|serve|quickstart --backend FILE``
-(or ``ICR2_BACKEND=FILE``) applies it to every pipeline they load: each component whose class knows how to
-follow a backend rewrites its own entry (``backend_variant``: the local reader becomes a ``ServedChatReader``,
-the gate asks the server, the token budgets count with the served tokenizer); a component that needs the
-weights (``requires_model_weights``: RAP, CAD/ACD/COIECD, PH3 suppression, the retrieval-head ranker) refuses,
-naming why and what to use. Components that know nothing of models (retrievers, joiners, prompt builders) are
-left as they are.
+``kind`` names a registered backend kind (``backends/kind.py``; one file each: ``local.py`` keeps the model in
+this process, optionally another one, ``served.py`` puts it behind an OpenAI-compatible server). ``icr2
+compare|serve|quickstart --backend FILE`` (or ``ICR2_BACKEND=FILE``) applies it to every pipeline they load:
+each component declares what it needs of the model (``model_needs``) and its role (``backend_role``), and the
+kind rewrites its entry (a served kind makes the local reader a ``ServedChatReader``, the gate ask the server,
+the token budgets count with the served tokenizer) or refuses a component needing what it does not provide
+(RAP, CAD/ACD/COIECD, PH3 suppression, the retrieval-head ranker need the weights), naming why and what to use.
+Components that know nothing of models (retrievers, joiners, prompt builders) are left as they are.
 
 The same refusal guards hand-written YAML: :func:`check_model_access` refuses, at load, any pipeline that has a
 black-box reader (one marked ``black_box``, or Haystack's API chat generators) beside a white-box component.
@@ -39,17 +38,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from icr2_components.errors import UserInputError
-from icr2_components.models.served_model import ServedModel
+from icr2_components.backends.kind import Backend, BackendError, backend_kind_class, backend_kind_names
 
 BACKEND_ENV = "ICR2_BACKEND"
-KINDS = ("local", "served")
 BLACK_BOX_TYPES = (
     # Haystack's API generators: the model is elsewhere, only tokens come back.
     "haystack.components.generators.chat.openai.OpenAIChatGenerator",
@@ -62,59 +58,14 @@ BLACK_BOX_PIPELINES_HINT = ("closed_book, vanilla_rag, corpus_in_context, query_
                             "oracle, adaptive_rag, cmt_multi_agent, cmt_prompting")
 
 
-class BackendError(UserInputError):
-    """A backend file is malformed, or a pipeline cannot run on the backend it was given."""
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Where the language model of a pipeline runs: ``local`` (optionally another ``model``) or ``served``."""
-
-    name: str
-    kind: str = "local"
-    served_model: ServedModel | None = None
-    model: str | None = None
-    source: str = "<backend>"
-
-    @property
-    def is_served(self) -> bool:
-        return self.kind == "served"
-
-    def describe(self) -> str:
-        if self.served_model is not None:
-            return f"{self.name} ({self.served_model.model} at {self.served_model.api_base_url})"
-        return f"{self.name} (local{': ' + self.model if self.model else ''})"
-
-
 def backend_from_dict(values: Any, source: str = "<backend>", name: str | None = None) -> Backend:
-    """A :class:`Backend` from a parsed backend file; one clear line per problem."""
+    """A :class:`Backend` from a parsed backend file: its ``kind`` (a registered :class:`BackendKind`, ``local`` when
+    left out) reads the other keys into its own settings; one clear line per problem."""
     if not isinstance(values, dict):
-        raise BackendError(f"{source}: a backend file is a mapping with `kind: local` or `kind: served`.")
-    known = {"kind", "served_model", "model", "description"}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise BackendError(f"{source}: unknown key(s) {unknown}; a backend file has {sorted(known)}.")
-    kind = values.get("kind", "local")
-    if kind not in KINDS:
-        raise BackendError(f"{source}: kind must be one of {KINDS}, got {kind!r}.")
-    name = name or Path(source).stem
-    if kind == "served":
-        served = values.get("served_model")
-        if not isinstance(served, dict):
-            raise BackendError(f"{source}: kind: served needs a `served_model:` mapping (api_base_url, model, ...).")
-        if values.get("model"):
-            raise BackendError(f"{source}: `model` is for kind: local; a served model is served_model.model.")
-        try:
-            served_model = ServedModel.from_dict(served, f"{source}: served_model")
-        except UserInputError as error:
-            raise BackendError(str(error) if str(error).startswith(source) else f"{source}: {error}") from error
-        return Backend(name=name, kind=kind, served_model=served_model, source=source)
-    if values.get("served_model"):
-        raise BackendError(f"{source}: served_model is for kind: served.")
-    model = values.get("model")
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise BackendError(f"{source}: model must be a Hugging Face id, local path or bundled alias, got {model!r}.")
-    return Backend(name=name, kind="local", model=model, source=source)
+        raise BackendError(f"{source}: a backend file is a mapping with `kind:` ({', '.join(backend_kind_names())}).")
+    kind_class = backend_kind_class(values.get("kind", "local")) if "kind" in values else backend_kind_class("local")
+    settings = kind_class.settings_from({k: v for k, v in values.items() if k not in ("kind", "description")}, source)
+    return Backend(name=name or Path(source).stem, kind=kind_class(settings), source=source)
 
 
 def load_backend(path: str | os.PathLike) -> Backend:
@@ -173,8 +124,9 @@ def is_black_box(type_name: Any) -> bool:
 
 
 def weights_reason(type_name: Any) -> str | None:
+    """Why a component needs the model's weights (its ``model_needs["weights"]``), or None."""
     cls = component_class(type_name)
-    reason = getattr(cls, "requires_model_weights", None) if cls is not None else None
+    reason = (getattr(cls, "model_needs", None) or {}).get("weights") if cls is not None else None
     return reason if isinstance(reason, str) and reason else None
 
 
@@ -198,53 +150,30 @@ def check_model_access(data: dict, source: str) -> None:
         raise _refusal(source, needing, f"its reader '{black_box[0]}' is a served model, which")
 
 
-def backend_tokenizer(backend: Backend) -> str | None:
-    """What a component's ``tokenizer`` parameter should hold under ``backend`` (None: keep its own)."""
-    if backend.served_model is not None:
-        return backend.served_model.tokenizer_spec()
-    return backend.model
-
-
-def follow_tokenizer(type_name: str, init_parameters: dict, backend: Backend, parameter: str = "tokenizer") -> dict | None:
-    """The entry of a token-counting component under ``backend``: its ``tokenizer`` (when it counts at all)
-    becomes the backend model's, so budgets are in the tokens of the model that reads the prompt."""
-    tokenizer = backend_tokenizer(backend)
-    if not init_parameters.get(parameter) or tokenizer is None:
-        return None
-    return {"type": type_name, "init_parameters": {**init_parameters, parameter: tokenizer}}
-
-
-def follow_local_model(cls: type, init_parameters: dict, backend: Backend) -> dict | None:
-    """``backend_variant`` of a white-box component (bind it with ``classmethod``): on a local backend naming
-    another model it uses that model; a served backend refused it before this is asked."""
-    if backend.served_model is None and backend.model and "model" in init_parameters:
-        return {"type": f"{cls.__module__}.{cls.__name__}", "init_parameters": {**init_parameters, "model": backend.model}}
-    return None
-
-
 def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
     """The pipeline dict with every model-using component following ``backend`` (a new dict; ``data`` unchanged).
 
-    A component class takes part by defining ``backend_variant(init_parameters, backend) -> dict | None`` (its
-    new ``{"type", "init_parameters"}`` entry, or None to stay) and, when it needs the weights,
-    ``requires_model_weights`` (a phrase saying why); served backends refuse those.
+    A component class takes part by declaring ``model_needs`` (need -> why: ``weights``, ``tokenizer``,
+    ``logprobs``) and ``backend_role`` (``chat_reader``, ``yes_no_asker``, ``white_box``, ``token_budget``). The
+    backend's kind refuses components needing what it does not provide, and rewrites each entry for its role.
     """
     if backend is None:
         return data
-    entries = _entries(data)
-    if backend.is_served:
-        needing = [(name, entry["type"], reason) for name, entry in entries.items()
-                   if (reason := weights_reason(entry.get("type")))]
-        if needing:
-            raise _refusal(source, needing, f"the backend {backend.describe()}")
+    needing = []
+    for name, entry in _entries(data).items():
+        cls = component_class(entry.get("type"))
+        missing = backend.missing(cls) if cls is not None else {}
+        if missing:
+            needing.append((name, entry["type"], "; ".join(missing.values())))
+    if needing:
+        raise _refusal(source, needing, f"the backend {backend.describe()}")
     new_components: dict[str, Any] = {}
     for name, entry in (data.get("components") or {}).items():
         cls = component_class(entry.get("type")) if isinstance(entry, dict) else None
-        variant_of = getattr(cls, "backend_variant", None) if cls is not None else None
-        variant = variant_of(dict(entry.get("init_parameters") or {}), backend) if callable(variant_of) else None
+        variant = backend.follow(cls, dict(entry.get("init_parameters") or {})) if cls is not None else None
         new_components[name] = variant if variant is not None else entry
     return {**data, "components": new_components}
 
 
-__all__ = ["BACKEND_ENV", "Backend", "BackendError", "apply_backend", "backend_tokenizer", "follow_local_model", "follow_tokenizer", "backend_from_dict", "backend_from_environment",
-           "check_model_access", "is_black_box", "load_backend", "resolve_backend"]
+__all__ = ["BACKEND_ENV", "apply_backend", "backend_from_dict", "backend_from_environment", "check_model_access",
+           "component_class", "is_black_box", "load_backend", "resolve_backend", "weights_reason"]
