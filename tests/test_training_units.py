@@ -154,6 +154,10 @@ def test_tiny_plumbing_new_token_rate_moves_only_the_marker_rows_and_refuses_lor
     assert torch.equal(after[:38], before[:38])
     assert (after[38:] - before[38:]).abs().max() > 5e-3  # the marker rows moved at the high rate
     assert not torch.equal(model.model.layers[0].mlp.up_proj.weight, layer_before)
-    with pytest.raises(RecipeError, match="new_token_learning_rate applies to full fine-tuning"):
+    with pytest.raises(RecipeError, match="marker rows, which train only with lora.train_new_token_embeddings"):
         recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"}, "finetuning": "lora",
-                          "training": {"new_token_learning_rate": 1e-2}})
+                          "lora": {"train_new_token_embeddings": False}, "training": {"new_token_learning_rate": 1e-2}})
+    # with LoRA the marker rows are peft's own trainable-token parameters: they alone get the high rate
+    lora = recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"},
+                             "finetuning": "lora", "training": {"new_token_learning_rate": 1e-2}})
+    assert lora.training.new_token_learning_rate == 1e-2

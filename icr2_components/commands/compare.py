@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     parser.add_argument("--pipelines", nargs="+", required=True, help="pipeline YAMLs with declared inputs/outputs")
     parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
     parser.add_argument("--context-types", default=DEFAULT_CONTEXT_TYPES,
-                        help=f"comma-separated subset of open,gold,conflicting,irrelevant (default {DEFAULT_CONTEXT_TYPES})")
+                        help=f"comma-separated subset of open,gold,conflicting,irrelevant,corpus (default {DEFAULT_CONTEXT_TYPES}; "
+                        "corpus: an ICR2 benchmark record's whole corpus in context, for --dataset an ICR2 JSONL)")
     parser.add_argument("--limit", type=int, help="the first N questions with answers (of --split, if given)")
     parser.add_argument("--question-ids", metavar="FILE",
                         help="run exactly these questions, in file order: one id per line, # comments (a run's "

@@ -87,6 +87,7 @@ class ContextSet:
     conflicting: list[Document] | None = None
     conflicting_answer: str | None = None
     irrelevant: list[Document] | None = None
+    corpus: list[Document] | None = None  # an ICR2 record's whole corpus in context (compare's ``corpus`` type)
     reasons: dict[str, str] | None = None
 
     def documents(self, context_type: str) -> list[Document] | None:
@@ -118,10 +119,14 @@ def build_context_set(
     gold_documents: Sequence[Document],
     irrelevant_candidates: Sequence[Document],
     substitute_pool: Iterable[str],
+    corpus: Sequence[Document] | None = None,
 ) -> ContextSet:
-    """Build the gold, conflicting and irrelevant contexts of one question (one passage each, as in CUB)."""
+    """Build the gold, conflicting and irrelevant contexts of one question (one passage each, as in CUB), and
+    ``corpus``: an ICR2 record's whole corpus in context, as given (gold among confounders, in record order)."""
     reasons: dict[str, str] = {}
-    result = ContextSet(reasons=reasons)
+    result = ContextSet(reasons=reasons, corpus=list(corpus) if corpus else None)
+    if not corpus:
+        reasons["corpus"] = "no corpus in context (the dataset is not an ICR2 benchmark file)"
     gold = pick_gold_passage(gold_documents, answers)
     if gold is None:
         reasons["gold"] = reasons["conflicting"] = "no gold passage"

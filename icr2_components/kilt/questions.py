@@ -31,6 +31,9 @@ class CompareQuestion:
     gold_documents: list[Document] = field(default_factory=list)
     irrelevant_candidates: list[Document] = field(default_factory=list)
     task_type: str = "qa"
+    # an ICR2 benchmark record's whole corpus in context (gold among confounders, in the record's order): what
+    # compare's ``corpus`` context type gives; None for a KILT task file
+    corpus: list[Document] | None = None
 
 
 def is_icr2_file(path: str | os.PathLike) -> bool:
@@ -78,7 +81,7 @@ def read_icr2_questions(path: str | os.PathLike, skips: SkipReport, limit: int |
         gold_ids = {d.id for d in gold}
         others = [d for d in instance.documents() if d.id not in gold_ids]
         questions.append(CompareQuestion(instance.id, instance.query, list(instance.answers), gold, others,
-                                         instance.task_type))
+                                         instance.task_type, corpus=instance.documents()))
     return _ordered(questions, ids)
 
 

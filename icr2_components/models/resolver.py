@@ -283,6 +283,10 @@ def resolve_model(name_or_path: str, *, check_available: bool = False) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         if path.is_dir():
+            from icr2_components.models.adapters import is_adapter_folder, merged_adapter_folder
+
+            if is_adapter_folder(path):  # a LoRA adapter: merged into its base once, in the cache (adapters.py)
+                return merged_adapter_folder(path, resolve_model)
             return str(path.resolve())
         if path.suffix.lower() == ".gguf":
             raise ModelResolutionError(

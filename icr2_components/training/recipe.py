@@ -230,9 +230,9 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     _positive(recipe.lora.r, f"{s}: lora.r")
     if t.early_stopping_patience and not (recipe.data.validation or recipe.data.validation_fraction):
         raise RecipeError(f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction).")
-    if t.new_token_learning_rate and recipe.finetuning == "lora":
-        raise RecipeError(f"{s}: training.new_token_learning_rate applies to full fine-tuning; with LoRA the marker "
-                          "rows train through lora.train_new_token_embeddings at training.learning_rate.")
+    if t.new_token_learning_rate and recipe.finetuning == "lora" and not recipe.lora.train_new_token_embeddings:
+        raise RecipeError(f"{s}: training.new_token_learning_rate with LoRA sets the rate of the marker rows, which "
+                          "train only with lora.train_new_token_embeddings: true.")
     if t.bf16 and t.dtype == "float16":
         raise RecipeError(f"{s}: bf16 mixed precision with float16 weights; use dtype float32 or bfloat16.")
 

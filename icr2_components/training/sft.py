@@ -131,6 +131,16 @@ def new_token_parameter_groups(model, new_token_ids: Sequence[int], rate: float)
     return [{"params": rest}, {"params": matrices, "lr": rate, "weight_decay": 0.0}]
 
 
+def lora_token_parameter_groups(model, rate: float) -> list[dict[str, Any]]:
+    """With LoRA, peft trains the marker rows as their own parameters (``trainable_tokens_*``, only those rows):
+    they get ``rate``, the adapters the base rate."""
+    tokens = [p for n, p in model.named_parameters() if p.requires_grad and "trainable_tokens" in n]
+    rest = [p for n, p in model.named_parameters() if p.requires_grad and "trainable_tokens" not in n]
+    if not tokens:
+        raise ValueError("new_token_learning_rate with LoRA needs lora.train_new_token_embeddings: true.")
+    return [{"params": rest}, {"params": tokens, "lr": rate, "weight_decay": 0.0}]
+
+
 def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs):
     """transformers' Trainer, with the recipe's own optimizer groups (``training.new_token_learning_rate``) and
     loss (``training.target_logits_only``: the vocabulary projection only where a target token is predicted)."""
@@ -144,7 +154,9 @@ def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs)
             if self.optimizer is None and rate:
                 opt_model = self.model if model is None else model
                 optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
-                self.optimizer = optimizer_cls(new_token_parameter_groups(opt_model, new_token_ids, rate), **optimizer_kwargs)
+                groups = (lora_token_parameter_groups(opt_model, rate) if recipe.finetuning == "lora"
+                          else new_token_parameter_groups(opt_model, new_token_ids, rate))
+                self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
             return super().create_optimizer(model) if self.optimizer is None else self.optimizer
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -216,7 +228,7 @@ def training_arguments(recipe: TrainingRecipe, has_validation: bool):
         metric_for_best_model="eval_loss",
         greater_is_better=False,
         seed=t.seed,
-        group_by_length=t.group_by_length,
+        train_sampling_strategy="group_by_length" if t.group_by_length else "random",
         torch_compile=t.torch_compile,
         use_cpu=t.device == "cpu",
         report_to=t.report_to,
@@ -235,10 +247,20 @@ def save_result(model, tokenizer, recipe: TrainingRecipe) -> str:
         else:
             model.save_pretrained(out / "adapter")
             tokenizer.save_pretrained(out / "adapter")
+            name_base_model(out / "adapter", recipe.model)
             return str(out / "adapter")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return str(out)
+
+
+def name_base_model(adapter_dir: Path, model: str) -> None:
+    """Write the recipe's model name (an alias, not this machine's resolved cache path) as the adapter's base, so
+    that ``resolve_model(adapter_dir)`` merges it on any machine (models/adapters.py)."""
+    config_path = adapter_dir / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = model
+    config_path.write_text(json.dumps(config, indent=2))
 
 
 def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:

@@ -53,15 +53,18 @@ from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.evaluation.reports.position_curves import first_gold_position
 
 logger = logging.getLogger(__name__)
+# ``corpus``: an ICR2 benchmark record's whole corpus in context (gold among confounders), given as is; only an
+# ICR2 dataset has one, so it is accepted but never a default
+ACCEPTED_CONTEXT_TYPES = CONTEXT_TYPES + ("corpus",)
 CACHE_FILE = "answers.jsonl"
 QUESTION_IDS_FILE = "question_ids.txt"
 
 
 def parse_context_types(text: str | Sequence[str]) -> list[str]:
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
-    unknown = [t for t in items if t not in CONTEXT_TYPES]
+    unknown = [t for t in items if t not in ACCEPTED_CONTEXT_TYPES]
     if not items or unknown:
-        raise ValueError(f"--context-types takes a comma-separated subset of {list(CONTEXT_TYPES)}; got {text!r}.")
+        raise ValueError(f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}.")
     return list(dict.fromkeys(items))
 
 
@@ -189,7 +192,7 @@ def run_compare(
         logger.warning("%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
                        excluded)
     pool = answer_pool(dataset_path)
-    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool)
+    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus)
                 for q in questions}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,10 @@
 """ICR2 Table 3 at SmolLM2-135M scale: the registered experiment of `bench/data/icr2_table3/preregistration.md`.
 
-    .venv/bin/python bench/icr2_table3.py ids          # write the id files (deterministic; committed)
-    .venv/bin/python bench/icr2_table3.py data         # build the CiC benchmark files into runs/icr2_table3/data
-    .venv/bin/python bench/icr2_table3.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml), resumable
-    .venv/bin/python bench/icr2_table3.py eval [ARM..] # answer the evaluation questions (icr2 compare, resumable)
-    .venv/bin/python bench/icr2_table3.py report       # the table (Markdown, JSON, PNG) from the answer cache
+    .venv/bin/python bench/icr2_table3/run.py ids          # write the id files (deterministic; committed)
+    .venv/bin/python bench/icr2_table3/run.py data         # build the CiC benchmark files into runs/icr2_table3/data
+    .venv/bin/python bench/icr2_table3/run.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml), resumable
+    .venv/bin/python bench/icr2_table3/run.py eval [ARM..] # answer the evaluation questions (icr2 compare, resumable)
+    .venv/bin/python bench/icr2_table3/run.py report       # the table (Markdown, JSON, PNG) from the answer cache
 
 Every step calls the package (`icr2 build-benchmark`, `icr2 train`, `icr2 compare`); this file only names the
 registered inputs. The benchmark files are derived from `../shared/data/` and are rebuilt, never committed.
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IDS = ROOT / "bench" / "data" / "icr2_table3"
 WORK = ROOT / "runs" / "icr2_table3"
 DATA = WORK / "data"
@@ -71,7 +71,7 @@ def cmd_ids(_args) -> None:
     rng.shuffle(eval_pool)
     write_ids("train_ids.txt", train_pool[:TRAIN_COUNT],
               f"{TRAIN_COUNT} training questions: a random.Random({SEED}) shuffle of the NQ-sample positions < "
-              f"{TRAIN_LIMIT_POSITION}\nin no bench/data/heldout_nq_ids*.txt file (bench/icr2_table3.py ids)")
+              f"{TRAIN_LIMIT_POSITION}\nin no bench/data/heldout_nq_ids*.txt file (bench/icr2_table3/run.py ids)")
     write_ids("dev_ids.txt", train_pool[TRAIN_COUNT:TRAIN_COUNT + DEV_COUNT],
               f"{DEV_COUNT} dev questions (validation loss only): the next {DEV_COUNT} of the same shuffle")
     write_ids("eval_ids.txt", eval_pool,
@@ -128,6 +128,56 @@ def cmd_train(args) -> None:
     subprocess.run(ICR2 + ["train", "--config", str(recipe)] + extra, check=True, cwd=ROOT)
 
 
+PIPELINES = ROOT / "bench" / "icr2_table3" / "pipelines"
+ADAPTERS = RESULTS / "adapters"
+# arm -> (pipeline, context type): the registered arms (preregistration.md). `corpus` is the record's corpus in
+# context (gold + confounders), `gold` its gold passage, `open` the pipeline's own retrieval (or none).
+ARMS = {
+    "closed_book": ("closed_book", "open"),
+    "vanilla_rag": ("vanilla_rag", "open"),
+    "untrained": ("untrained", "corpus"),
+    "sft_da": ("sft_da", "corpus"),
+    "sft_rta": ("sft_rta", "corpus"),
+    "sft_cci": ("sft_cci", "corpus"),
+    "rethead": ("rethead", "corpus"),
+    "sft_da_rap": ("sft_da_rap", "corpus"),
+    "sft_rta_rap": ("sft_rta_rap", "corpus"),
+    "oracle": ("untrained", "gold"),
+    "sft_da_gold_only": ("sft_da_gold_only", "corpus"),
+}
+
+
+def cmd_keep(args) -> None:
+    """Copy a finished arm's adapter (and its training ids) from runs/ to bench/results (committed)."""
+    import shutil
+
+    source = WORK / args.arm / "adapter"
+    if not (source / "adapter_config.json").exists():
+        sys.exit(f"{source} holds no adapter: train the arm first (bench/icr2_table3/run.py train {args.arm}).")
+    target = ADAPTERS / args.arm
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target)
+    for name in ("training_ids.json", "training_summary.json"):
+        if (WORK / args.arm / name).exists() and not (target / name).exists():
+            shutil.copy(WORK / args.arm / name, target / name)
+    print(f"kept {target}")
+
+
+def cmd_eval(args) -> None:
+    for arm in args.arms or list(ARMS):
+        pipeline, context_type = ARMS[arm]
+        path = PIPELINES / f"{pipeline}.yaml"
+        if not path.exists():
+            print(f"{arm}: no pipeline {path} yet; skipped")
+            continue
+        command = ICR2 + ["compare", "--dataset", str(DATA / "eval.jsonl"), "--question-ids", str(IDS / "eval_ids.txt"),
+                          "--context-types", context_type, "--pipelines", str(path), "--out", str(RESULTS / "arms" / arm)]
+        if args.limit:
+            command += ["--limit", str(args.limit)]
+        print(" ".join(command[1:]), flush=True)
+        subprocess.run(command, check=True, cwd=ROOT)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +189,13 @@ def main() -> None:
     train.add_argument("arm")
     train.add_argument("--resume", action="store_true")
     train.set_defaults(handler=cmd_train)
+    keep = sub.add_parser("keep")
+    keep.add_argument("arm")
+    keep.set_defaults(handler=cmd_keep)
+    evaluate = sub.add_parser("eval")
+    evaluate.add_argument("arms", nargs="*", choices=list(ARMS) + [[]], metavar="ARM")
+    evaluate.add_argument("--limit", type=int)
+    evaluate.set_defaults(handler=cmd_eval)
     args = parser.parse_args()
     args.handler(args)
 
