@@ -1,0 +1,157 @@
+"""Training throughput of SFT on corpus-in-context examples: the project's levers against plain transformers.Trainer.
+
+    PYTHONPATH=$PWD .venv/bin/python bench/training_throughput.py [--train 64] [--dev 32] [--variants ...]
+
+Every variant trains SmolLM2-135M-Instruct (SFT-DA targets) on the same first ``--train`` examples of
+`runs/icr2_table3/data/train.jsonl` (6-passage corpora in context, ~850 tokens; `bench/icr2_table3/run.py data`
+builds it) for one epoch of batches of 8 examples, at the same learning rate and seed, each in its own process (so
+peak RSS is its own). Then the mean target loss on the first ``--dev`` dev examples (fp32, one at a time) is the
+"final dev loss". Printed and written (`bench/results/training_throughput.{json,md}`): examples/s, tokens/s, peak
+RSS, dev loss with its paired difference from the baseline (bootstrap 95% interval over dev examples), and each
+variant's speed as a ratio of the baseline measured in the same run.
+
+Variants:
+- ``plain``: transformers.Trainer as a user would write it: fp32, batch 1 x 8 accumulation, the model's own loss
+  (logits at every position);
+- ``bf16``: the same with bf16 autocast (AMX on CPUs that report amx_bf16 / avx512_bf16);
+- ``target_logits``: the same as plain, projecting only target positions (training/target_logits.py);
+- ``recipe``: the ICR2 recipes' settings: bf16 + target logits + length-grouped batches of 4 x 2 + 2 threads;
+- ``recipe_lora``: the same with LoRA r 16 on the attention projections (what training/icr2_table3 trains).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "runs" / "icr2_table3" / "data"
+OUT = ROOT / "bench" / "results"
+VARIANTS = ("plain", "bf16", "target_logits", "recipe", "recipe_lora")
+LEARNING_RATE = 5e-5
+
+
+def recipe_for(variant: str, steps: int):
+    from icr2_components.training.recipe import recipe_from_dict
+
+    training = {"learning_rate": LEARNING_RATE, "max_steps": steps, "device": "cpu", "seed": 0, "save_steps": None,
+                "per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "target_logits_only": False}
+    values = {"method": "da", "model": "smollm2-135m-instruct", "output_dir": f"runs/throughput-{variant}",
+              "data": {"train": str(DATA / "train.jsonl")}, "max_seq_length": 2048, "training": training}
+    if variant == "bf16":
+        training["bf16"] = True
+    if variant == "target_logits":
+        training["target_logits_only"] = True
+    if variant.startswith("recipe"):
+        training.update(bf16=True, target_logits_only=True, group_by_length=True, threads=2,
+                        per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    if variant == "recipe_lora":
+        values["finetuning"] = "lora"
+        values["lora"] = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+        training["learning_rate"] = 2e-4
+    return recipe_from_dict(values)
+
+
+def run_variant(variant: str, train_count: int, dev_count: int) -> dict:
+    """Train one variant in this process and return its figures (called in a child process)."""
+    import torch
+
+    from icr2_components.training.dataset import load_sft_examples
+    from icr2_components.training.examples import pad_batch
+    from icr2_components.training.model_loading import load_trainable
+    from icr2_components.training.sft import make_trainer, training_arguments, wrap_lora
+
+    steps = train_count // 8
+    recipe = recipe_for(variant, steps)
+    model, tokenizer = load_trainable(recipe.model)
+    train = load_sft_examples(DATA / "train.jsonl", tokenizer, "da", 2048, limit=train_count).examples
+    dev = load_sft_examples(DATA / "dev.jsonl", tokenizer, "da", 2048, limit=dev_count).examples
+    if recipe.finetuning == "lora":
+        model = wrap_lora(model, recipe, [])
+    if recipe.training.threads:
+        torch.set_num_threads(recipe.training.threads)
+    args = training_arguments(recipe, False)
+    args.disable_tqdm = True
+    if variant == "plain":
+        from transformers import Trainer
+
+        trainer = Trainer(model=model, args=args, train_dataset=[e.as_features() for e in train],
+                          data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id))
+    else:
+        trainer = make_trainer(recipe, [], model=model, args=args, train_dataset=[e.as_features() for e in train],
+                               data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id))
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    model = trainer.model.eval()
+    losses = []
+    with torch.no_grad():
+        for example in dev:
+            batch = pad_batch([example.as_features()], tokenizer.pad_token_id)
+            losses.append(float(model(**batch).loss))
+    tokens = sum(len(e.input_ids) for e in train[: steps * 8])
+    return {"variant": variant, "steps": steps, "examples": steps * 8, "seconds": seconds,
+            "examples_per_s": steps * 8 / seconds, "tokens_per_s": tokens / seconds,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "dev_losses": losses, "dev_loss": sum(losses) / len(losses)}
+
+
+def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    diff = np.array(a) - np.array(b)
+    result = bootstrap((diff,), np.mean, n_resamples=9999, confidence_level=0.95, rng=np.random.default_rng(0))
+    return float(diff.mean()), float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--train", type=int, default=64, help="training examples (one epoch, batches of 8)")
+    parser.add_argument("--dev", type=int, default=32, help="dev examples for the final loss")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_variant(args.child, args.train, args.dev)))
+        return
+    if not (DATA / "train.jsonl").exists():
+        sys.exit("Build the data first: .venv/bin/python bench/icr2_table3/run.py data")
+    load = os.getloadavg()
+    results = []
+    for variant in args.variants:
+        print(f"{variant}: training {args.train} examples ...", flush=True)
+        child = subprocess.run([sys.executable, __file__, "--child", variant, "--train", str(args.train), "--dev",
+                                str(args.dev)], capture_output=True, text=True, cwd=ROOT)
+        if child.returncode:
+            sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
+        results.append(json.loads(child.stdout.strip().splitlines()[-1]))
+        r = results[-1]
+        print(f"  {r['examples_per_s']:.3f} examples/s, {r['tokens_per_s']:.0f} tokens/s, dev loss {r['dev_loss']:.4f}, "
+              f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+    base = next((r for r in results if r["variant"] == "plain"), results[0])
+    header = "| variant | examples/s | tokens/s | speed vs plain | peak RSS MiB | dev loss | dev loss - plain [95% CI] |"
+    rows = [header, "|" + "---|" * 7]
+    for r in results:
+        diff, low, high = paired_interval(r["dev_losses"], base["dev_losses"])
+        r["dev_loss_vs_plain"] = {"difference": diff, "low": low, "high": high}
+        r["speed_vs_plain"] = r["examples_per_s"] / base["examples_per_s"]
+        rows.append(f"| {r['variant']} | {r['examples_per_s']:.3f} | {r['tokens_per_s']:.0f} | **{r['speed_vs_plain']:.2f}x** | "
+                    f"{r['peak_rss_mib']:.0f} | {r['dev_loss']:.4f} | {diff:+.4f} [{low:+.4f}, {high:+.4f}] |")
+    table = "\n".join(rows)
+    print(table)
+    OUT.mkdir(parents=True, exist_ok=True)
+    meta = {"command": " ".join(sys.argv), "loadavg_at_start": load, "cpus": os.cpu_count(), "train": args.train,
+            "dev": args.dev}
+    (OUT / "training_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    (OUT / "training_throughput.md").write_text(f"{table}\n\nload average at start {load}\n")
+
+
+if __name__ == "__main__":
+    main()
