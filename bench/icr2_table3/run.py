@@ -178,6 +178,48 @@ def cmd_eval(args) -> None:
         subprocess.run(command, check=True, cwd=ROOT)
 
 
+REFERENCES = ["vanilla_rag", "untrained"]
+CLAIM_ARMS = ["sft_da", "sft_rta", "sft_cci", "rethead", "sft_da_rap", "sft_rta_rap"]
+# ICR2 Table 3, Mistral-7B, ICR2 NQ column (what each row is read against)
+PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60, "sft_cci": 0.63, "rethead": 0.48,
+         "sft_da_rap": 0.64, "sft_rta_rap": 0.63, "oracle": 0.83}
+
+
+def cmd_report(_args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm
+
+    arms = {}
+    for arm, (pipeline, context_type) in ARMS.items():
+        answers = RESULTS / "arms" / arm / "answers.jsonl"
+        arms[arm] = load_arm(answers, context_type, pipeline) if answers.exists() else {}
+    report = arms_report(arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"))
+    report["paper_table3_icr2_nq"] = PAPER
+    table = arms_markdown(report, REFERENCES)
+    claim = report["claim"]
+    verdict = (f"claim ({'complete' if claim['complete'] else 'INCOMPLETE: arms not run count p = 1'}): "
+               f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "
+               f"(family of {claim['family_size']}, margin {claim['min_difference']}, n = {report['n']})")
+    print(table + "\n\n" + verdict)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "report.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / "report.md").write_text(f"{table}\n\n{verdict}\n")
+    names = list(report["arms"])
+    rates = [report["arms"][n]["answer_match"] for n in names]
+    figure, axis = plt.subplots(figsize=(9, 4))
+    axis.bar(names, [r["rate"] for r in rates], yerr=[[r["rate"] - r["ci95"][0] for r in rates],
+                                                     [r["ci95"][1] - r["rate"] for r in rates]], capsize=3)
+    axis.set_ylabel(f"answer match (95% Wilson), n = {report['n']}")
+    axis.set_title("ICR2 Table 3 arms at SmolLM2-135M (6-passage corpus in context)")
+    plt.setp(axis.get_xticklabels(), rotation=30, ha="right")
+    figure.tight_layout()
+    figure.savefig(RESULTS / "report.png", dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +238,7 @@ def main() -> None:
     evaluate.add_argument("arms", nargs="*", choices=list(ARMS) + [[]], metavar="ARM")
     evaluate.add_argument("--limit", type=int)
     evaluate.set_defaults(handler=cmd_eval)
+    sub.add_parser("report").set_defaults(handler=cmd_report)
     args = parser.parse_args()
     args.handler(args)
 

@@ -1,0 +1,51 @@
+"""The arms report (evaluation/reports/arms_report.py) pairs arms answered in different context types by question,
+and its claim verdict follows the registered rule: beat every reference by the margin with Holm p < 0.05, where an
+arm not run counts p = 1. The counts are hand-made so that every figure can be checked against scipy directly."""
+
+import json
+
+import pytest
+from scipy.stats import binomtest
+from statsmodels.stats.multitest import multipletests
+
+from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm
+
+
+def arm(rights: list[bool], context_type: str = "corpus") -> dict:
+    return {f"q{i:03d}": {"key": f"p|q{i:03d}|{context_type}", "question_id": f"q{i:03d}", "context_type": context_type, "answers": ["Paris"],
+                          "answer": "The answer is Paris." if right else "London"} for i, right in enumerate(rights)}
+
+
+def test_pairs_by_question_and_tests_the_claim(tmp_path):
+    n = 100
+    reference = [i < 20 for i in range(n)]            # 0.20
+    weak = [i < 25 for i in range(n)]                 # +0.05: not the margin
+    strong = [i < 15 or 30 <= i < 65 for i in range(n)]  # 0.50: 35 only-arm vs 5 only-reference
+    arms = {"vanilla_rag": arm(reference, "open"), "untrained": arm(reference), "sft_da": arm(strong),
+            "sft_cci": arm(weak), "sft_rta": {}}
+    report = arms_report(arms, ["vanilla_rag", "untrained"], ["sft_da", "sft_cci", "sft_rta"])
+    assert report["n"] == n and report["not_run"] == ["sft_rta"]
+    test = report["arms"]["sft_da"]["vs"]["vanilla_rag"]["answer_match"]
+    assert (test["only_arm"], test["only_reference"]) == (35, 5)
+    assert test["p"] == pytest.approx(binomtest(35, 40, 0.5).pvalue)
+    assert test["difference"] == pytest.approx(0.30)
+    raw = [report["arms"]["sft_da"]["vs"][r]["answer_match"]["p"] for r in ("vanilla_rag", "untrained")] + \
+          [report["arms"]["sft_cci"]["vs"][r]["answer_match"]["p"] for r in ("vanilla_rag", "untrained")] + [1.0, 1.0]
+    expected = multipletests(raw, method="holm")[1]
+    assert report["claim"]["per_arm"]["sft_da"]["vanilla_rag"]["p_holm"] == pytest.approx(expected[0])
+    assert report["claim"]["holds"] and report["claim"]["arms_for_which_it_holds"] == ["sft_da"]
+    assert not report["claim"]["complete"]  # sft_rta was not run: p = 1 in the family, and the verdict says so
+    assert report["arms"]["sft_da"]["answer_match"]["rate"] == 0.5
+    assert "sft_rta" in arms_markdown(report, ["vanilla_rag", "untrained"])
+
+
+def test_a_small_gain_does_not_make_the_claim_and_only_common_questions_count(tmp_path):
+    reference = arm([i < 20 for i in range(100)])
+    close = arm([i < 28 for i in range(100)])     # +0.08 < 0.10, even if it were significant
+    del close["q099"]                               # unanswered: every arm is scored on the 99 common questions
+    report = arms_report({"vanilla_rag": reference, "untrained": reference, "sft_da": close},
+                         ["vanilla_rag", "untrained"], ["sft_da"])
+    assert report["n"] == 99 and not report["claim"]["holds"] and report["claim"]["complete"]
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps(dict(r, pipeline="p")) + "\n" for r in close.values()))
+    assert set(load_arm(path, "corpus", "p")) == set(close) and load_arm(path, "gold") == {}
