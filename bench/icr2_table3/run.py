@@ -3,6 +3,8 @@
     .venv/bin/python bench/icr2_table3/run.py ids          # write the id files (deterministic; committed)
     .venv/bin/python bench/icr2_table3/run.py data         # build the CiC benchmark files into runs/icr2_table3/data
     .venv/bin/python bench/icr2_table3/run.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml), resumable
+    .venv/bin/python bench/icr2_table3/run.py keep ARM     # copy its adapter (or head) to bench/results (committed)
+    .venv/bin/python bench/icr2_table3/run.py probe ARM    # RAP heads of sft_da / sft_rta (on training questions)
     .venv/bin/python bench/icr2_table3/run.py eval [ARM..] # answer the evaluation questions (icr2 compare, resumable)
     .venv/bin/python bench/icr2_table3/run.py report       # the table (Markdown, JSON, PNG) from the answer cache
 
@@ -151,16 +153,28 @@ def cmd_keep(args) -> None:
     """Copy a finished arm's adapter (and its training ids) from runs/ to bench/results (committed)."""
     import shutil
 
-    source = WORK / args.arm / "adapter"
-    if not (source / "adapter_config.json").exists():
-        sys.exit(f"{source} holds no adapter: train the arm first (bench/icr2_table3/run.py train {args.arm}).")
-    target = ADAPTERS / args.arm
+    if args.arm == "rethead":  # the head alone (the reader is the base model): output_dir/retrieval_head
+        source, target = WORK / "rethead" / "retrieval_head", RESULTS / "rethead"
+    else:
+        source, target = WORK / args.arm / "adapter", ADAPTERS / args.arm
+    if not source.is_dir():
+        sys.exit(f"{source} does not exist: train the arm first (bench/icr2_table3/run.py train {args.arm}).")
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)
     for name in ("training_ids.json", "training_summary.json"):
         if (WORK / args.arm / name).exists() and not (target / name).exists():
             shutil.copy(WORK / args.arm / name, target / name)
     print(f"kept {target}")
+
+
+def cmd_probe(args) -> None:
+    """RAP heads of a fine-tuned reader, probed on 100 training questions (never evaluation ones), as the project's
+    RAP bench found best for SmolLM2 (generated-token queries, mean over them; BENCHMARKS "Retrieval Attention
+    Probing")."""
+    subprocess.run(ICR2 + ["probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", str(ADAPTERS / args.arm),
+                           "--output", str(RESULTS / f"rap_heads_{args.arm}.json"), "--limit", "100", "--q", "4",
+                           "--m", "1", "--query-position", "generated_tokens", "--aggregate", "mean",
+                           "--dtype", "bfloat16"], check=True, cwd=ROOT)
 
 
 def cmd_eval(args) -> None:
@@ -234,6 +248,9 @@ def main() -> None:
     keep = sub.add_parser("keep")
     keep.add_argument("arm")
     keep.set_defaults(handler=cmd_keep)
+    probe = sub.add_parser("probe")
+    probe.add_argument("arm", choices=["sft_da", "sft_rta"])
+    probe.set_defaults(handler=cmd_probe)
     evaluate = sub.add_parser("eval")
     evaluate.add_argument("arms", nargs="*", choices=list(ARMS) + [[]], metavar="ARM")
     evaluate.add_argument("--limit", type=int)
