@@ -63,6 +63,7 @@ import uuid
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
+from statistics import median
 from typing import Callable, Iterable, Iterator
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -554,12 +555,6 @@ def machine() -> dict:
         "python": platform.python_version(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def materialise(corpus: Path, times: int, passages: int, embeddings: dict[str, list[float]] | None = None) -> list[Document]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import sys
 import tempfile
@@ -28,7 +27,9 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 from haystack import Document  # noqa: E402
+from sklearn.metrics import ndcg_score  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks  # noqa: E402
@@ -36,10 +37,17 @@ from icr2_components.stores import IndexHandle, index_config_from_dict  # noqa: 
 
 
 def ndcg_at_k(ranked_ids: list[str], relevance: dict[str, int], k: int = 10) -> float:
-    dcg = sum(relevance.get(doc_id, 0) / math.log2(rank + 2) for rank, doc_id in enumerate(ranked_ids[:k]))
-    ideal = sorted(relevance.values(), reverse=True)[:k]
-    idcg = sum(rel / math.log2(rank + 2) for rank, rel in enumerate(ideal))
-    return dcg / idcg if idcg else 0.0
+    """nDCG@k (linear gain, log2 discount) by sklearn's ``ndcg_score``; the ideal ranking is taken over every judged
+    passage, retrieved or not, so the entries are the top k as ranked (padded with unjudged ones to k, and to the two
+    entries sklearn needs), followed by the judged passages the top k missed, scored below all of them."""
+    top = ranked_ids[:k]
+    in_top = set(top)
+    missed = [rel for doc_id, rel in relevance.items() if doc_id not in in_top]
+    gains = [relevance.get(doc_id, 0) for doc_id in top] + [0] * (max(k, 2) - len(top)) + missed
+    if not any(gains):
+        return 0.0
+    scores = -np.arange(len(gains), dtype=np.float64)  # strictly decreasing: the order above, no ties
+    return float(ndcg_score([gains], [scores], k=k))
 
 
 def recall_at_k(ranked_ids: list[str], relevance: dict[str, int], k: int = 100) -> float:

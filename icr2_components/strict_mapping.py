@@ -146,6 +146,17 @@ def field_types(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def check_known_keys(values: Any, allowed: Any, where: str, error: type[Exception] = ValueError, *,
+                     what: str = "key(s)", hint: str = "") -> None:
+    """Refuses the keys of ``values`` that are not in ``allowed``, naming them, ``where`` and the allowed ones:
+    ``unknown key(s) ['lr'] in section training; allowed keys: [...]`` (``hint``, when given, follows)."""
+    allowed = sorted(allowed)
+    unknown = sorted(set(values) - set(allowed))
+    if unknown:
+        label = what.replace("(s)", "s")
+        raise error(f"unknown {what} {unknown} in {where}; allowed {label}: {allowed}." + (f" {hint}" if hint else ""))
+
+
 def dataclass_from_mapping(cls, values: Any, where: str, error: type[Exception] = ValueError):
     """``cls(**values)`` with every value checked against its field's annotation; None gives the defaults.
 
@@ -157,10 +168,7 @@ def dataclass_from_mapping(cls, values: Any, where: str, error: type[Exception] 
         return cls()
     if not isinstance(values, dict):
         raise error(f"{where} must be a mapping, got {_show(values)}.")
-    allowed = sorted(f.name for f in dataclasses.fields(cls))
-    unknown = sorted(set(values) - set(allowed))
-    if unknown:
-        raise error(f"unknown key(s) {unknown} in {where}; allowed keys: {allowed}.")
+    check_known_keys(values, (f.name for f in dataclasses.fields(cls)), where, error)
     hints = field_types(cls)
     checked: dict[str, Any] = {}
     for key, value in values.items():

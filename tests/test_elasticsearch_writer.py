@@ -41,6 +41,7 @@ from icr2_components.stores.elasticsearch.store import (
 )
 from icr2_components.stores.elasticsearch.writer import (
     LOAD_META_KEY,
+    BulkWriteError,
     CheckpointMismatchError,
     ElasticsearchStreamingWriter,
     document_to_source,
@@ -279,7 +280,7 @@ def test_unreachable_node_is_retried_then_named(tmp_path):
     assert url in str(raised.value)
     assert raised.value.attempts == 3  # the first try and two retries
     assert "scripts/elasticsearch.sh start" in str(raised.value)
-    assert elapsed < 10
+    assert 0.05 + 0.1 <= elapsed < 10  # the two retries waited their backoff (0.05 s, then 0.1 s)
     assert not (tmp_path / "c.json").exists()
 
 
@@ -329,6 +330,55 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
     assert report.resumed_from == state["position"]
     assert report.count_ok and report.index_count == 1000
     assert load_settings(es_client, es_index_name) == {"index.refresh_interval": None, "index.number_of_replicas": "0"}
+
+
+@pytest.mark.elasticsearch
+def test_documents_answered_429_are_resent_with_backoff_or_reported(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, caplog):
+    # Elasticsearch's own 429: the read-only-allow-delete block (what a node past its flood-stage disk watermark sets)
+    # answers every write to the index 429 until it is lifted
+    def block(on: bool | None) -> None:
+        es_client.indices.put_settings(index=es_index_name, settings={"index.blocks.read_only_allow_delete": on})
+
+    # 1. blocked for 1 s in the middle of the load: the refused documents are resent after a backoff, none lost
+    def blocked_for_a_while(documents):
+        for i, document in enumerate(documents):
+            if i == 300:
+                block(True)
+                threading.Timer(1.0, block, args=(None,)).start()
+            yield document
+
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=100, thread_count=1, max_retries=6, retry_backoff=0.2,
+        checkpoint_path=tmp_path / "a.json", progress=False,
+    )
+    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch_writer"):
+        report = writer.write(blocked_for_a_while(sample_documents(sample_files.corpus, limit=800)))
+    assert any("answered 429; resending them (1/6) in 0.2s" in record.getMessage() for record in caplog.records)
+    assert report.retried_documents > 0 and report.failed == 0
+    assert report.count_ok and report.index_count == 800
+
+    # 2. blocked for good: two resends, then BulkWriteError names the status; the checkpoint stops before the chunk
+    es_client.indices.delete(index=es_index_name)
+    checkpoint = tmp_path / "b.json"
+
+    def blocked_for_good(documents):
+        for i, document in enumerate(documents):
+            if i == 300:
+                block(True)
+            yield document
+
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=100, thread_count=1, max_retries=2, retry_backoff=0.05,
+        checkpoint_path=checkpoint, progress=False,
+    )
+    try:
+        with pytest.raises(BulkWriteError, match=r"kept answering 429 .* after 2 retries") as raised:
+            writer.write(blocked_for_good(sample_documents(sample_files.corpus, limit=800)))
+    finally:
+        block(None)
+    assert raised.value.report.retried_documents >= 2 * 100  # a whole chunk, resent twice
+    state = json.loads(checkpoint.read_text())
+    assert 0 < state["position"] <= 300 and not state["completed"]
 
 
 @pytest.mark.elasticsearch

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icr2_components.strict_mapping import check_known_keys
+
 FORMAT = "icr2-gate/1"
 KINDS = ("threshold", "logistic", "knn")
 LEARNED_KINDS = ("logistic", "knn")
@@ -97,9 +99,7 @@ class GateArtifact:
             raise ValueError(f"{path} is not JSON ({error.msg}, line {error.lineno}); make it with {MAKE_WITH}.") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a gate artifact (a JSON object); make one with {MAKE_WITH}.")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"{path} has unknown key(s) {unknown}; it is not a gate artifact of this version.")
+        check_known_keys(data, cls.__dataclass_fields__, str(path), hint="It is not a gate artifact of this version.")
         try:
             return cls(**data)
         except TypeError as error:

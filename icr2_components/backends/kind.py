@@ -40,6 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.registry import Registry
+from icr2_components.strict_mapping import check_known_keys
 
 NEEDS = ("weights", "tokenizer", "logprobs")
 """What a component may need of the model: its weights (attention, hidden states, full logits, head hooks), a
@@ -74,11 +75,8 @@ class BackendKind(ABC):
     @classmethod
     def settings_from(cls, values: Mapping[str, Any], source: str) -> Any:
         """The kind's settings from a backend file's keys other than ``kind`` and ``description``."""
-        names = {f.name for f in dataclasses.fields(cls.Settings)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise BackendError(f"{source}: unknown key(s) {unknown} for kind: {cls.name}; it takes {sorted(names)} "
-                               "(and kind, description).")
+        check_known_keys(values, (f.name for f in dataclasses.fields(cls.Settings)), f"{source} (kind: {cls.name})",
+                         BackendError, hint="A backend file also takes kind and description.")
         try:
             return cls.Settings(**values)
         except (TypeError, ValueError) as error:

@@ -34,9 +34,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from icr2_components.errors import ContextTooLongError, UserInputError
+from icr2_components.retrying import RetryPolicy
+from icr2_components.strict_mapping import check_known_keys
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_RETRIES = 2
+# backoff between retries of a request to the server: 0.5 s, 1 s, 2 s... (a restarting server needs seconds)
+RETRY_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 8.0
 NO_KEY = "no-key"
 """Sent as the API key when ``api_key_env`` is unset: local servers (llama.cpp, vLLM, Ollama) ignore it."""
 
@@ -62,7 +67,8 @@ class ServedModel:
     :param model: The model name the server knows (``--model_alias``, ``--served-model-name``, ``gpt-4o-mini``).
     :param api_key_env: Environment variable holding the API key; None (or unset) sends a placeholder.
     :param timeout_s: Seconds one request may take before it counts as failed.
-    :param max_retries: Retries after a connection error, time-out, 429 or 5xx (then the error is raised).
+    :param max_retries: Retries, with backoff, after a connection error or time-out (chat completions: also a 429
+        or 5xx, by the OpenAI client's own retries); then the error is raised.
     :param context_length: The served model's context in tokens; None asks the server (vLLM's ``/v1/models``
         ``max_model_len``, llama.cpp's ``/props``), and when it does not say, only the server's own refusal
         stops an over-long prompt.
@@ -85,10 +91,7 @@ class ServedModel:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "served model") -> ServedModel:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise UserInputError(f"{source}: unknown key(s) {unknown}; known: {sorted(known)}.")
+        check_known_keys(values, (f.name for f in fields(cls)), source, UserInputError)
         missing = [name for name in ("api_base_url", "model") if not values.get(name)]
         if missing:
             raise UserInputError(f"{source}: set {' and '.join(missing)} (e.g. api_base_url: http://127.0.0.1:8089/v1).")
@@ -168,28 +171,26 @@ _FAILURE_HINT = "Start the server (llama.cpp here: bash scripts/llama_server.sh 
 
 
 def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int) -> tuple[int, Any]:
-    """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times."""
+    """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times
+    with backoff (:class:`~icr2_components.retrying.RetryPolicy`); then a :class:`ServedModelError` naming the
+    server and the last error."""
     import httpx
 
-    last: Exception | None = None
-    for _ in range(retries + 1):
-        try:
-            response = client.request(method, url, json=body, timeout=timeout_s)
-        except httpx.TimeoutException as error:
-            last = error
-            continue
-        except httpx.TransportError as error:
-            last = error
-            continue
-        try:
-            return response.status_code, response.json()
-        except ValueError:
-            return response.status_code, None
-    if isinstance(last, httpx.TimeoutException):
-        raise ServedModelError(f"The LLM server did not answer {method} {url} within {timeout_s:g} s "
-                               f"({_attempts(retries)}). {_FAILURE_HINT}") from last
-    raise ServedModelError(f"The LLM server at {url} is not reachable ({_one_line(last)}; {_attempts(retries)}). "
-                           f"{_FAILURE_HINT}") from last
+    def give_up(attempts: int, _seconds: float, last: BaseException) -> ServedModelError:
+        if isinstance(last, httpx.TimeoutException):
+            return ServedModelError(f"The LLM server did not answer {method} {url} within {timeout_s:g} s "
+                                    f"({_attempts(attempts - 1)}). {_FAILURE_HINT}")
+        return ServedModelError(f"The LLM server at {url} is not reachable ({_one_line(last)}; "
+                                f"{_attempts(attempts - 1)}). {_FAILURE_HINT}")
+
+    policy = RetryPolicy(max_retries=retries, initial_backoff=RETRY_BACKOFF_S, max_backoff=MAX_BACKOFF_S)
+    # httpx.TimeoutException is a TransportError: both are failures to get an answer, worth another attempt
+    response = policy.call(lambda: client.request(method, url, json=body, timeout=timeout_s),
+                           retry_if=lambda error: isinstance(error, httpx.TransportError), give_up=give_up)
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, None
 
 
 def _count_from(body: Any) -> int | None:

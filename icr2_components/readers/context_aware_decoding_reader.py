@@ -17,6 +17,7 @@ from icr2_components.errors import MissingContextError
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 from icr2_components.readers.decoding_rules import DecodingRule, decoding_rule_class, decoding_rule_names
+from icr2_components.strict_mapping import check_known_keys
 
 PASS_MODES = ("separate", "batched")
 
@@ -159,12 +160,8 @@ class ContextAwareDecodingReader:
         """``values`` (``<rule>_<field>`` keywords; None = the rule's default when ``keep_defaults``, else
         dropped) checked by each rule's parameters class, as the class normalises them."""
         keywords = rule_parameter_keywords()
-        unknown = sorted(set(values) - set(keywords))
-        if unknown:
-            raise ValueError(
-                f"ContextAwareDecodingReader got unknown parameters {unknown}. A decoding rule's own parameters are "
-                f"named <rule>_<parameter>; the registered rules take {sorted(keywords)}."
-            )
+        check_known_keys(values, keywords, "ContextAwareDecodingReader", what="parameters",
+                         hint="A decoding rule's own parameters are named <rule>_<parameter>.")
         by_rule: dict[str, dict[str, Any]] = {}
         for key, value in values.items():
             if value is not None or keep_defaults:

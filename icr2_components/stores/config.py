@@ -13,7 +13,7 @@ import yaml
 
 from icr2_components.kilt.sample import build_sample
 from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
-from icr2_components.strict_mapping import dataclass_from_mapping
+from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
 # The store a config gets when its store section does not say `type` (the embedded one, nothing to start).
 DEFAULT_STORE_TYPE = "in_memory"
@@ -157,10 +157,7 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
     present, and ``corpus.path`` spelled out (``path: sample`` is how to ask for the bundled sample)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTION_NAMES)}.")
-    allowed = set(_SECTION_NAMES) | {"name"}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ConfigError(f"{source}: unknown key(s) {unknown}; allowed top-level keys: {sorted(allowed)}.")
+    check_known_keys(data, {*_SECTION_NAMES, "name"}, f"the top level of {source}", ConfigError)
     name = data.get("name", "index")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{source}: key 'name' is {name!r}; expected a non-empty string.")

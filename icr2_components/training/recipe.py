@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icr2_components.strict_mapping import check_type, dataclass_from_mapping, field_types
+from icr2_components.strict_mapping import check_known_keys, check_type, dataclass_from_mapping, field_types
 from icr2_components.training.examples import TRUNCATION_POLICIES
 from icr2_components.text.retrieval_replies import SFT_METHODS
 
@@ -165,10 +165,7 @@ def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: s
     """Validate a recipe mapping. Relative data paths are read from ``base_dir`` (the current directory)."""
     if not isinstance(values, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping.")
-    top = {f.name for f in dataclasses.fields(TrainingRecipe)} - {"source"}
-    unknown = sorted(set(values) - top)
-    if unknown:
-        raise RecipeError(f"{source}: unknown keys {unknown}; allowed: {sorted(top)}.")
+    check_known_keys(values, {f.name for f in dataclasses.fields(TrainingRecipe)} - {"source"}, source, RecipeError)
     for key in ("method", "model", "output_dir", "data"):
         if key not in values:
             raise RecipeError(f"{source}: the recipe needs `{key}`.")

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Iterator
 
 from haystack import Document
 
+from icr2_components.retrying import RetryPolicy
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
 from icr2_components.stores.elasticsearch.connection import connection_options, validate_connection_settings
@@ -112,7 +113,7 @@ class ElasticsearchStoreBackend(StoreBackend):
         client = build_elasticsearch_client(settings.hosts, request_timeout=settings.request_timeout, max_retries=0, **connection_options(settings))
         try:
             return call_with_retries(lambda: bool(client.indices.exists(index=settings.index)), url=self.url(),
-                                     max_retries=settings.max_retries, initial_backoff=0.5, max_backoff=5.0)
+                                     policy=RetryPolicy(max_retries=settings.max_retries, initial_backoff=0.5, max_backoff=5.0))
         finally:
             client.close()
 

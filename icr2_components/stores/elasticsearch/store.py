@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from icr2_components.retrying import RetryPolicy
 from icr2_components.stores import text_analysis
 from icr2_components.stores.elasticsearch.connection import connection_options, split_hosts
 from icr2_components.stores.config import IndexConfig
@@ -138,39 +138,25 @@ def call_with_retries(
     call: Callable[[], T],
     *,
     url: str,
-    max_retries: int = 3,
-    initial_backoff: float = 1.0,
-    max_backoff: float = 30.0,
+    policy: RetryPolicy,
     on_retry: Callable[[int, BaseException, float], None] | None = None,
 ) -> T:
-    """Run ``call``; on a connection failure retry ``max_retries`` times with exponential backoff.
+    """Run ``call``; on a connection failure retry as ``policy`` says (exponential backoff).
 
     Raises :class:`ElasticsearchUnreachableError` naming ``url`` when every attempt failed to connect. Any
     other error (an HTTP error answered by the node) propagates at once.
     """
-    start = time.monotonic()
-    attempts = 0
-    while True:
-        attempts += 1
-        try:
-            return call()
-        except Exception as error:  # noqa: BLE001 - filtered just below
-            if not is_connection_error(error):
-                raise
-            if attempts > max_retries:
-                raise ElasticsearchUnreachableError(url, attempts, time.monotonic() - start, error) from error
-            delay = min(max_backoff, initial_backoff * (2 ** (attempts - 1)))
-            if on_retry is not None:
-                on_retry(attempts, error, delay)
-            time.sleep(delay)
-
-
-def wait_until_reachable(client, url: str, *, max_retries: int = 3, initial_backoff: float = 1.0, max_backoff: float = 30.0) -> dict:
-    """Cluster health once the node answers (``GET /_cluster/health`` works on every distribution)."""
-    response = call_with_retries(
-        lambda: client.cluster.health(), url=url, max_retries=max_retries, initial_backoff=initial_backoff, max_backoff=max_backoff
+    return policy.call(
+        call,
+        retry_if=is_connection_error,
+        give_up=lambda attempts, seconds, error: ElasticsearchUnreachableError(url, attempts, seconds, error),
+        on_retry=on_retry,
     )
-    return dict(response.body)
+
+
+def wait_until_reachable(client, url: str, *, policy: RetryPolicy) -> dict:
+    """Cluster health once the node answers (``GET /_cluster/health`` works on every distribution)."""
+    return dict(call_with_retries(lambda: client.cluster.health(), url=url, policy=policy).body)
 
 
 # ---------------------------------------------------------------------------------------------- the index

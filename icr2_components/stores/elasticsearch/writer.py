@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from haystack import Document
 
+from icr2_components.retrying import RetryPolicy
 from icr2_components.stores.config import IndexConfig
 from icr2_components.stores.elasticsearch.connection import connection_options
 from icr2_components.stores.elasticsearch.store import (
@@ -92,7 +93,7 @@ LOAD_META_KEY = "icr2_bulk_load"
 # embedding) the index holds, so that another corpus or config is refused before it is written in.
 SOURCE_META_KEY = "icr2_source"
 LOAD_SETTINGS = {"index.refresh_interval": "-1", "index.number_of_replicas": 0}
-# Answers worth retrying (by streaming_bulk, per document and per request).
+# Answers worth retrying, per document and per request (the writer's own bulk requests resend them: _send).
 RETRY_STATUSES = (429, 502, 503, 504)
 # the answer, filtered: only "errors" when all went well, the status (and error) of each item otherwise
 BULK_FILTER_PATH = "errors,items.*.status,items.*.error"
@@ -222,8 +223,9 @@ class ElasticsearchStreamingWriter:
         checkpoint is only resumed by a run with the same fingerprint and index.
     :param resume: False ignores (and replaces) an existing checkpoint.
     :param request_timeout: per request, seconds.
-    :param max_retries: retries when the node cannot be reached (exponential backoff from ``retry_backoff``
-        seconds, capped at ``max_backoff``), and retries of 429/5xx answers by ``streaming_bulk``.
+    :param max_retries: retries when the node cannot be reached, and resends of documents answered
+        429/502/503/504, each with exponential backoff from ``retry_backoff`` seconds, capped at ``max_backoff``
+        (one :class:`~icr2_components.retrying.RetryPolicy`).
     :param bm25_k1, bm25_b: BM25 parameters of a newly created index.
     :param analyzer: BM25's analyzer of a newly created index, ``english`` or ``standard`` (stores/text_analysis.py).
     :param embedding_similarity: similarity of the dense_vector field of a newly created index.
@@ -324,6 +326,7 @@ class ElasticsearchStreamingWriter:
         self.load_replicas = load_replicas
         self.client_options = dict(client_options or {})
         self._client = client
+        self._policy = RetryPolicy(max_retries=max_retries, initial_backoff=retry_backoff, max_backoff=max_backoff)
         self._retry_lock = threading.Lock()
         self._retried_requests = 0
         self._retried_documents = 0
@@ -388,9 +391,7 @@ class ElasticsearchStreamingWriter:
             self._count_retry(requests=1)
             logger.warning("%s: Elasticsearch at %s unreachable (%s); retry %d/%d in %.1fs", what, self.url, type(error).__name__, attempt, self.max_retries, delay)
 
-        return call_with_retries(
-            call, url=self.url, max_retries=self.max_retries, initial_backoff=self.retry_backoff, max_backoff=self.max_backoff, on_retry=log_retry
-        )
+        return call_with_retries(call, url=self.url, policy=self._policy, on_retry=log_retry)
 
     # -- checkpoint -----------------------------------------------------------------------------------------
 
@@ -574,7 +575,7 @@ class ElasticsearchStreamingWriter:
         failures_path = self._failures_path()
         report.failures_path = str(failures_path) if failures_path else None
 
-        wait_until_reachable(self.client, self.url, max_retries=self.max_retries, initial_backoff=self.retry_backoff, max_backoff=self.max_backoff)
+        wait_until_reachable(self.client, self.url, policy=self._policy)
 
         checkpoint = self._resume_state()
         recorded_source = self._retrying(self._refuse_another_source, "reading the index's source")
@@ -776,9 +777,13 @@ class ElasticsearchStreamingWriter:
         """
         import elasticsearch
 
-        pending = list(range(len(chunk)))
-        ok, failures, requests, attempt = 0, [], 0, 0
-        while True:
+        pending = list(range(len(chunk)))  # positions still to send: all, then the transient ones
+        ok, failures, requests = 0, [], 0
+        first_status: list[int] = []  # the status of the first resent document, for the log line
+
+        def send_pending() -> list[int]:
+            """Sends the pending documents once; returns those answered 429/502/503/504."""
+            nonlocal ok, requests
             body = b"".join(chunk.lines) if len(pending) == len(chunk) else b"".join(chunk.lines[i] for i in pending)
             requests += 1
             try:
@@ -795,21 +800,25 @@ class ElasticsearchStreamingWriter:
             for position, (status, error) in zip(pending, statuses):
                 if status < 300:
                     ok += 1
-                elif status in RETRY_STATUSES and attempt < self.max_retries:
-                    transient.append(position)
+                elif status in RETRY_STATUSES:
+                    transient.append((position, status, error))
                 else:
                     failures.append(_failure_record(chunk.ids[position], status, error))
-            if not transient:
-                return _ChunkResult(ok, failures, requests)
-            delay = min(self.max_backoff, self.retry_backoff * (2**attempt))
-            attempt += 1
-            self._count_retry(documents=len(transient))
+            pending[:] = [position for position, _, _ in transient]
+            first_status[:] = [transient[0][1]] if transient else []
+            return transient
+
+        def log_resend(attempt: int, _error: BaseException | None, delay: float) -> None:
+            self._count_retry(documents=len(pending))
             logger.warning(
                 "bulk request at passage %d: %d document(s) answered %s; resending them (%d/%d) in %.1fs",
-                chunk.first_position, len(transient), statuses[pending.index(transient[0])][0], attempt, self.max_retries, delay,
+                chunk.first_position, len(pending), first_status[0], attempt, self.max_retries, delay,
             )
-            time.sleep(delay)
-            pending = transient
+
+        transient = self._policy.repeat_while(send_pending, again=bool, on_retry=log_resend)
+        # still transient after the last retry: returned as failures with their status (BulkWriteError in _stream)
+        failures.extend(_failure_record(chunk.ids[position], status, error) for position, status, error in transient)
+        return _ChunkResult(ok, failures, requests)
 
     @staticmethod
     def _item_statuses(response, expected: int) -> list[tuple[int, Any]]:
