@@ -351,7 +351,7 @@ def test_documents_answered_429_are_resent_with_backoff_or_reported(elasticsearc
         elasticsearch_url, es_index_name, batch_size=100, thread_count=1, max_retries=6, retry_backoff=0.2,
         checkpoint_path=tmp_path / "a.json", progress=False,
     )
-    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch_writer"):
+    with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.writer"):
         report = writer.write(blocked_for_a_while(sample_documents(sample_files.corpus, limit=800)))
     assert any("answered 429; resending them (1/6) in 0.2s" in record.getMessage() for record in caplog.records)
     assert report.retried_documents > 0 and report.failed == 0
