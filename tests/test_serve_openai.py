@@ -218,6 +218,10 @@ def test_an_over_long_prompt_is_a_bad_request_naming_the_limit(client, openapi, 
     ([{"role": "user", "content": FRANCE}], {"n": 2}, "n", ["less than or equal to 1"]),
     ([{"role": "user", "content": FRANCE}], {"max_tokens": 0}, "max_tokens", ["greater than or equal to 1"]),
     ([{"role": "robot", "content": FRANCE}], {}, "messages.0.role", ["messages.0.role"]),
+    # a string is not a boolean: "yes" was read as stream: true
+    ([{"role": "user", "content": FRANCE}], {"extra_body": {"stream": "yes"}}, "stream", ["valid boolean"]),
+    ([{"role": "user", "content": FRANCE}], {"extra_body": {"stream": True, "stream_options": {"include_usage": 1}}},
+     "stream_options.include_usage", ["valid boolean"]),
 ])
 def test_invalid_requests_are_bad_requests_naming_the_field(client, openapi, messages, extra, param, words):
     with pytest.raises(openai.BadRequestError) as caught:
@@ -344,3 +348,63 @@ def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(
     with pytest.raises(openai.InternalServerError, match="simulated device failure") as caught:  # not streamed
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}])
     assert caught.value.code == "pipeline_failed" and caught.value.status_code == 500
+
+
+# -- a server that pushes back (issue 27) ----------------------------------------------------------------------
+
+
+QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "How many legs does a spider have?",
+             "What is the largest planet?", "Who painted the Mona Lisa?", "What is the boiling point of water?",
+             "Who discovered penicillin?", "What is the capital of Japan?"]
+
+
+def test_a_full_queue_answers_429_with_retry_after_and_every_admitted_request_is_answered():
+    """8 clients at once against 1 run and 2 waiting: before, all 8 queued without bound (the last waited 76 s for
+    20 clients, and memory grew with the queue)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=8, concurrency=1, max_queue=2) as (url, _):
+        spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
+
+        def ask(question: str) -> httpx.Response:
+            return httpx.post(f"{url}/{MODEL}/run", json={"query": question}, timeout=300)
+
+        with ThreadPoolExecutor(len(QUESTIONS)) as pool:
+            responses = list(pool.map(ask, QUESTIONS))
+        statuses = [r.status_code for r in responses]
+        assert set(statuses) <= {200, 429}, [(r.status_code, r.text) for r in responses]
+        assert statuses.count(200) >= 3 and statuses.count(429) >= 1, statuses  # 1 running + 2 waiting admitted
+        for response in responses:
+            if response.status_code == 429:
+                assert response.json()["error"] == "server_busy" and int(response.headers["retry-after"]) >= 1
+                assert_documented(spec, f"/{MODEL}/run", "POST", 429, response.json())
+            else:
+                assert response.json()["result"]["replies"][0].strip()  # no admitted request lost
+        # OpenAI-shaped on the chat route, which the openai client retries after Retry-After
+        with ThreadPoolExecutor(6) as pool:
+            chats = list(pool.map(lambda q: httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
+                "model": MODEL, "messages": [{"role": "user", "content": q}]}), QUESTIONS[:6]))
+        busy = [c for c in chats if c.status_code == 429]
+        assert busy and all(c.status_code == 200 for c in chats if c not in busy)
+        assert busy[0].json()["error"]["code"] == "server_busy" and busy[0].json()["error"]["type"] == "rate_limit_error"
+        assert_documented(spec, "/v1/chat/completions", "POST", 429, busy[0].json())
+        # the places are given back once the answers are out
+        assert ask(FRANCE).status_code == 200
+
+
+def test_a_client_that_declares_a_body_and_never_sends_it_is_dropped_after_the_body_timeout():
+    """Before, the connection was held past 15 s (and a pipeline place with it)."""
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=8, body_timeout=1.5) as (url, _):
+        host, port = url.removeprefix("http://").split(":")
+        started = time.monotonic()
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(f"POST /{MODEL}/run HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                               "Content-Length: 100\r\n\r\n".encode())
+            data = b""
+            while chunk := connection.recv(65536):  # until the server closes the connection
+                data += chunk
+        elapsed = time.monotonic() - started
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"408", data
+        assert json.loads(body)["error"] == "request_timeout" and "1.5 s" in json.loads(body)["reason"]
+        assert 1.4 < elapsed < 10, elapsed

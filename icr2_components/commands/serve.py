@@ -5,7 +5,13 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
-    from icr2_components.serving.app import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
+    from icr2_components.serving.app import (
+        DEFAULT_BODY_TIMEOUT,
+        DEFAULT_HOST,
+        DEFAULT_MAX_BODY_BYTES,
+        DEFAULT_MAX_QUEUE,
+        DEFAULT_PORT,
+    )
     from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
 
     parser = subparsers.add_parser(
@@ -31,6 +37,12 @@ def register(subparsers) -> None:
                         "indexing/kilt-sample-elasticsearch.yaml (default: ICR2_INDEX_CONFIG, else the YAML's own)")
     parser.add_argument("--concurrency", type=int, default=1,
                         help="pipeline runs at once; other requests wait (default 1, suits a CPU reader)")
+    parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                        help="requests waiting for a run beyond those running; more are answered 429 with Retry-After "
+                        f"(default {DEFAULT_MAX_QUEUE})")
+    parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
+                        help="seconds a client has to send the body it declared; then 408 and the connection is "
+                        f"closed (default {DEFAULT_BODY_TIMEOUT:g})")
     parser.set_defaults(handler=run)
 
 
@@ -52,7 +64,8 @@ def _run(args) -> int:
                          "add --allow-remote to bind it anyway.")
     app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
                              max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                             backend=resolve_backend(args.backend))
+                             backend=resolve_backend(args.backend), max_queue=args.max_queue,
+                             body_timeout=args.body_timeout)
     base = f"http://{args.host}:{args.port}"
     print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
           f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)

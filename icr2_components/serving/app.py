@@ -6,7 +6,13 @@ committed to hayhooks' registry and app programmatically (``commit_prepared_pipe
 
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
-* a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read);
+* a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read); a body
+  that does not arrive within ``body_timeout`` seconds (a client that declares one and never sends it) -> 408
+  ``request_timeout``, and the connection is closed;
+* the work is bounded: at most ``concurrency`` pipeline runs at once and ``max_queue`` more requests waiting for
+  one (a separate setting: the concurrency may come from the served backend); a run or chat request beyond that
+  -> 429 ``server_busy`` with ``Retry-After`` (seconds: about how long an admitted request takes now), so memory
+  and waiting stay bounded however many clients come (``bench/serve_load.py``);
 * a request the HTTP parser refuses (``Content-Length: abc``) -> 400 ``bad_request``, as JSON too: uvicorn
   answers those before any ASGI code runs, so ``run_server`` gives it a protocol class whose 400 is our JSON
   (``json_error_http_protocol``); the connection is closed after it;
@@ -32,10 +38,13 @@ committed to hayhooks' registry and app programmatically (``commit_prepared_pipe
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import math
 import sys
+import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -48,7 +57,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from icr2_components.backends import Backend
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.openai_models import openai_error
-from icr2_components.serving.openai_routes import OPENAI_PATHS, add_openai_routes, is_openai_path
+from icr2_components.serving.openai_routes import CHAT_PATHS, OPENAI_PATHS, add_openai_routes, is_openai_path
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
 from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
 from icr2_components.serving.response_model import error_model
@@ -56,6 +65,11 @@ from icr2_components.serving.response_model import error_model
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1416
 DEFAULT_MAX_BODY_BYTES = 64 * 1024
+# requests waiting for a pipeline run beyond those running; more get 429 (a CPU reader answers in seconds, so 8
+# waiting is tens of seconds of work already promised)
+DEFAULT_MAX_QUEUE = 8
+# seconds a client has to send the body it declared
+DEFAULT_BODY_TIMEOUT = 10.0
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 OPENAPI_PATH = "/openapi.json"
 PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS  # besides the run route; every other path is a 404
@@ -65,17 +79,21 @@ BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is 
             "closed after the answer), or the body could not be read")
 RUN_ERRORS: dict[int, dict[str, str]] = {
     400: {"malformed_json": "the body is not valid JSON, or not UTF-8", "bad_request": BAD_HTTP},
+    408: {"request_timeout": "the body did not arrive within the server's --body-timeout (the connection is closed)"},
     413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)",
           "context_too_long": "the prompt built from the request is longer than the reader's context; the reason "
                               "names the prompt's length and the limit"},
     422: {"invalid_request": "a field is missing, unknown, of the wrong type or out of bounds; the reason names it",
           "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
                              "with such a reader)"},
+    429: {"server_busy": "--concurrency runs and --max-queue waiting requests are already admitted; retry after "
+                         "the Retry-After header's seconds"},
     500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
           "server_error": "an unexpected error in the server"},
 }
 STATUS_ERRORS: dict[int, dict[str, str]] = {
     400: {"bad_request": BAD_HTTP},
+    408: {"request_timeout": "a body declared with the GET did not arrive within --body-timeout"},
     413: {"request_too_large": "a body sent with the GET is over --max-body-bytes"},
 }
 _STATUS_ERROR_KIND = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
@@ -100,13 +118,27 @@ def error_response(request: Request, status: int, error: str, reason: str, param
 
 
 class RequestGuard:
-    """ASGI middleware: path allowlist (404) and a request-size limit (413), both answered as JSON (OpenAI's error
-    shape on the OpenAI paths)."""
+    """ASGI middleware: path allowlist (404), a request-size limit (413), a body deadline (408) and admission of
+    pipeline work (429 beyond ``capacity`` requests in the pipeline), all answered as JSON (OpenAI's error shape on
+    the OpenAI paths).
 
-    def __init__(self, app, allowed_paths: set[str], max_body_bytes: int) -> None:
+    :param work_paths: the paths that run the pipeline (admitted, counted and refused when full).
+    :param capacity: requests admitted to ``work_paths`` at once: the runs (``concurrency``) and those waiting for
+        one (``max_queue``).
+    :param body_timeout: seconds to wait for each piece of a declared body.
+    """
+
+    def __init__(self, app, allowed_paths: set[str], max_body_bytes: int, work_paths: frozenset[str] = frozenset(),
+                 capacity: int | None = None, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
         self.app = app
         self.allowed_paths = allowed_paths
         self.max_body_bytes = max_body_bytes
+        self.work_paths = work_paths
+        self.capacity = capacity
+        self.body_timeout = body_timeout
+        self.admitted = 0  # requests in the pipeline now (running or waiting); the event loop is one thread
+        self.refused_busy = 0
+        self._seconds = 1.0  # moving average of an admitted request's time, for Retry-After
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -133,7 +165,14 @@ class RequestGuard:
         # Read the body here (at most the limit + 1 byte), then replay it: a chunked body is bounded too.
         chunks, size, more = [], 0, True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout)
+            except asyncio.TimeoutError:
+                _, late = error_for_path(path, 408, "request_timeout",
+                                         f"the request body did not arrive within {self.body_timeout:g} s "
+                                         "(icr2 serve --body-timeout); the connection is closed")
+                await _send_json(send, 408, late, close=True)
+                return
             if message["type"] == "http.disconnect":
                 return
             chunk = message.get("body", b"")
@@ -153,7 +192,24 @@ class RequestGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        if path not in self.work_paths or self.capacity is None:
+            await self.app(scope, replay, send)
+            return
+        if self.admitted >= self.capacity:
+            self.refused_busy += 1
+            retry_after = max(1, min(600, math.ceil(self._seconds)))
+            _, busy = error_for_path(path, 429, "server_busy",
+                                     f"the server is at capacity ({self.capacity} requests running or waiting: "
+                                     f"icr2 serve --concurrency and --max-queue); retry in {retry_after} s")
+            await _send_json(send, 429, busy, headers=[(b"retry-after", str(retry_after).encode())])
+            return
+        self.admitted += 1
+        started = time.monotonic()
+        try:
+            await self.app(scope, replay, send)
+        finally:
+            self.admitted -= 1
+            self._seconds = 0.8 * self._seconds + 0.2 * (time.monotonic() - started)
 
 
 async def _drain_and_send(receive, send, status: int, body: dict, more: bool = True) -> None:
@@ -166,10 +222,13 @@ async def _drain_and_send(receive, send, status: int, body: dict, more: bool = T
     await _send_json(send, status, body)
 
 
-async def _send_json(send, status: int, body: dict) -> None:
+async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = (),
+                     close: bool = False) -> None:
     payload = json.dumps(body).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers]
+    if close:  # uvicorn closes the connection after a response that says so (an unread body cannot be skipped)
+        head.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": payload})
 
 
@@ -202,8 +261,12 @@ def _configure_hayhooks() -> None:
 
 def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                        max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, max_new_tokens: int | None = None,
-                       concurrency: int = 1, backend: Backend | None = None) -> FastAPI:
+                       concurrency: int = 1, backend: Backend | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
+                       body_timeout: float = DEFAULT_BODY_TIMEOUT) -> FastAPI:
     """Build hayhooks' app serving ``pipeline_path`` at ``POST /<file stem>/run``; models are loaded now.
+
+    ``concurrency`` pipeline runs at once, ``max_queue`` more requests waiting (then 429 with Retry-After);
+    ``body_timeout`` seconds for a declared body to arrive (then 408).
 
     Usage example:
     ```python
@@ -217,6 +280,10 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
     """
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}.")
+    if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 0:
+        raise ValueError(f"max_queue (requests waiting for a run) must be an integer >= 0, got {max_queue!r}.")
+    if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not body_timeout > 0:
+        raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}.")
     spec = PipelineSpec.from_file(str(pipeline_path), backend=backend)  # allowlisted load, declared IO checked
     request_model = build_request_model(spec, max_query_chars=max_query_chars)
     wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)
@@ -260,7 +327,9 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
 
     run_path = f"/{spec.name}/run"
     _serve_only(app, spec, run_path, description, wrapper, request_model)
-    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes,
+                       work_paths=frozenset({run_path, *CHAT_PATHS}), capacity=wrapper.concurrency + max_queue,
+                       body_timeout=float(body_timeout))
     app.state.icr2_spec = spec
     app.state.icr2_run_path = run_path
     app.state.icr2_wrapper = wrapper
@@ -390,5 +459,5 @@ def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     uvicorn.run(app, host=host, port=port, **server_settings())
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "PUBLIC_PATHS", "RUN_ERRORS", "RequestGuard",
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_HOST", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_PORT", "PUBLIC_PATHS", "RUN_ERRORS", "RequestGuard",
            "create_serving_app", "json_error_http_protocol", "run_server", "server_settings"]

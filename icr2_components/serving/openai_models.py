@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, create_model
 
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.refusals import RequestRefused
@@ -43,12 +43,16 @@ OPENAI_CHAT_ERRORS: dict[int, dict[str, str]] = {
           "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
                              "with such a reader)"},
     404: {"model_not_found": "`model` is not the served pipeline's name (GET /v1/models lists it)"},
+    408: {"request_timeout": "the body did not arrive within the server's --body-timeout (the connection is closed)"},
     413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)"},
+    429: {"server_busy": "--concurrency runs and --max-queue waiting requests are already admitted; retry after the "
+                         "Retry-After header's seconds (the openai client does)"},
     500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
           "server_error": "an unexpected error in the server"},
 }
 OPENAI_MODELS_ERRORS: dict[int, dict[str, str]] = {
     400: {"bad_request": BAD_HTTP},
+    408: {"request_timeout": "a body declared with the GET did not arrive within --body-timeout"},
     413: {"request_too_large": "a body sent with the GET is over --max-body-bytes"},
 }
 # the icr2 error kind (RUN_ERRORS, refusals) -> (status, OpenAI code) on an OpenAI route
@@ -62,12 +66,16 @@ ICR2_TO_OPENAI: dict[str, tuple[int, str]] = {
     "not_found": (404, "not_found"),
     "method_not_allowed": (405, "method_not_allowed"),
     "request_too_large": (413, "request_too_large"),
+    "request_timeout": (408, "request_timeout"),
+    "server_busy": (429, "server_busy"),
     "pipeline_failed": (500, "pipeline_failed"),
     "server_error": (500, "server_error"),
 }
 
 
 def openai_error_type(status: int) -> str:
+    if status == 429:
+        return "rate_limit_error"
     return "server_error" if status >= 500 else "invalid_request_error"
 
 
@@ -107,7 +115,7 @@ class ChatMessageIn(_Open):
 
 
 class StreamOptions(_Open):
-    include_usage: bool = Field(False, description="send one more chunk, with `usage` and no choices, "
+    include_usage: StrictBool = Field(False, description="send one more chunk, with `usage` and no choices, "
                                                    "before `data: [DONE]`")
 
 
@@ -120,7 +128,7 @@ class ChatCompletionRequest(_Open):
         description="the conversation; the text of the LAST user message is the pipeline's `query`. The "
                     "pipeline declares no chat-history input, so the other messages are not used (the "
                     "`x-icr2-ignored-messages` header counts them)")
-    stream: bool = Field(False, description="answer with server-sent `chat.completion.chunk` events, then "
+    stream: StrictBool = Field(False, description="answer with server-sent `chat.completion.chunk` events, then "
                                             "`data: [DONE]`; the reader's tokens as they are generated when it "
                                             "streams (LocalChatReader does), else the whole answer in one chunk")
     stream_options: StreamOptions | None = None
