@@ -370,6 +370,8 @@ class PipelineSpec:
             "shown_ids": shown,
             "prompt_tokens": (reply.meta or {}).get("prompt_tokens") if reply is not None else None,
             "latency_s": latency,
+            # "length": the answer was cut at its token budget (counted in reports, not logged per answer)
+            "finish_reason": (reply.meta or {}).get("finish_reason") if reply is not None else None,
         }
 
 

@@ -147,3 +147,26 @@ def test_two_single_nodes_on_two_ports_start_and_stop_independently(elasticsearc
         assert _node(elasticsearch_url) == first  # the default port's node was not touched
     finally:
         _script("stop", port)
+
+
+def test_hybrid_search_on_a_never_built_index_says_build_it(elasticsearch_url, es_index_name, tmp_path):
+    """It said the index was "built without embeddings"."""
+    config = index_config_from_dict({"name": "never", "corpus": {"path": "sample"}, "embedding": {"enabled": False},
+                                     "store": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": es_index_name}})
+    from icr2_components.stores.errors import IndexNotBuiltError
+
+    with pytest.raises(IndexNotBuiltError, match=rf"'{es_index_name}' at .* does not exist: build it first"):
+        IndexHandle(config).retrieve("who won", method="hybrid")
+
+
+def test_a_100000_character_query_names_the_clause_limit_not_zero(elasticsearch_url, es_index_name, tmp_path):
+    """Elasticsearch's refusal carries no number here; the message said the node allows "0" query clauses."""
+    from icr2_components.stores.elasticsearch.backend import QueryTooLongError
+
+    config = _config(elasticsearch_url, es_index_name, _corpus(tmp_path / "a.jsonl", "alpha", 2), tmp_path, "q")
+    handle = IndexHandle(index_config_from_dict(config))
+    handle.build(progress=False)
+    query = " ".join(f"w{i}" for i in range(15_000))[:100_000]
+    with pytest.raises(QueryTooLongError, match=r"too long for Elasticsearch's BM25.*query clauses the node allows") as caught:
+        handle.retrieve(query, method="bm25")
+    assert "node's 0" not in str(caught.value) and " 0 query clauses" not in str(caught.value)

@@ -166,3 +166,63 @@ def test_compare_stops_with_one_error_when_a_reader_cannot_load(tmp_path):
                                "--out", str(out)))
     assert "pipeline broken_reader" in line and "cannot load" in line and "nothing was answered" in line
     assert not (out / "report.json").exists()
+
+
+# -- messages that mislead, checked before work starts ----------------------------------------------------------
+
+
+def test_dense_search_with_embeddings_turned_off_says_so_not_built_without(tmp_path):
+    corpus = tmp_path / "ks.jsonl"
+    corpus.write_text(_article("1", "Alpha", 30) + "\n")
+    config = index_config_from_dict({"name": "noemb", "store": {"type": "in_memory", "persist_path": str(tmp_path / "s.json")},
+                                     "corpus": {"path": str(corpus)}, "embedding": {"enabled": False}})
+    with pytest.raises(ValueError, match=r"turns embeddings off \(embedding.enabled: false\).*use method bm25"):
+        IndexHandle(config).retrieve("alpha", method="hybrid")
+
+
+def test_a_knn_vectors_file_of_random_bytes_is_named_not_a_pickle_question(tmp_path):
+    import numpy as np
+
+    from icr2_components.gates.deciders.learned import read_knn_vectors
+
+    noise = tmp_path / "gate.vectors.npz"
+    noise.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ValueError, match=r"is not a \.npz archive.*Train the gate again") as caught:
+        read_knn_vectors(noise)
+    assert "allow_pickle" not in str(caught.value)
+    cut = tmp_path / "cut.npz"
+    np.savez(cut, vectors=np.ones((3, 4)), labels=np.ones(3))
+    cut.write_bytes(cut.read_bytes()[:200])  # a zip cut short
+    with pytest.raises(ValueError, match="cannot be read as the vectors and labels"):
+        read_knn_vectors(cut)
+
+
+def test_a_recipe_device_torch_cannot_train_on_is_refused_when_the_recipe_is_read(tmp_path):
+    from icr2_components.training.recipe import RecipeError, load_recipe
+
+    recipe = yaml.safe_load((REPO / "training" / "smollm2_cpu_rta.yaml").read_text())
+    recipe["training"]["device"] = "tpu"
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(RecipeError, match=r"training.device is 'tpu'; expected cpu, cuda, cuda:N or mps"):
+        load_recipe(path)
+    recipe["training"]["device"] = "cuda:7"  # well-formed, but not on this machine (nor on CI's)
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(RecipeError, match=r"'cuda:7', but this machine has \d+ CUDA device"):
+        load_recipe(path)
+
+
+def test_an_answer_cut_at_its_budget_is_not_a_warning_line(caplog):
+    """Haystack's OpenAIChatGenerator logged one WARNING per answer cut at max_tokens (58 lines in a quickstart
+    progress bar); the served reader's reply says it in finish_reason and compare counts it instead."""
+    import logging
+
+    import icr2_components.readers.served_chat_reader  # noqa: F401  (installs the filter)
+    from haystack.components.generators.chat.openai import _check_finish_reason
+
+    with caplog.at_level(logging.WARNING):
+        _check_finish_reason({"finish_reason": "length", "index": 0})
+        _check_finish_reason({"finish_reason": "content_filter", "index": 0})  # another cut: still said
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("natural stopping point" in m for m in messages), messages
+    assert any("content filter" in m for m in messages), messages

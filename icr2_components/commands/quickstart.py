@@ -193,6 +193,10 @@ def _run(args, index: str) -> int:
     report = run_compare([written[n] for n in CONTEXT_PIPELINES], limit=args.compare_questions, context_types="open",
                          out_dir=context_out, max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
                          backend=backend, baseline="closed_book", index=index)
+    truncated = report["run"]["counters"].get("truncated", 0)
+    if truncated:
+        console.print(f"{truncated} of {report['run']['counters']['model_runs']} answers were cut at the budget of "
+                      f"{args.max_new_tokens} tokens (--max-new-tokens raises it)")
     if args.questions:
         records = [r for r in read_answer_records(context_out / "answers.jsonl")
                    if r["context_type"] == "open" and r["pipeline"] in CONTEXT_PIPELINES]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, ClassVar
 
@@ -23,6 +24,19 @@ PER_MESSAGE_TOKENS = 8
 """Tokens a chat template adds around each message (role markers, separators): counted before sending."""
 TEMPLATE_MARGIN_TOKENS = 32
 """Tokens a chat template may add once (SmolLM2's adds a 20-token system turn when none is given)."""
+
+class _TruncationNotice(logging.Filter):
+    """Drops the warning Haystack's OpenAIChatGenerator logs for every answer cut at its token budget: the reply's
+    ``finish_reason`` ("length") says it, and reports count it (one WARNING line per answer broke progress bars)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "truncated before reaching a natural stopping point" not in str(record.msg)
+
+
+_OPENAI_GENERATOR_LOGGER = "haystack.components.generators.chat.openai"
+if not any(isinstance(f, _TruncationNotice) for f in logging.getLogger(_OPENAI_GENERATOR_LOGGER).filters):
+    logging.getLogger(_OPENAI_GENERATOR_LOGGER).addFilter(_TruncationNotice())
+
 
 @component
 class ServedChatReader:

@@ -31,7 +31,7 @@ from icr2_components.records import SkipReport
 from icr2_components.stores.backend import StoreBackend, store_backend
 from icr2_components.stores.config import IndexConfig, config_fingerprint, corpus_path, load_index_config
 from icr2_components.stores.embedding_shards import passage_embedder
-from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError
+from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError, IndexNotBuiltError
 from icr2_components.stores.retrieval_methods import UnknownRetrievalMethodError, retrieval_method
 
 
@@ -171,8 +171,14 @@ class IndexHandle:
             raise ValueError(str(error)) from None
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
+        if not self.backend.builds_on_first_use and self._store is None and not self.backend.index_exists():
+            # before any other message: an index never built is not one "built without embeddings"
+            raise IndexNotBuiltError(f"{self.backend.describe()} does not exist: build it first with "
+                                     f"`icr2 index --config <the config of '{self.config.name}'>`.")
         if retrieval.needs_embeddings and self._embedder is None:
-            raise ValueError(f"Index '{self.config.name}' was built without embeddings; set embedding.enabled: true and re-index for {method} retrieval.")
+            raise ValueError(f"Index config '{self.config.name}' turns embeddings off (embedding.enabled: false), so "
+                             f"{method} retrieval has no vectors to search: use method bm25, or set embedding.enabled: "
+                             "true and re-index with `icr2 index`.")
         self._require_passages()
         return retrieval.retrieve(self, query, top_k, filters)
 

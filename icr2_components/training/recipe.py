@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,8 +231,28 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     if t.new_token_learning_rate and recipe.finetuning == "lora" and not recipe.lora.train_new_token_embeddings:
         raise RecipeError(f"{s}: training.new_token_learning_rate with LoRA sets the rate of the marker rows, which "
                           "train only with lora.train_new_token_embeddings: true.")
+    if t.device is not None:
+        _check_device(t.device, f"{s}: training.device")
     if t.bf16 and t.dtype == "float16":
         raise RecipeError(f"{s}: bf16 mixed precision with float16 weights; use dtype float32 or bfloat16.")
+
+
+_TRAINING_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps)$")
+
+
+def _check_device(device: str, where: str) -> None:
+    """A device torch can train on here, checked before any model loads (``tpu`` failed after the model had loaded)."""
+    if not _TRAINING_DEVICE.match(device):
+        raise RecipeError(f"{where} is {device!r}; expected cpu, cuda, cuda:N or mps (or null: the Trainer's choice).")
+    import torch
+
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise RecipeError(f"{where} is {device!r}, but this machine has {torch.cuda.device_count()} CUDA "
+                              "device(s); use cpu (or null).")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise RecipeError(f"{where} is 'mps', but MPS is not available here; use cpu (or null).")
 
 
 def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> TrainingRecipe:

@@ -200,7 +200,8 @@ def run_compare(
     cache = AnswerCache(out / CACHE_FILE)
     # stale_context: cached answers given other passages than this run's (re-answered, or left out by
     # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
-    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, STALE_CONTEXT: 0,
+    # truncated: answers of this run cut at their token budget (finish_reason "length", where the reader says)
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "truncated": 0, STALE_CONTEXT: 0,
                 CONTEXT_UNCHECKED: 0}
     missing_contexts: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
@@ -242,6 +243,7 @@ def run_compare(
                         record.update(spec.run(question.query, documents, controlled, max_new_tokens=max_new_tokens))
                         record["gold_position"] = gold_position(record)
                         counters["model_runs"] += 1
+                        counters["truncated"] += int(record.get("finish_reason") == "length")
                     except Exception as error:
                         # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
                         # prompt longer than the reader's context) is this question's problem, anything else a bug.

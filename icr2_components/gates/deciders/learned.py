@@ -54,8 +54,19 @@ def read_knn_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"The knn gate's vectors are missing: {path} (written beside the artifact by "
                                 "icr2 train-gate); train it again.")
-    with np.load(path, allow_pickle=False) as data:
-        return np.asarray(data["vectors"], dtype=np.float64), np.asarray(data["labels"], dtype=np.float64)
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"PK\x03\x04":  # not a .npz (a zip): numpy would speak of allow_pickle instead
+        raise ValueError(f"The knn gate's vectors file {path} is not a .npz archive (it does not start like a zip "
+                         "file): it is damaged or was replaced. Train the gate again with icr2 train-gate.")
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return np.asarray(data["vectors"], dtype=np.float64), np.asarray(data["labels"], dtype=np.float64)
+    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as error:  # a cut or foreign archive
+        raise ValueError(f"The knn gate's vectors file {path} cannot be read as the vectors and labels "
+                         f"icr2 train-gate writes ({type(error).__name__}: {error}). Train the gate again.") from error
 
 
 class LearnedGateModel:

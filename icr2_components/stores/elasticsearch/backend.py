@@ -173,7 +173,8 @@ class ElasticsearchStoreBackend(StoreBackend):
                 raise
             raise QueryTooLongError(
                 f"The query ({len(query)} characters, {len(query.split())} words) is too long for Elasticsearch's BM25: "
-                f"it expands to more than the node's {limit} query clauses (indices.query.bool.max_clause_count). "
+                f"it expands to more than the {f'{limit} ' if limit else ''}query clauses the node allows "
+                "(indices.query.bool.max_clause_count). "
                 "Shorten the query (a question, not a document).",
                 limit=limit,
             ) from error
