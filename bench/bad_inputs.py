@@ -115,9 +115,12 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     empty_store = tmp / "empty_store.json"
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-    InMemoryDocumentStore().save_to_disk(str(empty_store))  # an index file holding nothing
+    from icr2_components.stores import IndexHandle, load_index_config
+
     empty_index = tmp / "empty_index.yaml"
     empty_index.write_text(f"name: e\nstore: {{type: in_memory, persist_path: '{empty_store}'}}\ncorpus: {{path: sample}}\n")
+    # an index file of this config holding nothing (the store names the config it was built from)
+    InMemoryDocumentStore(index=IndexHandle(load_index_config(empty_index)).backend.index_name).save_to_disk(str(empty_store))
     out.append(("dense search on an empty index", ["search", "--config", str(empty_index), "-q", "nobel prize", "--method", "dense"]))
     gate = tmp / "gate.jsonl"
     gate.write_text("\n".join(json.dumps(r) for r in (
@@ -134,6 +137,53 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     bad_pipeline = tmp / "bad_pipeline.yaml"
     bad_pipeline.write_text("components:\n  reader:\n    type: [icr2_components.readers.LocalChatReader\n")
     out.append(("a YAML syntax error in a pipeline", ["compare", "--pipelines", str(bad_pipeline), "--limit", "1", "--out", str(tmp / "cmp2")]))
+    out += round_two(tmp, good, built, never)
+    return out
+
+
+def round_two(tmp: Path, good: Path, built: Path, never: Path) -> list[tuple[str, list[str]]]:
+    """Issue 27: inputs that gave a wrong result and exit 0, or a misleading message."""
+    out: list[tuple[str, list[str]]] = []
+    no_path = tmp / "no_path.yaml"
+    no_path.write_text(f"name: nopath\nstore: {{type: in_memory, persist_path: '{tmp / 'nopath.json'}'}}\n"
+                       "corpus: {passage_words: 50}\nembedding: {enabled: false}\n")
+    out.append(("index config whose corpus section has no path", ["index", "--config", str(no_path), "--no-progress"]))
+    explicit = tmp / "explicit.yaml"
+    stale = f"name: explicit\nstore: {{type: in_memory, persist_path: '{tmp / 'explicit.json'}'}}\nembedding: {{enabled: false}}\n"
+    explicit.write_text(stale + f"corpus: {{path: '{good}', passage_words: 100}}\n")
+    out.append(("(setup: index 100-word passages at an explicit persist_path)", ["index", "--config", str(explicit), "--no-progress"]))
+    changed = tmp / "explicit_changed.yaml"
+    changed.write_text(stale + f"corpus: {{path: '{good}', passage_words: 20}}\n")
+    out.append(("search the same persist_path after passage_words 100 -> 20", ["search", "--config", str(changed), "-q", "a1w5", "--method", "bm25"]))
+    label = {"key": "k", "id": "q", "question": "Who?", "answers": ["A"], "source": "nq", "reader": "r",
+             "closed_book_match": False, "context_match": True, "outcome": "context_only"}
+    labels = tmp / "labels.jsonl"
+    labels.write_text("\n".join([json.dumps({**label, "key": "k1", "id": "q1"}),
+                                 json.dumps({**label, "key": "k2", "id": "q2", "closed_book_match": True, "outcome": "both_right"}),
+                                 json.dumps({**label, "key": "k3", "id": "q3", "closed_book_match": "false"}),
+                                 '{"key": "k4", "id": "q4", "closed_bo']) + "\n")
+    out.append(("labels with `closed_book_match: \"false\"` and a cut line", ["eval-gate", "--labels", str(labels), "--methods", "always,never"]))
+    contexts = tmp / "gate_context.jsonl"
+    contexts.write_text("\n".join(json.dumps(r) for r in (
+        {"question": "What is the capital of France?", "ground_truth": ["Paris"], "context": ["Paris is the capital."]},
+        {"question": "How many legs has a spider?", "ground_truth": ["8"], "context": [8, None]},
+    )) + "\n")
+    out.append(("eval-gate record whose context holds non-strings", ["eval-gate", str(contexts), "--method", "always", "--max-new-tokens", "8", "--decisions-only"]))
+    empty_model = tmp / "not-a-model"
+    empty_model.mkdir()
+    broken = tmp / "broken_reader.yaml"
+    broken.write_text((REPO / "pipelines" / "closed_book.yaml").read_text().replace("model: smollm2-135m-instruct", f"model: '{empty_model}'"))
+    out.append(("`icr2 compare` with a reader that cannot load", ["compare", "--pipelines", str(broken), "--limit", "2", "--context-types", "open", "--out", str(tmp / "cmp3")]))
+    other = tmp / "other.jsonl"
+    other.write_bytes(b"\n".join(article(f"o{i}", f"Other {i}", words(f"o{i}w", 120)) for i in range(3)) + b"\n")
+    second = tmp / "second_corpus.yaml"
+    second.write_text(built.read_text().replace(str(good), str(other)).replace("name: built", "name: second")
+                      .replace("built.ckpt.json", "second.ckpt.json"))
+    out.append(("a second corpus into the built Elasticsearch index", ["index", "--config", str(second), "--no-progress"]))
+    out.append(("hybrid search on an Elasticsearch index never built", ["search", "--config", str(never), "-q", "nobel prize", "--method", "hybrid"]))
+    tpu = tmp / "tpu.yaml"
+    tpu.write_text((REPO / "training" / "smollm2_cpu_rta.yaml").read_text().replace("device: cpu", "device: tpu", 1))
+    out.append(("training recipe with `device: tpu`", ["train", "--config", str(tpu)]))
     return out
 
 

@@ -13,12 +13,23 @@ from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 from icr2_components.readers import LocalChatReader
 
 
-def test_bundled_aliases_resolve_to_loadable_folders():
-    smollm2 = Path(resolve_model("smollm2-135m-instruct"))
-    assert (smollm2 / "config.json").exists() and (smollm2 / "model.safetensors").exists()
-    assert (smollm2 / "tokenizer.json").exists()
-    minilm = Path(resolve_model("All-MiniLM-L6-v2"))  # aliases are case-insensitive
-    assert (minilm / "config.json").exists()
+def test_bundled_aliases_resolve_to_loadable_folders(smollm2, minilm):
+    """The folders load, and what loads is the model the alias names (not only files that exist)."""
+    import numpy as np
+
+    folder = resolve_model("smollm2-135m-instruct")
+    model, tokenizer = smollm2
+    assert Path(model.config._name_or_path).resolve() == Path(folder).resolve()
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == 30
+    assert 130e6 < sum(p.numel() for p in model.parameters()) < 140e6  # SmolLM2-135M
+    ids = tokenizer("The capital of France is")["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "The capital of France is"
+    assert Path(resolve_model("All-MiniLM-L6-v2")) == Path(resolve_model("all-minilm-l6-v2"))  # case-insensitive
+    vectors = minilm.encode(["Paris is the capital of France.", "The capital of France is Paris.",
+                             "A spider has eight legs."], normalize_embeddings=True)
+    assert vectors.shape == (3, 384)
+    # a real sentence encoder: a paraphrase is nearer than an unrelated sentence
+    assert float(np.dot(vectors[0], vectors[1])) > float(np.dot(vectors[0], vectors[2])) + 0.3
 
 
 def test_paths_and_hub_ids_pass_through_and_bad_names_fail_clearly(tmp_path):
