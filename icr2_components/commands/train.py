@@ -21,15 +21,22 @@ def register(subparsers) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe value, e.g. --set training.max_steps=2 (repeatable)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--check", action="store_true",
+                        help="only say what the recipe needs (device, GPUs, memory estimate) and whether this machine "
+                             "has it; trains nothing")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from icr2_components.training.recipe import load_recipe
-    from icr2_components.training.runner import run_recipe
+    from icr2_components.training.runner import check_recipe_needs, run_recipe
 
     recipe = load_recipe(args.config, dict(parse_override(item) for item in args.set))
-    summary = run_recipe(recipe, progress=not args.no_progress)
+    if args.check:
+        check_recipe_needs(recipe, announce=print)
+        print("this machine has what the recipe needs")
+        return 0
+    summary = run_recipe(recipe, progress=not args.no_progress, announce=print)
     keys = ("method", "model", "saved", "head", "global_steps", "steps", "train_examples", "validation_examples",
             "first_examples_loss_before", "first_examples_loss_after", "validation", "seconds")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=1, default=str))

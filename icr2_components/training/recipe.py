@@ -155,6 +155,15 @@ def _choice(value: Any, allowed: tuple, where: str) -> None:
         raise RecipeError(f"{where} is {value!r}; choose one of {list(allowed)}.")
 
 
+def _device(value: Any, where: str) -> None:
+    """``training.device``: unset (CUDA when present, else CPU), cpu, cuda, cuda:N or mps; refused before the
+    model loads (``training.requirements`` then checks that this machine has it)."""
+    if value is None or value in ("cpu", "cuda", "mps") or (isinstance(value, str) and re.fullmatch(r"cuda:\d+", value)):
+        return
+    raise RecipeError(f"{where} is {value!r}; choose cpu, cuda, cuda:N or mps, or leave it unset (CUDA when "
+                      "present, else CPU).")
+
+
 def _positive(value: Any, where: str, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -214,6 +223,7 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     _choice(recipe.finetuning, FINETUNING, f"{s}: finetuning")
     _choice(t.attn_implementation, ATTENTION, f"{s}: training.attn_implementation")
     _choice(t.dtype, DTYPES, f"{s}: training.dtype")
+    _device(t.device, f"{s}: training.device")
     _choice(h.loss, HEAD_LOSSES, f"{s}: retrieval_head.loss")
     _choice(h.tau_schedule, SCHEDULES, f"{s}: retrieval_head.tau_schedule")
     _positive(recipe.max_seq_length, f"{s}: max_seq_length", allow_none=True)
