@@ -245,7 +245,9 @@ def save_result(model, tokenizer, recipe: TrainingRecipe) -> str:
         if recipe.lora.merge:
             model = model.merge_and_unload()
         else:
-            model.save_pretrained(out / "adapter")
+            # the marker rows are saved as peft trainable tokens; the resized embedding matrix itself (28M parameters,
+            # saved by default after a resize) is rebuilt by models/adapters.py when the adapter is merged
+            model.save_pretrained(out / "adapter", save_embedding_layers=False)
             tokenizer.save_pretrained(out / "adapter")
             name_base_model(out / "adapter", recipe.model)
             return str(out / "adapter")
