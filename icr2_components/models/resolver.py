@@ -36,6 +36,7 @@ from typing import Callable, Iterator
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 MINILM_ALIAS = "all-minilm-l6-v2"
 SMOLLM2_GGUF_ALIAS = "smollm2-135m-instruct-gguf"
+TINY_MISTRAL_ALIAS = "tiny-random-mistral"
 
 
 from icr2_components.errors import UserInputError
@@ -134,9 +135,49 @@ def _minilm_path() -> Path:
     return Path(get_model_path())
 
 
+# The GPU recipes' reader architecture (MistralForCausalLM, grouped-query attention, rope_theta 1e6 as in
+# Mistral-7B-Instruct-v0.2) at a size that trains in seconds, with *random* weights (seed 0): for plumbing only
+# (the smoke recipes training/smoke_tiny_mistral_*.yaml, their tests), never for a figure about answers. No
+# Mistral tokenizer is bundled, so it uses SmolLM2's (vocabulary and chat template); nothing is downloaded.
+TINY_MISTRAL_CONFIG = {"hidden_size": 128, "intermediate_size": 448, "num_hidden_layers": 4, "num_attention_heads": 8,
+                       "num_key_value_heads": 2, "max_position_embeddings": 4096, "rope_theta": 1e6,
+                       "sliding_window": None, "tie_word_embeddings": False}
+
+
+def _tiny_random_mistral_path() -> Path:
+    target = cache_dir() / "models" / TINY_MISTRAL_ALIAS
+    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+        return target
+    tokenizer_folder = _smollm2_path()
+    with _file_lock(target.with_suffix(".lock")):
+        if (target / "config.json").exists():
+            return target
+        import torch
+        from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
+
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder))
+        config = MistralConfig(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                               **TINY_MISTRAL_CONFIG)
+        torch.manual_seed(0)
+        model = MistralForCausalLM(config)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 BUNDLED_MODELS: dict[str, Callable[[], Path]] = {
     SMOLLM2_ALIAS: _smollm2_path,
     MINILM_ALIAS: _minilm_path,
+    TINY_MISTRAL_ALIAS: _tiny_random_mistral_path,
 }
 
 

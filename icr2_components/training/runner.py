@@ -13,8 +13,10 @@ def check_recipe_needs(recipe: TrainingRecipe, announce: Callable[[str], Any] | 
     (``MachineError``); returns the :class:`RecipeNeeds`. Loads no weights."""
     from icr2_components.training.requirements import check_machine, recipe_needs
 
+    from icr2_components.training.trained_ids import is_main_process
+
     needs = recipe_needs(recipe)
-    if announce is not None:
+    if announce is not None and is_main_process():
         announce(needs.describe())
     check_machine(needs)
     return needs

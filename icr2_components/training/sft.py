@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -59,8 +60,11 @@ def prepare_data_files(recipe: TrainingRecipe) -> tuple[str, str | None]:
     build = data.build_sample
     path = Path(recipe.output_dir) / "data" / "train.jsonl"
     if not path.exists():
-        build_sample_benchmark(path, limit=build.limit, budget_passages=build.budget_passages, offset=build.offset,
+        # under `accelerate launch` every process builds: each writes its own file and moves it into place whole
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        build_sample_benchmark(partial, limit=build.limit, budget_passages=build.budget_passages, offset=build.offset,
                                retrievers=build.retrievers, seed=build.seed)
+        os.replace(partial, path)
     return str(path), data.validation
 
 
@@ -302,7 +306,9 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     )
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
-    saved = save_result(trainer.model, tokenizer, recipe)
+    # one process writes the folder (DDP: every process holds the same weights)
+    main_process = trainer.is_world_process_zero()
+    saved = save_result(trainer.model, tokenizer, recipe) if main_process else str(Path(recipe.output_dir))
     copy_training_ids(recipe, saved)
     summary = {
         "method": recipe.method, "model": recipe.model, "finetuning": recipe.finetuning, "saved": saved,
@@ -315,6 +321,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         "resumed_at_step": checkpoint_step(checkpoint) if checkpoint else 0, "training_ids": str(ids_file),
         "seconds": time.perf_counter() - start, "recipe": recipe.as_dict(),
     }
-    Path(recipe.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(recipe.output_dir) / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    if main_process:
+        Path(recipe.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(recipe.output_dir) / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return TrainingOutcome(saved, summary)
