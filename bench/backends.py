@@ -276,10 +276,16 @@ def main() -> int:
         completion_tokens = sum(r["completion_tokens"] or 0 for r in data)
         matches = sum(r["match"] for r in data)
         summary[name] = {
-            "n": len(data), "total_s": total, "mean_s": total / len(data), "median_s": statistics.median(r["seconds"] for r in data),
-            "answers_per_s": len(data) / total, "prompt_tokens_per_s": prompt_tokens / total,
-            "generated_tokens_per_s": completion_tokens / total, "mean_prompt_tokens": prompt_tokens / len(data),
-            "answer_match": matches / len(data), "answer_match_ci95": wilson(matches, len(data)),
+            "n": len(data),
+            "total_s": total,
+            "mean_s": total / len(data),
+            "median_s": statistics.median(r["seconds"] for r in data),
+            "answers_per_s": len(data) / total,
+            "prompt_tokens_per_s": prompt_tokens / total,
+            "generated_tokens_per_s": completion_tokens / total,
+            "mean_prompt_tokens": prompt_tokens / len(data),
+            "answer_match": matches / len(data),
+            "answer_match_ci95": wilson(matches, len(data)),
         }
     pairs = {}
     for first, second in PAIRS:

@@ -35,7 +35,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=1, help="repeat the sample's passages this many times (new ids)")
     parser.add_argument("--queries", type=int, default=300, help="NQ questions answered by the new BM25")
-    parser.add_argument("--old-queries", type=int, default=30, help="NQ questions answered by Haystack's scoring (slow)")
+    parser.add_argument(
+        "--old-queries", type=int, default=30, help="NQ questions answered by Haystack's scoring (slow)"
+    )
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--k1", type=float, default=0.9)
     parser.add_argument("--b", type=float, default=0.4)
@@ -50,7 +52,10 @@ def main() -> int:
     base = list(KiltKnowledgeSource(files.corpus).documents())
     documents = [replace(d, id=f"{d.id}-c{c}") if c else d for c in range(args.copies) for d in base]
     questions = [task.input for task in read_kilt_tasks(files.tasks, limit=args.queries)]
-    print(f"{len(documents)} passages ({len(base)} x {args.copies}), {len(questions)} NQ questions, cores: {os.cpu_count()}")
+    print(
+        f"{len(documents)} passages ({len(base)} x {args.copies}), {len(questions)} NQ questions, cores: "
+        f"{os.cpu_count()}"
+    )
 
     start = time.perf_counter()
     old_store = InMemoryDocumentStore(bm25_algorithm="BM25Okapi", bm25_parameters={"k1": args.k1, "b": args.b})

@@ -31,17 +31,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def straightforward_build(query, lists, answers, gold, provenance, randoms, ratio, budget_passages, budget_tokens, count_one, seed):
+def straightforward_build(
+    query, lists, answers, gold, provenance, randoms, ratio, budget_passages, budget_tokens, count_one, seed
+):
     """The obvious implementation: one concatenated list, every check done by rescanning what is kept."""
     from haystack import Document
 
     from icr2_components.builders.near_duplicates import jaccard, word_shingles
-    from icr2_components.text.normalization import normalize_text
     from icr2_components.kilt.chunking import spans_overlap
+    from icr2_components.text.normalization import normalize_text
 
     def span_of(d):
         m = d.meta
-        return m["wikipedia_id"], (m["start_paragraph_id"], m["start_character"]), (m["end_paragraph_id"], m["end_character"])
+        return (
+            m["wikipedia_id"],
+            (m["start_paragraph_id"], m["start_character"]),
+            (m["end_paragraph_id"], m["end_character"]),
+        )
 
     concatenated = []
     for order, (name, docs) in enumerate(lists.items()):
@@ -124,10 +130,10 @@ def main() -> int:
     from rich.table import Table
     from tqdm import tqdm
 
-    from icr2_components.models.token_counting import PassageTokenCounter
     from icr2_components.builders.corpus_assembly import CorpusAssembler
     from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks
     from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.token_counting import PassageTokenCounter
 
     sample = build_sample()
     documents = list(KiltKnowledgeSource(sample.corpus).documents())
@@ -139,7 +145,9 @@ def main() -> int:
         store.write_documents(documents)
         retrievers[algorithm] = InMemoryBM25Retriever(store)
     inputs = []
-    for task in tqdm(list(read_kilt_tasks(sample.tasks, limit=args.queries)), desc="retrieving 5 lists x 200", unit=" queries"):
+    for task in tqdm(
+        list(read_kilt_tasks(sample.tasks, limit=args.queries)), desc="retrieving 5 lists x 200", unit=" queries"
+    ):
         gold = [by_id[i] for i in spans.gold_passage_ids(task.provenance)]
         qa = task.input + " " + " ".join(task.answers)
         lists = {
@@ -159,20 +167,47 @@ def main() -> int:
         outputs, sizes = [], []
         start = time.perf_counter()
         for task, gold, lists, randoms in tqdm(queries, desc=label, unit=" queries"):
-            result = assembler.assemble(task.input, lists, answers=task.answers, gold_documents=gold, provenance=task.provenance,
-                                        random_documents=randoms, confounding_ratio=args.ratio, budget_passages=budget_passages,
-                                        budget_tokens=budget_tokens, seed=0)
+            result = assembler.assemble(
+                task.input,
+                lists,
+                answers=task.answers,
+                gold_documents=gold,
+                provenance=task.provenance,
+                random_documents=randoms,
+                confounding_ratio=args.ratio,
+                budget_passages=budget_passages,
+                budget_tokens=budget_tokens,
+                seed=0,
+            )
             outputs.append([(d.id, d.meta["origin"]) for d in result.documents])
             sizes.append(len(result.documents))
         return time.perf_counter() - start, outputs, sizes
 
     def time_baseline(label, queries, budget_passages=None, budget_tokens=None):
-        count_one = lambda d: len(tokenizer("\n\nID: PSG000\nTitle: " + d.meta.get("title", "") + "\nContext: " + d.content, add_special_tokens=False)["input_ids"])  # noqa: E731
+        count_one = lambda d: len(  # noqa: E731
+            tokenizer(
+                "\n\nID: PSG000\nTitle: " + d.meta.get("title", "") + "\nContext: " + d.content,
+                add_special_tokens=False,
+            )["input_ids"]
+        )
         outputs = []
         start = time.perf_counter()
         for task, gold, lists, randoms in tqdm(queries, desc=label, unit=" queries"):
-            outputs.append(straightforward_build(task.input, lists, task.answers, gold, task.provenance, randoms, args.ratio,
-                                                 budget_passages, budget_tokens, count_one, 0))
+            outputs.append(
+                straightforward_build(
+                    task.input,
+                    lists,
+                    task.answers,
+                    gold,
+                    task.provenance,
+                    randoms,
+                    args.ratio,
+                    budget_passages,
+                    budget_tokens,
+                    count_one,
+                    0,
+                )
+            )
         return time.perf_counter() - start, outputs
 
     console = Console(width=160)
@@ -198,7 +233,17 @@ def main() -> int:
         })
 
     table = Table(title=f"CiC build, 5 retriever lists x 200, p={args.ratio}, all checks on (one process)")
-    for column in ("budget", "queries", "passages/ctx", "baseline q/s", "builder q/s cold", "ratio cold", "builder q/s warm", "ratio warm", "same"):
+    for column in (
+        "budget",
+        "queries",
+        "passages/ctx",
+        "baseline q/s",
+        "builder q/s cold",
+        "ratio cold",
+        "builder q/s warm",
+        "ratio warm",
+        "same",
+    ):
         table.add_column(column)
     for row in rows:
         table.add_row(row["budget"], str(row["queries"]), f"{row['mean_passages']:.1f}", f"{row['baseline_qps']:.1f}",
@@ -208,13 +253,17 @@ def main() -> int:
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     console.print(f"machine: {machine}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "cic_build.json").write_text(json.dumps({"ratio": args.ratio, "machine": machine, "rows": rows}, indent=2))
+    (RESULTS / "cic_build.json").write_text(
+        json.dumps({"ratio": args.ratio, "machine": machine, "rows": rows}, indent=2)
+    )
     figure, axis = plt.subplots(figsize=(7, 3.5))
     labels = [row["budget"] for row in rows]
     xs = range(len(rows))
     axis.bar([x - 0.27 for x in xs], [row["baseline_qps"] for row in rows], width=0.27, label="straightforward")
     axis.bar(list(xs), [row["builder_qps"] for row in rows], width=0.27, label="builder, cold caches")
-    axis.bar([x + 0.27 for x in xs], [row["builder_warm_qps"] for row in rows], width=0.27, label="builder, warm caches")
+    axis.bar(
+        [x + 0.27 for x in xs], [row["builder_warm_qps"] for row in rows], width=0.27, label="builder, warm caches"
+    )
     axis.axhline(100, color="grey", linestyle="--", label="target 100 q/s")
     axis.set_xticks(list(xs), labels)
     axis.set_ylabel("queries / second")

@@ -38,8 +38,8 @@ TYPES = ("gold", "conflicting", "irrelevant")
 
 
 def matrix(questions, contexts, max_new_tokens, only):
-    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.evaluation.compare.tuning import score_answer
+    from icr2_components.pipeline_spec import PipelineSpec
 
     rows = {}
     for name, path in TECHNIQUES.items():
@@ -62,8 +62,12 @@ def matrix(questions, contexts, max_new_tokens, only):
         rows[name] = {"bcu": bcu, "n": {t: len(v) for t, v in scores.items()},
                       "faithfulness": (bcu["gold"] + bcu["conflicting"]) / 2, "robustness": bcu["irrelevant"],
                       "seconds": round(time.perf_counter() - start, 1), "answers": answers}
-        print(f"{name:12s} gold {bcu['gold']:.2f} conflicting {bcu['conflicting']:.2f} irrelevant {bcu['irrelevant']:.2f} "
-              f"({rows[name]['seconds']} s)", flush=True)
+        print(
+            f"{name:12s} gold {bcu['gold']:.2f} conflicting {bcu['conflicting']:.2f} irrelevant "
+            f"{bcu['irrelevant']:.2f} "
+            f"({rows[name]['seconds']} s)",
+            flush=True,
+        )
     return rows
 
 
@@ -71,8 +75,8 @@ def cost(questions, contexts, max_new_tokens, rounds):
     """Seconds per generated token (prefill included) of each decoding technique and of plain decoding."""
     from haystack.dataclasses import ChatMessage
 
-    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader
+    from icr2_components.text.templates import render_cic_prompt
 
     common = dict(model="smollm2-135m-instruct", max_new_tokens=max_new_tokens, dtype="float32", device="cpu")
     readers = {"plain": LocalChatReader(**common),
@@ -88,7 +92,9 @@ def cost(questions, contexts, max_new_tokens, rounds):
             if documents is None:
                 continue
             messages = render_cic_prompt("qa", question.query, documents).messages
-            memory = [ChatMessage.from_user(f"Please answer the following question:\n\nQuestion: {question.query}\nAnswer:")]
+            memory = [
+                ChatMessage.from_user(f"Please answer the following question:\n\nQuestion: {question.query}\nAnswer:")
+            ]
             order = names[round_index % len(names):] + names[:round_index % len(names)]  # rotate against load drift
             for name in order:
                 kwargs = {} if name == "plain" else {"memory_messages": memory}
@@ -98,8 +104,11 @@ def cost(questions, contexts, max_new_tokens, rounds):
     per_token = {name: seconds / max(tokens, 1) for name, (seconds, tokens) in totals.items()}
     ratios = {name: per_token[name] / per_token["plain"] for name in per_token}
     for name in names:
-        print(f"cost {name:12s} {per_token[name] * 1000:.1f} ms/token ({totals[name][1]} tokens)  ratio vs plain {ratios[name]:.2f}x",
-              flush=True)
+        print(
+            f"cost {name:12s} {per_token[name] * 1000:.1f} ms/token ({totals[name][1]} tokens)  ratio vs plain "
+            f"{ratios[name]:.2f}x",
+            flush=True,
+        )
     return {"seconds_per_token": per_token, "tokens": {n: t[1] for n, t in totals.items()}, "ratio_vs_plain": ratios}
 
 
@@ -143,14 +152,16 @@ def main() -> None:
     parser.add_argument("--offset", type=int, default=16, help="skip the first questions (PH3's probing set)")
     args = parser.parse_args()
 
-    from icr2_components.kilt.questions import answer_pool, read_compare_questions
     from icr2_components.kilt.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
     count = max(args.questions, args.cost_questions)
     questions, skips, path = read_compare_questions(None, limit=args.offset + count)
     questions = questions[args.offset:]
     pool = answer_pool(path)
-    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions}
+    contexts = {
+        q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions
+    }
     started = time.strftime("%Y-%m-%d %H:%M")
     result = {"date": started, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                            "omp_threads": os.environ.get("OMP_NUM_THREADS"),

@@ -74,7 +74,13 @@ def make_encoder(name: str, threads: int, processes: int):
             dimension = 384
 
             def encode(self, texts, batch_size=BATCH):
-                return model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+                return model.encode(
+                    texts,
+                    batch_size=batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
 
             def close(self):
                 pass
@@ -99,7 +105,14 @@ def throughput(names: list[str], texts: list[str], threads: int, rounds: int, pr
     for encoder in encoders.values():
         encoder.close()
     baseline = len(texts) / best["fp32"]
-    return {name: {"passages_per_s": len(texts) / best[name], "ratio_to_fp32": (len(texts) / best[name]) / baseline, "seconds": best[name]} for name in names}
+    return {
+        name: {
+            "passages_per_s": len(texts) / best[name],
+            "ratio_to_fp32": (len(texts) / best[name]) / baseline,
+            "seconds": best[name],
+        }
+        for name in names
+    }
 
 
 def quality(backends: list[str], folder: Path, max_queries: int | None, corpus_size: int, threads: int) -> dict:
@@ -121,7 +134,12 @@ def quality(backends: list[str], folder: Path, max_queries: int | None, corpus_s
         scores = questions @ passages.T
         top = np.argsort(-scores, axis=1)[:, :10]
         ndcg = float(np.mean([ndcg_at_k([ids[i] for i in row], qrels[qid]) for qid, row in zip(query_ids, top)]))
-        results[backend] = {"ndcg@10": ndcg, "passages": len(corpus), "queries": len(queries), "seconds": time.perf_counter() - start}
+        results[backend] = {
+            "ndcg@10": ndcg,
+            "passages": len(corpus),
+            "queries": len(queries),
+            "seconds": time.perf_counter() - start,
+        }
         print(f"nDCG@10 {backend:<10} {ndcg:.4f}", flush=True)
     for backend in backends:
         results[backend]["delta_to_fp32"] = results[backend]["ndcg@10"] - results["fp32"]["ndcg@10"]
@@ -134,11 +152,17 @@ def main() -> int:
     parser.add_argument("--passages", type=int, default=2000, help="sample passages for the throughput rounds")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of every backend (the cores to use)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--backends", default="onnx,onnx-int8,openvino", help=f"compared with fp32; any of {', '.join(BACKENDS[1:])}")
-    parser.add_argument("--processes", type=int, default=0, help="also time pools of this many 1-thread processes (fp32 and onnx-int8)")
+    parser.add_argument(
+        "--backends", default="onnx,onnx-int8,openvino", help=f"compared with fp32; any of {', '.join(BACKENDS[1:])}"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=0, help="also time pools of this many 1-thread processes (fp32 and onnx-int8)"
+    )
     parser.add_argument("--beir", type=Path, help="BEIR folder for nDCG@10 (default: the NQ sample written as one)")
     parser.add_argument("--max-queries", type=int, default=300)
-    parser.add_argument("--corpus-size", type=int, default=0, help="judged passages plus this many others (0: whole corpus)")
+    parser.add_argument(
+        "--corpus-size", type=int, default=0, help="judged passages plus this many others (0: whole corpus)"
+    )
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench/results/embedding.json"))
     args = parser.parse_args()
@@ -155,8 +179,15 @@ def main() -> int:
     if args.processes > 1:
         names += [f"fp32 x{args.processes}", f"onnx-int8 x{args.processes}"]
     speed = throughput(names, texts, args.threads, args.rounds, args.processes)
-    result = {"passages": len(texts), "threads": args.threads, "rounds": args.rounds, "batch_size": BATCH, "cpu_count": os.cpu_count(),
-              "load_average": os.getloadavg(), "throughput": speed}
+    result = {
+        "passages": len(texts),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "batch_size": BATCH,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "throughput": speed,
+    }
     if not args.skip_quality:
         folder = args.beir
         if folder is None:
@@ -165,8 +196,14 @@ def main() -> int:
         result["beir_folder"] = str(folder)
         result["quality"] = quality(["fp32", *backends], folder, args.max_queries, args.corpus_size, args.threads)
 
-    print(f"\n{len(texts)} passages, {args.threads} threads, best of {args.rounds} rounds (load average {result['load_average'][0]:.1f})")
-    print(f"{'backend':<18}{'passages/s':>12}{'x fp32':>9}" + ("" if args.skip_quality else f"{'nDCG@10':>10}{'delta':>9}"))
+    print(
+        f"\n{len(texts)} passages, {args.threads} threads, best of {args.rounds} rounds (load average "
+        f"{result['load_average'][0]:.1f})"
+    )
+    print(
+        f"{'backend':<18}{'passages/s':>12}{'x fp32':>9}"
+        + ("" if args.skip_quality else f"{'nDCG@10':>10}{'delta':>9}")
+    )
     for name, value in speed.items():
         line = f"{name:<18}{value['passages_per_s']:>12.1f}{value['ratio_to_fp32']:>9.2f}"
         if not args.skip_quality and name in result["quality"]:

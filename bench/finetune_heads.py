@@ -22,10 +22,10 @@ def evaluate_reader(model: str, instances, max_new_tokens: int) -> dict:
     """Greedy replies on the CiC prompts; accuracy = any gold answer in the parsed answer (or whole reply)."""
     from tqdm.auto import tqdm
 
-    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.readers import LocalChatReader
     from icr2_components.text.retrieval_replies import parse_generation
+    from icr2_components.text.templates import render_cic_prompt
 
     reader = LocalChatReader(model=model, max_new_tokens=max_new_tokens, dtype="float32", device="cpu")
     correct = parsed_ok = retrieved_gold = 0
@@ -91,20 +91,36 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     build_sample_benchmark(work / "train.jsonl", limit=args.train, budget_passages=args.passages, progress=True)
-    build_sample_benchmark(work / "eval.jsonl", limit=args.eval, budget_passages=args.passages, offset=2000, progress=True)
+    build_sample_benchmark(
+        work / "eval.jsonl", limit=args.eval, budget_passages=args.passages, offset=2000, progress=True
+    )
     held = list(read_benchmark_instances(work / "eval.jsonl"))
     before = probe("smollm2-135m-instruct", held)
     accuracy = {"base": evaluate_reader("smollm2-135m-instruct", held, 48)}
-    recipe = recipe_from_dict({
-        "method": "rta", "model": "smollm2-135m-instruct", "output_dir": str(work / "rta"),
-        "data": {"train": str(work / "train.jsonl")}, "max_seq_length": 2048,
-        "training": {"learning_rate": args.lr, "new_token_learning_rate": args.new_token_lr, "max_steps": args.steps, "gradient_accumulation_steps": 2,
-                     "device": "cpu", "save_steps": 10_000},
-    })
+    recipe = recipe_from_dict(
+        {
+            "method": "rta",
+            "model": "smollm2-135m-instruct",
+            "output_dir": str(work / "rta"),
+            "data": {"train": str(work / "train.jsonl")},
+            "max_seq_length": 2048,
+            "training": {
+                "learning_rate": args.lr,
+                "new_token_learning_rate": args.new_token_lr,
+                "max_steps": args.steps,
+                "gradient_accumulation_steps": 2,
+                "device": "cpu",
+                "save_steps": 10_000,
+            },
+        }
+    )
     trained = train_sft(recipe).summary
     after = probe(str(work / "rta"), held)
     accuracy["SFT-RTA"] = evaluate_reader(str(work / "rta"), held, 256)
-    heads = {name: [(l, h, a["hit_rates"][0][l][h]) for l, h in a["heads"]] for name, a in (("base", before), ("SFT-RTA", after))}
+    heads = {
+        name: [(layer, h, a["hit_rates"][0][layer][h]) for layer, h in a["heads"]]
+        for name, a in (("base", before), ("SFT-RTA", after))
+    }
     result = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "gpu": None},
         "budget": {"train_questions": args.train, "eval_questions": len(held), "steps": args.steps,
@@ -117,11 +133,16 @@ def main() -> None:
     }
     (out / "finetune_heads.json").write_text(json.dumps(result, indent=1))
     plot(before, after, accuracy, out / "finetune_heads.png")
-    lines = ["| reader | accuracy | RTA format | gold retrieved | best head hit@1 | mean head hit@1 |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| reader | accuracy | RTA format | gold retrieved | best head hit@1 | mean head hit@1 |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in ("base", "SFT-RTA"):
         a = accuracy[name]
-        lines.append(f"| {name} | {a['accuracy']:.2f} | {a['retrieval_format_rate']:.2f} | {a['retrieved_gold_rate']:.2f} "
-                     f"| {heads[name][0][2]:.2f} | {result['mean_hit_rate_m1'][name]:.3f} |")
+        lines.append(
+            f"| {name} | {a['accuracy']:.2f} | {a['retrieval_format_rate']:.2f} | {a['retrieved_gold_rate']:.2f} "
+            f"| {heads[name][0][2]:.2f} | {result['mean_hit_rate_m1'][name]:.3f} |"
+        )
     (out / "finetune_heads.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(json.dumps(result["budget"]))

@@ -47,8 +47,12 @@ CPU = {"dtype": "float32", "device": "cpu"}
 def measure_latency(records, today: str, count: int) -> dict:
     gates = {
         "single_forward": TimeAwareRetrievalGate(method="ta_are", today=today, **CPU),
-        "single_forward_whole_prompt": TimeAwareRetrievalGate(method="ta_are", today=today, reuse_prompt_prefix=False, **CPU),
-        "generate": TimeAwareRetrievalGate(method="ta_are", today=today, local_scoring="generate", max_new_tokens=8, **CPU),
+        "single_forward_whole_prompt": TimeAwareRetrievalGate(
+            method="ta_are", today=today, reuse_prompt_prefix=False, **CPU
+        ),
+        "generate": TimeAwareRetrievalGate(
+            method="ta_are", today=today, local_scoring="generate", max_new_tokens=8, **CPU
+        ),
     }
     for gate in gates.values():
         gate.warm_up()
@@ -73,8 +77,12 @@ def measure_latency(records, today: str, count: int) -> dict:
     summary = {name: {"mean_s": statistics.mean(v), "median_s": statistics.median(v)} for name, v in timings.items()}
     summary["ratio_mean"] = summary["single_forward"]["mean_s"] / summary["generate"]["mean_s"]
     summary["ratio_median"] = summary["single_forward"]["median_s"] / summary["generate"]["median_s"]
-    summary["ratio_whole_prompt_mean"] = summary["single_forward_whole_prompt"]["mean_s"] / summary["generate"]["mean_s"]
-    summary["ratio_whole_prompt_median"] = summary["single_forward_whole_prompt"]["median_s"] / summary["generate"]["median_s"]
+    summary["ratio_whole_prompt_mean"] = (
+        summary["single_forward_whole_prompt"]["mean_s"] / summary["generate"]["mean_s"]
+    )
+    summary["ratio_whole_prompt_median"] = (
+        summary["single_forward_whole_prompt"]["median_s"] / summary["generate"]["median_s"]
+    )
     summary["mean_reused_prefix_tokens"] = statistics.mean(reused)
     summary["questions"] = len(questions)
     summary["decision_agreement"] = agreement / len(questions)
@@ -160,17 +168,27 @@ def main() -> None:
     latency = measure_latency(records, args.today, args.latency_questions)
     accuracy = measure_accuracy(records, args.today)
 
-    table = Table(title=f"gate decision latency, {latency['questions']} questions, torch threads={torch.get_num_threads()}")
+    table = Table(
+        title=f"gate decision latency, {latency['questions']} questions, torch threads={torch.get_num_threads()}"
+    )
     for column in ("gate", "mean ms", "median ms", "ratio vs generate (mean)", "ratio (median)"):
         table.add_column(column, justify="right")
     table.add_row("generate (baseline)", f"{latency['generate']['mean_s'] * 1000:.0f}",
                   f"{latency['generate']['median_s'] * 1000:.0f}", "1.00", "1.00")
-    table.add_row("single forward pass (prefix reused, the default)", f"{latency['single_forward']['mean_s'] * 1000:.0f}",
-                  f"{latency['single_forward']['median_s'] * 1000:.0f}", f"{latency['ratio_mean']:.2f}",
-                  f"{latency['ratio_median']:.2f}")
-    table.add_row("single forward pass (whole prompt)", f"{latency['single_forward_whole_prompt']['mean_s'] * 1000:.0f}",
-                  f"{latency['single_forward_whole_prompt']['median_s'] * 1000:.0f}",
-                  f"{latency['ratio_whole_prompt_mean']:.2f}", f"{latency['ratio_whole_prompt_median']:.2f}")
+    table.add_row(
+        "single forward pass (prefix reused, the default)",
+        f"{latency['single_forward']['mean_s'] * 1000:.0f}",
+        f"{latency['single_forward']['median_s'] * 1000:.0f}",
+        f"{latency['ratio_mean']:.2f}",
+        f"{latency['ratio_median']:.2f}",
+    )
+    table.add_row(
+        "single forward pass (whole prompt)",
+        f"{latency['single_forward_whole_prompt']['mean_s'] * 1000:.0f}",
+        f"{latency['single_forward_whole_prompt']['median_s'] * 1000:.0f}",
+        f"{latency['ratio_whole_prompt_mean']:.2f}",
+        f"{latency['ratio_whole_prompt_median']:.2f}",
+    )
     console.print(table)
     console.print(f"mean prompt tokens reused from the previous prompt: {latency['mean_reused_prefix_tokens']:.0f}")
     console.print(f"decisions agree on {100 * latency['decision_agreement']:.0f}% of questions; "
@@ -188,8 +206,10 @@ def main() -> None:
                           "-" if s["auroc"] is None else f"{s['auroc']:.3f}")
     console.print(table)
     needs = accuracy["scores"]["needs retrieval (all)"]
-    console.print(f"TA-ARE vs vanilla retrieval accuracy on questions that need retrieval: "
-                  f"{100 * needs['ta_are']['retrieval_accuracy']:.1f}% vs {100 * needs['vanilla']['retrieval_accuracy']:.1f}%")
+    console.print(
+        f"TA-ARE vs vanilla retrieval accuracy on questions that need retrieval: "
+        f"{100 * needs['ta_are']['retrieval_accuracy']:.1f}% vs {100 * needs['vanilla']['retrieval_accuracy']:.1f}%"
+    )
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     report = {"machine": "2-core CPU (shared), 24 GB, no GPU", "model": "smollm2-135m-instruct", "today": args.today,

@@ -93,8 +93,15 @@ def measure_type(client, url: str, documents: list, index_type: str, size: int, 
 
     index = f"{prefix}-{index_type.replace('_', '-')}-{size}-{uuid.uuid4().hex[:6]}"
     stream = documents[:size] if index_type != "bm25_only" else [replace(d, embedding=None) for d in documents[:size]]
-    writer = ElasticsearchStreamingWriter(url, index, batch_size=args.batch_size, thread_count=args.threads, checkpoint_path=None,
-                                          layout=layout_for(index_type, args.shards), progress=False)
+    writer = ElasticsearchStreamingWriter(
+        url,
+        index,
+        batch_size=args.batch_size,
+        thread_count=args.threads,
+        checkpoint_path=None,
+        layout=layout_for(index_type, args.shards),
+        progress=False,
+    )
     try:
         started = time.perf_counter()
         report = writer.write(stream)
@@ -110,7 +117,9 @@ def measure_type(client, url: str, documents: list, index_type: str, size: int, 
             time.sleep(LEASE_SYNC_WAIT_S)
             first = stream[0]
             client.index(index=index, id=first.id, document=document_to_source(first), refresh=True)
-        client.options(request_timeout=600).indices.forcemerge(index=index, max_num_segments=1, wait_for_completion=True)
+        client.options(request_timeout=600).indices.forcemerge(
+            index=index, max_num_segments=1, wait_for_completion=True
+        )
         client.indices.refresh(index=index)
         store = client.indices.stats(index=index, metric="store").body["_all"]["primaries"]["store"]["size_in_bytes"]
         return {"passages": size, "seconds": seconds, "passages_per_s": size / seconds, "store_bytes": int(store)}
@@ -141,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200"))
-    parser.add_argument("--sizes", default="1000,3000", help="two passage counts (comma-separated); capped at the sample's")
+    parser.add_argument(
+        "--sizes", default="1000,3000", help="two passage counts (comma-separated); capped at the sample's"
+    )
     parser.add_argument("--embed-passages", type=int, default=200)
     parser.add_argument("--threads", type=int, default=2, help="bulk requests in flight (writer.thread_count)")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--shards", type=int, default=1)
-    parser.add_argument("--index-prefix", default="icr2-plan-figures", help="the measuring indexes' name prefix (deleted after)")
+    parser.add_argument(
+        "--index-prefix", default="icr2-plan-figures", help="the measuring indexes' name prefix (deleted after)"
+    )
     parser.add_argument("--out", default=str(REPO_ROOT / "indexing" / "measured-figures.yaml"))
     args = parser.parse_args(argv)
     sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -167,9 +180,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{node['version']} at {args.url}, sizes {sizes}")
     results: dict[str, list[dict]] = {}
     for index_type in (*INDEX_TYPES, LEAN):
-        results[index_type] = [measure_type(client, args.url, documents, index_type, size, args.index_prefix, args) for size in sizes]
+        results[index_type] = [
+            measure_type(client, args.url, documents, index_type, size, args.index_prefix, args) for size in sizes
+        ]
         big = results[index_type][-1]
-        console.print(f"  {index_type}: {big['passages_per_s']:.0f} passages/s at {big['passages']}, store {big['store_bytes']:,} B")
+        console.print(
+            f"  {index_type}: {big['passages_per_s']:.0f} passages/s at {big['passages']}, store "
+            f"{big['store_bytes']:,} B"
+        )
     embedding = measure_embedding(documents, embedded_index.config.embedding.model, args.embed_passages)
     load_after = os.getloadavg()
 
@@ -186,35 +204,53 @@ def main(argv: list[str] | None = None) -> int:
     busy = load_before[0] > 0.5 * (os.cpu_count() or 1)
     figures = {
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {**machine_info(), "load_average_before": [round(x, 2) for x in load_before],
-                    "load_average_after": [round(x, 2) for x in load_after]},
+        "machine": {
+            **machine_info(),
+            "load_average_before": [round(x, 2) for x in load_before],
+            "load_average_after": [round(x, 2) for x in load_after],
+        },
         "node": node,
         "passages_measured": sizes,
         "embedding": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in embedding.items()},
         "indexing_passages_per_s": rates,
         "disk_bytes_per_passage": disk,
         "source_vector_bytes_per_passage": source_vector_bytes,
-        "runs": {t: [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in run.items()} for run in r] for t, r in results.items()},
+        "runs": {
+            t: [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in run.items()} for run in r]
+            for t, r in results.items()
+        },
         "command": "python bench/index_plan_figures.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "notes": [
             "Small sizes: HNSW graphs grow and merges rebuild them as an index grows, so per-passage indexing cost at "
             "36M passages is higher than at these sizes; the projection is a lower bound on time.",
             "Disk per passage is the slope between the two sizes of the force-merged primary store.",
-            "Taken while other work used the cores (load average above half the cores before the run): re-measure on idle cores."
-            if busy else "Taken on idle cores (load average at most half the cores before the run; after it, the bench's own).",
+            "Taken while other work used the cores (load average above half the cores before the run): re-measure on "
+            "idle cores."
+            if busy
+            else "Taken on idle cores (load average at most half the cores before the run; after it, the bench's own).",
         ],
     }
     table = Table(title=f"index plan figures on {platform.node()} (Elasticsearch {node['version']})")
     for column in ("index type", "passages/s", "x BM25-only", "disk B/passage"):
         table.add_column(column, justify="right")
     for index_type in INDEX_TYPES:
-        table.add_row(index_type, f"{rates[index_type]:.0f}", f"{rates[index_type] / rates['bm25_only']:.2f}", f"{disk[index_type]:.0f}")
+        table.add_row(
+            index_type,
+            f"{rates[index_type]:.0f}",
+            f"{rates[index_type] / rates['bm25_only']:.2f}",
+            f"{disk[index_type]:.0f}",
+        )
     console.print(table)
     console.print(f"the vectors in _source: {source_vector_bytes:.0f} B per passage (int8_hnsw with and without them)")
-    console.print(f"embedding ({embedding['model']}, cpu): {embedding['passages_per_s']:.1f} passages/s over {embedding['passages']}")
+    console.print(
+        f"embedding ({embedding['model']}, cpu): {embedding['passages_per_s']:.1f} passages/s over "
+        f"{embedding['passages']}"
+    )
     if busy:
-        console.print(f"[yellow]load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores: these "
-                      "figures are not the machine's; re-measure on idle cores.[/yellow]")
+        console.print(
+            f"[yellow]load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores: these "
+            "figures are not the machine's; re-measure on idle cores.[/yellow]"
+        )
     header = ("# Measured by bench/index_plan_figures.py (the command below); read by `icr2 index --plan`.\n"
               "# Re-measure on the machine that will index, on idle cores, before trusting a plan.\n")
     Path(args.out).write_text(header + yaml.safe_dump(figures, sort_keys=False))

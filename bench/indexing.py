@@ -4,7 +4,8 @@ ElasticsearchDocumentStore.write_documents, all in the same run, on the same nod
     bash scripts/elasticsearch.sh start
     .venv/bin/python bench/indexing.py [--times 5] [--embedding-times 2] [--rounds 2] [--batch-size 500] [--threads 2]
     .venv/bin/python bench/indexing.py --passages 600 --times 2 --embedding-times 1 --rounds 1   # a quick check
-    .venv/bin/python bench/indexing.py --resume-only [--resume-passages 2000] [--resume-out bench/results/indexing_resume.json]
+    .venv/bin/python bench/indexing.py --resume-only [--resume-passages 2000]
+        [--resume-out bench/results/indexing_resume.json]
 
 Figures mean something only on idle cores: on 2 cores the node and the client compete for the same CPUs, and
 any other job changes both. The ratios are taken against baselines measured in the same run.
@@ -34,12 +35,14 @@ and never below parallel_bulk. Where the time goes with vectors: the ceiling aga
 passage to serialise with orjson (the writer) and with the json module.
 
 Resuming an interrupted load with embeddings on (``--resume-passages`` N, 0: skip; ``--resume-only``: only this):
-the first N passages of the sample, embedded with all-minilm-l6-v2 (warmed up before any timing), in ``--resume-batch-size``
+the first N passages of the sample, embedded with all-minilm-l6-v2 (warmed up before any timing), in
+``--resume-batch-size``
 chunks checkpointed after every chunk. For each method, in a fresh index:
   first half: the writer gets the first N/2 passages (``prepare=embed_stream``) and is stopped right after its
               checkpoint confirms passage N/2, before its final count check (as if the process were killed there);
   resume:     a new writer, same checkpoint, gets the whole N-passage stream:
-    new (prepare): ``write(raw, prepare=embed_stream)``: the confirmed prefix is skipped on the raw stream, then embedded;
+    new (prepare): ``write(raw, prepare=embed_stream)``: the confirmed prefix is skipped on the raw stream, then
+    embedded;
     old (wrapped): ``write(embed_stream(raw))``: the embedder wraps the stream before the writer skips, so the
                    skipped prefix is embedded again (the behaviour before the fix; the baseline).
 The skip time is from the start of the resume's ``write`` call (checkpoint read and index check included) until
@@ -78,8 +81,12 @@ from tqdm import tqdm  # noqa: E402
 from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
 from icr2_components.paths import cache_dir  # noqa: E402
 from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
+from icr2_components.stores.elasticsearch.writer import (  # noqa: E402
+    ElasticsearchStreamingWriter,
+    _source_serializer,
+    document_to_source,
+)
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, with_text_analysis  # noqa: E402
-from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, _source_serializer, document_to_source  # noqa: E402
 
 MIB = 1024 * 1024
 CHECKPOINTS = (0.10, 0.25, 0.50, 0.75, 1.00)
@@ -106,7 +113,9 @@ def precomputed_embeddings(corpus: Path, passages: int = 0) -> dict[str, list[fl
     return {d.id: row.tolist() for d, row in zip(documents, matrix)}
 
 
-def progress(stream: Iterable[Document], total: int, desc: str, on_item: Callable[[int], None] | None = None) -> Iterator[Document]:
+def progress(
+    stream: Iterable[Document], total: int, desc: str, on_item: Callable[[int], None] | None = None
+) -> Iterator[Document]:
     # a manual bar (iterating tqdm(stream) would close the source when a consumer stops early)
     with tqdm(total=total, desc=desc, unit=" passages", smoothing=0.05, mininterval=1.0) as bar:
         for i, document in enumerate(stream, start=1):
@@ -221,13 +230,16 @@ def serialised_bodies(documents: list[Document], batch_size: int) -> list[bytes]
     for start in range(0, len(documents), batch_size):
         bodies.append(
             b"".join(
-                b'{"index":{"_id":' + dumps(d.id) + b"}}\n" + dumps(document_to_source(d)) + b"\n" for d in documents[start : start + batch_size]
+                b'{"index":{"_id":' + dumps(d.id) + b"}}\n" + dumps(document_to_source(d)) + b"\n"
+                for d in documents[start : start + batch_size]
             )
         )
     return bodies
 
 
-def run_ceiling(client, documents: list[Document], args, label: str, variant: dict | None = None, method: str = "ceiling") -> dict:
+def run_ceiling(
+    client, documents: list[Document], args, label: str, variant: dict | None = None, method: str = "ceiling"
+) -> dict:
     """Replaying pre-serialised NDJSON bodies (serialised before the clock starts), ``--threads`` in flight."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -260,7 +272,9 @@ def run_parallel_bulk(client, documents: list[Document], args, label: str) -> di
     try:
         with Meter(client) as meter:
             actions = ({"_index": index, "_id": d.id, "_source": document_to_source(d)} for d in documents)
-            for ok, item in parallel_bulk(client, actions, thread_count=args.threads, chunk_size=args.batch_size, queue_size=args.threads):
+            for ok, item in parallel_bulk(
+                client, actions, thread_count=args.threads, chunk_size=args.batch_size, queue_size=args.threads
+            ):
                 assert ok, item
             count = finish(client, index)
     finally:
@@ -276,8 +290,8 @@ def run_writer(client, url: str, documents: list[Document], args, label: str, me
     process = psutil.Process()
     with tempfile.TemporaryDirectory() as tmp:
         writer = ElasticsearchStreamingWriter(
-            url, index, batch_size=args.batch_size, thread_count=args.threads, checkpoint_path=Path(tmp) / "checkpoint.json",
-            fingerprint=label, progress=False,
+            url, index, batch_size=args.batch_size, thread_count=args.threads,
+            checkpoint_path=Path(tmp) / "checkpoint.json", fingerprint=label, progress=False,
         )  # fmt: skip
         rss_before = process.memory_info().rss / MIB
         try:
@@ -309,7 +323,9 @@ def run_write_documents(url: str, documents: list[Document], args, label: str, r
     try:
         with Meter(store.client) as meter:
             for start in range(0, len(documents), args.batch_size):
-                store.write_documents(documents[start : start + args.batch_size], policy=DuplicatePolicy.OVERWRITE, refresh=refresh)
+                store.write_documents(
+                    documents[start : start + args.batch_size], policy=DuplicatePolicy.OVERWRITE, refresh=refresh
+                )
             count = finish(store.client, index)
     finally:
         store.client.indices.delete(index=index, ignore_unavailable=True)
@@ -398,7 +414,12 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
     def raw(limit: int) -> Iterator[Document]:
         return islice(KiltKnowledgeSource(corpus).documents(), limit)
 
-    options = {"batch_size": args.resume_batch_size, "thread_count": args.threads, "checkpoint_every": 1, "fingerprint": fingerprint}
+    options = {
+        "batch_size": args.resume_batch_size,
+        "thread_count": args.threads,
+        "checkpoint_every": 1,
+        "fingerprint": fingerprint,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "checkpoint.json"
         try:
@@ -427,7 +448,9 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
                 clock = clocks[0]
             else:
                 # the old way: the embedder wraps the stream before the writer skips the confirmed prefix
-                clock = RequestClock(embedder.embed_stream(progress(raw(total), total, "resume, embed then skip (old)")), half + 1)
+                clock = RequestClock(
+                    embedder.embed_stream(progress(raw(total), total, "resume, embed then skip (old)")), half + 1
+                )
                 with Meter(client) as meter:
                     started = time.perf_counter()
                     report = writer.write(clock)
@@ -441,7 +464,12 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
         "index_count": report.index_count,
         "with_embedding": with_embedding,
         "unique_ids_in_stream": len(set(ids)),
-        "count_ok": bool(report.count_ok and report.resumed_from == half and report.index_count == total == len(set(ids)) and with_embedding == total),
+        "count_ok": bool(
+            report.count_ok
+            and report.resumed_from == half
+            and report.index_count == total == len(set(ids))
+            and with_embedding == total
+        ),
     }
     return {
         "method": method,
@@ -465,8 +493,11 @@ def run_resume(url: str, corpus: Path, env: dict, args) -> int:
     total -= total % 2
     embedder = PassageEmbedder("all-minilm-l6-v2", batch_size=64, meta_fields=["title"], device="cpu")
     embedder.embed_texts(["warm-up"])  # the model load is not part of any timing
-    print(f"resume: the first {total} of the sample's {available} passages, embeddings on ({embedder.model}, dim {embedder.dimension}), "
-          f"batch {args.resume_batch_size}, checkpoint after every batch, {args.resume_rounds} round(s)")
+    print(
+        f"resume: the first {total} of the sample's {available} passages, embeddings on ({embedder.model}, dim "
+        f"{embedder.dimension}), "
+        f"batch {args.resume_batch_size}, checkpoint after every batch, {args.resume_rounds} round(s)"
+    )
 
     methods = ["new", "old"]
     runs = []
@@ -477,8 +508,10 @@ def run_resume(url: str, corpus: Path, env: dict, args) -> int:
             result["round"] = round_index + 1
             runs.append(result)
             print(
-                f"  round {round_index + 1}: {method}: first half {result['first_half_seconds']:.1f}s, skip {result['skip_seconds']:.3f}s, "
-                f"whole resume {result['resume_seconds']:.1f}s, index holds {result['index_count']} (count_ok {result['count_ok']}; load {result['load_average_1min']})"
+                f"  round {round_index + 1}: {method}: first half {result['first_half_seconds']:.1f}s, skip "
+                f"{result['skip_seconds']:.3f}s, "
+                f"whole resume {result['resume_seconds']:.1f}s, index holds {result['index_count']} (count_ok "
+                f"{result['count_ok']}; load {result['load_average_1min']})"
             )
 
     def med(method: str, key: str) -> float:
@@ -506,16 +539,30 @@ def run_resume(url: str, corpus: Path, env: dict, args) -> int:
     print()
     print(f"resume after {total // 2} of {total} passages, embeddings on (medians over {args.resume_rounds} round(s)):")
     print(f"  first half (embed + write {total // 2} passages):     {summary['first_half_seconds']:>8.2f} s")
-    print(f"  skip the confirmed prefix, new (skip, then embed): {summary['skip_seconds_new']:>8.3f} s  "
-          f"= {100 * summary['skip_over_first_half_new']:.2f}% of the first half ({'meets' if summary['meets_5_percent'] else 'MISSES'} the < 5% target)")
-    print(f"  skip the confirmed prefix, old (embed, then skip): {summary['skip_seconds_old']:>8.2f} s  "
-          f"= {100 * summary['skip_over_first_half_old']:.1f}% of the first half; old / new {summary['skip_old_over_new']}x")
+    print(
+        f"  skip the confirmed prefix, new (skip, then embed): {summary['skip_seconds_new']:>8.3f} s  "
+        f"= {100 * summary['skip_over_first_half_new']:.2f}% of the first half "
+        f"({'meets' if summary['meets_5_percent'] else 'MISSES'} the < 5% target)"
+    )
+    print(
+        f"  skip the confirmed prefix, old (embed, then skip): {summary['skip_seconds_old']:>8.2f} s  "
+        f"= {100 * summary['skip_over_first_half_old']:.1f}% of the first half; old / new "
+        f"{summary['skip_old_over_new']}x"
+    )
     print(f"  whole resume: new {summary['resume_seconds_new']:.1f} s, old {summary['resume_seconds_old']:.1f} s")
-    print(f"  count check: index holds {total} documents, all embedded, resumed from {total // 2}: {'ok' if summary['count_ok'] else 'FAILED'}")
+    print(
+        f"  count check: index holds {total} documents, all embedded, resumed from {total // 2}: "
+        f"{'ok' if summary['count_ok'] else 'FAILED'}"
+    )
 
     out = Path(args.resume_out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": env, "summary": summary, "runs": runs}
+    payload = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": env,
+        "summary": summary,
+        "runs": runs,
+    }
     out.write_text(json.dumps(payload, indent=2) + "\n")
     plot_resume(summary, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
@@ -528,18 +575,43 @@ def plot_resume(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"first half\n({summary['first_half_passages']} embedded)", "skip prefix\nnew: skip, then embed", "skip prefix\nold: embed, then skip",
-              "whole resume\nnew", "whole resume\nold"]
-    values = [summary["first_half_seconds"], summary["skip_seconds_new"], summary["skip_seconds_old"], summary["resume_seconds_new"], summary["resume_seconds_old"]]
+    labels = [
+        f"first half\n({summary['first_half_passages']} embedded)",
+        "skip prefix\nnew: skip, then embed",
+        "skip prefix\nold: embed, then skip",
+        "whole resume\nnew",
+        "whole resume\nold",
+    ]
+    values = [
+        summary["first_half_seconds"],
+        summary["skip_seconds_new"],
+        summary["skip_seconds_old"],
+        summary["resume_seconds_new"],
+        summary["resume_seconds_old"],
+    ]
     colors = ["grey", "tab:green", "tab:red", "tab:green", "tab:red"]
     figure, axis = plt.subplots(figsize=(8, 3.8))
     bars = axis.bar(range(len(values)), values, color=colors)
     for bar, value in zip(bars, values):
-        axis.annotate(f"{value:.2f} s" if value < 10 else f"{value:.1f} s", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom", fontsize=8)
-    axis.axhline(0.05 * summary["first_half_seconds"], color="black", linestyle="--", linewidth=0.8, label="5% of the first half (target for the skip)")
+        axis.annotate(
+            f"{value:.2f} s" if value < 10 else f"{value:.1f} s",
+            (bar.get_x() + bar.get_width() / 2, value),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    axis.axhline(
+        0.05 * summary["first_half_seconds"],
+        color="black",
+        linestyle="--",
+        linewidth=0.8,
+        label="5% of the first half (target for the skip)",
+    )
     axis.set_xticks(range(len(values)), labels, fontsize=8)
     axis.set_ylabel("seconds")
-    axis.set_title(f"Resume after {summary['first_half_passages']} of {summary['passages']} passages, MiniLM embeddings on")
+    axis.set_title(
+        f"Resume after {summary['first_half_passages']} of {summary['passages']} passages, MiniLM embeddings on"
+    )
     axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -557,7 +629,9 @@ def machine() -> dict:
     }
 
 
-def materialise(corpus: Path, times: int, passages: int, embeddings: dict[str, list[float]] | None = None) -> list[Document]:
+def materialise(
+    corpus: Path, times: int, passages: int, embeddings: dict[str, list[float]] | None = None
+) -> list[Document]:
     """The first ``passages`` (0: all) of the sample, ``times`` over with their own ids, held in memory so that every
     method gets the very same Documents and no method pays for reading the corpus."""
     base = list(islice(KiltKnowledgeSource(corpus).documents(), passages or None))
@@ -565,15 +639,25 @@ def materialise(corpus: Path, times: int, passages: int, embeddings: dict[str, l
     for copy in range(times):
         for document in base:
             embedding = embeddings[document.id] if embeddings is not None else None
-            out.append(replace(document, id=document.id if copy == 0 else f"{document.id}-x{copy}", embedding=embedding))
+            out.append(
+                replace(document, id=document.id if copy == 0 else f"{document.id}-x{copy}", embedding=embedding)
+            )
     return out
 
 
 INDEX_PREFIX = "icr2-bench"  # --index-prefix
-THROUGHPUT_METHODS = ("ceiling", "parallel_bulk", "writer", "write_documents(refresh=False)", "write_documents(wait_for)")
+THROUGHPUT_METHODS = (
+    "ceiling",
+    "parallel_bulk",
+    "writer",
+    "write_documents(refresh=False)",
+    "write_documents(wait_for)",
+)
 
 
-def run_method(method: str, client, url: str, documents: list[Document], args, label: str, measure_memory: bool) -> dict:
+def run_method(
+    method: str, client, url: str, documents: list[Document], args, label: str, measure_memory: bool
+) -> dict:
     if method == "ceiling":
         return run_ceiling(client, documents, args, label)
     if method == "parallel_bulk":
@@ -593,7 +677,12 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
     streams.append((f"sample x{args.times}, no vectors", plain))
     if args.embedding_times > 0:
         embeddings = precomputed_embeddings(corpus, args.passages)
-        streams.append((f"sample x{args.embedding_times}, 384-d vectors", materialise(corpus, args.embedding_times, args.passages, embeddings)))
+        streams.append(
+            (
+                f"sample x{args.embedding_times}, 384-d vectors",
+                materialise(corpus, args.embedding_times, args.passages, embeddings),
+            )
+        )
     methods = [m for m in THROUGHPUT_METHODS if not (args.no_wait_for and m == "write_documents(wait_for)")]
     print(f"same passages for every method (in memory), batch {args.batch_size}, {args.threads} requests in flight "
           f"(write_documents: 1, its API is synchronous); {args.rounds} round(s), order rotated, medians")
@@ -604,7 +693,9 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
         order = methods[round_index % len(methods) :] + methods[: round_index % len(methods)]
         for label, documents in streams:
             for method in order:
-                result = run_method(method, client, url, documents, args, label, measure_memory=memory is None and method == "writer")
+                result = run_method(
+                    method, client, url, documents, args, label, measure_memory=memory is None and method == "writer"
+                )
                 if memory is None and method == "writer":
                     memory = result
                 result["round"] = round_index + 1
@@ -612,22 +703,40 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
                 if method == "writer":
                     # informative, never a verdict: the same run without its fixed per-load cost (index checks, the
                     # settings switch and restore, the final refresh and count, which the ceiling's time does include)
-                    phase = dict(result, method="writer, stream phase only (informative)", seconds=result["stream_seconds"],
-                                 passages_per_second=round(len(documents) / max(result["stream_seconds"], 1e-9), 1))
+                    phase = dict(
+                        result,
+                        method="writer, stream phase only (informative)",
+                        seconds=result["stream_seconds"],
+                        passages_per_second=round(len(documents) / max(result["stream_seconds"], 1e-9), 1),
+                    )
                     runs.append(phase)
-                print(f"  round {round_index + 1}: {method:<31} {label:<28} {result['passages_per_second']:>9.1f} passages/s "
-                      f"(client CPU {result['client_cpu_s']:.1f}s, node CPU {result['es_cpu_s']:.1f}s, load {result['load_average_1min']})")
+                print(
+                    f"  round {round_index + 1}: {method:<31} {label:<28} {result['passages_per_second']:>9.1f} "
+                    "passages/s "
+                    f"(client CPU {result['client_cpu_s']:.1f}s, node CPU {result['es_cpu_s']:.1f}s, load "
+                    f"{result['load_average_1min']})"
+                )
             if documents[0].embedding is not None and not args.no_vector_variants:
                 # where the time goes with vectors: the ceiling into other vector mappings (the default is 'ceiling')
                 for variant_label, variant in VECTOR_VARIANTS.items():
                     if variant is None:
                         continue
                     docs = [replace(d, embedding=None) for d in documents] if variant == "drop" else documents
-                    result = run_ceiling(client, docs, args, label, None if variant == "drop" else variant, method=f"ceiling, {variant_label}")
+                    result = run_ceiling(
+                        client,
+                        docs,
+                        args,
+                        label,
+                        None if variant == "drop" else variant,
+                        method=f"ceiling, {variant_label}",
+                    )
                     result["round"] = round_index + 1
                     runs.append(result)
-                    print(f"  round {round_index + 1}: {result['method']:<52} {result['passages_per_second']:>9.1f} passages/s "
-                          f"(node CPU {result['es_cpu_s']:.1f}s)")
+                    print(
+                        f"  round {round_index + 1}: {result['method']:<52} {result['passages_per_second']:>9.1f} "
+                        "passages/s "
+                        f"(node CPU {result['es_cpu_s']:.1f}s)"
+                    )
 
     summary = []
     for label, documents in streams:
@@ -638,7 +747,8 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
                 "stream": label, "method": method, "passages": len(documents), "runs": len(mine),
                 "median_passages_per_second": round(median([r["passages_per_second"] for r in mine]), 1),
                 "median_seconds": round(median([r["seconds"] for r in mine]), 2),
-                "client_cpu_ms_per_passage": round(1000 * median([r["client_cpu_s"] for r in mine]) / len(documents), 3),
+                "client_cpu_ms_per_passage": round(
+                    1000 * median([r["client_cpu_s"] for r in mine]) / len(documents), 3),
                 "node_cpu_ms_per_passage": round(1000 * median([r["es_cpu_s"] for r in mine]) / len(documents), 3),
             })  # fmt: skip
 
@@ -651,8 +761,12 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
         return [round(a[k] / b[k], 2) for k in sorted(a) if k in b]
 
     for s in summary:
-        s["x_ceiling"] = round(s["median_passages_per_second"] / pick(s["stream"], "ceiling")["median_passages_per_second"], 2)
-        s["x_parallel_bulk"] = round(s["median_passages_per_second"] / pick(s["stream"], "parallel_bulk")["median_passages_per_second"], 2)
+        s["x_ceiling"] = round(
+            s["median_passages_per_second"] / pick(s["stream"], "ceiling")["median_passages_per_second"], 2
+        )
+        s["x_parallel_bulk"] = round(
+            s["median_passages_per_second"] / pick(s["stream"], "parallel_bulk")["median_passages_per_second"], 2
+        )
 
     verdicts = {}
     for label, _ in streams:
@@ -669,22 +783,38 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
     env = dict(env, load_average_at_end=[round(x, 2) for x in os.getloadavg()])
 
     print()
-    print(f"{'stream':<28} {'method':<56} {'passages/s':>10} {'x ceiling':>9} {'x p_bulk':>9} {'client ms/p':>11} {'node ms/p':>10}")
+    print(
+        f"{'stream':<28} {'method':<56} {'passages/s':>10} {'x ceiling':>9} {'x p_bulk':>9} {'client ms/p':>11} "
+        f"{'node ms/p':>10}"
+    )
     for s in summary:
-        print(f"{s['stream']:<28} {s['method']:<56} {s['median_passages_per_second']:>10.1f} {s['x_ceiling']:>9.2f} {s['x_parallel_bulk']:>9.2f} "
-              f"{s['client_cpu_ms_per_passage']:>11.3f} {s['node_cpu_ms_per_passage']:>10.3f}")
+        print(
+            f"{s['stream']:<28} {s['method']:<56} {s['median_passages_per_second']:>10.1f} {s['x_ceiling']:>9.2f} "
+            f"{s['x_parallel_bulk']:>9.2f} "
+            f"{s['client_cpu_ms_per_passage']:>11.3f} {s['node_cpu_ms_per_passage']:>10.3f}"
+        )
     print()
     for label, v in verdicts.items():
-        print(f"writer, {label}: {v['writer_x_ceiling']:.2f}x the ceiling ({'meets' if v['meets_0_9_ceiling'] else 'BELOW'} the 0.9x target; "
-              f"per round {v['per_round_x_ceiling']}), {v['writer_x_parallel_bulk']:.2f}x parallel_bulk "
-              f"({'not below' if v['not_below_parallel_bulk'] else 'BELOW'} it; per round {v['per_round_x_parallel_bulk']})")
+        print(
+            f"writer, {label}: {v['writer_x_ceiling']:.2f}x the ceiling "
+            f"({'meets' if v['meets_0_9_ceiling'] else 'BELOW'} the 0.9x target; "
+            f"per round {v['per_round_x_ceiling']}), {v['writer_x_parallel_bulk']:.2f}x parallel_bulk "
+            f"({'not below' if v['not_below_parallel_bulk'] else 'BELOW'} it; per round "
+            f"{v['per_round_x_parallel_bulk']})"
+        )
     for label, costs in serialisation.items():
         print(f"client-side serialisation, {label}: " + ", ".join(f"{k} {v} us/passage" for k, v in costs.items()))
     for label, _ in streams:
         fixed = [r["fixed_seconds"] for r in runs if r["stream"] == label and r["method"] == "writer"]
-        print(f"writer's fixed cost per load, {label}: median {median(fixed):.3f}s (index checks, settings switch and restore, final refresh and count)")
+        print(
+            f"writer's fixed cost per load, {label}: median {median(fixed):.3f}s (index checks, settings switch and "
+            "restore, final refresh and count)"
+        )
     if memory is not None:
-        print(f"RSS of the writer over {memory['passages']} passages: before {memory['rss_mib_before']} MiB, peak during {memory['peak_rss_mib_during']} MiB")
+        print(
+            f"RSS of the writer over {memory['passages']} passages: before {memory['rss_mib_before']} MiB, peak during "
+            f"{memory['peak_rss_mib_during']} MiB"
+        )
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -697,7 +827,9 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
         "summary": summary,
         "verdicts": verdicts,
         "serialisation_us_per_passage": serialisation,
-        "memory": {k: memory[k] for k in ("stream", "passages", "rss_mib_before", "peak_rss_mib_during")} if memory else None,
+        "memory": {k: memory[k] for k in ("stream", "passages", "rss_mib_before", "peak_rss_mib_during")}
+        if memory
+        else None,
         "runs": runs,
     }
     out.write_text(json.dumps(payload, indent=2) + "\n")
@@ -708,21 +840,51 @@ def run_throughput(url: str, client, corpus: Path, env: dict, args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default=os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200"))
-    parser.add_argument("--times", type=int, default=5, help="copies of the sample in the stream without vectors (default 5)")
-    parser.add_argument("--embedding-times", type=int, default=2, help="copies of the sample in the stream with vectors (0: skip)")
-    parser.add_argument("--passages", type=int, default=0, help="only the first N passages of the sample per copy (0: all; a quick check)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds; the methods' order rotates from round to round, medians reported")
+    parser.add_argument(
+        "--times", type=int, default=5, help="copies of the sample in the stream without vectors (default 5)"
+    )
+    parser.add_argument(
+        "--embedding-times", type=int, default=2, help="copies of the sample in the stream with vectors (0: skip)"
+    )
+    parser.add_argument(
+        "--passages",
+        type=int,
+        default=0,
+        help="only the first N passages of the sample per copy (0: all; a quick check)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds; the methods' order rotates from round to round, medians reported"
+    )
     parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=2, help="bulk requests in flight (ceiling, parallel_bulk, writer)")
-    parser.add_argument("--no-wait-for", action="store_true", help="skip the write_documents(wait_for) extra line (the library's default)")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="bulk requests in flight (ceiling, parallel_bulk, writer)"
+    )
+    parser.add_argument(
+        "--no-wait-for",
+        action="store_true",
+        help="skip the write_documents(wait_for) extra line (the library's default)",
+    )
     parser.add_argument("--no-vector-variants", action="store_true", help="skip the ceiling into other vector mappings")
     parser.add_argument("--out", default="bench/results/indexing.json")
-    parser.add_argument("--resume-passages", type=int, default=0, help="passages of the resume measurement, embeddings on (0: skip it)")
-    parser.add_argument("--resume-batch-size", type=int, default=100, help="chunk size of the resume measurement (checkpoint after each)")
-    parser.add_argument("--resume-rounds", type=int, default=1, help="rounds of the resume measurement (new/old order rotating)")
+    parser.add_argument(
+        "--resume-passages", type=int, default=0, help="passages of the resume measurement, embeddings on (0: skip it)"
+    )
+    parser.add_argument(
+        "--resume-batch-size",
+        type=int,
+        default=100,
+        help="chunk size of the resume measurement (checkpoint after each)",
+    )
+    parser.add_argument(
+        "--resume-rounds", type=int, default=1, help="rounds of the resume measurement (new/old order rotating)"
+    )
     parser.add_argument("--resume-only", action="store_true", help="only the resume measurement")
     parser.add_argument("--resume-out", default="bench/results/indexing_resume.json")
-    parser.add_argument("--index-prefix", default="icr2-bench", help="the bench's (temporary) indices are named <prefix>-<method>-<random>")
+    parser.add_argument(
+        "--index-prefix",
+        default="icr2-bench",
+        help="the bench's (temporary) indices are named <prefix>-<method>-<random>",
+    )
     args = parser.parse_args(argv)
     global INDEX_PREFIX
     INDEX_PREFIX = args.index_prefix
@@ -736,12 +898,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = client.info().body
     except Exception as error:  # noqa: BLE001
-        print(f"No Elasticsearch at {args.url} ({error}); start one with `bash scripts/elasticsearch.sh start`.", file=sys.stderr)
+        print(
+            f"No Elasticsearch at {args.url} ({error}); start one with `bash scripts/elasticsearch.sh start`.",
+            file=sys.stderr,
+        )
         return 1
     corpus = build_sample().corpus
     env = machine()
     env["elasticsearch"] = info["version"]["number"]
-    print(f"Elasticsearch {env['elasticsearch']} at {args.url}; {env['cpus']} CPUs, {env['memory_gib']} GiB; load average {env['load_average_at_start']}")
+    print(
+        f"Elasticsearch {env['elasticsearch']} at {args.url}; {env['cpus']} CPUs, {env['memory_gib']} GiB; load "
+        f"average {env['load_average_at_start']}"
+    )
     if args.resume_only:
         return run_resume(args.url, corpus, env, args)
     code = run_throughput(args.url, client, corpus, env, args)

@@ -85,9 +85,9 @@ def main() -> int:
     from tqdm import tqdm
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
-    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.evaluation.metrics.answer_match import answer_match
     from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.readers import LocalChatReader
     from icr2_components.reorderers import GoldAtPositionReorderer
     from icr2_components.stores import open_index
@@ -153,13 +153,19 @@ def main() -> int:
             progress.update()
 
         for index, (task, gold) in enumerate(todo):
-            ask(task, "closed-book", [ChatMessage.from_user(f"Answer the following question.\nQuestion: {task.input}\nAnswer:")])
+            ask(
+                task,
+                "closed-book",
+                [ChatMessage.from_user(f"Answer the following question.\nQuestion: {task.input}\nAnswer:")],
+            )
             ask(task, "oracle", prompt_builder.run(query=task.input, documents=gold)["prompt"])
             lists = {"bm25": handle.retrieve(task.input, "bm25", 60), "dense": handle.retrieve(task.input, "dense", 60)}
             hard = builder.run(query=task.input, answers=task.answers, gold_documents=gold,
                                provenance=[vars(p) for p in task.provenance], **lists)["documents"]
             for k, ps in positions.items():
-                corpus = [d for d in hard if d.meta["origin"] == "gold"] + [d for d in hard if d.meta["origin"] != "gold"][: k - 1]
+                corpus = [d for d in hard if d.meta["origin"] == "gold"] + [
+                    d for d in hard if d.meta["origin"] != "gold"
+                ][: k - 1]
                 for p in ps:
                     ordered = reorderer.run(documents=corpus, position=p)["documents"]
                     # ids follow the displayed order, so an id never hints at the gold passage
@@ -222,9 +228,11 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
             f"position {ps[-1]} vs {ps[0]}: {first_last['only_last']} questions right only at {ps[-1]}, "
             f"{first_last['only_first']} only at {ps[0]}, exact McNemar p = {first_last['p_value']:.2g}; across all "
             f"{len(ps)} positions Cochran's Q = {tests['across_positions']['statistic']:.1f} "
-            f"(df {tests['across_positions']['df']}), p = {tests['across_positions']['p_value']:.2g}; position {ps[-1]} "
+            f"(df {tests['across_positions']['df']}), p = {tests['across_positions']['p_value']:.2g}; position "
+            f"{ps[-1]} "
             f"vs oracle: {vs_oracle['only_a']} right only at {ps[-1]}, {vs_oracle['only_b']} only with the oracle, "
-            f"p = {vs_oracle['p_value']:.2g} (unadjusted; three tests per curve)")
+            f"p = {vs_oracle['p_value']:.2g} (unadjusted; three tests per curve)"
+        )
         shape[k] = tests
     closed = accuracy["closed-book"]
     table = Table(title=f"Lost in the Middle on held-out NQ-sample questions: SmolLM2-135M-Instruct, n = {n}, greedy, "
@@ -233,8 +241,14 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
         table.add_column(column)
     for c in conditions:
         low, high = intervals[c]
-        table.add_row(c, f"{accuracy[c]:.3f}", f"{low:.3f}-{high:.3f}", f"{hits[c]}/{n}", f"{accuracy[c] - closed:+.3f}",
-                      f"{tokens[c]:.0f}")
+        table.add_row(
+            c,
+            f"{accuracy[c]:.3f}",
+            f"{low:.3f}-{high:.3f}",
+            f"{hits[c]}/{n}",
+            f"{accuracy[c] - closed:+.3f}",
+            f"{tokens[c]:.0f}",
+        )
     console = Console()
     console.print(table)
     for k, tests in shape.items():
@@ -280,12 +294,17 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
     figure.savefig(out / "position_sweep.png", dpi=120)
     plt.close(figure)
 
-    lines = [f"# Position sweep (Lost in the Middle): SmolLM2-135M-Instruct, {n} held-out NQ-sample questions", "",
-             f"`.venv/bin/python bench/position_sweep.py --questions {args.questions} --positions-10 {args.positions_10}"
-             f" --max-new-tokens {args.max_new_tokens}` ({n} of {args.questions} questions done"
-             f"{'' if complete else '; resumable: run the command again'}); {result['machine']}; generation time so far "
-             f"{result['seconds_generating_total']:.0f} s.", "",
-             "| condition | accuracy | 95% CI (Wilson) | correct | vs closed-book | prompt tokens |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Position sweep (Lost in the Middle): SmolLM2-135M-Instruct, {n} held-out NQ-sample questions",
+        "",
+        f"`.venv/bin/python bench/position_sweep.py --questions {args.questions} --positions-10 {args.positions_10}"
+        f" --max-new-tokens {args.max_new_tokens}` ({n} of {args.questions} questions done"
+        f"{'' if complete else '; resumable: run the command again'}); {result['machine']}; generation time so far "
+        f"{result['seconds_generating_total']:.0f} s.",
+        "",
+        "| condition | accuracy | 95% CI (Wilson) | correct | vs closed-book | prompt tokens |",
+        "|---|---|---|---|---|---|",
+    ]
     lines += [f"| {c} | {accuracy[c]:.3f} | {intervals[c][0]:.3f}-{intervals[c][1]:.3f} | {hits[c]}/{n} | "
               f"{accuracy[c] - closed:+.3f} | {tokens[c]:.0f} |" for c in conditions]
     for k, tests in shape.items():

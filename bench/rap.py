@@ -37,14 +37,14 @@ from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
 from icr2_components.filters import encode_cic_prompt  # noqa: E402
-from icr2_components.training.sample_data import nq_sample_instances  # noqa: E402
 from icr2_components.filters.probing.head_probing import split_instances  # noqa: E402
 from icr2_components.filters.probing.probing_job import probe_to_artifact  # noqa: E402
 from icr2_components.models import MODEL_CACHE  # noqa: E402
 from icr2_components.models.attention import passage_attention_scores  # noqa: E402
+from icr2_components.training.sample_data import nq_sample_instances  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "smollm2-135m-instruct"
@@ -133,17 +133,29 @@ def bench_overhead(model, tokenizer, lengths, artifact_heads, repeats: int = 2) 
         t_plain, m_plain = min(t for t, _ in samples["plain"]), max(m for _, m in samples["plain"])
         t_all, m_all = min(t for t, _ in samples["all"]), max(m for _, m in samples["all"])
         t_filter, m_filter = min(t for t, _ in samples["filter"]), max(m for _, m in samples["filter"])
-        rows.append({
-            "target_tokens": target, "tokens": int(ids.shape[1]), "passages": len(encoded.token_spans),
-            "plain_s": t_plain, "rap_all_heads_s": t_all, "rap_filter_s": t_filter,
-            "plain_peak_mb": m_plain / 2**20, "rap_all_heads_peak_mb": m_all / 2**20, "rap_filter_peak_mb": m_filter / 2**20,
-            "time_ratio_all_heads": t_all / t_plain, "time_ratio_filter": t_filter / t_plain,
-            "memory_ratio_all_heads": (m_all / m_plain) if m_plain > 0 else float("nan"),
-            "memory_ratio_filter": (m_filter / m_plain) if m_plain > 0 else float("nan"),
-            "repeats": repeats, "all_samples": {name: [[round(t, 3), m] for t, m in v] for name, v in samples.items()},
-        })
+        rows.append(
+            {
+                "target_tokens": target,
+                "tokens": int(ids.shape[1]),
+                "passages": len(encoded.token_spans),
+                "plain_s": t_plain,
+                "rap_all_heads_s": t_all,
+                "rap_filter_s": t_filter,
+                "plain_peak_mb": m_plain / 2**20,
+                "rap_all_heads_peak_mb": m_all / 2**20,
+                "rap_filter_peak_mb": m_filter / 2**20,
+                "time_ratio_all_heads": t_all / t_plain,
+                "time_ratio_filter": t_filter / t_plain,
+                "memory_ratio_all_heads": (m_all / m_plain) if m_plain > 0 else float("nan"),
+                "memory_ratio_filter": (m_filter / m_plain) if m_plain > 0 else float("nan"),
+                "repeats": repeats,
+                "all_samples": {name: [[round(t, 3), m] for t, m in v] for name, v in samples.items()},
+            }
+        )
         # Each length is printed as it completes: the 8K point takes minutes on a shared 2-core machine.
-        tqdm.write(json.dumps({key: round(value, 3) if isinstance(value, float) else value for key, value in rows[-1].items()}))
+        tqdm.write(
+            json.dumps({key: round(value, 3) if isinstance(value, float) else value for key, value in rows[-1].items()})
+        )
     return rows
 
 
@@ -155,7 +167,9 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
     from icr2_components.filters import RetrievalAttentionFilter
     from icr2_components.readers import LocalChatReader
 
-    rap = RetrievalAttentionFilter(artifact=str(artifact_path), model=MODEL, top_m=m, num_heads=q, dtype="float32", device="cpu")
+    rap = RetrievalAttentionFilter(
+        artifact=str(artifact_path), model=MODEL, top_m=m, num_heads=q, dtype="float32", device="cpu"
+    )
     reader = LocalChatReader(model=MODEL, max_new_tokens=max_new_tokens, dtype="float32", device="cpu")
     prompt = CorpusInContextPromptBuilder(task_type="qa")
     rap.warm_up()
@@ -171,9 +185,14 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
         k = len(kept_ids)
         store = InMemoryDocumentStore()
         store.write_documents(instance.documents)
-        bm25 = [d.meta["passage_id"] for d in InMemoryBM25Retriever(store, top_k=len(ids)).run(query=instance.query)["documents"]]
+        bm25 = [
+            d.meta["passage_id"]
+            for d in InMemoryBM25Retriever(store, top_k=len(ids)).run(query=instance.query)["documents"]
+        ]
         query_vec = minilm.encode([instance.query], normalize_embeddings=True)
-        doc_vecs = minilm.encode([f"{d.meta.get('title', '')} {d.content}" for d in instance.documents], normalize_embeddings=True)
+        doc_vecs = minilm.encode(
+            [f"{d.meta.get('title', '')} {d.content}" for d in instance.documents], normalize_embeddings=True
+        )
         order = (doc_vecs @ query_vec[0]).argsort()[::-1]
         dense = [ids[i] for i in order]
         recall = lambda chosen: len(gold & set(chosen)) / len(gold)  # noqa: E731
@@ -187,10 +206,15 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
         totals["kept"] += k
         for name, documents in (("vanilla", instance.documents), ("rap_answer", kept),
                                 ("oracle", [d for d in instance.documents if d.meta["passage_id"] in gold])):
-            reply = reader.run(messages=prompt.run(query=instance.query, documents=documents)["prompt"])["replies"][0].text
+            reply = reader.run(messages=prompt.run(query=instance.query, documents=documents)["prompt"])["replies"][
+                0
+            ].text
             totals[name] += int(answer_match(reply, instance.answers))  # the project's answer match
     n = len(held)
-    return {key: value / n for key, value in totals.items()} | {"instances": n, "passages_per_context": len(held[0].documents)}
+    return {key: value / n for key, value in totals.items()} | {
+        "instances": n,
+        "passages_per_context": len(held[0].documents),
+    }
 
 
 def plot(overhead: list[dict], path: Path) -> None:
@@ -201,7 +225,11 @@ def plot(overhead: list[dict], path: Path) -> None:
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
     tokens = [row["tokens"] for row in overhead]
-    for key, label in (("plain", "plain forward"), ("rap_all_heads", "RAP all heads"), ("rap_filter", "RAP filter heads")):
+    for key, label in (
+        ("plain", "plain forward"),
+        ("rap_all_heads", "RAP all heads"),
+        ("rap_filter", "RAP filter heads"),
+    ):
         left.plot(tokens, [row[f"{key}_s"] for row in overhead], marker="o", label=label)
         right.plot(tokens, [row[f"{key}_peak_mb"] for row in overhead], marker="o", label=label)
     left.set(xlabel="prompt tokens", ylabel="seconds", title="time (SmolLM2, 2-core CPU)")
@@ -218,13 +246,20 @@ def main(argv=None) -> int:
     parser.add_argument("--probe", type=int, default=20, help="instances to probe heads on")
     parser.add_argument("--eval", type=int, default=20, help="held-apart instances for recall and accuracy")
     parser.add_argument("--passages", type=int, default=4, help="passages per CiC instance")
-    parser.add_argument("--query-position", default="generated_tokens", choices=["last_prompt_token", "generated_tokens"])
+    parser.add_argument(
+        "--query-position", default="generated_tokens", choices=["last_prompt_token", "generated_tokens"]
+    )
     parser.add_argument("--aggregate", default="mean", choices=["sum", "mean", "max"])
     parser.add_argument("--m", type=int, default=1)
     parser.add_argument("--q", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--parts", nargs="*", default=["quality", "overhead"], choices=["quality", "overhead"],
-                        help="run one part per process to run them side by side (each writes bench/results/rap_<part>.json)")
+    parser.add_argument(
+        "--parts",
+        nargs="*",
+        default=["quality", "overhead"],
+        choices=["quality", "overhead"],
+        help="run one part per process to run them side by side (each writes bench/results/rap_<part>.json)",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="measurements per variant and length (fastest kept)")
     parser.add_argument("--artifact", default=str(RESULTS / "rap_heads_smollm2.json"))
     args = parser.parse_args(argv)
@@ -238,39 +273,111 @@ def main(argv=None) -> int:
         instances = nq_sample_instances(args.probe + args.eval, passages=args.passages)
         probe, held = split_instances(instances, args.probe, seed=0)
         probe_to_artifact(
-            probe, MODEL, m=args.m, q=args.q, max_m=4, query_position_mode=args.query_position, aggregate=args.aggregate,
-            dtype="float32", device="cpu", artifact_path=args.artifact, heatmap_path=RESULTS / "rap_heads_smollm2.png",
+            probe,
+            MODEL,
+            m=args.m,
+            q=args.q,
+            max_m=4,
+            query_position_mode=args.query_position,
+            aggregate=args.aggregate,
+            dtype="float32",
+            device="cpu",
+            artifact_path=args.artifact,
+            heatmap_path=RESULTS / "rap_heads_smollm2.png",
         )
-        quality = bench_quality(model, tokenizer, Path(args.artifact), held,
-                                MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu"), args.m, args.q, args.max_new_tokens)
+        quality = bench_quality(
+            model,
+            tokenizer,
+            Path(args.artifact),
+            held,
+            MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu"),
+            args.m,
+            args.q,
+            args.max_new_tokens,
+        )
     artifact = RetrievalHeadArtifact.load(args.artifact)
     if "overhead" in args.parts and args.lengths:
         overhead = bench_overhead(model, tokenizer, args.lengths, artifact.top_heads(), args.repeats)
 
     console = Console(width=160)
     table = Table(title="RAP scoring vs plain forward (same input, same run; SmolLM2-135M fp32, CPU)")
-    for column in ("tokens", "passages", "plain s", "all-heads s", "ratio", "filter s", "ratio", "plain MiB", "all-heads MiB", "ratio", "filter MiB", "ratio"):
+    for column in (
+        "tokens",
+        "passages",
+        "plain s",
+        "all-heads s",
+        "ratio",
+        "filter s",
+        "ratio",
+        "plain MiB",
+        "all-heads MiB",
+        "ratio",
+        "filter MiB",
+        "ratio",
+    ):
         table.add_column(column, justify="right")
     for row in overhead:
-        table.add_row(str(row["tokens"]), str(row["passages"]), f"{row['plain_s']:.2f}", f"{row['rap_all_heads_s']:.2f}",
-                      f"{row['time_ratio_all_heads']:.2f}x", f"{row['rap_filter_s']:.2f}", f"{row['time_ratio_filter']:.2f}x",
-                      f"{row['plain_peak_mb']:.0f}", f"{row['rap_all_heads_peak_mb']:.0f}", f"{row['memory_ratio_all_heads']:.2f}x",
-                      f"{row['rap_filter_peak_mb']:.0f}", f"{row['memory_ratio_filter']:.2f}x")
+        table.add_row(
+            str(row["tokens"]),
+            str(row["passages"]),
+            f"{row['plain_s']:.2f}",
+            f"{row['rap_all_heads_s']:.2f}",
+            f"{row['time_ratio_all_heads']:.2f}x",
+            f"{row['rap_filter_s']:.2f}",
+            f"{row['time_ratio_filter']:.2f}x",
+            f"{row['plain_peak_mb']:.0f}",
+            f"{row['rap_all_heads_peak_mb']:.0f}",
+            f"{row['memory_ratio_all_heads']:.2f}x",
+            f"{row['rap_filter_peak_mb']:.0f}",
+            f"{row['memory_ratio_filter']:.2f}x",
+        )
     console.print(table)
     if quality:
         kept = quality["kept"]
-        table = Table(title=f"Held-apart NQ-sample CiC ({quality['instances']} x {quality['passages_per_context']} passages; heads probed on {len(probe)} others)")
+        table = Table(
+            title=f"Held-apart NQ-sample CiC ({quality['instances']} x {quality['passages_per_context']} passages; "
+            f"heads probed on {len(probe)} others)"
+        )
         for column in ("measure", "RAP", "BM25", "MiniLM", "vanilla CiC", "oracle"):
             table.add_column(column, justify="right")
-        table.add_row(f"recall @ RAP's set (mean {kept:.2f} passages)", f"{quality['rap']:.2f}", f"{quality['bm25']:.2f}", f"{quality['minilm']:.2f}", "", "")
-        table.add_row(f"recall @ M={args.m}", f"{quality['rap_at_m']:.2f}", f"{quality['bm25_at_m']:.2f}", f"{quality['minilm_at_m']:.2f}", "", "")
-        table.add_row("answer accuracy (match)", f"{quality['rap_answer']:.2f}", "", "", f"{quality['vanilla']:.2f}", f"{quality['oracle']:.2f}")
+        table.add_row(
+            f"recall @ RAP's set (mean {kept:.2f} passages)",
+            f"{quality['rap']:.2f}",
+            f"{quality['bm25']:.2f}",
+            f"{quality['minilm']:.2f}",
+            "",
+            "",
+        )
+        table.add_row(
+            f"recall @ M={args.m}",
+            f"{quality['rap_at_m']:.2f}",
+            f"{quality['bm25_at_m']:.2f}",
+            f"{quality['minilm_at_m']:.2f}",
+            "",
+            "",
+        )
+        table.add_row(
+            "answer accuracy (match)",
+            f"{quality['rap_answer']:.2f}",
+            "",
+            "",
+            f"{quality['vanilla']:.2f}",
+            f"{quality['oracle']:.2f}",
+        )
         console.print(table)
-        console.print(f"chance recall @ M={args.m}: {args.m / quality['passages_per_context']:.2f}; heads: {artifact.heads} "
-                      f"(probe hit rates {[round(artifact.head_hit_rate(l, h), 2) for l, h in artifact.top_heads()]})")
-    output = {"machine": f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, CPU only",
-              "args": vars(args), "overhead": overhead, "quality": quality, "heads": artifact.heads,
-              "memory_method": "VmHWM (reset via /proc/self/clear_refs) minus pre-call VmRSS, after gc and malloc_trim, MALLOC_MMAP_THRESHOLD_=131072"}
+        console.print(
+            f"chance recall @ M={args.m}: {args.m / quality['passages_per_context']:.2f}; heads: {artifact.heads} "
+            f"(probe hit rates {[round(artifact.head_hit_rate(layer, h), 2) for layer, h in artifact.top_heads()]})"
+        )
+    output = {
+        "machine": f"{psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, CPU only",
+        "args": vars(args),
+        "overhead": overhead,
+        "quality": quality,
+        "heads": artifact.heads,
+        "memory_method": "VmHWM (reset via /proc/self/clear_refs) minus pre-call VmRSS, after gc and malloc_trim, "
+        "MALLOC_MMAP_THRESHOLD_=131072",
+    }
     written = RESULTS / f"rap_{'_'.join(args.parts)}.json"
     written.write_text(json.dumps(output, indent=1))
     if overhead:

@@ -38,8 +38,8 @@ PH3_NOTE = ("Reconstructed after the fact (bench/record_probed_ids.py): probed o
 
 
 def rap_ids(model=None, tokenizer=None):
-    from icr2_components.training.sample_data import nq_sample_instances
     from icr2_components.filters.probing.head_probing import probe_heads, split_instances
+    from icr2_components.training.sample_data import nq_sample_instances
 
     probe, _ = split_instances(nq_sample_instances(40, passages=6), 16, seed=0)
     if model is None:

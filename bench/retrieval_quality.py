@@ -60,7 +60,9 @@ def read_beir(folder: Path, max_queries: int | None):
     with open(folder / "corpus.jsonl") as handle:
         for line in handle:
             record = json.loads(line)
-            corpus.append(Document(id=str(record["_id"]), content=record.get("text", ""), meta={"title": record.get("title", "")}))
+            corpus.append(
+                Document(id=str(record["_id"]), content=record.get("text", ""), meta={"title": record.get("title", "")})
+            )
     queries = {}
     with open(folder / "queries.jsonl") as handle:
         for line in handle:
@@ -102,8 +104,12 @@ def main() -> int:
     parser.add_argument("--make-from-sample", type=Path, metavar="DIR")
     parser.add_argument("--stores", default="in_memory,elasticsearch")
     parser.add_argument("--max-queries", type=int, default=None)
-    parser.add_argument("--methods", default="bm25,dense,hybrid", help="comma-separated retrieval methods (bm25 alone: no embeddings)")
-    parser.add_argument("--analyzer", default="english", choices=("english", "standard"), help="store.analyzer of both stores")
+    parser.add_argument(
+        "--methods", default="bm25,dense,hybrid", help="comma-separated retrieval methods (bm25 alone: no embeddings)"
+    )
+    parser.add_argument(
+        "--analyzer", default="english", choices=("english", "standard"), help="store.analyzer of both stores"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/retrieval_quality.json"))
     args = parser.parse_args()
     if args.make_from_sample:
@@ -143,7 +149,11 @@ def main() -> int:
                 ranked = [d.id for d in handle.retrieve(text, method=method, top_k=100)]
                 ndcgs.append(ndcg_at_k(ranked, qrels[query_id]))
                 recalls.append(recall_at_k(ranked, qrels[query_id]))
-            results[f"{store}/{method}"] = {"ndcg@10": sum(ndcgs) / len(ndcgs), "recall@100": sum(recalls) / len(recalls), "queries": len(ndcgs)}
+            results[f"{store}/{method}"] = {
+                "ndcg@10": sum(ndcgs) / len(ndcgs),
+                "recall@100": sum(recalls) / len(recalls),
+                "queries": len(ndcgs),
+            }
         if store == "elasticsearch":
             handle.document_store.client.indices.delete(index=config.store.index, ignore_unavailable=True)
     print(f"\n{'store/method':<28}{'nDCG@10':>10}{'recall@100':>12}")
@@ -151,9 +161,13 @@ def main() -> int:
         print(f"{key:<28}{value['ndcg@10']:>10.3f}{value['recall@100']:>12.3f}")
     if "in_memory/bm25" in results and "elasticsearch/bm25" in results:
         gap = results["in_memory/bm25"]["ndcg@10"] - results["elasticsearch/bm25"]["ndcg@10"]
-        print(f"BM25 nDCG@10 in-memory minus Elasticsearch: {gap:+.4f} (analyzer {args.analyzer}, {len(queries)} queries)")
+        print(
+            f"BM25 nDCG@10 in-memory minus Elasticsearch: {gap:+.4f} (analyzer {args.analyzer}, {len(queries)} queries)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"folder": str(args.folder), "analyzer": args.analyzer, "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps({"folder": str(args.folder), "analyzer": args.analyzer, "results": results}, indent=2)
+    )
     return 0
 
 

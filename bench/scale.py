@@ -119,7 +119,9 @@ class PrecomputedQueries:
     def embed_stream(self, documents):
         for document in documents:
             if document.embedding is None:
-                raise ValueError(f"passage {document.id} has no vector: the bench gives every passage one (real or drawn)")
+                raise ValueError(
+                    f"passage {document.id} has no vector: the bench gives every passage one (real or drawn)"
+                )
             yield document
 
     def __getattr__(self, name: str):
@@ -193,7 +195,9 @@ def measure_latencies(handle, questions: list[str], warmup: int, top_k: int, met
         for question in questions[:warmup]:
             handle.retrieve(question, method=method, top_k=top_k)
         times, empty = [], 0
-        for question in tqdm(questions[warmup:], desc=f"  {METHOD_LABELS[method]} queries", unit=" q", leave=False, mininterval=1.0):
+        for question in tqdm(
+            questions[warmup:], desc=f"  {METHOD_LABELS[method]} queries", unit=" q", leave=False, mininterval=1.0
+        ):
             start = time.perf_counter()
             hits = handle.retrieve(question, method=method, top_k=top_k)
             times.append(1000 * (time.perf_counter() - start))
@@ -229,9 +233,15 @@ def machine_info() -> dict:
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    return {"hostname": platform.node(), "platform": platform.platform(), "python": platform.python_version(), "cpu_model": cpu_model,
-            "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / GIB, 1),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 # -------------------------------------------------------------------------------------------- Elasticsearch
@@ -263,9 +273,14 @@ def es_config_for(args, size: int, embedding_on: bool):
 
     # corpus.path: sample, embedding.device: cpu so that any Elasticsearch config works here (the full-KILT one names
     # a corpus file and a GPU); the passages come from the bench, the model only gives the vector's dimension
-    overrides: dict[str, Any] = {"store.hosts": args.url, "store.index": f"{args.index_prefix}-{size}", "corpus.path": "sample", "embedding.device": "cpu",
-                                 "writer.checkpoint_path": str(Path(args.tmp) / f"{args.index_prefix}-{size}.checkpoint.json"),
-                                 "embedding.enabled": embedding_on}
+    overrides: dict[str, Any] = {
+        "store.hosts": args.url,
+        "store.index": f"{args.index_prefix}-{size}",
+        "corpus.path": "sample",
+        "embedding.device": "cpu",
+        "writer.checkpoint_path": str(Path(args.tmp) / f"{args.index_prefix}-{size}.checkpoint.json"),
+        "embedding.enabled": embedding_on,
+    }
     if args.batch_size:
         overrides["writer.batch_size"] = args.batch_size
     if args.threads:
@@ -282,7 +297,9 @@ def es_config_for(args, size: int, embedding_on: bool):
     return load_index_config(args.es_config, overrides=overrides)
 
 
-def run_elasticsearch(size: int, corpus: ScaleCorpus, args, client, node: dict, questions: list[str], query_vectors: dict) -> dict:
+def run_elasticsearch(
+    size: int, corpus: ScaleCorpus, args, client, node: dict, questions: list[str], query_vectors: dict
+) -> dict:
     from icr2_components.stores.elasticsearch.index_layout import IndexLayout
 
     embedding_on = args.vector_index != "bm25_only"
@@ -290,17 +307,29 @@ def run_elasticsearch(size: int, corpus: ScaleCorpus, args, client, node: dict, 
     index = config.store.index
     if client.indices.exists(index=index):
         if not args.replace:
-            raise SystemExit(f"index '{index}' already exists at {args.url} (left by --keep?): delete it, pass --replace, or choose --index-prefix.")
+            raise SystemExit(
+                f"index '{index}' already exists at {args.url} (left by --keep?): delete it, pass --replace, or choose "
+                "--index-prefix."
+            )
         client.indices.delete(index=index)
     checkpoint = Path(config.writer.checkpoint_path)
     checkpoint.unlink(missing_ok=True)
     handle = bench_handle(config, query_vectors)
     layout = IndexLayout.from_config(config).describe()
     generated = corpus.generated_count(size)
-    print(f"\n[elasticsearch] {size:,} passages ({size - generated:,} real, {generated:,} generated) into '{index}': {layout}")
+    print(
+        f"\n[elasticsearch] {size:,} passages ({size - generated:,} real, {generated:,} generated) into '{index}': "
+        f"{layout}"
+    )
     es_rss = PeakRss(int(node["pid"])) if node["rss_readable"] else None
-    result: dict[str, Any] = {"store": "elasticsearch", "passages": size, "real_passages": size - generated, "generated_passages": generated,
-                              "index": index, "layout": layout}
+    result: dict[str, Any] = {
+        "store": "elasticsearch",
+        "passages": size,
+        "real_passages": size - generated,
+        "generated_passages": generated,
+        "index": index,
+        "layout": layout,
+    }
     try:
         load = os.getloadavg()[0]
         cpu_before, node_cpu_before = time.process_time(), es_cpu_seconds(client)
@@ -315,13 +344,16 @@ def run_elasticsearch(size: int, corpus: ScaleCorpus, args, client, node: dict, 
             "index_seconds": round(seconds, 2), "passages_per_s": round(size / seconds, 1),
             "stream_seconds": stream_seconds,
             "stream_passages_per_s": round(size / stream_seconds, 1) if stream_seconds else None,
-            "client_cpu_s": round(time.process_time() - cpu_before, 2), "node_cpu_s": round(es_cpu_seconds(client) - node_cpu_before, 2),
+            "client_cpu_s": round(time.process_time() - cpu_before, 2),
+            "node_cpu_s": round(es_cpu_seconds(client) - node_cpu_before, 2),
             "python_peak_rss_bytes": python_rss.peak, "es_peak_rss_bytes_loading": es_rss.peak if es_rss else None,
             "load_average_1min": round((load + os.getloadavg()[0]) / 2, 2),
         })  # fmt: skip
         if args.force_merge:
             start = time.perf_counter()
-            client.options(request_timeout=24 * 3600).indices.forcemerge(index=index, max_num_segments=1, wait_for_completion=True)
+            client.options(request_timeout=24 * 3600).indices.forcemerge(
+                index=index, max_num_segments=1, wait_for_completion=True
+            )
             client.indices.refresh(index=index)
             result["force_merge_seconds"] = round(time.perf_counter() - start, 2)
         stats = client.indices.stats(index=index, metric="store,segments,docs").body["_all"]["primaries"]
@@ -332,10 +364,17 @@ def run_elasticsearch(size: int, corpus: ScaleCorpus, args, client, node: dict, 
         result["latency"] = measure_latencies(handle, questions, args.warmup, args.top_k, methods)
         if es_rss is not None:
             result["es_rss_bytes_after"] = es_rss.rss()
-        print(f"  {result['passages_per_s']:,.0f} passages/s ({seconds:.1f}s), disk {result['disk_bytes'] / MIB:,.1f} MiB "
-              f"({result['segments']} segments), Python peak RSS {python_rss.peak / MIB:,.0f} MiB"
-              + (f", node RSS peak {es_rss.peak / MIB:,.0f} MiB" if es_rss else "")
-              + "; " + ", ".join(f"{METHOD_LABELS[m]} p50 {v['p50_ms']:.1f} / p99 {v['p99_ms']:.1f} ms" for m, v in result["latency"].items()))
+        print(
+            f"  {result['passages_per_s']:,.0f} passages/s ({seconds:.1f}s), disk {result['disk_bytes'] / MIB:,.1f} "
+            "MiB "
+            f"({result['segments']} segments), Python peak RSS {python_rss.peak / MIB:,.0f} MiB"
+            + (f", node RSS peak {es_rss.peak / MIB:,.0f} MiB" if es_rss else "")
+            + "; "
+            + ", ".join(
+                f"{METHOD_LABELS[m]} p50 {v['p50_ms']:.1f} / p99 {v['p99_ms']:.1f} ms"
+                for m, v in result["latency"].items()
+            )
+        )
     finally:
         if not args.keep:
             client.indices.delete(index=index, ignore_unavailable=True)
@@ -378,13 +417,24 @@ def in_memory_worker(spec_path: Path) -> int:
     query_vectors = {q: v for q, v in zip(questions, np.load(spec["query_vectors"]).tolist())}
     embedding_on = args.vector_index != "bm25_only"
     persist = Path(args.tmp) / f"{args.index_prefix}-{size}-in-memory.json"
-    config = load_index_config(args.in_memory_config, overrides={"name": f"{args.index_prefix}-{size}", "store.persist_path": str(persist),
-                                                                 "corpus.path": "sample", "embedding.enabled": embedding_on,
-                                                                 "embedding.device": "cpu"})
+    config = load_index_config(
+        args.in_memory_config,
+        overrides={
+            "name": f"{args.index_prefix}-{size}",
+            "store.persist_path": str(persist),
+            "corpus.path": "sample",
+            "embedding.enabled": embedding_on,
+            "embedding.device": "cpu",
+        },
+    )
     handle = bench_handle(config, query_vectors)
     import psutil
 
-    result: dict[str, Any] = {"store": "in_memory", "passages": size, "generated_passages": corpus.generated_count(size)}
+    result: dict[str, Any] = {
+        "store": "in_memory",
+        "passages": size,
+        "generated_passages": corpus.generated_count(size),
+    }
     process = psutil.Process()
     result["rss_bytes_before"] = int(process.memory_info().rss)
     limit = int(args.memory_limit_gb * GIB)
@@ -393,9 +443,14 @@ def in_memory_worker(spec_path: Path) -> int:
     def over_limit(current: int) -> None:
         # the hard stop: whatever the phase (writing, saving, building the BM25 index or the matrix), the child
         # records where it was and exits at once, before it can take the machine's memory
-        result.update({"stopped": f"RSS {current / GIB:.3f} GiB passed --memory-limit-gb {args.memory_limit_gb} while {state['phase']}"
-                                  f" ({state['streamed']:,} of {size:,} passages streamed)",
-                       "stopped_after_passages": state["streamed"], "peak_rss_bytes": current})
+        result.update(
+            {
+                "stopped": f"RSS {current / GIB:.3f} GiB passed --memory-limit-gb {args.memory_limit_gb} "
+                f"while {state['phase']} ({state['streamed']:,} of {size:,} passages streamed)",
+                "stopped_after_passages": state["streamed"],
+                "peak_rss_bytes": current,
+            }
+        )
         Path(spec["result"]).write_text(json.dumps(result, indent=2))
         persist.unlink(missing_ok=True)
         persist.with_suffix(".tmp").unlink(missing_ok=True)
@@ -404,7 +459,9 @@ def in_memory_worker(spec_path: Path) -> int:
     try:
         with PeakRss(interval=0.1, limit=limit, on_limit=over_limit) as rss:
             start = time.perf_counter()
-            stream = guarded(corpus.documents(size, with_vectors=embedding_on), start + 60 * args.max_build_minutes, state)
+            stream = guarded(
+                corpus.documents(size, with_vectors=embedding_on), start + 60 * args.max_build_minutes, state
+            )
             report = handle.build(progress=True, documents=stream)
             result["build_seconds"] = round(time.perf_counter() - start, 2)
             result["passages_per_s"] = round(size / result["build_seconds"], 1)
@@ -413,19 +470,28 @@ def in_memory_worker(spec_path: Path) -> int:
             result["rss_bytes_after_build"] = int(process.memory_info().rss)
             # the first query of each kind builds its index (bm25s over content and title; the cosine matrix)
             for method in ("bm25", "dense") if embedding_on else ("bm25",):
-                state["phase"] = f"answering the first {METHOD_LABELS[method]} query (it builds the {'bm25s index' if method == 'bm25' else 'vector matrix'})"
+                state["phase"] = (
+                    f"answering the first {METHOD_LABELS[method]} query (it builds the "
+                    f"{'bm25s index' if method == 'bm25' else 'vector matrix'})"
+                )
                 start = time.perf_counter()
                 handle.retrieve(questions[0], method=method, top_k=args.top_k)
                 result[f"first_{method}_query_seconds"] = round(time.perf_counter() - start, 2)
             state["phase"] = "answering the timed queries"
-            result["latency"] = measure_latencies(handle, questions, args.warmup, args.top_k, METHODS if embedding_on else ("bm25",))
+            result["latency"] = measure_latencies(
+                handle, questions, args.warmup, args.top_k, METHODS if embedding_on else ("bm25",)
+            )
         result["peak_rss_bytes"] = rss.peak
         result["rss_bytes_per_passage"] = round((rss.peak - result["rss_bytes_before"]) / size, 1)
         slow = [m for m, v in result["latency"].items() if v["p99_ms"] > args.max_p99_ms]
         if result["build_seconds"] > 60 * args.max_build_minutes:
-            result["stopped"] = f"build took {result['build_seconds']:.0f}s, over --max-build-minutes {args.max_build_minutes}"
+            result["stopped"] = (
+                f"build took {result['build_seconds']:.0f}s, over --max-build-minutes {args.max_build_minutes}"
+            )
         elif slow:
-            result["stopped"] = f"p99 of {', '.join(METHOD_LABELS[m] for m in slow)} over --max-p99-ms {args.max_p99_ms}"
+            result["stopped"] = (
+                f"p99 of {', '.join(METHOD_LABELS[m] for m in slow)} over --max-p99-ms {args.max_p99_ms}"
+            )
     except StopBuilding as stop:
         result.update({"stopped": stop.reason, "stopped_after_passages": stop.at, "peak_rss_bytes": rss.peak})
     finally:
@@ -443,15 +509,26 @@ def run_in_memory(size: int, args, questions: list[str], query_vectors_path: Pat
     spec_path.write_text(json.dumps(spec, default=str))
     print(f"\n[in-memory] {size:,} passages, in a child process (RSS limit {args.memory_limit_gb} GiB)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    completed = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--in-memory-worker", str(spec_path)], env=env, check=False)
+    completed = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--in-memory-worker", str(spec_path)], env=env, check=False
+    )
     if completed.returncode != 0 or not result_path.exists():
-        return {"store": "in_memory", "passages": size, "stopped": f"the child process failed (exit {completed.returncode}; "
-                "killed for memory if negative or 137)"}
+        return {
+            "store": "in_memory",
+            "passages": size,
+            "stopped": f"the child process failed (exit {completed.returncode}; killed for memory if negative or 137)",
+        }
     result = json.loads(result_path.read_text())
     if "latency" in result:
-        print(f"  build {result['build_seconds']:.1f}s ({result['passages_per_s']:,.0f} passages/s), saved {result['saved_bytes'] / MIB:,.1f} MiB, "
-              f"peak RSS {result['peak_rss_bytes'] / MIB:,.0f} MiB; "
-              + ", ".join(f"{METHOD_LABELS[m]} p50 {v['p50_ms']:.1f} / p99 {v['p99_ms']:.1f} ms" for m, v in result["latency"].items()))
+        print(
+            f"  build {result['build_seconds']:.1f}s ({result['passages_per_s']:,.0f} passages/s), saved "
+            f"{result['saved_bytes'] / MIB:,.1f} MiB, "
+            f"peak RSS {result['peak_rss_bytes'] / MIB:,.0f} MiB; "
+            + ", ".join(
+                f"{METHOD_LABELS[m]} p50 {v['p50_ms']:.1f} / p99 {v['p99_ms']:.1f} ms"
+                for m, v in result["latency"].items()
+            )
+        )
     if result.get("stopped"):
         print(f"  STOPS here: {result['stopped']}")
     return result
@@ -484,36 +561,90 @@ def parse_sizes(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,100000,1000000", help="passage counts, increasing (k/M suffixes allowed)")
-    parser.add_argument("--url", default=os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200"), help="the Elasticsearch node")
-    parser.add_argument("--es-config", type=Path, default=REPO_ROOT / "indexing" / "kilt-sample-elasticsearch.yaml",
-                        help="index config for Elasticsearch (hosts and index are replaced by --url and <--index-prefix>-<size>)")
-    parser.add_argument("--in-memory-config", type=Path, default=REPO_ROOT / "indexing" / "kilt-sample.yaml", help="index config for the in-memory store")
-    parser.add_argument("--vector-index", default="default", choices=VECTOR_INDEX_CHOICES,
-                        help="dense_vector index type (default: the config's, i.e. the node's int8_hnsw); bm25_only: no vectors, BM25 only")
+    parser.add_argument(
+        "--sizes", default="10000,100000,1000000", help="passage counts, increasing (k/M suffixes allowed)"
+    )
+    parser.add_argument(
+        "--url", default=os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200"), help="the Elasticsearch node"
+    )
+    parser.add_argument(
+        "--es-config",
+        type=Path,
+        default=REPO_ROOT / "indexing" / "kilt-sample-elasticsearch.yaml",
+        help="index config for Elasticsearch (hosts and index are replaced by --url and <--index-prefix>-<size>)",
+    )
+    parser.add_argument(
+        "--in-memory-config",
+        type=Path,
+        default=REPO_ROOT / "indexing" / "kilt-sample.yaml",
+        help="index config for the in-memory store",
+    )
+    parser.add_argument(
+        "--vector-index",
+        default="default",
+        choices=VECTOR_INDEX_CHOICES,
+        help="dense_vector index type (default: the config's, i.e. the node's int8_hnsw); "
+        "bm25_only: no vectors, BM25 only",
+    )
     parser.add_argument("--hnsw-m", type=int, help="HNSW m (with --vector-index hnsw or int8_hnsw)")
-    parser.add_argument("--hnsw-ef-construction", type=int, help="HNSW ef_construction (with --vector-index hnsw or int8_hnsw)")
-    parser.add_argument("--vectors-not-in-source", action="store_true",
-                        help="leave the vectors out of the stored _source (store.vectors_in_source: false): indexed for kNN only")
+    parser.add_argument(
+        "--hnsw-ef-construction", type=int, help="HNSW ef_construction (with --vector-index hnsw or int8_hnsw)"
+    )
+    parser.add_argument(
+        "--vectors-not-in-source",
+        action="store_true",
+        help="leave the vectors out of the stored _source (store.vectors_in_source: false): indexed for kNN only",
+    )
     parser.add_argument("--batch-size", type=int, default=0, help="writer batch size (0: the config's)")
     parser.add_argument("--threads", type=int, default=0, help="bulk requests in flight (0: the config's)")
-    parser.add_argument("--force-merge", action="store_true", help="force-merge each Elasticsearch index to one segment (timed) before measuring disk and latency")
+    parser.add_argument(
+        "--force-merge",
+        action="store_true",
+        help="force-merge each Elasticsearch index to one segment (timed) before measuring disk and latency",
+    )
     parser.add_argument("--index-prefix", default="icr2-scale", help="Elasticsearch indexes are named <prefix>-<size>")
-    parser.add_argument("--keep", action="store_true", help="keep the Elasticsearch indexes (default: deleted after each size)")
-    parser.add_argument("--replace", action="store_true", help="delete an existing <prefix>-<size> index before loading it")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the Elasticsearch indexes (default: deleted after each size)"
+    )
+    parser.add_argument(
+        "--replace", action="store_true", help="delete an existing <prefix>-<size> index before loading it"
+    )
     parser.add_argument("--skip-elasticsearch", action="store_true")
     parser.add_argument("--skip-in-memory", action="store_true")
     parser.add_argument("--queries", type=int, default=200, help="timed queries per method and size")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed queries per method and size, before the timed ones")
+    parser.add_argument(
+        "--warmup", type=int, default=20, help="untimed queries per method and size, before the timed ones"
+    )
     parser.add_argument("--top-k", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the generated passages, their vectors and the choice of questions")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds the generated passages, their vectors and the choice of questions"
+    )
     parser.add_argument("--real-passages", type=int, default=0, help="real sample passages to use (0: all 3,717)")
     parser.add_argument("--words", type=int, default=100, help="words per generated passage")
-    parser.add_argument("--vector-noise", type=float, default=0.75, help="norm of the noise added to a real vector for a generated passage")
-    parser.add_argument("--memory-limit-gb", type=float, default=8.0, help="the in-memory store stops when its process's RSS passes this")
-    parser.add_argument("--max-build-minutes", type=float, default=60.0, help="the in-memory store stops when a build takes longer")
-    parser.add_argument("--max-p99-ms", type=float, default=1000.0, help="the in-memory store stops when a method's p99 latency passes this")
-    parser.add_argument("--target", type=int, default=KILT_FULL_PASSAGES, help="passages to project to (default: full KILT, 36M)")
+    parser.add_argument(
+        "--vector-noise",
+        type=float,
+        default=0.75,
+        help="norm of the noise added to a real vector for a generated passage",
+    )
+    parser.add_argument(
+        "--memory-limit-gb",
+        type=float,
+        default=8.0,
+        help="the in-memory store stops when its process's RSS passes this",
+    )
+    parser.add_argument(
+        "--max-build-minutes", type=float, default=60.0, help="the in-memory store stops when a build takes longer"
+    )
+    parser.add_argument(
+        "--max-p99-ms",
+        type=float,
+        default=1000.0,
+        help="the in-memory store stops when a method's p99 latency passes this",
+    )
+    parser.add_argument(
+        "--target", type=int, default=KILT_FULL_PASSAGES, help="passages to project to (default: full KILT, 36M)"
+    )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "scale")
     parser.add_argument("--in-memory-worker", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -537,8 +668,13 @@ def validate(parser: argparse.ArgumentParser, args) -> None:
     for name in ("memory_limit_gb", "max_build_minutes", "max_p99_ms"):
         if not getattr(args, name) > 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}.")
-    if (args.hnsw_m is not None or args.hnsw_ef_construction is not None) and args.vector_index not in ("hnsw", "int8_hnsw"):
-        parser.error(f"--hnsw-m / --hnsw-ef-construction apply to --vector-index hnsw or int8_hnsw, not {args.vector_index}.")
+    if (args.hnsw_m is not None or args.hnsw_ef_construction is not None) and args.vector_index not in (
+        "hnsw",
+        "int8_hnsw",
+    ):
+        parser.error(
+            f"--hnsw-m / --hnsw-ef-construction apply to --vector-index hnsw or int8_hnsw, not {args.vector_index}."
+        )
     if args.skip_elasticsearch and args.skip_in_memory:
         parser.error("--skip-elasticsearch and --skip-in-memory together leave nothing to measure.")
     if args.target < args.sizes_list[-1]:
@@ -577,8 +713,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             node = es_node(client)
         except Exception as error:  # noqa: BLE001 - one clear line instead of a transport traceback
-            print(f"No Elasticsearch at {args.url} ({type(error).__name__}); start one with `bash scripts/elasticsearch.sh start`, "
-                  "pass --url, or --skip-elasticsearch.", file=sys.stderr)
+            print(
+                f"No Elasticsearch at {args.url} ({type(error).__name__}); start one with `bash "
+                "scripts/elasticsearch.sh start`, "
+                "pass --url, or --skip-elasticsearch.",
+                file=sys.stderr,
+            )
             return 1
         print(f"Elasticsearch {node['version']} at {args.url} (pid {node['pid']}, "
               f"{'RSS read with psutil' if node['rss_readable'] else 'not on this machine: no node RSS'})")
@@ -588,13 +728,25 @@ def main(argv: list[str] | None = None) -> int:
     embedding_on = corpus.vectors is not None
     generation_us = generation_cost(corpus, 2000, embedding_on)
     seed_cosine = mean_seed_cosine(corpus.vectors) if embedding_on else None
-    note = (f"{len(corpus.real):,} real sample passages (real all-MiniLM-L6-v2 vectors), then generated passages (id prefix "
-            f"'{GENERATED_PREFIX}', meta generated: true): {args.words} words as random bigrams of the real passages, seed {args.seed}"
-            + (f"; their vectors are NOT computed but drawn around real ones (noise {args.vector_noise}, mean cosine to the seed "
-               f"vector {seed_cosine:.3f})" if embedding_on else "; no vectors (bm25_only)")
-            + ". Cost figures only: no quality figure may be taken from generated passages.")
+    note = (
+        f"{len(corpus.real):,} real sample passages (real all-MiniLM-L6-v2 vectors), then generated passages (id "
+        "prefix "
+        f"'{GENERATED_PREFIX}', meta generated: true): {args.words} words as random bigrams of the real passages, seed "
+        f"{args.seed}"
+        + (
+            f"; their vectors are NOT computed but drawn around real ones (noise {args.vector_noise}, mean cosine to "
+            "the seed "
+            f"vector {seed_cosine:.3f})"
+            if embedding_on
+            else "; no vectors (bm25_only)"
+        )
+        + ". Cost figures only: no quality figure may be taken from generated passages."
+    )
     print(note)
-    print(f"generating a passage costs {generation_us:.0f} us (text{' and vector' if embedding_on else ''}), inside the indexing times below")
+    print(
+        f"generating a passage costs {generation_us:.0f} us (text{' and vector' if embedding_on else ''}), inside the "
+        "indexing times below"
+    )
 
     questions = load_questions(args.queries + args.warmup, args.seed)
     query_seconds = None
@@ -612,7 +764,10 @@ def main(argv: list[str] | None = None) -> int:
             times.append(1000 * (time.perf_counter() - start))
         query_vectors_matrix = np.asarray(rows, dtype=np.float32)
         query_seconds = percentiles(times)
-        print(f"query embedding (MiniLM, CPU, not in the latencies below): p50 {query_seconds['p50_ms']:.1f} ms, p99 {query_seconds['p99_ms']:.1f} ms")
+        print(
+            f"query embedding (MiniLM, CPU, not in the latencies below): p50 {query_seconds['p50_ms']:.1f} ms, p99 "
+            f"{query_seconds['p99_ms']:.1f} ms"
+        )
     query_vectors = {q: v.tolist() for q, v in zip(questions, query_vectors_matrix)} if embedding_on else {}
 
     es_runs: list[dict] = []
@@ -630,15 +785,26 @@ def main(argv: list[str] | None = None) -> int:
             for i, size in enumerate(sizes):
                 measured = [r for r in mem_runs if "latency" in r]
                 if measured:
-                    fit = linear_fit([0] + [r["passages"] for r in measured], [measured[0]["rss_bytes_before"]] + [r["peak_rss_bytes"] for r in measured])
+                    fit = linear_fit(
+                        [0] + [r["passages"] for r in measured],
+                        [measured[0]["rss_bytes_before"]] + [r["peak_rss_bytes"] for r in measured],
+                    )
                     expected = evaluate(fit, size)
                     if expected > limit:
                         points = ", ".join(f"{r['passages']:,}" for r in measured)
-                        stop_note = (f"stops before {size:,} passages: its RSS there, projected linearly from "
-                                     f"{points}, is {human_bytes(expected)}, over the "
-                                     f"--memory-limit-gb {args.memory_limit_gb} (largest size under the limit by the same line: "
-                                     f"{max(0, (limit - fit['a']) / fit['b']):,.0f} passages); not tried")
-                        mem_runs.append({"store": "in_memory", "passages": size, "stopped": f"not tried: projected RSS {human_bytes(expected)} over the limit"})
+                        stop_note = (
+                            f"stops before {size:,} passages: its RSS there, projected linearly from "
+                            f"{points}, is {human_bytes(expected)}, over the "
+                            f"--memory-limit-gb {args.memory_limit_gb} (largest size under the limit by the same line: "
+                            f"{max(0, (limit - fit['a']) / fit['b']):,.0f} passages); not tried"
+                        )
+                        mem_runs.append(
+                            {
+                                "store": "in_memory",
+                                "passages": size,
+                                "stopped": f"not tried: projected RSS {human_bytes(expected)} over the limit",
+                            }
+                        )
                         print(f"\n[in-memory] {stop_note}")
                         break
                 result = run_in_memory(size, args, questions, vectors_path)
@@ -653,12 +819,16 @@ def main(argv: list[str] | None = None) -> int:
     env["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     projection = {
         "target_passages": args.target,
-        "note": (f"Extrapolated from at most {sizes[-1]:,} passages on one node and one machine: disk, RSS and indexing time "
-                 "by a least-squares line a + b*n over the measured sizes, latency by a power law c*n^k (a line in log-log) "
-                 "and, as a bracket, by a line (*_linear); a negative k means the latency did not grow measurably over the "
-                 "sizes measured. The in-memory figures at the target only say how far beyond its stop that would be. "
-                 "HNSW graph building and merging grow faster than linearly, so the indexing hours are a lower bound; a single "
-                 "node with this heap may not hold 36M passages at all (see `icr2 index --plan`)."),
+        "note": (
+            f"Extrapolated from at most {sizes[-1]:,} passages on one node and one machine: disk, RSS and indexing "
+            "time "
+            "by a least-squares line a + b*n over the measured sizes, latency by a power law c*n^k (a line in log-log) "
+            "and, as a bracket, by a line (*_linear); a negative k means the latency did not grow measurably over the "
+            "sizes measured. The in-memory figures at the target only say how far beyond its stop that would be. "
+            "HNSW graph building and merging grow faster than linearly, so the indexing hours are a lower bound; a "
+            "single "
+            "node with this heap may not hold 36M passages at all (see `icr2 index --plan`)."
+        ),
         "elasticsearch": projections(es_runs, args.target, "elasticsearch"),
         "in_memory": projections(mem_runs, args.target, "in_memory"),
     }
@@ -667,16 +837,35 @@ def main(argv: list[str] | None = None) -> int:
         "measured_at": started.isoformat(timespec="seconds"),
         "machine": env,
         "elasticsearch_node": node,
-        "corpus": {"real_passages": len(corpus.real), "generated_id_prefix": GENERATED_PREFIX, "words_per_generated_passage": args.words,
-                   "seed": args.seed, "vector_noise": args.vector_noise if embedding_on else None, "mean_cosine_to_seed_vector": seed_cosine,
-                   "generation_us_per_passage": round(generation_us, 1), "note": note},
-        "queries": {"count": args.queries, "warmup": args.warmup, "top_k": args.top_k, "source": "NQ sample questions (seeded choice)",
-                    "query_embedding_ms": query_seconds},
-        "limits": {"memory_limit_gb": args.memory_limit_gb, "max_build_minutes": args.max_build_minutes, "max_p99_ms": args.max_p99_ms},
+        "corpus": {
+            "real_passages": len(corpus.real),
+            "generated_id_prefix": GENERATED_PREFIX,
+            "words_per_generated_passage": args.words,
+            "seed": args.seed,
+            "vector_noise": args.vector_noise if embedding_on else None,
+            "mean_cosine_to_seed_vector": seed_cosine,
+            "generation_us_per_passage": round(generation_us, 1),
+            "note": note,
+        },
+        "queries": {
+            "count": args.queries,
+            "warmup": args.warmup,
+            "top_k": args.top_k,
+            "source": "NQ sample questions (seeded choice)",
+            "query_embedding_ms": query_seconds,
+        },
+        "limits": {
+            "memory_limit_gb": args.memory_limit_gb,
+            "max_build_minutes": args.max_build_minutes,
+            "max_p99_ms": args.max_p99_ms,
+        },
         "elasticsearch": es_runs,
         "in_memory": mem_runs,
         "in_memory_stop": stop_note,
-        "baseline_ratios": {"elasticsearch": baseline_ratios(es_runs, "elasticsearch"), "in_memory": baseline_ratios(mem_runs, "in_memory")},
+        "baseline_ratios": {
+            "elasticsearch": baseline_ratios(es_runs, "elasticsearch"),
+            "in_memory": baseline_ratios(mem_runs, "in_memory"),
+        },
         "projection": projection,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -686,7 +875,10 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(payload)
     print(f"\nwrote {args.out / 'scale.json'}, {args.out / 'scale.md'} and {args.out / 'scale.png'}")
     if env["load_average_at_start"][0] > 0.5 * (env["cpus"] or 1):
-        print(f"load average {env['load_average_at_start'][0]} at start on {env['cpus']} CPUs: these figures are not the machine's; re-measure on idle cores.")
+        print(
+            f"load average {env['load_average_at_start'][0]} at start on {env['cpus']} CPUs: these figures are not the "
+            "machine's; re-measure on idle cores."
+        )
     return 0
 
 
@@ -706,8 +898,14 @@ def print_summary(payload: dict) -> None:
     for store in ("elasticsearch", "in_memory"):
         for name, fit in payload["projection"][store].items():
             points = ", ".join(f"{int(s):,}: {format_cost(name, v)}" for s, v in fit["points"])
-            form = f"{fit['a']:.4g} + {fit['b']:.4g} n" if fit["form"] == "a + b * n" else f"{fit['c']:.4g} n^{fit['k']:.3f}"
-            print(f"  {store:<13} {name:<24} {format_cost(name, fit['at_target']):>14}   fit {form}   (measured {points})")
+            form = (
+                f"{fit['a']:.4g} + {fit['b']:.4g} n"
+                if fit["form"] == "a + b * n"
+                else f"{fit['c']:.4g} n^{fit['k']:.3f}"
+            )
+            print(
+                f"  {store:<13} {name:<24} {format_cost(name, fit['at_target']):>14}   fit {form}   (measured {points})"
+            )
 
 
 if __name__ == "__main__":

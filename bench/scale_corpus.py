@@ -58,13 +58,16 @@ class BigramSampler:
     streamed, resumed or regenerated in any order.
 
     Usage:
-        >>> sampler = BigramSampler(["The prize in physics was first awarded in 1901"], ["Nobel Prize"], seed=0, words=6)
+        >>> texts, titles = ["The prize in physics was first awarded in 1901"], ["Nobel Prize"]
+        >>> sampler = BigramSampler(texts, titles, seed=0, words=6)
         >>> title, text = sampler.passage(0)
         >>> set(text.split()) <= sampler.vocabulary
         True
     """
 
-    def __init__(self, texts: Sequence[str], titles: Sequence[str], *, seed: int = 0, words: int = 100, title_words: int = 2) -> None:
+    def __init__(
+        self, texts: Sequence[str], titles: Sequence[str], *, seed: int = 0, words: int = 100, title_words: int = 2
+    ) -> None:
         if words < 2:
             raise ValueError(f"words must be >= 2 (a passage is made of bigrams), got {words}.")
         if title_words < 1:
@@ -128,7 +131,9 @@ class NoisyVectorSampler:
     def vector(self, position: int) -> tuple[np.ndarray, int]:
         rng = np.random.default_rng([self.seed, 1, position])
         source = int(rng.integers(0, len(self.seeds)))
-        vector = self.seeds[source] + rng.standard_normal(self.dims).astype(np.float32) * (self.noise / math.sqrt(self.dims))
+        vector = self.seeds[source] + rng.standard_normal(self.dims).astype(np.float32) * (
+            self.noise / math.sqrt(self.dims)
+        )
         return vector / max(float(np.linalg.norm(vector)), 1e-12), source
 
     def expected_cosine(self) -> float:
@@ -156,7 +161,11 @@ class ScaleCorpus:
         """The first ``size`` passages: the real ones first (``generated: false``), then generated ones."""
         real = min(size, len(self.real))
         for document in self.real[:real]:
-            yield replace(document, meta={**document.meta, "generated": False}, embedding=document.embedding if with_vectors else None)
+            yield replace(
+                document,
+                meta={**document.meta, "generated": False},
+                embedding=document.embedding if with_vectors else None,
+            )
         for position in range(size - real):
             document = self.generated_document(position)
             yield document if with_vectors else replace(document, embedding=None)
@@ -205,7 +214,12 @@ def real_embeddings(documents: list[Document], progress: bool = True) -> np.ndar
 
         embedder = PassageEmbedder("all-minilm-l6-v2", batch_size=64, meta_fields=["title"], device="cpu")
         rows = []
-        for start in tqdm(range(0, len(documents), 256), desc="embedding the real passages once (cached)", unit=" batches", disable=not progress):
+        for start in tqdm(
+            range(0, len(documents), 256),
+            desc="embedding the real passages once (cached)",
+            unit=" batches",
+            disable=not progress,
+        ):
             rows.extend(d.embedding for d in embedder.embed_stream(documents[start : start + 256]))
         matrix = np.asarray(rows, dtype=np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -229,6 +243,8 @@ def build_corpus(args) -> ScaleCorpus:
     vectors = real_embeddings(real) if args.vector_index != "bm25_only" else None
     if vectors is not None:
         real = [replace(d, embedding=row.tolist()) for d, row in zip(real, vectors)]
-    text = BigramSampler([d.content for d in real], [d.meta.get("title", "") for d in real], seed=args.seed, words=args.words)
+    text = BigramSampler(
+        [d.content for d in real], [d.meta.get("title", "") for d in real], seed=args.seed, words=args.words
+    )
     noisy = NoisyVectorSampler(vectors, seed=args.seed, noise=args.vector_noise) if vectors is not None else None
     return ScaleCorpus(real, text, noisy)

@@ -113,38 +113,66 @@ def human_bytes(value: float | None) -> str:
 
 
 def markdown(payload: dict) -> str:
-    lines = ["# Scale bench (`bench/scale.py`)", "", f"Command: `{payload['command']}`  ",
-             (f"Machine: {payload['machine']['cpus']} CPUs ({payload['machine']['cpu_model']}), {payload['machine']['memory_gib']} GiB; "
-             f"load average at start {payload['machine']['load_average_at_start']}, at end {payload['machine'].get('load_average_at_end')}  "),
-             f"Measured {payload['measured_at']}. {payload['corpus']['note']}", ""]
+    lines = [
+        "# Scale bench (`bench/scale.py`)",
+        "",
+        f"Command: `{payload['command']}`  ",
+        (
+            f"Machine: {payload['machine']['cpus']} CPUs ({payload['machine']['cpu_model']}), "
+            f"{payload['machine']['memory_gib']} GiB; "
+            f"load average at start {payload['machine']['load_average_at_start']}, at end "
+            f"{payload['machine'].get('load_average_at_end')}  "
+        ),
+        f"Measured {payload['measured_at']}. {payload['corpus']['note']}",
+        "",
+    ]
     es = [r for r in payload["elasticsearch"] if "latency" in r]
     if es:
         node = payload["elasticsearch_node"]
-        lines += [f"## Elasticsearch {node['version']} ({es[0]['layout']}; heap {human_bytes(node.get('heap_max_bytes'))})", "",
-                  "| passages | generated | passages/s | streaming passages/s | index s | disk | disk B/passage | segments | node RSS peak | Python RSS peak | "
-                  + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in es[0]["latency"]) + " |",
-                  "|" + "---|" * (10 + len(es[0]["latency"]))]
+        lines += [
+            f"## Elasticsearch {node['version']} ({es[0]['layout']}; heap {human_bytes(node.get('heap_max_bytes'))})",
+            "",
+            "| passages | generated | passages/s | streaming passages/s | index s | disk | disk B/passage | segments | "
+            "node RSS peak | Python RSS peak | "
+            + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in es[0]["latency"])
+            + " |",
+            "|" + "---|" * (10 + len(es[0]["latency"])),
+        ]
         for r in es:
             stream = f"{r['stream_passages_per_s']:,.0f}" if r.get("stream_passages_per_s") else "n/a"
-            lines.append(f"| {r['passages']:,} | {r['generated_passages']:,} | {r['passages_per_s']:,.0f} | {stream} | {r['index_seconds']:,.1f} | "
-                         f"{human_bytes(r['disk_bytes'])} | {r['disk_bytes_per_passage']:,.0f} | {r['segments']} | "
-                         f"{human_bytes(r.get('es_peak_rss_bytes_loading'))} | {human_bytes(r['python_peak_rss_bytes'])} | "
-                         + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values()) + " |")
+            lines.append(
+                f"| {r['passages']:,} | {r['generated_passages']:,} | {r['passages_per_s']:,.0f} | {stream} | "
+                f"{r['index_seconds']:,.1f} | "
+                f"{human_bytes(r['disk_bytes'])} | {r['disk_bytes_per_passage']:,.0f} | {r['segments']} | "
+                f"{human_bytes(r.get('es_peak_rss_bytes_loading'))} | {human_bytes(r['python_peak_rss_bytes'])} | "
+                + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values())
+                + " |"
+            )
         lines.append("")
     mem = payload["in_memory"]
     if mem:
         measured = [r for r in mem if "latency" in r]
         methods = list(measured[0]["latency"]) if measured else []
-        lines += ["## In-memory store (default; bm25s BM25, exact cosine matrix)", "",
-                  "| passages | build s | passages/s | saved file | peak RSS | RSS B/passage | first BM25 s | first dense s | "
-                  + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in methods) + " | stops |", "|" + "---|" * (9 + len(methods))]
+        lines += [
+            "## In-memory store (default; bm25s BM25, exact cosine matrix)",
+            "",
+            "| passages | build s | passages/s | saved file | peak RSS | RSS B/passage | first BM25 s | first dense s "
+            "| "
+            + " | ".join(f"{METHOD_LABELS[m]} p50 / p99 ms" for m in methods)
+            + " | stops |",
+            "|" + "---|" * (9 + len(methods)),
+        ]
         for r in mem:
             if "latency" in r:
-                lines.append(f"| {r['passages']:,} | {r['build_seconds']:,.1f} | {r['passages_per_s']:,.0f} | {human_bytes(r['saved_bytes'])} | "
-                             f"{human_bytes(r['peak_rss_bytes'])} | {r['rss_bytes_per_passage']:,.0f} | {r.get('first_bm25_query_seconds', 'n/a')} | "
-                             f"{r.get('first_dense_query_seconds', 'n/a')} | "
-                             + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values())
-                             + f" | {r.get('stopped', '')} |")
+                lines.append(
+                    f"| {r['passages']:,} | {r['build_seconds']:,.1f} | {r['passages_per_s']:,.0f} | "
+                    f"{human_bytes(r['saved_bytes'])} | "
+                    f"{human_bytes(r['peak_rss_bytes'])} | {r['rss_bytes_per_passage']:,.0f} | "
+                    f"{r.get('first_bm25_query_seconds', 'n/a')} | "
+                    f"{r.get('first_dense_query_seconds', 'n/a')} | "
+                    + " | ".join(f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f}" for v in r["latency"].values())
+                    + f" | {r.get('stopped', '')} |"
+                )
             else:
                 lines.append(f"| {r['passages']:,} | | | | {human_bytes(r.get('peak_rss_bytes'))} | | | | "
                              + " | ".join("" for _ in methods) + f" | {r.get('stopped', '')} |")
@@ -153,7 +181,12 @@ def markdown(payload: dict) -> str:
         if not rows:
             continue
         keys = [k for k in rows[0] if k != "passages"]
-        lines += [f"## Against the smallest size of the run ({store})", "", "| passages | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 1)]
+        lines += [
+            f"## Against the smallest size of the run ({store})",
+            "",
+            "| passages | " + " | ".join(keys) + " |",
+            "|" + "---|" * (len(keys) + 1),
+        ]
         lines += [f"| {row['passages']:,} | " + " | ".join(str(row[k]) for k in keys) + " |" for row in rows]
         lines.append("")
     target = payload["projection"]["target_passages"]
@@ -161,7 +194,11 @@ def markdown(payload: dict) -> str:
               "| store | cost | fit | measured points | at " + f"{target / 1e6:.0f}M |", "|---|---|---|---|---|"]
     for store in ("elasticsearch", "in_memory"):
         for name, fit in payload["projection"][store].items():
-            formula = (f"{fit['a']:.4g} + {fit['b']:.4g} n" if fit["form"] == "a + b * n" else f"{fit['c']:.4g} n^{fit['k']:.3f}")
+            formula = (
+                f"{fit['a']:.4g} + {fit['b']:.4g} n"
+                if fit["form"] == "a + b * n"
+                else f"{fit['c']:.4g} n^{fit['k']:.3f}"
+            )
             points = ", ".join(f"{int(s):,}: {format_cost(name, v)}" for s, v in fit["points"])
             lines.append(f"| {store} | {name} | {formula} | {points} | {format_cost(name, fit['at_target'])} |")
     lines.append("")
@@ -210,42 +247,102 @@ def plot(payload: dict, path: Path) -> None:
     axis = axes[0][0]
     panel(axis, "indexing passages/s (measured)", "passages/s")
     if es:
-        axis.plot([r["passages"] for r in es], [r["passages_per_s"] for r in es], "o-", color="tab:blue", label="Elasticsearch (whole build)")
+        axis.plot(
+            [r["passages"] for r in es],
+            [r["passages_per_s"] for r in es],
+            "o-",
+            color="tab:blue",
+            label="Elasticsearch (whole build)",
+        )
         if all(r.get("stream_passages_per_s") for r in es):
-            axis.plot([r["passages"] for r in es], [r["stream_passages_per_s"] for r in es], "o:", color="tab:blue", label="Elasticsearch (streaming phase)")
+            axis.plot(
+                [r["passages"] for r in es],
+                [r["stream_passages_per_s"] for r in es],
+                "o:",
+                color="tab:blue",
+                label="Elasticsearch (streaming phase)",
+            )
     if mem:
-        axis.plot([r["passages"] for r in mem], [r["passages_per_s"] for r in mem], "s-", color="tab:red", label="in-memory (build + save)")
+        axis.plot(
+            [r["passages"] for r in mem],
+            [r["passages_per_s"] for r in mem],
+            "s-",
+            color="tab:red",
+            label="in-memory (build + save)",
+        )
     axis.legend(fontsize=8)
 
     axis = axes[0][1]
     panel(axis, "indexing time, projected to 36M (dashed)", "hours")
     if es:
-        axis.plot([r["passages"] for r in es], [r["index_seconds"] / 3600 for r in es], "o-", color="tab:blue", label="Elasticsearch")
+        axis.plot(
+            [r["passages"] for r in es],
+            [r["index_seconds"] / 3600 for r in es],
+            "o-",
+            color="tab:blue",
+            label="Elasticsearch",
+        )
         projected(axis, "elasticsearch", "index_seconds", "tab:blue", 1 / 3600)
     if mem:
-        axis.plot([r["passages"] for r in mem], [r["build_seconds"] / 3600 for r in mem], "s-", color="tab:red", label="in-memory")
+        axis.plot(
+            [r["passages"] for r in mem],
+            [r["build_seconds"] / 3600 for r in mem],
+            "s-",
+            color="tab:red",
+            label="in-memory",
+        )
         projected(axis, "in_memory", "build_seconds", "tab:red", 1 / 3600)
     axis.legend(fontsize=8)
 
     axis = axes[0][2]
     panel(axis, "disk (ES: primary store; in-memory: saved JSON)", "GiB")
     if es:
-        axis.plot([r["passages"] for r in es], [r["disk_bytes"] / GIB for r in es], "o-", color="tab:blue", label="Elasticsearch")
+        axis.plot(
+            [r["passages"] for r in es],
+            [r["disk_bytes"] / GIB for r in es],
+            "o-",
+            color="tab:blue",
+            label="Elasticsearch",
+        )
         projected(axis, "elasticsearch", "disk_bytes", "tab:blue", 1 / GIB)
     if mem:
-        axis.plot([r["passages"] for r in mem], [r["saved_bytes"] / GIB for r in mem], "s-", color="tab:red", label="in-memory file")
+        axis.plot(
+            [r["passages"] for r in mem],
+            [r["saved_bytes"] / GIB for r in mem],
+            "s-",
+            color="tab:red",
+            label="in-memory file",
+        )
         projected(axis, "in_memory", "saved_bytes", "tab:red", 1 / GIB)
     axis.legend(fontsize=8)
 
     axis = axes[1][0]
     panel(axis, "RSS (peak)", "GiB")
     if es and all(r.get("es_peak_rss_bytes_loading") for r in es):
-        axis.plot([r["passages"] for r in es], [r["es_peak_rss_bytes_loading"] / GIB for r in es], "o-", color="tab:blue", label="Elasticsearch node")
+        axis.plot(
+            [r["passages"] for r in es],
+            [r["es_peak_rss_bytes_loading"] / GIB for r in es],
+            "o-",
+            color="tab:blue",
+            label="Elasticsearch node",
+        )
         projected(axis, "elasticsearch", "es_peak_rss_bytes", "tab:blue", 1 / GIB)
     if es:
-        axis.plot([r["passages"] for r in es], [r["python_peak_rss_bytes"] / GIB for r in es], "o-", color="tab:purple", label="Python (ES client)")
+        axis.plot(
+            [r["passages"] for r in es],
+            [r["python_peak_rss_bytes"] / GIB for r in es],
+            "o-",
+            color="tab:purple",
+            label="Python (ES client)",
+        )
     if mem:
-        axis.plot([r["passages"] for r in mem], [r["peak_rss_bytes"] / GIB for r in mem], "s-", color="tab:red", label="in-memory (child process)")
+        axis.plot(
+            [r["passages"] for r in mem],
+            [r["peak_rss_bytes"] / GIB for r in mem],
+            "s-",
+            color="tab:red",
+            label="in-memory (child process)",
+        )
         projected(axis, "in_memory", "peak_rss_bytes", "tab:red", 1 / GIB)
     limit = payload["limits"]["memory_limit_gb"]
     axis.axhline(limit, color="tab:red", linestyle=":", linewidth=0.8, label=f"in-memory limit {limit} GiB")
@@ -256,12 +353,22 @@ def plot(payload: dict, path: Path) -> None:
         panel(axis, f"{title}: p50 (solid), p99 (dotted)", "ms")
         for method in (runs[0]["latency"] if runs else {}):
             xs = [r["passages"] for r in runs]
-            axis.plot(xs, [r["latency"][method]["p50_ms"] for r in runs], "o-", color=colours[method], label=f"{METHOD_LABELS[method]} p50")
+            axis.plot(
+                xs,
+                [r["latency"][method]["p50_ms"] for r in runs],
+                "o-",
+                color=colours[method],
+                label=f"{METHOD_LABELS[method]} p50",
+            )
             axis.plot(xs, [r["latency"][method]["p99_ms"] for r in runs], "o:", color=colours[method])
             projected(axis, store, f"{method}_p50_ms", colours[method])
         if runs:
             axis.legend(fontsize=8)
-    figure.suptitle("Cost against corpus size (real sample + generated passages; dashed: fit extrapolated to 36M passages, one node)", fontsize=11)
+    figure.suptitle(
+        "Cost against corpus size (real sample + generated passages; dashed: fit extrapolated to 36M passages, one "
+        "node)",
+        fontsize=11,
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

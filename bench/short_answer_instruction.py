@@ -70,9 +70,9 @@ def main() -> int:
             raise SystemExit(f"questions {low}-{high} are reserved for evaluation; pick another range.")
 
     from icr2_components.builders import CorpusInContextPromptBuilder
-    from icr2_components.kilt.questions import read_kilt_questions
-    from icr2_components.kilt.context_types import pick_gold_passage
     from icr2_components.kilt import build_sample
+    from icr2_components.kilt.context_types import pick_gold_passage
+    from icr2_components.kilt.questions import read_kilt_questions
     from icr2_components.readers import LocalChatReader
     from icr2_components.records import SkipReport
 

@@ -53,7 +53,12 @@ def recipe_for(variant: str, steps: int):
                         per_device_train_batch_size=4, gradient_accumulation_steps=2)
     if variant == "recipe_lora":
         values["finetuning"] = "lora"
-        values["lora"] = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+        values["lora"] = {
+            "r": 16,
+            "alpha": 32,
+            "dropout": 0.0,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
+        }
         training["learning_rate"] = 2e-4
     return recipe_from_dict(values)
 
@@ -133,17 +138,25 @@ def main() -> None:
             sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
         r = results[-1]
-        print(f"  {r['examples_per_s']:.3f} examples/s, {r['tokens_per_s']:.0f} tokens/s, dev loss {r['dev_loss']:.4f}, "
-              f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+        print(
+            f"  {r['examples_per_s']:.3f} examples/s, {r['tokens_per_s']:.0f} tokens/s, dev loss {r['dev_loss']:.4f}, "
+            f"peak RSS {r['peak_rss_mib']:.0f} MiB",
+            flush=True,
+        )
     base = next((r for r in results if r["variant"] == "plain"), results[0])
-    header = "| variant | examples/s | tokens/s | speed vs plain | peak RSS MiB | dev loss | dev loss - plain [95% CI] |"
+    header = (
+        "| variant | examples/s | tokens/s | speed vs plain | peak RSS MiB | dev loss | dev loss - plain [95% CI] |"
+    )
     rows = [header, "|" + "---|" * 7]
     for r in results:
         diff, low, high = paired_interval(r["dev_losses"], base["dev_losses"])
         r["dev_loss_vs_plain"] = {"difference": diff, "low": low, "high": high}
         r["speed_vs_plain"] = r["examples_per_s"] / base["examples_per_s"]
-        rows.append(f"| {r['variant']} | {r['examples_per_s']:.3f} | {r['tokens_per_s']:.0f} | **{r['speed_vs_plain']:.2f}x** | "
-                    f"{r['peak_rss_mib']:.0f} | {r['dev_loss']:.4f} | {diff:+.4f} [{low:+.4f}, {high:+.4f}] |")
+        rows.append(
+            f"| {r['variant']} | {r['examples_per_s']:.3f} | {r['tokens_per_s']:.0f} | **{r['speed_vs_plain']:.2f}x** "
+            "| "
+            f"{r['peak_rss_mib']:.0f} | {r['dev_loss']:.4f} | {diff:+.4f} [{low:+.4f}, {high:+.4f}] |"
+        )
     table = "\n".join(rows)
     print(table)
     OUT.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,8 @@ Answers the first NQ question of the bundled sample with pipelines/rap.yaml (8 n
 Run from the repository root: .venv/bin/python examples/rap.py
 """
 
-from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.kilt import build_sample, read_kilt_tasks
+from icr2_components.pipeline_spec import PipelineSpec
 
 task = next(t for t in read_kilt_tasks(build_sample().tasks) if t.answers)
 spec = PipelineSpec.from_file("pipelines/rap.yaml")

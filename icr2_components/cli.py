@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     apply_environment_defaults()
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     for name in _CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else logging.ERROR)
     if not getattr(args, "handler", None):

@@ -1,6 +1,7 @@
 """Errors that callers tell apart by class: a request the model cannot take, as opposed to a failure of ours.
 
-``icr2 serve`` answers a ``ContextTooLongError`` or ``MissingContextError`` found anywhere in an exception's cause chain with a 4xx (Haystack
+``icr2 serve`` answers a ``ContextTooLongError`` or ``MissingContextError`` found anywhere in an exception's cause chain
+with a 4xx (Haystack
 wraps a component's error in ``PipelineRuntimeError``, keeping the original as ``__cause__``) and every other
 failure with 500; ``icr2 compare`` records such an answer as an error and goes on with the next question.
 
@@ -52,4 +53,11 @@ def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseExcep
     return None
 
 
-__all__ = ["ComponentLoadError", "ContextTooLongError", "Icr2Error", "MissingContextError", "UserInputError", "find_in_causes"]
+__all__ = [
+    "ComponentLoadError",
+    "ContextTooLongError",
+    "Icr2Error",
+    "MissingContextError",
+    "UserInputError",
+    "find_in_causes",
+]

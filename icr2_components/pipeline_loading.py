@@ -119,4 +119,6 @@ def loads_pipeline(text: str, source: str = "<string>", extra_allowed_modules: l
         raise PipelineLoadError(f"{source}: {detail}") from error
     except (ValueError, TypeError, AttributeError, KeyError) as error:
         # a connection naming an unknown component (ValueError), a top level that is not a mapping, ...
-        raise PipelineLoadError(f"{source} is not a valid pipeline: {type(error).__name__}: {_one_line(error)}") from error
+        raise PipelineLoadError(
+            f"{source} is not a valid pipeline: {type(error).__name__}: {_one_line(error)}"
+        ) from error

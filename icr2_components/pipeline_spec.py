@@ -22,8 +22,8 @@ from haystack import Document, Pipeline
 from icr2_components.backends import Backend, apply_backend
 from icr2_components.errors import ComponentLoadError
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
-from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 from icr2_components.stores import retrieval_version
+from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 
 
 class PipelineSpecError(ValueError):
@@ -71,7 +71,9 @@ def check_targets(pipeline: Pipeline, inputs: dict[str, list[str]], outputs: dic
         for target in targets:
             component, socket = target.split(".", 1)
             if socket not in open_inputs.get(component, {}):
-                raise PipelineSpecError(f"{source}: input {name!r} targets {target}, which is not an open input socket.")
+                raise PipelineSpecError(
+                    f"{source}: input {name!r} targets {target}, which is not an open input socket."
+                )
     for name, path in outputs.items():
         component, socket = path.split(".", 1)
         try:
@@ -296,7 +298,9 @@ class PipelineSpec:
         check_targets(pipeline, inputs, outputs, str(path))
         context_input = (data.get("metadata") or {}).get("context_input")
         if context_input is not None and (not isinstance(context_input, str) or "." not in context_input):
-            raise PipelineSpecError(f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}.")
+            raise PipelineSpecError(
+                f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}."
+            )
         spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, behaviour_hash(data), backend)
         spec._pipelines["open"] = pipeline
         return spec
@@ -320,7 +324,8 @@ class PipelineSpec:
 
     def warm_up(self, pipeline: Pipeline) -> None:
         """Load every component (models, indexes, artifacts; a no-op once loaded). A component that cannot load
-        is a :class:`~icr2_components.errors.ComponentLoadError` naming the pipeline, not one question's failure: every question would fail."""
+        is a :class:`~icr2_components.errors.ComponentLoadError` naming the pipeline, not one question's failure: every
+        question would fail."""
         try:
             pipeline.warm_up()
         except Exception as error:  # noqa: BLE001 - whatever the component raised, the pipeline cannot answer

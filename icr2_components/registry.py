@@ -15,7 +15,8 @@ class UnknownGreetingError(ValueError):
     pass
 
 
-greetings: Registry[str] = Registry("greeting", UnknownGreetingError, how_to_add="Register one with greetings.register.")
+greetings: Registry[str] = Registry("greeting", UnknownGreetingError, how_to_add="Register one with
+greetings.register.")
 greetings.register("hello", "Hello!")
 greetings.get("hello")        # 'Hello!'
 greetings.names()             # ('hello',)
@@ -63,7 +64,9 @@ class Registry(Generic[T]):
         taken_message: Callable[[str, object, object], str] | None = None,
     ) -> None:
         if not isinstance(kind, str) or not kind.strip():
-            raise ValueError(f"A registry's kind must be a non-empty string (what it holds, for messages), got {kind!r}.")
+            raise ValueError(
+                f"A registry's kind must be a non-empty string (what it holds, for messages), got {kind!r}."
+            )
         if not (isinstance(unknown_error, type) and issubclass(unknown_error, Exception)):
             raise TypeError(f"unknown_error must be an Exception subclass, got {unknown_error!r}.")
         self.kind = kind

@@ -98,7 +98,9 @@ class RetryPolicy:
                 raise error from None
             raise give_up(last.attempt_number, time.monotonic() - start, error) from error
 
-    def repeat_while(self, call: Callable[[], T], *, again: Callable[[T], bool], on_retry: RetryCallback | None = None) -> T:
+    def repeat_while(
+        self, call: Callable[[], T], *, again: Callable[[T], bool], on_retry: RetryCallback | None = None
+    ) -> T:
         """``call()``, repeated while ``again(result)`` (e.g. some documents were answered 429); the last result
         is returned either way, and the caller reports what it still holds. Errors propagate at once."""
         retrying = self._retrying(

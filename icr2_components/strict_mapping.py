@@ -12,7 +12,8 @@ Usage:
     ...     enabled: bool = True
     ...     words: int = 100
     >>> dataclass_from_mapping(Section, {"enabled": "false"}, "section 'embedding' of kilt.yaml", ConfigError)
-    ConfigError: section 'embedding' of kilt.yaml: key 'enabled' is 'false' (a string); expected a boolean (true or false)
+    ConfigError: section 'embedding' of kilt.yaml: key 'enabled' is 'false' (a string); expected a boolean (true or
+    false)
 """
 
 from __future__ import annotations
@@ -72,9 +73,14 @@ def _show(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
-        type(value), type(value).__name__
-    )
+    kind = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
     return f"{text} ({kind})" if value is not None else "null"
 
 

@@ -51,7 +51,9 @@ def _run_script(command: str, timeout: float) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if "ICR2_ES_URL" not in os.environ:
         env.setdefault("ICR2_ES_PORT", "9200")
-    return subprocess.run(["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")
@@ -60,14 +62,18 @@ def elasticsearch_url():
     started_here = False
     if node_health(url) is None:
         if os.environ.get("ICR2_ES_URL"):
-            pytest.fail(f"No Elasticsearch answers at ICR2_ES_URL={url}; start it, or unset ICR2_ES_URL to let the tests start a local node.")
+            pytest.fail(
+                f"No Elasticsearch answers at ICR2_ES_URL={url}; start it, or unset ICR2_ES_URL to let the tests start "
+                "a local node."
+            )
         try:
             result = _run_script("start", timeout=900)
         except subprocess.TimeoutExpired as error:
             pytest.fail(f"`bash scripts/elasticsearch.sh start` did not finish in {error.timeout:.0f}s")
         if result.returncode != 0 or node_health(url) is None:
             pytest.fail(
-                f"No Elasticsearch at {url}, and `bash scripts/elasticsearch.sh start` failed (exit {result.returncode}):\n"
+                f"No Elasticsearch at {url}, and `bash scripts/elasticsearch.sh start` failed (exit "
+                f"{result.returncode}):\n"
                 + (result.stdout + result.stderr)[-4000:]
             )
         started_here = True

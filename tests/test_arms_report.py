@@ -12,8 +12,16 @@ from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_r
 
 
 def arm(rights: list[bool], context_type: str = "corpus") -> dict:
-    return {f"q{i:03d}": {"key": f"p|q{i:03d}|{context_type}", "question_id": f"q{i:03d}", "context_type": context_type, "answers": ["Paris"],
-                          "answer": "The answer is Paris." if right else "London"} for i, right in enumerate(rights)}
+    return {
+        f"q{i:03d}": {
+            "key": f"p|q{i:03d}|{context_type}",
+            "question_id": f"q{i:03d}",
+            "context_type": context_type,
+            "answers": ["Paris"],
+            "answer": "The answer is Paris." if right else "London",
+        }
+        for i, right in enumerate(rights)
+    }
 
 
 def test_pairs_by_question_and_tests_the_claim(tmp_path):

@@ -26,7 +26,9 @@ TOLERANCE = 1e-4
 def _tiny_configs():
     from transformers import GPT2Config, LlamaConfig, MistralConfig, Qwen2Config
 
-    common = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3, max_position_embeddings=512)
+    common = dict(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3, max_position_embeddings=512
+    )
     return {
         # 4 query heads over 2 key/value heads: grouped-query attention.
         "llama": LlamaConfig(num_attention_heads=4, num_key_value_heads=2, **common),
@@ -76,7 +78,9 @@ def test_rows_match_eager_smollm2_gqa(smollm2):
     from icr2_components.models import MODEL_CACHE
 
     model, tokenizer = smollm2
-    eager, _ = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu", attn_implementation="eager")
+    eager, _ = MODEL_CACHE.causal_lm(
+        "smollm2-135m-instruct", dtype="float32", device="cpu", attn_implementation="eager"
+    )
     assert model.config.num_attention_heads == 9 and model.config.num_key_value_heads == 3
     text = "Passage 1: Paris is the capital of France.\nPassage 2: Berlin is in Germany.\nQuestion: capital of France?"
     input_ids = tokenizer(text, return_tensors="pt")["input_ids"]
@@ -91,7 +95,9 @@ def test_passage_scores_are_span_reductions_of_eager_rows_smollm2(smollm2):
     from icr2_components.models import MODEL_CACHE
 
     model, tokenizer = smollm2
-    eager, _ = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu", attn_implementation="eager")
+    eager, _ = MODEL_CACHE.causal_lm(
+        "smollm2-135m-instruct", dtype="float32", device="cpu", attn_implementation="eager"
+    )
     input_ids = tokenizer("The Eiffel Tower is in Paris. The Colosseum is in Rome. Where is the Eiffel Tower?",
                           return_tensors="pt")["input_ids"]
     spans = [(0, 7), (7, 14), (14, input_ids.shape[1] - 1)]
@@ -146,7 +152,10 @@ def test_char_spans_map_to_the_tokens_of_each_passage(smollm2):
     _, tokenizer = smollm2
     first, second = "Paris is the capital of France.", "Berlin is the capital of Germany."
     text = f"Passages:\n{first}\n{second}\nQuestion?"
-    char_spans = [(text.index(first), text.index(first) + len(first)), (text.index(second), text.index(second) + len(second))]
+    char_spans = [
+        (text.index(first), text.index(first) + len(first)),
+        (text.index(second), text.index(second) + len(second)),
+    ]
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     spans = token_spans_from_char_spans(encoded["offset_mapping"], char_spans)
     decoded = [tokenizer.decode(encoded["input_ids"][a:b]).strip() for a, b in spans]
@@ -162,7 +171,9 @@ def test_rows_taken_during_generation_match_eager_on_the_full_sequence_tiny_rand
     sdpa, eager = _sdpa_and_eager(_tiny_configs()[family])
     prompt = torch.randint(3, 128, (1, 30), generator=torch.Generator().manual_seed(4))
     spans = [(0, 10), (10, 20), (20, 29)]
-    scores, generated = generation_passage_scores(sdpa, prompt, spans, max_new_tokens=5, aggregate="sum", pad_token_id=0)
+    scores, generated = generation_passage_scores(
+        sdpa, prompt, spans, max_new_tokens=5, aggregate="sum", pad_token_id=0
+    )
     count = generated.shape[1]
     assert 1 <= count <= 5
     full = torch.cat([prompt, generated], dim=1)

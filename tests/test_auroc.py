@@ -1,4 +1,5 @@
-"""The AUROC functions of gate comparisons (``evaluation.statistics.auroc``): the rank form against scikit-learn, DeLong's
+"""The AUROC functions of gate comparisons (``evaluation.statistics.auroc``): the rank form against scikit-learn,
+DeLong's
 paired test against its definition's consequences (identical scores, a perfect score, its size under the null), and
 the comparison of gates with the reference gates (TA-ARE, vanilla). Synthetic scores: these test arithmetic."""
 
@@ -8,9 +9,9 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from icr2_components.evaluation.statistics.auroc import auroc_difference, auroc_interval, auroc_rows, delong_test
 from icr2_components.evaluation.gates.gate_tradeoff import compare_methods, intersection_union_claim
 from icr2_components.evaluation.gates.need_labels import LabelledQuestion, needs_retrieval
+from icr2_components.evaluation.statistics.auroc import auroc_difference, auroc_interval, auroc_rows, delong_test
 
 
 def test_rank_auroc_equals_scikit_learn_with_ties():

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "icr2_components"
 
 NEW_KIND = textwrap.dedent('''
-    """``kind: batch_api``: a (pretend) batch API: answers come back later, only tokens, counted with a named tokenizer."""
+    """``kind: batch_api``: a (pretend) batch API: answers come back later, only tokens, counted with a named
+    tokenizer."""
 
     from dataclasses import dataclass
 
@@ -90,7 +91,8 @@ def test_a_new_kind_is_one_module(batch_kind):
         backend_from_dict({"kind": "batch_api", "endpoint": "http://x"}, "backends/batch.yaml")
     with pytest.raises(
         BackendError,
-        match=r"unknown key\(s\) \['served_model'\] in .*\(kind: batch_api\); allowed keys: \['endpoint', 'tokenizer'\]",
+        match=r"unknown key\(s\) \['served_model'\] in .*\(kind: batch_api\); "
+        r"allowed keys: \['endpoint', 'tokenizer'\]",
     ):
         backend_from_dict({"kind": "batch_api", "served_model": {}}, "backends/batch.yaml")
     # the roles the components declare: readers answer through the new kind, budgets count with its tokenizer
@@ -129,7 +131,13 @@ def test_nothing_branches_on_the_kind_outside_the_kind_files():
         if path.parent.name == "backends" and path.parent.parent == PACKAGE:
             continue
         text = path.read_text()
-        for needle in (r'== "served"', r'== "local"', r"\.is_served\b", r"\.served_model is (not )?None", r'\("local", "served"\)'):
+        for needle in (
+            r'== "served"',
+            r'== "local"',
+            r"\.is_served\b",
+            r"\.served_model is (not )?None",
+            r'\("local", "served"\)',
+        ):
             if re.search(needle, text):
                 offenders.append(f"{path.relative_to(PACKAGE)}: {needle}")
     assert not offenders, offenders

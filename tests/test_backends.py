@@ -119,7 +119,9 @@ def test_a_local_backend_with_a_model_moves_readers_and_budgets_to_it():
     assert readers and all(e["init_parameters"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct" for e in readers)
     budgets = [e for e in moved["components"].values() if "tokenizer" in (e.get("init_parameters") or {})]
     assert budgets and all(e["init_parameters"]["tokenizer"] == "Qwen/Qwen2.5-1.5B-Instruct" for e in budgets)
-    assert apply_backend(data, backend_from_dict({"kind": "local"}, name="local"), "x") == data  # the plain local backend changes nothing
+    assert (
+        apply_backend(data, backend_from_dict({"kind": "local"}, name="local"), "x") == data
+    )  # the plain local backend changes nothing
     rap = apply_backend(yaml.safe_load((REPO / "pipelines" / "rap.yaml").read_text()), backend, "rap.yaml")
     assert rap["components"]["rap_filter"]["init_parameters"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct"  # white-box too
 

@@ -41,8 +41,8 @@ def test_ranker_validates_and_round_trips():
 
 
 def test_reranked_pipeline_loads_declares_io_and_reorders_real_retrieval(minilm, sample_files):
-    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.pipeline_loading import load_pipeline
+    from icr2_components.pipeline_spec import PipelineSpec
 
     spec = PipelineSpec.from_file(str(ROOT / "pipelines" / "reranked_bi_encoder.yaml"))
     assert spec.inputs["query"] == ["retriever.query", "ranker.query", "prompt.query"]

@@ -57,7 +57,9 @@ def _handle(store: str, analyzer: str, elasticsearch_url: str, tmp_path, index: 
 
 
 @pytest.mark.parametrize("analyzer", ["english", "standard"])
-def test_bm25_ndcg_at_10_of_both_stores_within_0_01_on_the_whole_nq_sample(nq_sample, elasticsearch_url, es_client, tmp_path, analyzer):
+def test_bm25_ndcg_at_10_of_both_stores_within_0_01_on_the_whole_nq_sample(
+    nq_sample, elasticsearch_url, es_client, tmp_path, analyzer
+):
     documents, judged = nq_sample
     index = f"icr2-bm25-parity-{analyzer}-{uuid.uuid4().hex[:8]}"
     ndcg = {}
@@ -66,7 +68,10 @@ def test_bm25_ndcg_at_10_of_both_stores_within_0_01_on_the_whole_nq_sample(nq_sa
             handle = _handle(store, analyzer, elasticsearch_url, tmp_path, index)
             report = handle.build(progress=False, documents=iter(documents))
             assert report.documents_in_store == len(documents)
-            scores = [_ndcg_at_10([d.id for d in handle.retrieve(query, method="bm25", top_k=10)], gold) for query, gold in judged]
+            scores = [
+                _ndcg_at_10([d.id for d in handle.retrieve(query, method="bm25", top_k=10)], gold)
+                for query, gold in judged
+            ]
             ndcg[store] = sum(scores) / len(scores)
         assert index_analyzer(es_client, index) == analyzer
     finally:
@@ -77,11 +82,17 @@ def test_bm25_ndcg_at_10_of_both_stores_within_0_01_on_the_whole_nq_sample(nq_sa
     assert ndcg["in_memory"] > 0.75  # a sanity floor: BM25 finds most gold passages of the sample's NQ questions
 
 
-def test_elasticsearch_searches_the_title_as_a_field_and_still_filters_it_exactly(nq_sample, elasticsearch_url, es_client, tmp_path):
+def test_elasticsearch_searches_the_title_as_a_field_and_still_filters_it_exactly(
+    nq_sample, elasticsearch_url, es_client, tmp_path
+):
     documents, _ = nq_sample
     analyze = TextAnalyzer("english")
     # a real passage whose text never names its article's subject: only the title field can bring it up
-    passage = next(d for d in documents if len(analyze(d.meta["title"])) >= 2 and not set(analyze(d.meta["title"])) & set(analyze(d.content)))
+    passage = next(
+        d
+        for d in documents
+        if len(analyze(d.meta["title"])) >= 2 and not set(analyze(d.meta["title"])) & set(analyze(d.content))
+    )
     index = f"icr2-bm25-title-{uuid.uuid4().hex[:8]}"
     try:
         handle = _handle("elasticsearch", "english", elasticsearch_url, tmp_path, index)

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from icr2_components.builders.benchmark import benchmark_statistics, build_icr2_benchmark
-from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type, read_icr2_benchmark
-from icr2_components.text.normalization import contains_answer
 from icr2_components.kilt import KiltKnowledgeSource, KiltTask, Provenance, read_kilt_tasks
-from icr2_components.records import SkipReport
+from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type, read_icr2_benchmark
 from icr2_components.models import MODEL_CACHE
+from icr2_components.records import SkipReport
+from icr2_components.text.normalization import contains_answer
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,9 @@ def sample_world(sample_files):
         retrieve[name] = lambda query, k, r=retriever: r.run(query=query, top_k=k)["documents"]
     tasks = list(read_kilt_tasks(sample_files.tasks, limit=6))
     # one task whose provenance names an article the corpus does not have: counted, not written
-    tasks.append(KiltTask(id="missing", input="who is nobody", answers=["nobody"], provenance=[Provenance(wikipedia_id="1")]))
+    tasks.append(
+        KiltTask(id="missing", input="who is nobody", answers=["nobody"], provenance=[Provenance(wikipedia_id="1")])
+    )
     return {"documents": documents, "retrieve": retrieve, "tasks": tasks, "lookup": GoldPassageLookup(documents)}
 
 
@@ -46,7 +48,16 @@ def test_build_write_read_and_table_7(sample_world, tmp_path):
     tokenizer = MODEL_CACHE.tokenizer("smollm2-135m-instruct")
     for instance, task in zip(instances, sample_world["tasks"]):
         record = instance.record
-        assert set(record) >= {"id", "query", "answers", "task_type", "context", "gold_passage_ids", "budget", "confounding_ratio"}
+        assert set(record) >= {
+            "id",
+            "query",
+            "answers",
+            "task_type",
+            "context",
+            "gold_passage_ids",
+            "budget",
+            "confounding_ratio",
+        }
         assert instance.id == task.id and instance.query == task.input and instance.task_type == "qa"
         assert record["budget"] == {"unit": "tokens", "value": 1500} and record["confounding_ratio"] == 0.5
         ids = [item["passage_id"] for item in instance.context]
@@ -80,7 +91,15 @@ def test_same_seed_same_file_other_seed_other_file(sample_world, tmp_path):
     paths = []
     for name, seed in (("a", 5), ("b", 5), ("c", 6)):
         path = tmp_path / f"{name}.jsonl"
-        build_icr2_benchmark(tasks, sample_world["retrieve"], sample_world["documents"], sample_world["lookup"], path, seed=seed, **kwargs)
+        build_icr2_benchmark(
+            tasks,
+            sample_world["retrieve"],
+            sample_world["documents"],
+            sample_world["lookup"],
+            path,
+            seed=seed,
+            **kwargs,
+        )
         paths.append(path.read_text())
     assert paths[0] == paths[1] and paths[0] != paths[2]
 

@@ -10,17 +10,17 @@ import random
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from haystack.core.serialization import component_from_dict, component_to_dict
 from icr2_components.builders import ConfounderAwareCorpusBuilder
-from icr2_components.models.token_counting import PassageTokenCounter
-from icr2_components.text.templates import render_cic_prompt
 from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler, pool_round_robin
 from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, read_kilt_tasks
 from icr2_components.kilt.chunking import spans_overlap
 from icr2_components.models import MODEL_CACHE
+from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.text.templates import render_cic_prompt
 
 TOKENIZER = "smollm2-135m-instruct"
 
@@ -69,7 +69,10 @@ def _independent_overlap(document: Document, gold: list[Document], task) -> bool
     start, end = (m["start_paragraph_id"], m["start_character"]), (m["end_paragraph_id"], m["end_character"])
     for g in gold:
         if g.meta["wikipedia_id"] == m["wikipedia_id"] and spans_overlap(
-            start, end, (g.meta["start_paragraph_id"], g.meta["start_character"]), (g.meta["end_paragraph_id"], g.meta["end_character"])
+            start,
+            end,
+            (g.meta["start_paragraph_id"], g.meta["start_character"]),
+            (g.meta["end_paragraph_id"], g.meta["end_character"]),
         ):
             return True
     for p in task.provenance:
@@ -117,7 +120,11 @@ def test_properties_of_a_token_budgeted_benchmark_corpus(world, task_index, retr
     costs = counter.count_many(documents)
     assert sum(costs) == report.used <= budget
     rendered = render_cic_prompt("qa", task.input, documents)
-    corpus_text = rendered.text[rendered.passage_char_spans[documents[0].meta["passage_id"]][0]: rendered.passage_char_spans[documents[-1].meta["passage_id"]][1]]
+    corpus_text = rendered.text[
+        rendered.passage_char_spans[documents[0].meta["passage_id"]][0] : rendered.passage_char_spans[
+            documents[-1].meta["passage_id"]
+        ][1]
+    ]
     assert counter.count_text(corpus_text) <= budget
     if report.stop_reason == "token budget reached":
         assert budget - report.used < report.next_candidate_cost
@@ -133,7 +140,9 @@ def test_properties_of_a_token_budgeted_benchmark_corpus(world, task_index, retr
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(task_index=st.integers(0, 23), passages=st.integers(5, 40), ratio=st.floats(0.0, 1.0), seed=st.integers(0, 10**6))
+@given(
+    task_index=st.integers(0, 23), passages=st.integers(5, 40), ratio=st.floats(0.0, 1.0), seed=st.integers(0, 10**6)
+)
 def test_properties_of_a_passage_budgeted_corpus(world, task_index, passages, ratio, seed):
     task, gold, lists = world["tasks"][task_index]
     randoms = random.Random(seed).sample(world["documents"], 100)
@@ -178,14 +187,19 @@ def test_unshuffled_production_corpus_keeps_pooled_order_and_origin(world):
 
 
 def test_run_time_overrides_and_to_dict_round_trip():
-    builder = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_tokens=2000, tokenizer=TOKENIZER, confounding_ratio=0.5, seed=3)
+    builder = ConfounderAwareCorpusBuilder(
+        retrievers=["bm25", "dense"], budget_tokens=2000, tokenizer=TOKENIZER, confounding_ratio=0.5, seed=3
+    )
     data = component_to_dict(builder, "builder")  # Haystack's default serialisation: every __init__ parameter
     assert data["init_parameters"]["retrievers"] == ["bm25", "dense"]
     assert data["init_parameters"]["confounding_ratio"] == 0.5 and data["init_parameters"]["seed"] == 3
     clone = component_from_dict(ConfounderAwareCorpusBuilder, data, "builder")
     assert component_to_dict(clone, "builder") == data
     assert {"bm25", "dense", "query", "confounding_ratio"} <= set(clone.__haystack_input__._sockets_dict)
-    documents = [Document(id=f"d{i}", content=f"passage number {i} about rivers and lakes in place {i * 7}", meta={"title": "T"}) for i in range(12)]
+    documents = [
+        Document(id=f"d{i}", content=f"passage number {i} about rivers and lakes in place {i * 7}", meta={"title": "T"})
+        for i in range(12)
+    ]
     result = clone.run(query="q", bm25=documents[:6], dense=documents[6:], budget_passages=4, confounding_ratio=1.0)
     assert len(result["documents"]) == 4 and result["report"]["budget_unit"] == "passages"
 
@@ -230,7 +244,9 @@ def test_documents_without_text_are_counted_and_never_used(world):
     assert result["report"]["dropped"]["no text"] == 2
     assert not {"empty-1", "empty-2"} & {d.id for d in result["documents"]}
     with pytest.raises(ValueError, match="has no text"):
-        ConfounderAwareCorpusBuilder(budget_passages=5).run(query="q", gold_documents=[Document(id="g", content="")], candidates={"r": lists["okapi"]})
+        ConfounderAwareCorpusBuilder(budget_passages=5).run(
+            query="q", gold_documents=[Document(id="g", content="")], candidates={"r": lists["okapi"]}
+        )
 
 
 def test_duplicate_ids(world):
@@ -251,7 +267,9 @@ def test_near_duplicates_and_exact_duplicates_under_other_ids_are_dropped(world)
     original = lists["okapi"][0]
     copy = Document(id="copy", content=original.content.upper(), meta=dict(original.meta))
     near = Document(id="near", content=original.content + " Also one more sentence.", meta={"title": "x"})
-    result = ConfounderAwareCorpusBuilder(budget_passages=10).run(query="q", candidates={"a": [original, copy, near] + lists["okapi"][1:4]})
+    result = ConfounderAwareCorpusBuilder(budget_passages=10).run(
+        query="q", candidates={"a": [original, copy, near] + lists["okapi"][1:4]}
+    )
     ids = [d.id for d in result["documents"]]
     assert original.id in ids and "copy" not in ids and "near" not in ids
     assert result["report"]["dropped"]["duplicate text"] == 1

@@ -11,7 +11,12 @@ from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, read_kil
 from icr2_components.pipeline_loading import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINES = ["cic_rag_lost_in_the_middle", "cic_recency_query_aware", "cic_benchmark_gold_position", "cic_benchmark_shuffled_reverse"]
+PIPELINES = [
+    "cic_rag_lost_in_the_middle",
+    "cic_recency_query_aware",
+    "cic_benchmark_gold_position",
+    "cic_benchmark_shuffled_reverse",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,13 @@ def test_gold_position_pipeline_puts_the_gold_passage_at_the_position(nq, positi
     task, gold = nq["task"], nq["gold"]
     result = pipeline.run(
         {
-            "corpus_builder": {"query": task.input, "answers": task.answers, "gold_documents": gold, "bm25": nq["bm25"][:20], "dense": nq["bm25"][20:]},
+            "corpus_builder": {
+                "query": task.input,
+                "answers": task.answers,
+                "gold_documents": gold,
+                "bm25": nq["bm25"][:20],
+                "dense": nq["bm25"][20:],
+            },
             "reorderer": {"position": position},
             "prompt_builder": {"query": task.input},
         },
@@ -70,8 +81,16 @@ def test_shuffled_reverse_pipeline_reverses_the_seeded_benchmark_corpus(nq):
     pipeline = load_pipeline(ROOT / "pipelines" / "cic_benchmark_shuffled_reverse.yaml")
     task, gold = nq["task"], nq["gold"]
     pool = random.Random(0).sample(nq["documents"], 100)
-    inputs = {"corpus_builder": {"query": task.input, "answers": task.answers, "gold_documents": gold, "bm25": nq["bm25"], "random_documents": pool},
-              "prompt_builder": {"query": task.input}}
+    inputs = {
+        "corpus_builder": {
+            "query": task.input,
+            "answers": task.answers,
+            "gold_documents": gold,
+            "bm25": nq["bm25"],
+            "random_documents": pool,
+        },
+        "prompt_builder": {"query": task.input},
+    }
     first = pipeline.run(inputs, include_outputs_from={"corpus_builder", "reorderer"})
     built = first["corpus_builder"]["documents"]
     assert first["corpus_builder"]["report"]["used"] <= 1500
@@ -86,11 +105,18 @@ def test_lost_in_the_middle_rag_pipeline_answers_from_the_sample_index(nq):
     pipeline = load_pipeline(ROOT / "pipelines" / "cic_rag_lost_in_the_middle.yaml")
     query = nq["task"].input
     result = pipeline.run(
-        {"bm25_retriever": {"query": query}, "dense_retriever": {"query": query}, "corpus_builder": {"query": query}, "prompt_builder": {"query": query}},
+        {
+            "bm25_retriever": {"query": query},
+            "dense_retriever": {"query": query},
+            "corpus_builder": {"query": query},
+            "prompt_builder": {"query": query},
+        },
         include_outputs_from={"corpus_builder", "reorderer"},
     )
     report = result["corpus_builder"]["report"]
-    assert report["mode"] == "production" and report["used"] <= 1200 and set(report["per_retriever"]) <= {"bm25", "dense"}
+    assert (
+        report["mode"] == "production" and report["used"] <= 1200 and set(report["per_retriever"]) <= {"bm25", "dense"}
+    )
     built = result["corpus_builder"]["documents"]
     ordered = result["reorderer"]["documents"]
     assert ordered[0].id == built[0].id and ordered[-1].id == built[1].id

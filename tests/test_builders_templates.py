@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from haystack import Document
-
 from haystack.core.serialization import component_from_dict, component_to_dict
-from icr2_components.text.templates import ANSWER_INSTRUCTIONS, TASK_TYPES, format_passage, render_cic_prompt
+
 from icr2_components.builders import CorpusInContextPromptBuilder
 from icr2_components.kilt import KiltKnowledgeSource, read_kilt_tasks
 from icr2_components.models import MODEL_CACHE
+from icr2_components.text.templates import ANSWER_INSTRUCTIONS, TASK_TYPES, format_passage, render_cic_prompt
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,11 @@ def question(sample_files):
     return next(read_kilt_tasks(sample_files.tasks)).input
 
 
-QUERY_LABELS = {"qa": ("Question", "Answer:"), "fact_verification": ("Claim", "Judgement:"), "dialogue": ("Conversation", None)}
+QUERY_LABELS = {
+    "qa": ("Question", "Answer:"),
+    "fact_verification": ("Claim", "Judgement:"),
+    "dialogue": ("Conversation", None),
+}
 
 
 @pytest.mark.parametrize("task_type", TASK_TYPES)
@@ -82,17 +86,24 @@ def test_passage_spans_fall_on_token_boundaries_of_the_offset_mapping(tokenizer,
     inside = [i for i, (s, e) in zip(encoded["input_ids"], encoded["offset_mapping"]) if s >= start and e <= end]
     assert tokenizer.decode(inside) == rendered.text[start:end]
     # the same token count the reader sees from apply_chat_template
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": rendered.messages[-1].text}], add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": rendered.messages[-1].text}], add_generation_prompt=True, tokenize=True
+    )
     ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
     assert len(ids) == len(encoded["input_ids"])
 
 
 def test_meta_passage_ids_are_shown_and_spans_keyed_by_them(corpus, question):
-    documents = [Document(id=d.id, content=d.content, meta={**d.meta, "passage_id": f"PSG{9 - i:03d}"}) for i, d in enumerate(corpus)]
+    documents = [
+        Document(id=d.id, content=d.content, meta={**d.meta, "passage_id": f"PSG{9 - i:03d}"})
+        for i, d in enumerate(corpus)
+    ]
     rendered = render_cic_prompt("qa", question, documents)
     assert rendered.passage_ids == ["PSG009", "PSG008", "PSG007", "PSG006"]
     start, _ = rendered.passage_char_spans["PSG007"]
-    assert rendered.text[start:].startswith(f"ID: PSG007\nTitle: {corpus[2].meta['title']}\nContext: {corpus[2].content[:20]}")
+    assert rendered.text[start:].startswith(
+        f"ID: PSG007\nTitle: {corpus[2].meta['title']}\nContext: {corpus[2].content[:20]}"
+    )
     # without a tokenizer, text is the user message itself
     assert rendered.text == rendered.messages[-1].text
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icr2_components.builders.near_duplicates import NearDuplicateIndex, jaccard, prefix_length, word_shingles
-from icr2_components.text.normalization import contains_answer, normalize_text
 from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.text.normalization import contains_answer, normalize_text
 
 
 def test_the_builders_loose_normalisation():

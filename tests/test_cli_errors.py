@@ -19,7 +19,9 @@ ICR2 = Path(sys.executable).parent / "icr2"
 BAD_YAML = "components:\n  reader: [1, 2\n  prompt: 3\n"  # an unclosed flow sequence: the error is on line 3
 
 
-def icr2(*args: str, cwd: Path = ROOT, debug_env: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+def icr2(
+    *args: str, cwd: Path = ROOT, debug_env: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
     command = [str(ICR2)] if ICR2.exists() else [sys.executable, "-m", "icr2_components.cli"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HAYSTACK_TELEMETRY_ENABLED": "False"}
     env.pop("ICR2_DEBUG", None)
@@ -98,7 +100,11 @@ def test_load_pipeline_yaml_syntax_error_names_file_and_line_without_the_allowli
 def test_yaml_syntax_error_through_the_cli_is_one_line_with_file_and_line(tmp_path, command):
     path = tmp_path / "broken.yaml"
     path.write_text(BAD_YAML)
-    args = ["serve", str(path)] if command == "serve" else ["compare", "--pipelines", str(path), "--out", str(tmp_path / "out")]
+    args = (
+        ["serve", str(path)]
+        if command == "serve"
+        else ["compare", "--pipelines", str(path), "--out", str(tmp_path / "out")]
+    )
     line = one_error_line(icr2(*args), command)
     assert f"{path} is not valid YAML: line 3, column" in line
 

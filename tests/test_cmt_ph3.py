@@ -5,7 +5,12 @@ from pathlib import Path
 import pytest
 
 from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
-from icr2_components.filters.probing.ph3_probing import first_answer_token, head_direct_effects, ph3_instances, probe_ph3_heads
+from icr2_components.filters.probing.ph3_probing import (
+    first_answer_token,
+    head_direct_effects,
+    ph3_instances,
+    probe_ph3_heads,
+)
 from icr2_components.models.head_suppression import suppress_heads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +31,8 @@ def test_probing_writes_an_artifact_that_round_trips(probed, tmp_path):
     assert artifact.probed_ids == [i.id for i in instances if i.id in set(artifact.probed_ids)]
     assert len(artifact.scores) == 30 and len(artifact.scores[0]) == 9
     assert artifact.context_heads and artifact.memory_heads
-    assert all(artifact.scores[l][h] > 0 for l, h in artifact.context_heads)
-    assert all(artifact.scores[l][h] < 0 for l, h in artifact.memory_heads)
+    assert all(artifact.scores[layer][h] > 0 for layer, h in artifact.context_heads)
+    assert all(artifact.scores[layer][h] < 0 for layer, h in artifact.memory_heads)
     again = PH3HeadArtifact.load(artifact.save(tmp_path / "ph3.json"))
     assert again == artifact
     assert again.heads_to_suppress("context", 2) == [tuple(h) for h in artifact.memory_heads[:2]]
@@ -37,13 +42,16 @@ def test_probing_writes_an_artifact_that_round_trips(probed, tmp_path):
 
 def test_suppressing_context_heads_moves_the_logits_toward_memory(probed, smollm2):
     """The direct effects are a linearisation; the real, whole-model effect must agree in sign."""
-    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.models.chat_messages import messages_to_dicts
+    from icr2_components.text.templates import render_cic_prompt
 
     model, tokenizer = smollm2
     instances, artifact = probed
     instance = instances[0]
-    target, foil = first_answer_token(tokenizer, instance.context_answer), first_answer_token(tokenizer, instance.memory_answer)
+    target, foil = (
+        first_answer_token(tokenizer, instance.context_answer),
+        first_answer_token(tokenizer, instance.memory_answer),
+    )
     messages = render_cic_prompt("qa", instance.query, instance.documents).messages
     ids = tokenizer.apply_chat_template(messages_to_dicts(messages), add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True)["input_ids"]
@@ -109,7 +117,9 @@ def test_ph3_pipelines_load_from_yaml_suppress_their_heads_and_pull_apart(probed
     model, tokenizer = smollm2
     instances, _ = probed
     bundled = PH3HeadArtifact.load(ROOT / "bench/results/ph3_heads_smollm2.json")
-    specs = {name: PipelineSpec.from_file(str(ROOT / "pipelines" / f"cmt_ph3_{name}.yaml")) for name in ("context", "memory")}
+    specs = {
+        name: PipelineSpec.from_file(str(ROOT / "pipelines" / f"cmt_ph3_{name}.yaml")) for name in ("context", "memory")
+    }
     expected = {"context": sorted(tuple(h) for h in bundled.memory_heads[:4]),
                 "memory": sorted(tuple(h) for h in bundled.context_heads[:4])}
     assert not set(expected["context"]) & set(expected["memory"])
@@ -123,6 +133,7 @@ def test_ph3_pipelines_load_from_yaml_suppress_their_heads_and_pull_apart(probed
             assert zeroed == expected[name], (name, zeroed)
             margins[name] = float(logits[target] - logits[foil])
         assert margins["context"] > margins["memory"], (instance.query, margins)
-    _, zeroed_after, _ = _run_watching_heads(model, PipelineSpec.from_file(str(ROOT / "pipelines" / "closed_book.yaml")),
-                                             instances[0])
+    _, zeroed_after, _ = _run_watching_heads(
+        model, PipelineSpec.from_file(str(ROOT / "pipelines" / "closed_book.yaml")), instances[0]
+    )
     assert zeroed_after == []  # suppression ended with each call

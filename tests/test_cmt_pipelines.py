@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from haystack.core.serialization import component_from_dict, component_to_dict
 from icr2_components.builders.context_use_prompt_builder import CONTEXT_USE_INSTRUCTIONS, ContextUsePromptBuilder
 from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder, parse_verdict
 from icr2_components.builders.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
@@ -20,8 +20,8 @@ DOCS = [Document(content="Hamlet is a tragedy written by William Shakespeare.", 
 
 @pytest.fixture(scope="module")
 def nq(sample_files):
-    from icr2_components.kilt.questions import answer_pool, read_compare_questions
     from icr2_components.kilt.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
     questions, _, path = read_compare_questions(sample_files.tasks, limit=1)
     question = questions[0]
@@ -47,15 +47,24 @@ def test_components_refuse_bad_input_and_round_trip():
         MultiAgentAnswerPromptBuilder(on_unclear="ask")
     with pytest.raises(ValueError, match="choose one of"):
         ContextUsePromptBuilder(instruction="be nice")
-    for component in (RelevanceJudgePromptBuilder(), MultiAgentAnswerPromptBuilder(), ContextUsePromptBuilder("trust_context")):
+    for component in (
+        RelevanceJudgePromptBuilder(),
+        MultiAgentAnswerPromptBuilder(),
+        ContextUsePromptBuilder("trust_context"),
+    ):
         data = component_to_dict(component, "c")
         assert component_to_dict(component_from_dict(type(component), data, "c"), "c") == data
-    assert component_to_dict(ContextUsePromptBuilder("trust_context"), "c")["init_parameters"]["instruction"] == "trust_context"
+    assert (
+        component_to_dict(ContextUsePromptBuilder("trust_context"), "c")["init_parameters"]["instruction"]
+        == "trust_context"
+    )
 
 
 def test_named_instructions_lead_the_prompt():
     for name, text in CONTEXT_USE_INSTRUCTIONS.items():
-        content = ContextUsePromptBuilder(instruction=name).run(query="who wrote hamlet", documents=DOCS)["prompt"][-1].text
+        content = (
+            ContextUsePromptBuilder(instruction=name).run(query="who wrote hamlet", documents=DOCS)["prompt"][-1].text
+        )
         assert content.startswith(text or "Please answer the following question")
         assert "Hamlet is a tragedy" in content
 
@@ -92,7 +101,9 @@ NO_JUDGE = 'Does the context below contain the answer to the question? Reply wit
 
 @pytest.mark.parametrize("context_type, judge_instruction, verdict", [
     ("gold", None, "relevant"), ("irrelevant", NO_JUDGE, "irrelevant")])
-def test_multi_agent_pipeline_makes_two_generator_calls_and_answers(nq, smollm2, context_type, judge_instruction, verdict):
+def test_multi_agent_pipeline_makes_two_generator_calls_and_answers(
+    nq, smollm2, context_type, judge_instruction, verdict
+):
     from icr2_components.builders.multi_agent_answer_prompt_builder import FAITHFUL_INSTRUCTION, MEMORY_PROMPT
 
     model, tokenizer = smollm2
@@ -142,7 +153,11 @@ def test_prompting_pipeline_loads_and_answers(nq, smollm2):
     # the reader read the YAML's instruction (faithful) leading the passages and the question
     expected = ContextUsePromptBuilder(instruction="faithful").run(query=question.query, documents=documents)["prompt"]
     text = expected[-1].text
-    assert text.startswith(CONTEXT_USE_INSTRUCTIONS["faithful"]) and documents[0].content in text and question.query in text
+    assert (
+        text.startswith(CONTEXT_USE_INSTRUCTIONS["faithful"])
+        and documents[0].content in text
+        and question.query in text
+    )
     assert result["prompt_tokens"] == _prompt_tokens(tokenizer, expected)
     plain = ContextUsePromptBuilder(instruction="none").run(query=question.query, documents=documents)["prompt"]
     assert result["prompt_tokens"] > _prompt_tokens(tokenizer, plain)  # the instruction is really there

@@ -9,10 +9,10 @@ import json
 from haystack import Document
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.run import expected_context_sha, run_compare
 from icr2_components.evaluation.compare.cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision
-from icr2_components.kilt.questions import CompareQuestion
+from icr2_components.evaluation.compare.run import expected_context_sha, run_compare
 from icr2_components.kilt.context_types import ContextSet, build_context_set
+from icr2_components.kilt.questions import CompareQuestion
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.readers.local_chat_reader import LocalChatReader
 
@@ -40,7 +40,10 @@ def test_reuse_decision_on_hand_built_records():
 
 
 def test_expected_context_sha_per_pipeline_and_context_type():
-    closed, oracle = PipelineSpec.from_file("pipelines/closed_book.yaml"), PipelineSpec.from_file("pipelines/oracle.yaml")
+    closed, oracle = (
+        PipelineSpec.from_file("pipelines/closed_book.yaml"),
+        PipelineSpec.from_file("pipelines/oracle.yaml"),
+    )
     question = CompareQuestion(id="q1", query="What is the capital of France?", answers=["Paris"],
                                gold_documents=[PARIS], irrelevant_candidates=[LYON])
     contexts = build_context_set("q1", ["Paris"], [PARIS], [LYON], ["Madrid", "Berlin"])
@@ -91,7 +94,12 @@ def test_a_changed_gold_context_is_reanswered_and_report_only_leaves_it_out(tmp_
     calls["n"] = 0
     second = run_compare(["pipelines/closed_book.yaml"], **settings)
     counters = second["run"]["counters"]
-    assert (counters["stale_context"], counters["context_unchecked"], counters["cached"], counters["model_runs"]) == (1, 1, 1, 1)
+    assert (counters["stale_context"], counters["context_unchecked"], counters["cached"], counters["model_runs"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert calls["n"] == 1  # only the stale one re-answered
     now = {r["question_id"]: r for r in read_answer_records(cache)}
     assert now[stale_id]["context_sha"] == right_sha and "context_sha" not in now[old_id]

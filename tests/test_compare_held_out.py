@@ -10,11 +10,17 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.compare.cache import read_answer_records
-from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
 from icr2_components.evaluation.compare.held_out import HeldOutError
-from icr2_components.evaluation.compare.splits import file_sha256, ids_hash, read_question_ids, split_question_ids, write_question_ids
+from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.compare.splits import (
+    file_sha256,
+    ids_hash,
+    read_question_ids,
+    split_question_ids,
+    write_question_ids,
+)
+from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
 from icr2_components.pipeline_spec import PipelineSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,8 +51,27 @@ def test_no_tuned_setting_ever_saw_a_test_question(tmp_path, smollm2, pipeline_r
     source = tmp_path / "cad_small.yaml"
     source.write_text(yaml.safe_dump(data, sort_keys=False))
     out = tmp_path / "run"
-    code = main(["compare", "--pipelines", str(source), "--tune", "--dev-limit", "2", "--limit", "2", "--split-seed", "7",
-                 "--context-types", "gold", "--max-new-tokens", "1", "--out", str(out), "--no-progress"])
+    code = main(
+        [
+            "compare",
+            "--pipelines",
+            str(source),
+            "--tune",
+            "--dev-limit",
+            "2",
+            "--limit",
+            "2",
+            "--split-seed",
+            "7",
+            "--context-types",
+            "gold",
+            "--max-new-tokens",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     run = report["run"]

@@ -7,11 +7,11 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.kilt.questions import answer_pool, read_compare_questions
-from icr2_components.kilt.context_types import answer_type, build_context_set
-from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
 from icr2_components.evaluation.metrics.text_metrics import exact_match, rouge_l, token_f1
+from icr2_components.kilt.context_types import answer_type, build_context_set
+from icr2_components.kilt.questions import answer_pool, read_compare_questions
 from icr2_components.pipeline_loading import PipelineLoadError
+from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
 
 CLOSED_BOOK = "pipelines/closed_book.yaml"
 

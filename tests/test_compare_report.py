@@ -6,14 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS, build_report
-from icr2_components.evaluation.reports.rendering import write_report
 from icr2_components.evaluation.metrics.external_metrics import (
     haystack_exact_match,
     ragas_import_error,
     ragas_rouge_l,
 )
+from icr2_components.evaluation.metrics.text_metrics import answer_match, exact_match, rouge_l, short_answer_exact_match
+from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS, build_report
 from icr2_components.evaluation.reports.position_curves import (
     BUCKET_LABELS,
     NOT_SHOWN,
@@ -21,8 +20,9 @@ from icr2_components.evaluation.reports.position_curves import (
     position_bucket,
     position_curves,
 )
+from icr2_components.evaluation.reports.rendering import write_report
 from icr2_components.evaluation.statistics.proportions import wilson_interval
-from icr2_components.evaluation.metrics.text_metrics import answer_match, exact_match, rouge_l, short_answer_exact_match
+from icr2_components.text.normalization import normalize_answer
 
 
 def record(pipeline, qid, answer, answers, shown, gold, context_type="open", reads_context=True, **extra):
@@ -71,7 +71,9 @@ def test_position_curves_match_a_recomputation_from_the_records():
     records = hand_built_records()
     section = position_curves(records, ["rag", "closed_book"])
     assert section["buckets"] == list(BUCKET_LABELS)
-    assert "closed_book" in section["left_out_pipelines"] and "closed-book" in section["left_out_pipelines"]["closed_book"]
+    assert (
+        "closed_book" in section["left_out_pipelines"] and "closed-book" in section["left_out_pipelines"]["closed_book"]
+    )
     curve = section["curves"]["rag"]
     # recomputed independently: open answers with a known gold passage and no error, grouped by bucket
     usable = [r for r in records if r["pipeline"] == "rag" and r["context_type"] == "open" and not r.get("error")
@@ -213,8 +215,11 @@ def test_report_rows_carry_intervals_and_the_paired_section_against_the_baseline
 def test_exact_match_column_is_left_out_of_the_tables_when_the_reader_answers_in_sentences(tmp_path):
     from icr2_components.evaluation.reports.rendering import paired_rows, summary_rows
 
-    sentences = [record(p, f"q{i}", "The capital of France is the city of Paris, on the Seine.", ["Paris"], ["p1"], ["p1"])
-                 for p in ("rag", "other") for i in range(4)]
+    sentences = [
+        record(p, f"q{i}", "The capital of France is the city of Paris, on the Seine.", ["Paris"], ["p1"], ["p1"])
+        for p in ("rag", "other")
+        for i in range(4)
+    ]
     report = build_report(sentences, [spec("rag"), spec("other")], ["open"], seed=0)
     assert "exact_match" in report["omitted_columns"] and "0 of 8" in report["omitted_columns"]["exact_match"]
     assert report["summary"]["rag"]["open"]["exact_match"] is not None  # still in the JSON

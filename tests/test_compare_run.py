@@ -10,15 +10,15 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.metrics.bcu import bcu
-from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.compare.cache import read_answer_records
-from icr2_components.text.normalization import normalize_answer
-from icr2_components.evaluation.statistics.proportions import wilson_interval
-from icr2_components.evaluation.reports.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
+from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.metrics.bcu import bcu
 from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
+from icr2_components.evaluation.reports.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
+from icr2_components.evaluation.statistics.proportions import wilson_interval
 from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
 from icr2_components.readers.local_chat_reader import LocalChatReader
+from icr2_components.text.normalization import normalize_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml", "pipelines/oracle.yaml"]
@@ -82,7 +82,10 @@ def check_hand_worked_report(out, records, count_calls):
     """Replace the saved answers by hand-chosen ones (appended: the last record of a key wins), re-run the same
     command (every answer cached: no model call) and compare the report with values worked out by hand."""
     by_question = {r["question_id"]: r["answers"] for r in records}
-    assert by_question["nq-sample-00000"][0] == "Wilhelm Conrad Röntgen" and by_question["nq-sample-00001"][0] == "May 18, 2018"
+    assert (
+        by_question["nq-sample-00000"][0] == "Wilhelm Conrad Röntgen"
+        and by_question["nq-sample-00001"][0] == "May 18, 2018"
+    )
     hand = {
         # closed_book: the gold answer verbatim for questions 0-4, a wrong word for the other 15
         "closed_book": lambda i, gold: gold if i < 5 else "zzz",
@@ -94,7 +97,9 @@ def check_hand_worked_report(out, records, count_calls):
     with (out / "answers.jsonl").open("a") as handle:
         for r in records:
             index = int(r["question_id"].rsplit("-", 1)[1])
-            handle.write(json.dumps({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])}, ensure_ascii=False) + "\n")
+            handle.write(
+                json.dumps({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])}, ensure_ascii=False) + "\n"
+            )
     count_calls["calls"] = 0
     assert main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
                  "--max-new-tokens", "6", "--out", str(out), "--no-progress"]) == 0

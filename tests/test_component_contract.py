@@ -17,7 +17,6 @@ import pytest
 from haystack.core.component import component
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-
 COMPONENT_PACKAGES = ("builders", "filters", "gates", "rankers", "readers", "reorderers", "retrievers")
 
 # The only components that write their own to_dict/from_dict, and why.
@@ -77,7 +76,9 @@ def test_default_serialisation_keeps_every_init_parameter(cls):
     component = cls(**REQUIRED_ARGUMENTS.get(cls.__name__, {}))
     missing = [name for name in inspect.signature(cls.__init__).parameters
                if name not in ("self", "args", "kwargs") and not hasattr(component, name)]
-    assert not missing, f"{cls.__name__} does not keep {missing} under the same name: default serialisation would drop them"
+    assert not missing, (
+        f"{cls.__name__} does not keep {missing} under the same name: default serialisation would drop them"
+    )
     data = component_to_dict(component, "c")
     again = component_from_dict(cls, data, "c")
     assert component_to_dict(again, "c") == data

@@ -19,19 +19,34 @@ from icr2_components.training.recipe import RecipeError, recipe_from_dict
 
 def test_check_known_keys_names_the_unknown_and_the_allowed():
     check_known_keys({"a": 1}, {"a", "b"}, "here")  # known keys pass
-    with pytest.raises(RuntimeError, match=r"unknown key\(s\) \['c', 'd'\] in here; allowed keys: \['a', 'b'\]\. Try a\.$"):
+    with pytest.raises(
+        RuntimeError, match=r"unknown key\(s\) \['c', 'd'\] in here; allowed keys: \['a', 'b'\]\. Try a\.$"
+    ):
         check_known_keys({"a": 1, "d": 2, "c": 3}, ["b", "a"], "here", RuntimeError, hint="Try a.")
 
 
 def test_every_reader_of_a_mapping_uses_it(tmp_path):
     cases = [
-        (lambda: index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {}, "stor": {}}, "x.yaml"),
-         ConfigError, "['stor'] in the top level of x.yaml; allowed keys: ['corpus', 'embedding', 'name', 'store'"),
-        (lambda: recipe_from_dict({"method": "sft-da", "lr": 1}, "r.yaml"), RecipeError, "['lr'] in r.yaml; allowed keys: ["),
-        (lambda: backend_from_dict({"kind": "local", "temperature": 0}, "b.yaml"), BackendError,
-         "['temperature'] in b.yaml (kind: local); allowed keys: ['model']"),
-        (lambda: ServedModel.from_dict({"api_base_url": "http://h/v1", "model": "m", "port": 1}, "served"), ValueError,
-         "['port'] in served; allowed keys: ['api_base_url', 'api_key_env', 'context_length'"),
+        (
+            lambda: index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {}, "stor": {}}, "x.yaml"),
+            ConfigError,
+            "['stor'] in the top level of x.yaml; allowed keys: ['corpus', 'embedding', 'name', 'store'",
+        ),
+        (
+            lambda: recipe_from_dict({"method": "sft-da", "lr": 1}, "r.yaml"),
+            RecipeError,
+            "['lr'] in r.yaml; allowed keys: [",
+        ),
+        (
+            lambda: backend_from_dict({"kind": "local", "temperature": 0}, "b.yaml"),
+            BackendError,
+            "['temperature'] in b.yaml (kind: local); allowed keys: ['model']",
+        ),
+        (
+            lambda: ServedModel.from_dict({"api_base_url": "http://h/v1", "model": "m", "port": 1}, "served"),
+            ValueError,
+            "['port'] in served; allowed keys: ['api_base_url', 'api_key_env', 'context_length'",
+        ),
     ]
     artifact = tmp_path / "gate.json"
     artifact.write_text(json.dumps({"format": "icr2-gate/1", "colour": "red"}))
@@ -40,6 +55,9 @@ def test_every_reader_of_a_mapping_uses_it(tmp_path):
         with pytest.raises(error) as raised:
             call()
         assert "unknown key(s) " + words in str(raised.value), str(raised.value)
-    with pytest.raises(ValueError, match=r"unknown parameters \['coiecd_alfa'\] in ContextAwareDecodingReader; allowed parameters: "
-                                         r"\[.*'coiecd_alpha'.*\]\. A decoding rule's own parameters are named <rule>_<parameter>\."):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown parameters \['coiecd_alfa'\] in ContextAwareDecodingReader; allowed parameters: "
+        r"\[.*'coiecd_alpha'.*\]\. A decoding rule's own parameters are named <rule>_<parameter>\.",
+    ):
         ContextAwareDecodingReader._checked_rule_parameters({"coiecd_alfa": 0.5})

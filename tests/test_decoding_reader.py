@@ -10,9 +10,9 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.text.templates import render_cic_prompt
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader, MissingContextError
+from icr2_components.text.templates import render_cic_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 4
@@ -22,8 +22,8 @@ QUESTION_ID = "nq-sample-00003"
 @pytest.fixture(scope="module")
 def nq_conflict(sample_files, smollm2):
     """(query, conflicting documents) for one real NQ question; the substitute answer replaces the gold one."""
-    from icr2_components.kilt.questions import answer_pool, read_compare_questions
     from icr2_components.kilt.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
     questions, _, path = read_compare_questions(sample_files.tasks, limit=4)
     question = next(q for q in questions if q.id == QUESTION_ID)
@@ -171,8 +171,11 @@ class _ForwardCounter:
     def __init__(self, model):
         self.lengths = []
         self._hook = model.register_forward_pre_hook(
-            lambda _m, args, kwargs: self.lengths.append(int(kwargs.get("input_ids", args[0] if args else None).shape[-1])),
-            with_kwargs=True)
+            lambda _m, args, kwargs: self.lengths.append(
+                int(kwargs.get("input_ids", args[0] if args else None).shape[-1])
+            ),
+            with_kwargs=True,
+        )
 
     def close(self):
         self._hook.remove()
@@ -210,5 +213,7 @@ def test_decoding_pipeline_loads_from_yaml_and_answers(name, settings, combine, 
     assert reply.meta["prompt_tokens"] == result["prompt_tokens"] > reply.meta["memory_prompt_tokens"] + 50
     # two passes per generated token: the two prompts first, then one token on each cache per further step
     steps = reply.meta["completion_tokens"]
-    assert counter.lengths == [reply.meta["prompt_tokens"], reply.meta["memory_prompt_tokens"]] + [1] * (2 * (steps - 1))
+    assert counter.lengths == [reply.meta["prompt_tokens"], reply.meta["memory_prompt_tokens"]] + [1] * (
+        2 * (steps - 1)
+    )
     assert reply.text == _reference_decode(model, tokenizer, context_messages, memory_messages, combine, TOKENS)

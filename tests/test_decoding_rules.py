@@ -160,7 +160,9 @@ def test_rules_refuse_bad_input():
         cad_logits(z_c, z_m[:, :10], 1.0)
     with pytest.raises(ValueError, match=">= 0"):
         acd_logits(z_c, z_m, -1.0)
-    with pytest.raises(UnknownDecodingRuleError, match=r"Unknown decoding rule 'dola'; choose one of \['acd', 'cad', 'coiecd'"):
+    with pytest.raises(
+        UnknownDecodingRuleError, match=r"Unknown decoding rule 'dola'; choose one of \['acd', 'cad', 'coiecd'"
+    ):
         decoding_rule("dola")
     with pytest.raises(ValueError, match="lambda"):
         COIECDParameters(bound_ratio=0.5)

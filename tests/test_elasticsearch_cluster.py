@@ -28,7 +28,12 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores.config import index_config_from_dict
-from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, build_elasticsearch_store, index_mapping, index_settings
+from icr2_components.stores.elasticsearch.store import (
+    build_elasticsearch_client,
+    build_elasticsearch_store,
+    index_mapping,
+    index_settings,
+)
 from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +53,12 @@ KILL_AFTER = 1200
 def cluster_script(command: str, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "RAGAS_DO_NOT_TRACK": "true", "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        ["bash", str(SCRIPT), command, *CLUSTER_ARGS, *extra], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        ["bash", str(SCRIPT), command, *CLUSTER_ARGS, *extra],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -59,7 +69,10 @@ def cluster():
     result = cluster_script("start", "--wipe")
     if result.returncode != 0:
         cluster_script("stop", "--wipe")
-        pytest.fail(f"`bash scripts/elasticsearch.sh start {' '.join(CLUSTER_ARGS)}` failed (exit {result.returncode}):\n{(result.stdout + result.stderr)[-4000:]}")
+        pytest.fail(
+            f"`bash scripts/elasticsearch.sh start {' '.join(CLUSTER_ARGS)}` failed (exit "
+            f"{result.returncode}):\n{(result.stdout + result.stderr)[-4000:]}"
+        )
     print(f"\n3-node cluster up in {time.monotonic() - started:.0f}s")
     try:
         yield HOSTS
@@ -89,7 +102,9 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
     assert len(pids) == NODES, pids
 
     index = "icr2-es-cluster-node-loss"
-    client.indices.create(index=index, mappings=index_mapping(), settings=index_settings(number_of_shards=3, number_of_replicas=1))
+    client.indices.create(
+        index=index, mappings=index_mapping(), settings=index_settings(number_of_shards=3, number_of_replicas=1)
+    )
     client.cluster.health(index=index, wait_for_status="green", timeout="60s")
 
     documents = list(KiltKnowledgeSource(sample_files.corpus).documents())
@@ -102,7 +117,13 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
         return index_config_from_dict(
             {
                 "name": f"cluster-{part}",
-                "store": {"type": "elasticsearch", "hosts": cluster, "index": index, "request_timeout": 30, "max_retries": 8},
+                "store": {
+                    "type": "elasticsearch",
+                    "hosts": cluster,
+                    "index": index,
+                    "request_timeout": 30,
+                    "max_retries": 8,
+                },
                 "corpus": {"path": "sample"},
                 "embedding": {"enabled": False},
                 "writer": {"batch_size": 100, "thread_count": 2, "checkpoint_path": str(tmp_path / f"{part}.json")},
@@ -113,7 +134,9 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
     # 1. a first part, so that searches have something to find while the load runs (it turns refresh off); the
     #    load below streams every passage again (overwriting these by id), so its count check covers the index
     head = 500
-    first = ElasticsearchStreamingWriter.from_config(config("head"), load_replicas=None, progress=False, retry_backoff=0.5)
+    first = ElasticsearchStreamingWriter.from_config(
+        config("head"), load_replicas=None, progress=False, retry_backoff=0.5
+    )
     assert first.write(documents[:head]).count_ok
 
     # 2. searches from a thread, through the project's document store with the same multi-host settings
@@ -151,7 +174,9 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
     searcher = threading.Thread(target=search, daemon=True)
     searcher.start()
     try:
-        writer = ElasticsearchStreamingWriter.from_config(config("rest"), load_replicas=None, progress=False, retry_backoff=0.5)
+        writer = ElasticsearchStreamingWriter.from_config(
+            config("rest"), load_replicas=None, progress=False, retry_backoff=0.5
+        )
         report = writer.write(killing(documents))
     finally:
         time.sleep(1.0)
@@ -183,7 +208,9 @@ def test_cluster_survives_a_node_killed_mid_load(cluster, sample_files, tmp_path
     assert client.count(index=index)["count"] == total
     from elasticsearch.helpers import scan
 
-    ids = [hit["_id"] for hit in scan(client, index=index, query={"query": {"match_all": {}}}, _source=False, size=1000)]
+    ids = [
+        hit["_id"] for hit in scan(client, index=index, query={"query": {"match_all": {}}}, _source=False, size=1000)
+    ]
     assert len(ids) == total and set(ids) == expected_ids
 
     # searches kept answering during the loss

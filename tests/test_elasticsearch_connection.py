@@ -21,7 +21,11 @@ from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWr
 
 def write_config(tmp_path: Path, **store) -> Path:
     path = tmp_path / "cluster.yaml"
-    data = {"store": {"type": "elasticsearch", "index": "icr2-es-cluster-connection", **store}, "corpus": {"path": "sample"}, "embedding": {"enabled": False}}
+    data = {
+        "store": {"type": "elasticsearch", "index": "icr2-es-cluster-connection", **store},
+        "corpus": {"path": "sample"},
+        "embedding": {"enabled": False},
+    }
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -38,8 +42,12 @@ def test_a_ca_file_without_an_https_host_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="no host in store.hosts is https"):
         load_index_config(write_config(tmp_path, hosts="http://127.0.0.1:9200", ca_certs=str(ca)))
     with pytest.raises(ConfigError, match="verify_certs is false"):
-        load_index_config(write_config(tmp_path, hosts="https://es1.internal:9200", ca_certs=str(ca), verify_certs=False))
-    config = load_index_config(write_config(tmp_path, hosts=["https://es1.internal:9200", "https://es2.internal:9200"], ca_certs=str(ca)))
+        load_index_config(
+            write_config(tmp_path, hosts="https://es1.internal:9200", ca_certs=str(ca), verify_certs=False)
+        )
+    config = load_index_config(
+        write_config(tmp_path, hosts=["https://es1.internal:9200", "https://es2.internal:9200"], ca_certs=str(ca))
+    )
     assert connection_options(config.store) == {"ca_certs": str(ca)}
 
 
@@ -49,7 +57,11 @@ def test_a_host_that_is_not_a_url_is_refused(tmp_path):
 
 
 def test_basic_auth_takes_the_password_from_the_environment_and_never_serialises_it(tmp_path, monkeypatch):
-    config = load_index_config(write_config(tmp_path, hosts="http://127.0.0.1:9200", username="icr2_writer", password_env="ICR2_TEST_ES_PASSWORD"))
+    config = load_index_config(
+        write_config(
+            tmp_path, hosts="http://127.0.0.1:9200", username="icr2_writer", password_env="ICR2_TEST_ES_PASSWORD"
+        )
+    )
     monkeypatch.delenv("ICR2_TEST_ES_PASSWORD", raising=False)
     monkeypatch.delenv("ELASTIC_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="ICR2_TEST_ES_PASSWORD"):
@@ -65,7 +77,9 @@ def test_basic_auth_takes_the_password_from_the_environment_and_never_serialises
 
 
 @pytest.mark.elasticsearch
-def test_the_same_config_with_connection_keys_writes_and_reads_on_the_real_node(elasticsearch_url, es_client, sample_files, tmp_path, monkeypatch):
+def test_the_same_config_with_connection_keys_writes_and_reads_on_the_real_node(
+    elasticsearch_url, es_client, sample_files, tmp_path, monkeypatch
+):
     from icr2_components.kilt import KiltKnowledgeSource
 
     # the project's node has security off: the Authorization header is accepted and ignored, so this checks that
@@ -74,7 +88,9 @@ def test_the_same_config_with_connection_keys_writes_and_reads_on_the_real_node(
     monkeypatch.setenv("ICR2_TEST_ES_PASSWORD", "s3cret-pw")
     index = "icr2-es-cluster-connection"
     es_client.indices.delete(index=index, ignore_unavailable=True)
-    path = write_config(tmp_path, hosts=[elasticsearch_url], username="icr2_writer", password_env="ICR2_TEST_ES_PASSWORD")
+    path = write_config(
+        tmp_path, hosts=[elasticsearch_url], username="icr2_writer", password_env="ICR2_TEST_ES_PASSWORD"
+    )
     config = load_index_config(path, overrides={"writer.checkpoint_path": str(tmp_path / "c.json")})
     try:
         documents = list(KiltKnowledgeSource(sample_files.corpus).documents())[:300]

@@ -33,13 +33,26 @@ def es_config(url: str, index: str, corpus: str, tmp_path, embedding: bool = Fal
     }
 
 
-def test_repeated_article_and_bad_byte_into_elasticsearch_load_completely(elasticsearch_url, es_client, es_index_name, tmp_path):
+def test_repeated_article_and_bad_byte_into_elasticsearch_load_completely(
+    elasticsearch_url, es_client, es_index_name, tmp_path
+):
     path = tmp_path / "ks.jsonl"
-    lines = [json.dumps({"wikipedia_id": str(i), "wikipedia_title": f"T{i}", "text": [f"T{i}", words(f"a{i}x", 150)]}).encode()
-             for i in range(12)]
+    lines = [
+        json.dumps(
+            {"wikipedia_id": str(i), "wikipedia_title": f"T{i}", "text": [f"T{i}", words(f"a{i}x", 150)]}
+        ).encode()
+        for i in range(12)
+    ]
     # a second record of article 4 (it would overwrite 2 of its passages and add a third) and a line with 0xff
-    lines.insert(6, json.dumps({"wikipedia_id": "4", "wikipedia_title": "T4 again", "text": ["T4", words("zzz", 300)]}).encode())
-    lines.insert(9, json.dumps({"wikipedia_id": "99", "wikipedia_title": "Bad", "text": ["Bad", "caf_"]}).encode().replace(b"caf_", b"caf\xff"))
+    lines.insert(
+        6, json.dumps({"wikipedia_id": "4", "wikipedia_title": "T4 again", "text": ["T4", words("zzz", 300)]}).encode()
+    )
+    lines.insert(
+        9,
+        json.dumps({"wikipedia_id": "99", "wikipedia_title": "Bad", "text": ["Bad", "caf_"]})
+        .encode()
+        .replace(b"caf_", b"caf\xff"),
+    )
     path.write_bytes(b"\n".join(lines) + b"\n")
     handle = IndexHandle(index_config_from_dict(es_config(elasticsearch_url, es_index_name, str(path), tmp_path)))
     report = handle.build(progress=False)
@@ -54,33 +67,45 @@ def test_repeated_article_and_bad_byte_into_elasticsearch_load_completely(elasti
     assert checkpoint["completed"] is True and checkpoint["position"] == 24
 
 
-def test_a_load_whose_count_check_fails_is_never_marked_complete(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path):
+def test_a_load_whose_count_check_fails_is_never_marked_complete(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
+):
     documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 30))
     stream = documents + documents[:5]  # a stream that repeats ids (the writer is given it directly)
     checkpoint = tmp_path / "ckpt.json"
-    writer = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False)
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False
+    )
     with pytest.raises(DocumentCountMismatchError, match="holds 30 documents, but 35 passages were streamed"):
         writer.write(stream)
     state = json.loads(checkpoint.read_text())
     assert state["completed"] is False
     assert state["count_check_failed"] == {"index_count": 30, "expected_count": 35}
     # the next run does not trust the failed load: it starts over rather than resuming after position 35
-    again = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False)
+    again = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False
+    )
     report = again.write(documents)
     assert report.resumed_from == 0 and report.written == 30 and report.count_ok
     assert json.loads(checkpoint.read_text())["completed"] is True
 
 
-def test_searching_an_index_that_was_never_built_is_an_error_and_creates_nothing(elasticsearch_url, es_client, es_index_name, tmp_path):
+def test_searching_an_index_that_was_never_built_is_an_error_and_creates_nothing(
+    elasticsearch_url, es_client, es_index_name, tmp_path
+):
     handle = IndexHandle(index_config_from_dict(es_config(elasticsearch_url, es_index_name, "sample", tmp_path)))
     with pytest.raises(IndexNotBuiltError, match=rf"has no index '{es_index_name}'.*icr2 index --config"):
         handle.retrieve("who won the first nobel prize in physics", method="bm25")
     assert not es_client.indices.exists(index=es_index_name)
 
 
-def test_a_query_over_the_clause_limit_is_refused_naming_the_limit(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path):
+def test_a_query_over_the_clause_limit_is_refused_naming_the_limit(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
+):
     documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 20))
-    ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, checkpoint_path=None, progress=False).write(documents)
+    ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, checkpoint_path=None, progress=False).write(
+        documents
+    )
     handle = IndexHandle(index_config_from_dict(es_config(elasticsearch_url, es_index_name, "sample", tmp_path)))
     query = " ".join(f"w{i:05d}" for i in range(17_000))  # ~119,000 characters, 17,000 distinct words
     assert len(query) > 100_000
@@ -100,7 +125,9 @@ class CountingEmbedder(PassageEmbedder):
         return super().embed_texts(texts)
 
 
-def test_a_resumed_load_with_embeddings_embeds_only_what_it_did_not_confirm(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, minilm):
+def test_a_resumed_load_with_embeddings_embeds_only_what_it_did_not_confirm(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, minilm
+):
     corpus = tmp_path / "ks.jsonl"
     with open(sample_files.corpus, encoding="utf-8") as source, open(corpus, "w", encoding="utf-8") as out:
         out.writelines(islice(source, 300))
@@ -132,5 +159,7 @@ def test_a_resumed_load_with_embeddings_embeds_only_what_it_did_not_confirm(elas
     assert report.resumed_from == confirmed and report.passages_streamed == total and report.count_ok
     # the confirmed prefix was read, not embedded: exactly the rest of the stream went through the model
     assert CountingEmbedder.embedded == total - confirmed
-    vectors = es_client.search(index=es_index_name, query={"exists": {"field": "embedding"}}, size=0, track_total_hits=True)
+    vectors = es_client.search(
+        index=es_index_name, query={"exists": {"field": "embedding"}}, size=0, track_total_hits=True
+    )
     assert vectors["hits"]["total"]["value"] == total

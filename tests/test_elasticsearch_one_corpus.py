@@ -48,7 +48,9 @@ def test_a_second_corpus_is_refused_before_the_first_write_naming_both_fingerpri
     recorded = meta[SOURCE_META_KEY]["fingerprint"]
 
     second = _config(elasticsearch_url, es_index_name, _corpus(tmp_path / "b.jsonl", "beta", 4), tmp_path, "b")
-    with pytest.raises(IndexConfigMismatchError, match=rf"stream fingerprint {recorded}.*this config's is [0-9a-f]{{20}}"):
+    with pytest.raises(
+        IndexConfigMismatchError, match=rf"stream fingerprint {recorded}.*this config's is [0-9a-f]{{20}}"
+    ):
         IndexHandle(index_config_from_dict(second)).build(progress=False)
     es_client.indices.refresh(index=es_index_name)
     assert es_client.count(index=es_index_name)["count"] == 12  # nothing of the second corpus went in
@@ -77,8 +79,13 @@ def test_icr2_index_killed_with_sigkill_at_default_settings_resumes_from_seconds
     path.write_text(yaml.safe_dump(config))
     seconds = load_index_config(path).writer.checkpoint_seconds
 
-    child = subprocess.Popen([sys.executable, "-m", "icr2_components.cli", "index", "--config", str(path)], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "icr2_components.cli", "index", "--config", str(path)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     deadline = time.monotonic() + 600
     try:
         while child.poll() is None and not checkpoint.exists() and time.monotonic() < deadline:
@@ -111,7 +118,9 @@ def _script(command: str, port: int, heap: str | None = None) -> subprocess.Comp
     env = {**os.environ, "ICR2_ES_PORT": str(port)}
     if heap:
         env["ICR2_ES_HEAP"] = heap
-    return subprocess.run(["bash", str(SCRIPT), command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["bash", str(SCRIPT), command], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _node(url: str) -> dict | None:
@@ -151,8 +160,14 @@ def test_two_single_nodes_on_two_ports_start_and_stop_independently(elasticsearc
 
 def test_hybrid_search_on_a_never_built_index_says_build_it(elasticsearch_url, es_index_name, tmp_path):
     """It said the index was "built without embeddings"."""
-    config = index_config_from_dict({"name": "never", "corpus": {"path": "sample"}, "embedding": {"enabled": False},
-                                     "store": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": es_index_name}})
+    config = index_config_from_dict(
+        {
+            "name": "never",
+            "corpus": {"path": "sample"},
+            "embedding": {"enabled": False},
+            "store": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": es_index_name},
+        }
+    )
     from icr2_components.stores.errors import IndexNotBuiltError
 
     with pytest.raises(IndexNotBuiltError, match=rf"'{es_index_name}' at .* does not exist: build it first"):
@@ -167,6 +182,8 @@ def test_a_100000_character_query_names_the_clause_limit_not_zero(elasticsearch_
     handle = IndexHandle(index_config_from_dict(config))
     handle.build(progress=False)
     query = " ".join(f"w{i}" for i in range(15_000))[:100_000]
-    with pytest.raises(QueryTooLongError, match=r"too long for Elasticsearch's BM25.*query clauses the node allows") as caught:
+    with pytest.raises(
+        QueryTooLongError, match=r"too long for Elasticsearch's BM25.*query clauses the node allows"
+    ) as caught:
         handle.retrieve(query, method="bm25")
     assert "node's 0" not in str(caught.value) and " 0 query clauses" not in str(caught.value)

@@ -19,7 +19,10 @@ def run(*args: str) -> subprocess.CompletedProcess:
     ("args", "message"),
     [
         (("start", "--nodes", "3", "--http-port-base", "9200"), "include the single node's port 9200"),
-        (("start", "--nodes", "3", "--http-port-base", "9301", "--transport-port-base", "9302"), "overlap the transport ports"),
+        (
+            ("start", "--nodes", "3", "--http-port-base", "9301", "--transport-port-base", "9302"),
+            "overlap the transport ports",
+        ),
         (("start", "--nodes", "0x"), "--nodes must be a number from 1 to 9"),
         (("start", "--nodes", "3", "--heap", "lots"), "--heap must look like 256m or 1g"),
         (("start", "--nodes", "3", "--cluster-name", "Bad Name"), "--cluster-name must be lower-case"),
@@ -34,7 +37,17 @@ def test_bad_cluster_options_are_refused_with_one_line(args, message):
 
 
 def test_status_of_a_cluster_that_is_not_running_lists_its_nodes_and_fails():
-    result = run("status", "--nodes", "2", "--http-port-base", "9296", "--transport-port-base", "9396", "--cluster-name", "icr2-never-started")
+    result = run(
+        "status",
+        "--nodes",
+        "2",
+        "--http-port-base",
+        "9296",
+        "--transport-port-base",
+        "9396",
+        "--cluster-name",
+        "icr2-never-started",
+    )
     assert result.returncode == 1
     assert result.stdout.splitlines()[:2] == [
         "icr2-never-started-1 http://127.0.0.1:9296 -",

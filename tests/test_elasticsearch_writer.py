@@ -71,7 +71,9 @@ def load_meta(client, index: str) -> dict:
 def all_ids(client, index: str) -> list[str]:
     from elasticsearch.helpers import scan
 
-    return [hit["_id"] for hit in scan(client, index=index, query={"query": {"match_all": {}}}, _source=False, size=2000)]
+    return [
+        hit["_id"] for hit in scan(client, index=index, query={"query": {"match_all": {}}}, _source=False, size=2000)
+    ]
 
 
 def closed_port() -> int:
@@ -201,14 +203,24 @@ KILLED_CHILD = textwrap.dedent(
 
 
 @pytest.mark.elasticsearch
-def test_killed_load_resumes_to_exactly_the_passage_count(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path):
+def test_killed_load_resumes_to_exactly_the_passage_count(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
+):
     checkpoint = tmp_path / "load.checkpoint.json"
     expected_ids = [d.id for d in KiltKnowledgeSource(sample_files.corpus).documents()]
     total = len(expected_ids)
     assert total > 3000 and len(set(expected_ids)) == total
 
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_CHILD, elasticsearch_url, es_index_name, str(checkpoint), str(sample_files.corpus)],
+        [
+            sys.executable,
+            "-c",
+            KILLED_CHILD,
+            elasticsearch_url,
+            es_index_name,
+            str(checkpoint),
+            str(sample_files.corpus),
+        ],
         cwd=REPO_ROOT,
         env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "RAGAS_DO_NOT_TRACK": "true", "HF_HUB_OFFLINE": "1"},
         stdout=subprocess.PIPE,
@@ -226,7 +238,9 @@ def test_killed_load_resumes_to_exactly_the_passage_count(elasticsearch_url, es_
                 if confirmed >= 1000:
                     break
             time.sleep(0.02)
-        assert child.poll() is None, f"the load ended before it could be killed:\n{child.stdout.read().decode()[-2000:]}"
+        assert child.poll() is None, (
+            f"the load ended before it could be killed:\n{child.stdout.read().decode()[-2000:]}"
+        )
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
@@ -243,7 +257,9 @@ def test_killed_load_resumes_to_exactly_the_passage_count(elasticsearch_url, es_
     # a run with another configuration refuses to resume, and writes nothing
     es_client.indices.refresh(index=es_index_name)
     count_before = es_client.count(index=es_index_name)["count"]
-    other = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, checkpoint_path=checkpoint, fingerprint="sample-v2", progress=False)
+    other = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, checkpoint_path=checkpoint, fingerprint="sample-v2", progress=False
+    )
     with pytest.raises(CheckpointMismatchError, match="fingerprint"):
         other.write(KiltKnowledgeSource(sample_files.corpus).documents())
     es_client.indices.refresh(index=es_index_name)
@@ -251,7 +267,12 @@ def test_killed_load_resumes_to_exactly_the_passage_count(elasticsearch_url, es_
 
     # the re-run: same stream, same fingerprint
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, fingerprint="sample-v1", progress=False
+        elasticsearch_url,
+        es_index_name,
+        batch_size=100,
+        checkpoint_path=checkpoint,
+        fingerprint="sample-v1",
+        progress=False,
     )
     report = writer.write(KiltKnowledgeSource(sample_files.corpus).documents())
     print("\n" + report.summary())
@@ -272,7 +293,9 @@ def test_killed_load_resumes_to_exactly_the_passage_count(elasticsearch_url, es_
 @pytest.mark.elasticsearch
 def test_unreachable_node_is_retried_then_named(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}"
-    writer = ElasticsearchStreamingWriter(url, "never-created", max_retries=2, retry_backoff=0.05, checkpoint_path=tmp_path / "c.json", progress=False)
+    writer = ElasticsearchStreamingWriter(
+        url, "never-created", max_retries=2, retry_backoff=0.05, checkpoint_path=tmp_path / "c.json", progress=False
+    )
     started = time.monotonic()
     with pytest.raises(ElasticsearchUnreachableError) as raised:
         writer.write([Document(id="x", content="never written")])
@@ -285,7 +308,9 @@ def test_unreachable_node_is_retried_then_named(tmp_path):
 
 
 @pytest.mark.elasticsearch
-def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, caplog):
+def test_connection_lost_mid_load_is_retried_or_named(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, caplog
+):
     # 1. the path to the node breaks for 1.5 s in the middle of the load: retried with backoff, nothing lost
     proxy = TcpProxy(elasticsearch_url).start()
 
@@ -297,7 +322,13 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
             yield document
 
     writer = ElasticsearchStreamingWriter(
-        proxy.url, es_index_name, batch_size=100, max_retries=6, retry_backoff=0.2, checkpoint_path=tmp_path / "a.json", progress=False
+        proxy.url,
+        es_index_name,
+        batch_size=100,
+        max_retries=6,
+        retry_backoff=0.2,
+        checkpoint_path=tmp_path / "a.json",
+        progress=False,
     )
     with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.writer"):
         report = writer.write(broken_for_a_while(sample_documents(sample_files.corpus, limit=800)))
@@ -317,7 +348,14 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
 
     checkpoint = tmp_path / "b.json"
     writer = ElasticsearchStreamingWriter(
-        proxy.url, es_index_name, batch_size=100, max_retries=2, retry_backoff=0.05, checkpoint_path=checkpoint, fingerprint="f", progress=False
+        proxy.url,
+        es_index_name,
+        batch_size=100,
+        max_retries=2,
+        retry_backoff=0.05,
+        checkpoint_path=checkpoint,
+        fingerprint="f",
+        progress=False,
     )
     with pytest.raises(ElasticsearchUnreachableError, match=proxy.url):
         writer.write(broken_for_good(sample_documents(sample_files.corpus, limit=1000)))
@@ -325,7 +363,9 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
     assert 0 < state["position"] <= 700 and not state["completed"]
     # the settings could not be restored through the broken path; the next run (straight to the node) does it
     assert load_settings(es_client, es_index_name)["index.refresh_interval"] == "-1"
-    writer = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, fingerprint="f", progress=False)
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, fingerprint="f", progress=False
+    )
     report = writer.write(sample_documents(sample_files.corpus, limit=1000))
     assert report.resumed_from == state["position"]
     assert report.count_ok and report.index_count == 1000
@@ -333,7 +373,9 @@ def test_connection_lost_mid_load_is_retried_or_named(elasticsearch_url, es_clie
 
 
 @pytest.mark.elasticsearch
-def test_documents_answered_429_are_resent_with_backoff_or_reported(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, caplog):
+def test_documents_answered_429_are_resent_with_backoff_or_reported(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path, caplog
+):
     # Elasticsearch's own 429: the read-only-allow-delete block (what a node past its flood-stage disk watermark sets)
     # answers every write to the index 429 until it is lifted
     def block(on: bool | None) -> None:
@@ -409,9 +451,13 @@ def test_embedding_dimension_mismatch_is_a_clear_error(elasticsearch_url, es_cli
 
 
 @pytest.mark.elasticsearch
-def test_load_settings_are_switched_during_the_load_and_restored_after(elasticsearch_url, es_client, es_index_name, sample_files, tmp_path):
+def test_load_settings_are_switched_during_the_load_and_restored_after(
+    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
+):
     ensure_index(es_client, es_index_name)
-    es_client.indices.put_settings(index=es_index_name, settings={"index.refresh_interval": "7s", "index.number_of_replicas": 1})
+    es_client.indices.put_settings(
+        index=es_index_name, settings={"index.refresh_interval": "7s", "index.number_of_replicas": 1}
+    )
     before = load_settings(es_client, es_index_name)
     assert before == {"index.refresh_interval": "7s", "index.number_of_replicas": "1"}
 
@@ -427,7 +473,13 @@ def test_load_settings_are_switched_during_the_load_and_restored_after(elasticse
 
     checkpoint = tmp_path / "c.json"
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, checkpoint_every=1, fingerprint="f", progress=False
+        elasticsearch_url,
+        es_index_name,
+        batch_size=100,
+        checkpoint_path=checkpoint,
+        checkpoint_every=1,
+        fingerprint="f",
+        progress=False,
     )
     # a load that fails part-way: settings restored, checkpoint kept for the re-run
     with pytest.raises(RuntimeError, match="corpus reader failed"):
@@ -450,10 +502,16 @@ def test_rejected_documents_are_counted_and_listed(elasticsearch_url, es_client,
     def with_bad_ones(documents):
         for i, document in enumerate(documents):
             # the field is mapped as long by then: Elasticsearch rejects these two
-            yield replace(document, meta={**document.meta, "passage_index": "not a number"}) if i in (10, 150) else document
+            yield (
+                replace(document, meta={**document.meta, "passage_index": "not a number"})
+                if i in (10, 150)
+                else document
+            )
 
     checkpoint = tmp_path / "c.json"
-    writer = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, progress=False)
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, progress=False
+    )
     # the first document fixes passage_index as a number in the mapping; document 10 comes in a later request
     first = list(sample_documents(sample_files.corpus, limit=1))
     writer.write(first)
@@ -468,12 +526,19 @@ def test_rejected_documents_are_counted_and_listed(elasticsearch_url, es_client,
 
 
 @pytest.mark.elasticsearch
-def test_elasticsearch_document_store_and_retrievers_read_what_we_write(elasticsearch_url, es_client, es_index_name, sample_files):
-    from haystack_integrations.components.retrievers.elasticsearch import ElasticsearchBM25Retriever, ElasticsearchEmbeddingRetriever
+def test_elasticsearch_document_store_and_retrievers_read_what_we_write(
+    elasticsearch_url, es_client, es_index_name, sample_files
+):
+    from haystack_integrations.components.retrievers.elasticsearch import (
+        ElasticsearchBM25Retriever,
+        ElasticsearchEmbeddingRetriever,
+    )
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
     documents = list(sample_documents(sample_files.corpus, limit=400, dim=384))
-    writer = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=100, bm25_k1=1.2, bm25_b=0.75, progress=False)
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, batch_size=100, bm25_k1=1.2, bm25_b=0.75, progress=False
+    )
     report = writer.write(iter(documents))
     assert report.count_ok and report.index_count == 400 and report.embedding_dim == 384
 
@@ -489,16 +554,24 @@ def test_elasticsearch_document_store_and_retrievers_read_what_we_write(elastics
     for name, spec in library_default["properties"].items():
         assert ours["properties"][name] == spec
 
-    store = build_elasticsearch_store(ElasticsearchStoreSettings(hosts=elasticsearch_url, index=es_index_name), embedding_dim=384)
+    store = build_elasticsearch_store(
+        ElasticsearchStoreSettings(hosts=elasticsearch_url, index=es_index_name), embedding_dim=384
+    )
     assert store.count_documents() == 400
     target = documents[0]
     [read] = store.filter_documents({"field": "id", "operator": "==", "value": target.id})
     assert (read.id, read.content, read.meta) == (target.id, target.content, target.meta)
     assert np.allclose(read.embedding, target.embedding, atol=1e-6)
-    [by_meta] = store.filter_documents({"field": "meta.wikipedia_id", "operator": "==", "value": target.meta["wikipedia_id"]})
+    [by_meta] = store.filter_documents(
+        {"field": "meta.wikipedia_id", "operator": "==", "value": target.meta["wikipedia_id"]}
+    )
     assert by_meta.id == target.id
 
-    bm25 = ElasticsearchBM25Retriever(document_store=store, top_k=3).run(query="first Nobel Prize in Physics Röntgen")["documents"]
+    bm25 = ElasticsearchBM25Retriever(document_store=store, top_k=3).run(query="first Nobel Prize in Physics Röntgen")[
+        "documents"
+    ]
     assert bm25[0].id == target.id
-    dense = ElasticsearchEmbeddingRetriever(document_store=store, top_k=3).run(query_embedding=documents[123].embedding)["documents"]
+    dense = ElasticsearchEmbeddingRetriever(document_store=store, top_k=3).run(
+        query_embedding=documents[123].embedding
+    )["documents"]
     assert dense[0].id == documents[123].id

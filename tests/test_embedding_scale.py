@@ -72,7 +72,9 @@ def test_the_onnx_export_is_local_and_cached(passages):
     folder = ensure_onnx_export("all-minilm-l6-v2")
     assert sorted(path.name for path in folder.glob("*.onnx")) == ["model.onnx", "model_plain.onnx", "model_qint8.onnx"]
     meta = json.loads((folder / "export.json").read_text())
-    assert meta["pooling"] == "mean" and meta["normalize"] and meta["dimension"] == 384 and meta["max_seq_length"] == 256
+    assert (
+        meta["pooling"] == "mean" and meta["normalize"] and meta["dimension"] == 384 and meta["max_seq_length"] == 256
+    )
     # int8 weights: about a quarter of the fp32 file
     assert (folder / "model_qint8.onnx").stat().st_size < 0.35 * (folder / "model.onnx").stat().st_size
     assert ensure_onnx_export("all-minilm-l6-v2") == folder  # the second call finds it
@@ -195,7 +197,9 @@ def test_the_embed_pass_resumes_after_an_interruption_without_recomputing(tmp_pa
     from icr2_components.stores.embedding_shards import corpus_source
 
     documents = list(islice(corpus_source(config).documents(), 5))
-    direct = sentence_encoder("all-minilm-l6-v2", backend="onnx", threads=1).encode([text_to_embed(d, ["title"]) for d in documents], 16)
+    direct = sentence_encoder("all-minilm-l6-v2", backend="onnx", threads=1).encode(
+        [text_to_embed(d, ["title"]) for d in documents], 16
+    )
     np.testing.assert_allclose(stacked[:5], direct, atol=1e-5)
 
 
@@ -203,7 +207,9 @@ def test_a_folder_of_another_pass_is_refused(tmp_path):
     out = tmp_path / "vectors"
     embed_to_shards(index_config_from_dict(config_dict(tmp_path, "a")), out, shard_size=8, max_shards=1, progress=False)
     with pytest.raises(ShardsMismatchError, match=r"backend: folder 'onnx', config 'onnx-int8'"):
-        embed_to_shards(index_config_from_dict(config_dict(tmp_path, "a", backend="onnx-int8")), out, shard_size=8, progress=False)
+        embed_to_shards(
+            index_config_from_dict(config_dict(tmp_path, "a", backend="onnx-int8")), out, shard_size=8, progress=False
+        )
     with pytest.raises(ShardsMismatchError, match=r"shard_size: folder 8, config 16"):
         embed_to_shards(index_config_from_dict(config_dict(tmp_path, "a")), out, shard_size=16, progress=False)
 
@@ -216,7 +222,17 @@ def test_icr2_embed_on_the_command_line(tmp_path, capsys):
     config_path = tmp_path / "index.yaml"
     config_path.write_text(yaml.safe_dump(config_dict(tmp_path, "cli")))
     out, report = tmp_path / "vectors", tmp_path / "report.json"
-    args = ["embed", str(config_path), "--out", str(out), "--shard-size", "10", "--no-progress", "--report", str(report)]
+    args = [
+        "embed",
+        str(config_path),
+        "--out",
+        str(out),
+        "--shard-size",
+        "10",
+        "--no-progress",
+        "--report",
+        str(report),
+    ]
     assert main([*args, "--max-shards", "1"]) == 0
     assert "not finished" in capsys.readouterr().out
     assert json.loads(report.read_text())["passages_embedded"] == 10
@@ -240,21 +256,33 @@ def test_an_in_memory_store_written_from_shards_equals_one_embedded_directly(tmp
     from_shards = IndexHandle(index_config_from_dict(config_dict(tmp_path, "from-shards", vectors_dir=str(out))))
     shards_report = from_shards.build(progress=False)
 
-    assert shards_report.passages_streamed == direct_report.passages_streamed == from_shards.count() and shards_report.count_ok
+    assert (
+        shards_report.passages_streamed == direct_report.passages_streamed == from_shards.count()
+        and shards_report.count_ok
+    )
     # no passage went through the model: the shards gave every vector
-    assert from_shards._embedder._encoder is None and from_shards._embedder.passages_from_shards == shards_report.passages_streamed
+    assert (
+        from_shards._embedder._encoder is None
+        and from_shards._embedder.passages_from_shards == shards_report.passages_streamed
+    )
     expected = {d.id: d.embedding for d in direct.document_store.filter_documents()}
     got = {d.id: d.embedding for d in from_shards.document_store.filter_documents()}
     assert got.keys() == expected.keys()
-    np.testing.assert_allclose(np.array([got[k] for k in sorted(got)]), np.array([expected[k] for k in sorted(expected)]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.array([got[k] for k in sorted(got)]), np.array([expected[k] for k in sorted(expected)]), atol=1e-5
+    )
     # queries still go through the model, and dense retrieval agrees
     query = "who won the nobel prize"
-    assert [d.id for d in from_shards.retrieve(query, method="dense", top_k=5)] == [d.id for d in direct.retrieve(query, method="dense", top_k=5)]
+    assert [d.id for d in from_shards.retrieve(query, method="dense", top_k=5)] == [
+        d.id for d in direct.retrieve(query, method="dense", top_k=5)
+    ]
 
 
 def test_a_passage_missing_from_the_shards_is_an_error_naming_the_pass(tmp_path):
     out = tmp_path / "vectors"
-    embed_to_shards(index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=8, max_shards=1, progress=False)
+    embed_to_shards(
+        index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=8, max_shards=1, progress=False
+    )
     handle = IndexHandle(index_config_from_dict(config_dict(tmp_path, "partial", vectors_dir=str(out))))
     with pytest.raises(MissingVectorError, match=r"8 passages in 1 shards, unfinished.*icr2 embed CONFIG --out"):
         handle.build(progress=False)
@@ -263,7 +291,9 @@ def test_a_passage_missing_from_the_shards_is_an_error_naming_the_pass(tmp_path)
 
 
 @pytest.mark.elasticsearch
-def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly(elasticsearch_url, es_client, tmp_path):
+def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly(
+    elasticsearch_url, es_client, tmp_path
+):
     out = tmp_path / "vectors"
     embed_to_shards(index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=16, progress=False)
     stem = f"icr2-embed-scale-{uuid.uuid4().hex[:8]}"
@@ -272,7 +302,13 @@ def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly
         handles = []
         for name, extra in zip(names, ({}, {"vectors_dir": str(out)})):
             data = config_dict(tmp_path, name, **extra)
-            data["store"] = {"type": "elasticsearch", "hosts": elasticsearch_url, "index": name, "max_retries": 1, "request_timeout": 30}
+            data["store"] = {
+                "type": "elasticsearch",
+                "hosts": elasticsearch_url,
+                "index": name,
+                "max_retries": 1,
+                "request_timeout": 30,
+            }
             data["writer"] = {"batch_size": 20, "checkpoint_path": str(tmp_path / f"{name}.ckpt.json")}
             handle = IndexHandle(index_config_from_dict(data))
             report = handle.build(progress=False)
@@ -282,18 +318,24 @@ def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly
         vectors = []
         for name in names:
             es_client.indices.refresh(index=name)
-            hits = es_client.search(index=name, query={"match_all": {}}, size=1000, source_includes=["embedding"])["hits"]["hits"]
+            hits = es_client.search(index=name, query={"match_all": {}}, size=1000, source_includes=["embedding"])[
+                "hits"
+            ]["hits"]
             vectors.append({hit["_id"]: hit["_source"]["embedding"] for hit in hits})
         assert vectors[0].keys() == vectors[1].keys() and len(vectors[0]) == handles[0].count()
         keys = sorted(vectors[0])
-        np.testing.assert_allclose(np.array([vectors[1][k] for k in keys]), np.array([vectors[0][k] for k in keys]), atol=1e-5)
+        np.testing.assert_allclose(
+            np.array([vectors[1][k] for k in keys]), np.array([vectors[0][k] for k in keys]), atol=1e-5
+        )
     finally:
         for name in names:
             es_client.indices.delete(index=name, ignore_unavailable=True)
 
 
 @pytest.mark.elasticsearch
-def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_shards(elasticsearch_url, es_client, tmp_path):
+def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_shards(
+    elasticsearch_url, es_client, tmp_path
+):
     """The writer skips its confirmed prefix, then asks the shard embedder from mid-corpus on: no model, exact count."""
     from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
@@ -301,7 +343,13 @@ def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_sha
     embed_to_shards(index_config_from_dict(config_dict(tmp_path, "pass")), out, shard_size=8, progress=False)
     name = f"icr2-embed-scale-{uuid.uuid4().hex[:8]}-resume"
     data = config_dict(tmp_path, name, vectors_dir=str(out))
-    data["store"] = {"type": "elasticsearch", "hosts": elasticsearch_url, "index": name, "max_retries": 1, "request_timeout": 30}
+    data["store"] = {
+        "type": "elasticsearch",
+        "hosts": elasticsearch_url,
+        "index": name,
+        "max_retries": 1,
+        "request_timeout": 30,
+    }
     data["writer"] = {"batch_size": 10, "checkpoint_path": str(tmp_path / "ckpt.json")}
     config = index_config_from_dict(data)
     handle = IndexHandle(config)
@@ -327,9 +375,13 @@ def test_a_resumed_elasticsearch_load_takes_the_rest_of_its_vectors_from_the_sha
         writer = ElasticsearchStreamingWriter.from_config(config, checkpoint_every=1, thread_count=1, progress=False)
         report = writer.write(handle.source().documents(), prepare=handle._embedder.embed_stream)
         assert report.resumed_from == confirmed and report.passages_streamed == len(ids) and report.count_ok
-        assert handle._embedder.passages_from_shards - before == len(ids) - confirmed and handle._embedder._encoder is None
+        assert (
+            handle._embedder.passages_from_shards - before == len(ids) - confirmed and handle._embedder._encoder is None
+        )
         es_client.indices.refresh(index=name)
-        hits = es_client.search(index=name, query={"match_all": {}}, size=1000, source_includes=["embedding"])["hits"]["hits"]
+        hits = es_client.search(index=name, query={"match_all": {}}, size=1000, source_includes=["embedding"])["hits"][
+            "hits"
+        ]
         shards = ShardVectors(out)
         assert sorted(hit["_id"] for hit in hits) == sorted(ids)
         for hit in hits:

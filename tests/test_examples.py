@@ -66,7 +66,9 @@ def check_documented_output(name, stdout, sample_files):
     cwd = os.getcwd()
     os.chdir(ROOT)  # the index path in the YAML is relative to the repository, as the example is run
     try:
-        expected = PipelineSpec.from_file(pipeline_file).run(question, documents, controlled=False, max_new_tokens=tokens)
+        expected = PipelineSpec.from_file(pipeline_file).run(
+            question, documents, controlled=False, max_new_tokens=tokens
+        )
     finally:
         os.chdir(cwd)
     assert lines["answer"] == expected["answer"], (name, pipeline_file, tokens)

@@ -41,7 +41,9 @@ QUESTIONS = {
 def test_the_registry_holds_the_built_in_methods_and_the_new_one():
     assert BUILT_IN | {"contains_digit"} <= set(gate_decider_names())
     assert list(gate_decider_names()) == sorted(gate_decider_names())
-    assert gate_decider_class("contains_digit") is ContainsDigitDecider and ContainsDigitDecider.name == "contains_digit"
+    assert (
+        gate_decider_class("contains_digit") is ContainsDigitDecider and ContainsDigitDecider.name == "contains_digit"
+    )
     assert {gate_decider_class(name).__module__ for name in BUILT_IN} == {
         f"icr2_components.gates.deciders.{name}" for name in BUILT_IN}  # one file each
 

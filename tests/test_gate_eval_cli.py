@@ -40,9 +40,15 @@ def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, m
     retrieved = [row["retrieve"] for row in report["rows"]]
     assert summary["all"]["adaptive"]["retrieval_rate"] == sum(retrieved) / 2
     labels = [True, False]
-    assert summary["all"]["adaptive"]["retrieval_accuracy"] == sum(r == l for r, l in zip(retrieved, labels)) / 2
+    assert (
+        summary["all"]["adaptive"]["retrieval_accuracy"] == sum(r == label for r, label in zip(retrieved, labels)) / 2
+    )
     rows = report["rows"]
-    truths = [json.loads(line)["ground_truth"] for line in data.read_text().splitlines() if json.loads(line)["question"].strip()]
+    truths = [
+        json.loads(line)["ground_truth"]
+        for line in data.read_text().splitlines()
+        if json.loads(line)["question"].strip()
+    ]
     for row, truth in zip(rows, truths):
         assert row["closed_book_match"] == answer_match(row["closed_book_answer"], truth)
         assert row["context_match"] == answer_match(row["context_answer"], truth)
@@ -102,7 +108,22 @@ def check_hand_worked_summary(report):
 def test_eval_gate_decisions_only_needs_no_reader(tmp_path, smollm2, minilm):
     data = _two_questions_and_an_empty_one(tmp_path)
     output = tmp_path / "decisions.json"
-    assert main(["eval-gate", str(data), "--method", "vanilla", "--decisions-only", "--device", "cpu", "--output", str(output)]) == 0
+    assert (
+        main(
+            [
+                "eval-gate",
+                str(data),
+                "--method",
+                "vanilla",
+                "--decisions-only",
+                "--device",
+                "cpu",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
     report = json.loads(output.read_text())
     assert all(row["closed_book_answer"] is None for row in report["rows"])
     assert report["summary"]["all"]["adaptive"]["match"] is None

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from icr2_components.cli import main
-from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.gates.gate_tradeoff import auroc_interval, compare_methods, pick_cut, tradeoff_curve
 from icr2_components.evaluation.gates.need_labels import (
     LabelledQuestion,
@@ -26,6 +25,7 @@ from icr2_components.evaluation.gates.need_labels import (
     retrievalqa_question_id,
 )
 from icr2_components.evaluation.gates.retrieval_decisions import retrieval_auroc
+from icr2_components.evaluation.metrics.answer_match import answer_match
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_SET = ROOT / "bench" / "data" / "gate_eval.jsonl"
@@ -147,7 +147,9 @@ def test_labels_record_both_real_answers_and_the_outcome(label_files):
         assert record["passages"] and len(" ".join(record["passages"]).split()) < 250  # short contexts
     counts = json.loads(Path(f"{out}.counts.json").read_text())
     assert counts["counts"]["all"]["questions"] == 5
-    assert sum(counts["counts"]["all"][o] for o in ("context_only", "both_right", "closed_book_only", "both_wrong")) == 5
+    assert (
+        sum(counts["counts"]["all"][o] for o in ("context_only", "both_right", "closed_book_only", "both_wrong")) == 5
+    )
     labelled, described = read_labels([out])
     assert described["reader"] == records[0]["reader"] and len(labelled) == 5
 
@@ -232,7 +234,9 @@ components:
 connections: []
 """
     pipeline = loads_pipeline(yaml_text)
-    assert loads_pipeline(pipeline.dumps()).get_component("gate").parameters_of().artifact == str(artifact_path)  # round trip
+    assert loads_pipeline(pipeline.dumps()).get_component("gate").parameters_of().artifact == str(
+        artifact_path
+    )  # round trip
     question = "Who became Prime Minister of Canada in March 2025?"
     decision = pipeline.run({"gate": {"query": question}})["gate"]["decision"]
     expected = float(LearnedGateModel(str(artifact_path), device="cpu").probabilities([question])[0])
@@ -289,9 +293,9 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
 
 
 def test_plumbing_held_out_ids_are_left_out_of_a_labelling_range_and_counted(sample_files):
-    from icr2_components.kilt.questions import dataset_question_ids
-    from icr2_components.evaluation.gates.need_labels import nq_question_ids
     from icr2_components.evaluation.compare.splits import read_question_ids
+    from icr2_components.evaluation.gates.need_labels import nq_question_ids
+    from icr2_components.kilt.questions import dataset_question_ids
 
     available, _, _ = dataset_question_ids(None)
     held = set(read_question_ids(HELD_OUT))
@@ -329,8 +333,10 @@ def test_plumbing_gate_artifact_refusals_are_one_line(tmp_path):
 def test_labels_and_gate_scores_through_a_served_reader(llama_server_url, llama_model_alias, tmp_path):
     """The same commands with the reader and the asking gate behind llama.cpp's OpenAI-compatible server."""
     backend = tmp_path / "served.yaml"
-    backend.write_text(f"kind: served\nserved_model:\n  api_base_url: {llama_server_url}\n  model: {llama_model_alias}\n"
-                       "  timeout_s: 120\n  max_retries: 1\n")
+    backend.write_text(
+        f"kind: served\nserved_model:\n  api_base_url: {llama_server_url}\n  model: {llama_model_alias}\n"
+        "  timeout_s: 120\n  max_retries: 1\n"
+    )
     rows = [json.loads(line) for line in BENCH_SET.read_text().splitlines() if line.strip()]
     answerable = next(r for r in rows if r["question"] == "What is the capital of France?")
     answerable["context"] = [CONTEXTS[answerable["question"]]]
@@ -366,7 +372,9 @@ def test_compare_keeps_a_gates_training_questions_out(tmp_path, sample_files):
     trained = ["nq-sample-00001", "nq-sample-00003"]
     artifact = GateArtifact(kind="threshold", cut=0.4, objective={}, probed_ids=trained).save(tmp_path / "gate.json")
     data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
-    data["components"]["gate"]["init_parameters"].update(method="threshold", model="smollm2-135m-instruct", artifact=str(artifact))
+    data["components"]["gate"]["init_parameters"].update(
+        method="threshold", model="smollm2-135m-instruct", artifact=str(artifact)
+    )
     data["components"]["retriever"]["init_parameters"]["index"] = str(ROOT / "indexing" / "kilt-sample.yaml")
     path = tmp_path / "adaptive_calibrated.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

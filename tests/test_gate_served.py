@@ -137,14 +137,21 @@ def test_a_generator_without_logprobs_falls_back_to_the_parsed_reply(llama_serve
     decision = gate.run(query=QUESTIONS[1])["decision"]
     assert decision["scoring"] == "reply" and decision["reply"]
     parsed = parse_yes_no_reply(decision["reply"])
-    assert decision["parsed"] is (parsed is not None) and decision["p_yes"] == (None if parsed is None else float(parsed))
+    assert decision["parsed"] is (parsed is not None) and decision["p_yes"] == (
+        None if parsed is None else float(parsed)
+    )
     assert gate.stats["reply_fallbacks"] == 1 and gate.stats["decisions"] == 1
     with pytest.raises(ValueError, match="not asked for log-probabilities"):
         TimeAwareRetrievalGate(method="threshold", chat_generator=plain)
     # the same generator asked for log-probabilities: P(yes) from them, and threshold is allowed
-    asking = OpenAIChatGenerator(api_key=Secret.from_token("no-key"), model=SERVED_NAME, api_base_url=llama_server_url,
-                                 timeout=120, max_retries=1,
-                                 generation_kwargs={"max_tokens": 8, "temperature": 0, "logprobs": True, "top_logprobs": 20})
+    asking = OpenAIChatGenerator(
+        api_key=Secret.from_token("no-key"),
+        model=SERVED_NAME,
+        api_base_url=llama_server_url,
+        timeout=120,
+        max_retries=1,
+        generation_kwargs={"max_tokens": 8, "temperature": 0, "logprobs": True, "top_logprobs": 20},
+    )
     by_logprobs = TimeAwareRetrievalGate(method="threshold", chat_generator=asking).run(query=QUESTIONS[1])["decision"]
     served = TimeAwareRetrievalGate(method="threshold", model=None, server=server(llama_server_url))
     assert by_logprobs["scoring"] == "top_logprobs"
@@ -173,8 +180,14 @@ def test_adaptive_pipeline_runs_on_the_llama_cpp_backend(llama_server_url, minil
     # the adaptive pipeline with TA-ARE as its gate (its header's alternative for a capable reader): the gate that asks
     # the served model; the shipped learned gate asks no model
     data = yaml.safe_load((ROOT / "pipelines" / "adaptive_rag.yaml").read_text())
-    data["components"]["gate"]["init_parameters"] = {"method": "ta_are", "model": "smollm2-135m-instruct", "today": None,
-                                                     "n_yes": 2, "n_no": 2, "embedding_model": "all-minilm-l6-v2"}
+    data["components"]["gate"]["init_parameters"] = {
+        "method": "ta_are",
+        "model": "smollm2-135m-instruct",
+        "today": None,
+        "n_yes": 2,
+        "n_no": 2,
+        "embedding_model": "all-minilm-l6-v2",
+    }
     data["components"]["retriever"]["init_parameters"]["index"] = str(ROOT / "indexing" / "kilt-sample.yaml")
     path = tmp_path / "adaptive_ta_are.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

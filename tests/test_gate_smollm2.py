@@ -22,7 +22,9 @@ NEW_WORLD_QUESTION = "Who became Chancellor of Germany in May 2025?"
 
 def direct_p_yes(model, tokenizer, prompt: str, yes: str = "Yes", no: str = "No") -> float:
     """P(yes) computed here from the model's logits, independently of the gate's code."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(text + "[", add_special_tokens=False, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, -1]
@@ -66,8 +68,12 @@ def test_prefix_cache_logits_match_full_passes_and_refuse_empty_prompts(smollm2)
 
     model, tokenizer = smollm2
     cache = PrefixKVCache(min_reuse_tokens=4)
-    texts = ["The capital of France is Paris. The capital of Italy is", "The capital of France is Paris. The capital of Spain is",
-             "The capital of France is Paris.", "A different start entirely, so nothing is shared here"]
+    texts = [
+        "The capital of France is Paris. The capital of Italy is",
+        "The capital of France is Paris. The capital of Spain is",
+        "The capital of France is Paris.",
+        "A different start entirely, so nothing is shared here",
+    ]
     for text in texts:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         logits, reused = cache.next_token_logits(model, ids)
@@ -89,8 +95,12 @@ def test_vanilla_and_threshold_probabilities_agree_with_logits(smollm2):
     p = direct_p_yes(model, tokenizer, vanilla["prompt"])
     assert vanilla["p_yes"] == pytest.approx(p, abs=1e-5)
     # the calibration baseline routes by the same probability against t
-    below = TimeAwareRetrievalGate(method="threshold", threshold=max(p - 0.01, 0.0), **CPU).run(query=NEW_WORLD_QUESTION)
-    above = TimeAwareRetrievalGate(method="threshold", threshold=min(p + 0.01, 1.0), **CPU).run(query=NEW_WORLD_QUESTION)
+    below = TimeAwareRetrievalGate(method="threshold", threshold=max(p - 0.01, 0.0), **CPU).run(
+        query=NEW_WORLD_QUESTION
+    )
+    above = TimeAwareRetrievalGate(method="threshold", threshold=min(p + 0.01, 1.0), **CPU).run(
+        query=NEW_WORLD_QUESTION
+    )
     assert "retrieve" in below and "no_retrieval" in above
     assert below["decision"]["p_yes"] == pytest.approx(p, abs=1e-5)
 
@@ -200,7 +210,13 @@ def test_round_trip_through_to_dict_and_from_dict():
     assert list(data["init_parameters"]) == list(inspect.signature(TimeAwareRetrievalGate.__init__).parameters)[1:]
     again = component_from_dict(TimeAwareRetrievalGate, data, "gate")
     assert component_to_dict(again, "gate") == data
-    assert (again.method, again.threshold, again.today, again.n_yes, again.n_no) == ("threshold", 0.3, "2025-06-01", 3, 1)
+    assert (again.method, again.threshold, again.today, again.n_yes, again.n_no) == (
+        "threshold",
+        0.3,
+        "2025-06-01",
+        3,
+        1,
+    )
 
 
 @pytest.mark.slow
@@ -227,7 +243,9 @@ def test_adaptive_rag_yaml_routes_each_query_to_exactly_one_branch(smollm2, mini
 
 
 def test_generating_gate_parses_the_same_decision_the_logits_give(ta_are_gate):
-    generating = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", local_scoring="generate", max_new_tokens=6, **CPU)
+    generating = TimeAwareRetrievalGate(
+        method="ta_are", today="2025-06-01", local_scoring="generate", max_new_tokens=6, **CPU
+    )
     for question in (NEW_WORLD_QUESTION, "What is the capital of Italy?"):
         by_reply = generating.run(query=question)["decision"]
         by_logits = ta_are_gate.run(query=question)["decision"]

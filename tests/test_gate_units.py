@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.gates.gate_eval import GateEvalRow, read_retrievalqa_jsonl, summarize_rows
 from icr2_components.evaluation.gates.retrieval_decisions import score_retrieval_decisions
+from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.gates import TimeAwareRetrievalGate
 from icr2_components.gates.demonstrations import default_pool_path, load_demonstration_pool, rank_by_similarity
 from icr2_components.gates.prompts import (
@@ -97,7 +97,9 @@ def test_default_pools_load_cleanly_and_share_no_question_with_the_bench_set():
     no, no_skips = load_demonstration_pool(default_pool_path(False), False)
     assert yes and no and yes_skips.total == 0 and no_skips.total == 0
     # the key the pools deduplicate by (demonstrations.is_same_question): the loose normalize_text
-    bench = {normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()}
+    bench = {
+        normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()
+    }
     pools = {normalize_text(d.question) for d in yes + no}
     assert not bench & pools
 
@@ -106,7 +108,9 @@ def test_gate_training_pool_is_disjoint_from_the_bench_set_and_its_contexts_hold
     from icr2_components.evaluation.metrics.answer_match import answer_match
 
     training = [json.loads(line) for line in (BENCH_SET.parent / "gate_train_pool.jsonl").read_text().splitlines()]
-    bench = {normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()}
+    bench = {
+        normalize_text(json.loads(line)["question"]) for line in BENCH_SET.read_text().splitlines() if line.strip()
+    }
     assert len(training) == 46 and not bench & {normalize_text(row["question"]) for row in training}
     for row in training:
         # the answerable ones take the index's passages, as the bench set's answerable ones do
@@ -175,7 +179,11 @@ def test_retrieval_decision_scores_by_hand():
     assert scores.retrieval_rate == pytest.approx(3 / 5)
     assert scores.retrieval_accuracy == pytest.approx(2 / 4)
     # retrieve class: P = 1/2, R = 1/2; no-retrieve class: P = 1/2, R = 1/2
-    assert scores.precision == pytest.approx(0.5) and scores.recall == pytest.approx(0.5) and scores.f1 == pytest.approx(0.5)
+    assert (
+        scores.precision == pytest.approx(0.5)
+        and scores.recall == pytest.approx(0.5)
+        and scores.f1 == pytest.approx(0.5)
+    )
     only_positive = score_retrieval_decisions([True, False, True, True], [True] * 4)
     assert only_positive.retrieval_accuracy == pytest.approx(0.75) and only_positive.precision == pytest.approx(1.0)
     assert score_retrieval_decisions([True], None).retrieval_accuracy is None
@@ -207,22 +215,35 @@ def test_read_retrievalqa_counts_empty_questions_and_missing_answers(tmp_path):
     ]))
     records, skips = read_retrievalqa_jsonl(path)
     assert [r.question for r in records] == ["Who won?", "Capital of France?"]
-    assert records[0].needs_retrieval is True and records[0].context == ("T\nA won.",) and records[0].source == "realtimeqa"
+    assert (
+        records[0].needs_retrieval is True
+        and records[0].context == ("T\nA won.",)
+        and records[0].source == "realtimeqa"
+    )
     assert records[1].ground_truth == ("Paris",) and records[1].needs_retrieval is False
     assert skips.counts["empty question"] == 1 and skips.counts["no ground_truth answer"] == 1
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"method": "sometimes"}, "method must be one of"), ({"n_yes": -1}, "n_yes"), ({"threshold": 1.5}, "threshold"),
-     ({"today": "June 1st"}, "ISO date"), ({"on_unparsed": "guess"}, "on_unparsed"), ({"model": ""}, "needs a model"),
-     ({"yes_pool": "/no/such/pool.jsonl"}, "does not exist"), ({"yes_answer": "No"}, "two different"),
-     ({"chat_generator": object()}, "ChatGenerator"), ({"server": "http://127.0.0.1:8089/v1"}, "mapping"),
-     ({"server": {"api_base_url": "127.0.0.1:8089", "model": "m"}}, "http"), ({"server": {"model": "m"}}, "api_base_url"),
-     ({"server": {"api_base_url": "http://h/v1", "model": "m", "port": 1}}, "unknown key"),
-     ({"server": {"api_base_url": "http://h/v1", "model": "m", "timeout_s": 0}}, "timeout_s"),
-     ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "top_logprobs": 21}, "top_logprobs"),
-     ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "chat_generator": lambda: None}, "not both")],
+    [
+        ({"method": "sometimes"}, "method must be one of"),
+        ({"n_yes": -1}, "n_yes"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"today": "June 1st"}, "ISO date"),
+        ({"on_unparsed": "guess"}, "on_unparsed"),
+        ({"model": ""}, "needs a model"),
+        ({"yes_pool": "/no/such/pool.jsonl"}, "does not exist"),
+        ({"yes_answer": "No"}, "two different"),
+        ({"chat_generator": object()}, "ChatGenerator"),
+        ({"server": "http://127.0.0.1:8089/v1"}, "mapping"),
+        ({"server": {"api_base_url": "127.0.0.1:8089", "model": "m"}}, "http"),
+        ({"server": {"model": "m"}}, "api_base_url"),
+        ({"server": {"api_base_url": "http://h/v1", "model": "m", "port": 1}}, "unknown key"),
+        ({"server": {"api_base_url": "http://h/v1", "model": "m", "timeout_s": 0}}, "timeout_s"),
+        ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "top_logprobs": 21}, "top_logprobs"),
+        ({"server": {"api_base_url": "http://h/v1", "model": "m"}, "chat_generator": lambda: None}, "not both"),
+    ],
 )
 def test_init_rejects_bad_parameters_with_what_to_do(kwargs, message):
     with pytest.raises((ValueError, FileNotFoundError), match=message):
@@ -335,7 +356,9 @@ def test_threshold_needs_probabilities_but_a_server_gives_them():
     with pytest.raises(ValueError, match="not asked for log-probabilities"):
         TimeAwareRetrievalGate(method="threshold", chat_generator=Generator())
     asked = TimeAwareRetrievalGate(method="threshold", chat_generator=Generator({"logprobs": True, "top_logprobs": 5}))
-    served = TimeAwareRetrievalGate(method="threshold", model=None, server={"api_base_url": "http://h/v1", "model": "m"})
+    served = TimeAwareRetrievalGate(
+        method="threshold", model=None, server={"api_base_url": "http://h/v1", "model": "m"}
+    )
     assert asked.gives_probabilities and served.gives_probabilities
     # a reply without log-probabilities is parsed, counted, and thresholded as 1.0
     decision = asked.run(query="Who won?")["decision"]

@@ -105,7 +105,10 @@ def test_ph3_reader_with_zero_heads_is_the_plain_reader_and_refuses_bad_heads(sm
     data = component_to_dict(reader, "reader")
     assert component_to_dict(component_from_dict(HeadSuppressionReader, data, "reader"), "reader") == data
     kept = data["init_parameters"]  # the non-default values survive the default serialisation
-    assert kept["artifact"].endswith("ph3_heads_smollm2.json") and (kept["max_new_tokens"], kept["dtype"]) == (4, "float32")
+    assert kept["artifact"].endswith("ph3_heads_smollm2.json") and (kept["max_new_tokens"], kept["dtype"]) == (
+        4,
+        "float32",
+    )
     bad = HeadSuppressionReader(heads=[[0, 9]], max_new_tokens=4, dtype="float32", device="cpu")
     with pytest.raises(AttentionAccessError, match="out of range"):
         bad.run(messages=messages)

@@ -13,12 +13,17 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict
-from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.elasticsearch.index_layout import NODE_DEFAULT_VECTOR_INDEX, IndexLayout, reported_layout
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
 
-def es_config(store: dict | None = None, embedding: dict | None = None, url: str = "http://127.0.0.1:9200", index: str = "icr2-index-layout-x",
-              checkpoint: str | None = None):
+def es_config(
+    store: dict | None = None,
+    embedding: dict | None = None,
+    url: str = "http://127.0.0.1:9200",
+    index: str = "icr2-index-layout-x",
+    checkpoint: str | None = None,
+):
     return index_config_from_dict({
         "name": "layout-test",
         "store": {"type": "elasticsearch", "hosts": url, "index": index, **(store or {})},
@@ -31,23 +36,41 @@ def es_config(store: dict | None = None, embedding: dict | None = None, url: str
 # -- validation: every value, one line ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("store", "embedding", "expected"), [
-    ({"shards": 0}, None, "store.shards must be between 1 and 1024, got 0."),
-    ({"shards": 2000}, None, "store.shards must be between 1 and 1024, got 2000."),
-    ({"replicas": -1}, None, "store.replicas must be >= 0 (0 on a single node), got -1."),
-    ({"shards": "two"}, None, "key 'shards' is 'two' (a string); expected an integer"),
-    ({"vector_index": {"type": "ivf"}}, None, "store.vector_index.type must be one of hnsw, int8_hnsw, flat, int8_flat, got 'ivf'."),
-    ({"vector_index": {"type": "flat", "m": 16}}, None, "store.vector_index.m applies to the hnsw types only"),
-    ({"vector_index": {"type": "int8_flat", "ef_construction": 50}}, None, "or use int8_hnsw"),
-    ({"vector_index": {"type": "hnsw", "m": 1}}, None, "store.vector_index.m must be between 2 and 512"),
-    ({"vector_index": {"type": "hnsw", "ef_construction": 5000}}, None, "store.vector_index.ef_construction must be between 1 and 3200"),
-    ({"vector_index": {"type": "hnsw", "mm": 16}}, None, "unknown key(s) ['mm']"),
-    ({"vector_index": "hnsw"}, None, "key 'vector_index' is 'hnsw' (a string); expected a mapping or null"),
-    ({"vector_index": {"type": "hnsw"}}, {"enabled": False},
-     "store.vector_index is set (hnsw) but embedding.enabled is false: a BM25-only index has no vector field."),
-    ({"vectors_in_source": False}, {"enabled": False}, "store.vectors_in_source is false but embedding.enabled is false"),
-    ({"vectors_in_source": "no"}, None, "key 'vectors_in_source' is 'no' (a string)"),
-])
+@pytest.mark.parametrize(
+    ("store", "embedding", "expected"),
+    [
+        ({"shards": 0}, None, "store.shards must be between 1 and 1024, got 0."),
+        ({"shards": 2000}, None, "store.shards must be between 1 and 1024, got 2000."),
+        ({"replicas": -1}, None, "store.replicas must be >= 0 (0 on a single node), got -1."),
+        ({"shards": "two"}, None, "key 'shards' is 'two' (a string); expected an integer"),
+        (
+            {"vector_index": {"type": "ivf"}},
+            None,
+            "store.vector_index.type must be one of hnsw, int8_hnsw, flat, int8_flat, got 'ivf'.",
+        ),
+        ({"vector_index": {"type": "flat", "m": 16}}, None, "store.vector_index.m applies to the hnsw types only"),
+        ({"vector_index": {"type": "int8_flat", "ef_construction": 50}}, None, "or use int8_hnsw"),
+        ({"vector_index": {"type": "hnsw", "m": 1}}, None, "store.vector_index.m must be between 2 and 512"),
+        (
+            {"vector_index": {"type": "hnsw", "ef_construction": 5000}},
+            None,
+            "store.vector_index.ef_construction must be between 1 and 3200",
+        ),
+        ({"vector_index": {"type": "hnsw", "mm": 16}}, None, "unknown key(s) ['mm']"),
+        ({"vector_index": "hnsw"}, None, "key 'vector_index' is 'hnsw' (a string); expected a mapping or null"),
+        (
+            {"vector_index": {"type": "hnsw"}},
+            {"enabled": False},
+            "store.vector_index is set (hnsw) but embedding.enabled is false: a BM25-only index has no vector field.",
+        ),
+        (
+            {"vectors_in_source": False},
+            {"enabled": False},
+            "store.vectors_in_source is false but embedding.enabled is false",
+        ),
+        ({"vectors_in_source": "no"}, None, "key 'vectors_in_source' is 'no' (a string)"),
+    ],
+)
 def test_layout_values_are_validated_with_one_line_errors(store, embedding, expected):
     with pytest.raises(ConfigError) as raised:
         es_config(store, embedding)
@@ -62,8 +85,15 @@ def test_writer_load_replicas_is_validated_and_reaches_the_writer():
         with pytest.raises(ConfigError, match=expected):
             index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                     "writer": {"load_replicas": value}}, source="test config")
-    config = index_config_from_dict({"name": "x", "store": {"type": "elasticsearch", "replicas": 1}, "corpus": {"path": "sample"},
-                                     "writer": {"load_replicas": None}}, source="test config")
+    config = index_config_from_dict(
+        {
+            "name": "x",
+            "store": {"type": "elasticsearch", "replicas": 1},
+            "corpus": {"path": "sample"},
+            "writer": {"load_replicas": None},
+        },
+        source="test config",
+    )
     assert ElasticsearchStreamingWriter.from_config(config, progress=False).load_replicas is None
 
 
@@ -71,14 +101,18 @@ def test_layout_from_config_and_what_it_does_to_a_new_index():
     config = es_config({"shards": 3, "replicas": 1, "vector_index": {"type": "hnsw", "m": 8, "ef_construction": 64}})
     layout = IndexLayout.from_config(config)
     assert layout == IndexLayout(shards=3, replicas=1, vectors=True, vector_index=config.store.vector_index)
-    mappings, settings = layout.apply({"properties": {"embedding": {"type": "dense_vector", "dims": 4}, "content": {"type": "text"}}},
-                                      {"index": {"number_of_shards": 1, "number_of_replicas": 0, "similarity": {}}})
+    mappings, settings = layout.apply(
+        {"properties": {"embedding": {"type": "dense_vector", "dims": 4}, "content": {"type": "text"}}},
+        {"index": {"number_of_shards": 1, "number_of_replicas": 0, "similarity": {}}},
+    )
     assert settings["index"]["number_of_shards"] == 3 and settings["index"]["number_of_replicas"] == 1
     assert mappings["properties"]["embedding"]["index_options"] == {"type": "hnsw", "m": 8, "ef_construction": 64}
     assert layout.describe() == "shards 3, replicas 1, vectors hnsw (m 8, ef_construction 64)"
 
     bm25_only = IndexLayout.from_config(es_config(embedding={"enabled": False}))
-    mappings, _ = bm25_only.apply({"properties": {"embedding": {"type": "dense_vector"}, "content": {"type": "text"}}}, {})
+    mappings, _ = bm25_only.apply(
+        {"properties": {"embedding": {"type": "dense_vector"}, "content": {"type": "text"}}}, {}
+    )
     assert "embedding" not in mappings["properties"] and "content" in mappings["properties"]
     assert bm25_only.describe() == "shards 1, replicas 0, BM25 only (no vector field)"
     # the shipped configs keep today's layout: one shard, no replica, the node's default vector index
@@ -111,7 +145,9 @@ def pseudo_embedded(corpus, limit: int, dim: int = 384):
     {"vector_index": {"type": "int8_flat"}},
     {},
 ], ids=["hnsw-2-shards", "int8_hnsw-1-replica", "flat", "int8_flat", "node-default"])
-def test_the_node_reports_the_configured_layout(store, elasticsearch_url, es_client, layout_index, sample_files, tmp_path):
+def test_the_node_reports_the_configured_layout(
+    store, elasticsearch_url, es_client, layout_index, sample_files, tmp_path
+):
     config = es_config(store, url=elasticsearch_url, index=layout_index, checkpoint=str(tmp_path / "checkpoint.json"))
     writer = ElasticsearchStreamingWriter.from_config(config, progress=False)
     report = writer.write(pseudo_embedded(sample_files.corpus, 60))
@@ -126,17 +162,34 @@ def test_the_node_reports_the_configured_layout(store, elasticsearch_url, es_cli
     expected = dict(store["vector_index"]) if "vector_index" in store else dict(NODE_DEFAULT_VECTOR_INDEX)
     assert {key: reported["vector_index"].get(key) for key in expected} == expected
     # the mapping as the node reports it without defaults names the configured type too
-    mapping = es_client.indices.get_mapping(index=layout_index).body[layout_index]["mappings"]["properties"]["embedding"]
+    mapping = es_client.indices.get_mapping(index=layout_index).body[layout_index]["mappings"]["properties"][
+        "embedding"
+    ]
     assert mapping["index_options"]["type"] == expected["type"]
     # and kNN answers over it
-    hits = es_client.search(index=layout_index, knn={"field": "embedding", "query_vector": next(pseudo_embedded(sample_files.corpus, 1)).embedding,
-                                                     "k": 3, "num_candidates": 20}, source=False)["hits"]["hits"]
+    hits = es_client.search(
+        index=layout_index,
+        knn={
+            "field": "embedding",
+            "query_vector": next(pseudo_embedded(sample_files.corpus, 1)).embedding,
+            "k": 3,
+            "num_candidates": 20,
+        },
+        source=False,
+    )["hits"]["hits"]
     assert len(hits) == 3
 
 
 @pytest.mark.elasticsearch
-def test_a_bm25_only_index_has_no_vector_field_and_answers_bm25(elasticsearch_url, es_client, layout_index, sample_files, tmp_path):
-    config = es_config(embedding={"enabled": False}, url=elasticsearch_url, index=layout_index, checkpoint=str(tmp_path / "checkpoint.json"))
+def test_a_bm25_only_index_has_no_vector_field_and_answers_bm25(
+    elasticsearch_url, es_client, layout_index, sample_files, tmp_path
+):
+    config = es_config(
+        embedding={"enabled": False},
+        url=elasticsearch_url,
+        index=layout_index,
+        checkpoint=str(tmp_path / "checkpoint.json"),
+    )
     handle = IndexHandle(config)
     documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 80))
     report = handle.build(progress=False, documents=documents)
@@ -212,13 +265,26 @@ def test_writer_force_merges_after_a_counted_load_when_the_config_asks(elasticse
 
 
 @pytest.mark.elasticsearch
-def test_an_existing_index_with_another_layout_is_reported(elasticsearch_url, es_client, layout_index, sample_files, tmp_path, caplog):
-    first = es_config({"vector_index": {"type": "flat"}}, url=elasticsearch_url, index=layout_index, checkpoint=str(tmp_path / "a.json"))
+def test_an_existing_index_with_another_layout_is_reported(
+    elasticsearch_url, es_client, layout_index, sample_files, tmp_path, caplog
+):
+    first = es_config(
+        {"vector_index": {"type": "flat"}},
+        url=elasticsearch_url,
+        index=layout_index,
+        checkpoint=str(tmp_path / "a.json"),
+    )
     ElasticsearchStreamingWriter.from_config(first, progress=False).write(pseudo_embedded(sample_files.corpus, 20))
-    second = es_config({"shards": 2, "vector_index": {"type": "hnsw", "m": 8}}, url=elasticsearch_url, index=layout_index,
-                       checkpoint=str(tmp_path / "b.json"))
+    second = es_config(
+        {"shards": 2, "vector_index": {"type": "hnsw", "m": 8}},
+        url=elasticsearch_url,
+        index=layout_index,
+        checkpoint=str(tmp_path / "b.json"),
+    )
     with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.index_layout"):
-        report = ElasticsearchStreamingWriter.from_config(second, progress=False, resume=False).write(pseudo_embedded(sample_files.corpus, 20))
+        report = ElasticsearchStreamingWriter.from_config(second, progress=False, resume=False).write(
+            pseudo_embedded(sample_files.corpus, 20)
+        )
     assert not report.index_created
     warning = " ".join(record.getMessage() for record in caplog.records)
     assert "shards: config 2, index 1" in warning and "vector_index.type: config hnsw, index flat" in warning

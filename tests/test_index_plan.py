@@ -23,7 +23,12 @@ from icr2_components.stores.elasticsearch.index_plan import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-NODE = dict(node_memory_bytes=64 * 10**9, node_heap_bytes=16 * 10**9, node_disk_total_bytes=10**12, node_disk_available_bytes=5 * 10**11)
+NODE = dict(
+    node_memory_bytes=64 * 10**9,
+    node_heap_bytes=16 * 10**9,
+    node_disk_total_bytes=10**12,
+    node_disk_available_bytes=5 * 10**11,
+)
 
 
 def test_vector_bytes_per_passage_follow_elasticsearchs_formula():
@@ -63,7 +68,9 @@ def test_full_kilt_float32_hnsw_with_a_replica_needs_three_such_nodes():
     assert plan["max_passages_one_node_memory"] == 30_000_000      # 48e9 / 1600
     assert plan["nodes_needed"] == 3                               # ceil(115.2 / 48)
     assert not plan["one_node_enough"]
-    assert plan["one_node_limits"][0].startswith("vector memory 57.6 GB > the node's RAM beside its heap 48.0 GB (one node holds 30,000,000")
+    assert plan["one_node_limits"][0].startswith(
+        "vector memory 57.6 GB > the node's RAM beside its heap 48.0 GB (one node holds 30,000,000"
+    )
     assert plan["one_node_limits"][1] == "replicas 1: each copy of a shard needs another node"
     assert plan["embedding_seconds"] == 0 and plan["indexing_seconds"] == 72_000
 
@@ -76,30 +83,44 @@ def test_bm25_only_has_no_vector_memory_and_big_shards_are_flagged():
     assert plan["disk_bytes_primary"] == 72_000_000_000
     assert plan["shards_too_big"] and plan["suggested_min_shards"] == 2   # ceil(72 / 50)
     assert plan["one_node_enough"]
-    small_disk = dict(NODE, node_disk_total_bytes=100 * 10**9, node_disk_available_bytes=90 * 10**9)  # budget 85 - 10 = 75 GB
+    small_disk = dict(
+        NODE, node_disk_total_bytes=100 * 10**9, node_disk_available_bytes=90 * 10**9
+    )  # budget 85 - 10 = 75 GB
     tight = project(KILT_FULL_PASSAGES, "bm25_only", dims=None, m=0, replicas=0, shards=2, disk_bytes_per_passage=2500,
                     indexing_passages_per_s=2000, embedding_passages_per_s=None, **small_disk)
     assert tight["node_disk_budget_bytes"] == 75_000_000_000
-    assert tight["max_passages_one_node_disk"] == 30_000_000 and tight["nodes_needed"] == 2   # 90 GB / 75 GB
-    assert tight["one_node_limits"] == ["disk 90.0 GB > the node's free disk to the 85% watermark 75.0 GB (one node holds 30,000,000 passages)"]
+    assert tight["max_passages_one_node_disk"] == 30_000_000 and tight["nodes_needed"] == 2  # 90 GB / 75 GB
+    assert tight["one_node_limits"] == [
+        "disk 90.0 GB > the node's free disk to the 85% watermark 75.0 GB (one node holds 30,000,000 passages)"
+    ]
 
 
 def test_formatting():
     assert format_bytes(16_272_000_000) == "16.3 GB" and format_bytes(512) == "512 B"
-    assert format_seconds(396_000) == "4.6 days" and format_seconds(36_000) == "10.0 h" and format_seconds(600) == "10 min"
+    assert (
+        format_seconds(396_000) == "4.6 days" and format_seconds(36_000) == "10.0 h" and format_seconds(600) == "10 min"
+    )
 
 
 def test_passage_count_sources(sample_files):
     full = load_index_config(REPO_ROOT / "indexing" / "kilt-full-elasticsearch.yaml")
     count, source = planned_passages(full)
-    assert count == KILT_FULL_PASSAGES and source.startswith("constant KILT_FULL_PASSAGES") and "not on this machine" in source
-    half = load_index_config(REPO_ROOT / "indexing" / "kilt-full-elasticsearch.yaml", overrides={"corpus.max_articles": 590_000})
+    assert (
+        count == KILT_FULL_PASSAGES
+        and source.startswith("constant KILT_FULL_PASSAGES")
+        and "not on this machine" in source
+    )
+    half = load_index_config(
+        REPO_ROOT / "indexing" / "kilt-full-elasticsearch.yaml", overrides={"corpus.max_articles": 590_000}
+    )
     assert planned_passages(half)[0] == 3_600_000                  # a tenth of the articles
     sample = load_index_config(REPO_ROOT / "indexing" / "kilt-sample-elasticsearch.yaml")
     from icr2_components.kilt import KiltKnowledgeSource
 
     counted, source = planned_passages(sample)
-    assert counted == sum(1 for _ in KiltKnowledgeSource(sample_files.corpus).documents()) and source.startswith("counted in ")
+    assert counted == sum(1 for _ in KiltKnowledgeSource(sample_files.corpus).documents()) and source.startswith(
+        "counted in "
+    )
     assert planned_passages(sample, 10) == (10, "given with --passages")
 
 
@@ -107,7 +128,12 @@ def figures_file(tmp_path: Path, **extra) -> Path:
     figures = {
         "measured_at": "2026-11-23T00:00:00+00:00",
         "machine": {"hostname": "test", "cpu_count": 2, "cpu_model": "test", "load_average_before": [0.1]},
-        "node": {"memory_bytes": 64 * 10**9, "heap_max_bytes": 16 * 10**9, "disk_total_bytes": 10**12, "disk_available_bytes": 5 * 10**11},
+        "node": {
+            "memory_bytes": 64 * 10**9,
+            "heap_max_bytes": 16 * 10**9,
+            "disk_total_bytes": 10**12,
+            "disk_available_bytes": 5 * 10**11,
+        },
         "passages_measured": [1000, 3000],
         "embedding": {"model": "all-minilm-l6-v2", "dims": 384, "device": "cpu", "passages_per_s": 100},
         "indexing_passages_per_s": {"bm25_only": 2000, "hnsw": 500, "int8_hnsw": 1000, "flat": 800, "int8_flat": 900},
@@ -166,7 +192,10 @@ def test_plan_of_vectors_left_out_of_source_takes_their_measured_bytes_off_the_d
 def test_plan_errors_are_one_line(tmp_path, capsys):
     assert main(["index", "--plan", "indexing/kilt-sample.yaml", "--figures", str(figures_file(tmp_path))]) == 1
     assert "--plan projects an Elasticsearch index; kilt-sample has store.type in_memory" in capsys.readouterr().err
-    assert main(["index", "--plan", "indexing/kilt-full-elasticsearch.yaml", "--figures", str(tmp_path / "none.yaml")]) == 1
+    assert (
+        main(["index", "--plan", "indexing/kilt-full-elasticsearch.yaml", "--figures", str(tmp_path / "none.yaml")])
+        == 1
+    )
     error = capsys.readouterr().err.strip()
     assert "No measured figures at" in error and "bench/index_plan_figures.py" in error and "\n" not in error
     assert main(["index"]) == 1

@@ -34,12 +34,18 @@ def at_repo_root(monkeypatch):
 
 
 def retriever_indexes(pipeline) -> dict[str, str]:
-    return {name: component.index for name, component in pipeline.walk() if type(component).__name__ == "IndexRetriever"}
+    return {
+        name: component.index for name, component in pipeline.walk() if type(component).__name__ == "IndexRetriever"
+    }
 
 
 def yaml_indexes(path: Path) -> dict[str, str]:
     data = yaml.safe_load(path.read_text())
-    return {name: c["init_parameters"]["index"] for name, c in data["components"].items() if c["type"].endswith("IndexRetriever")}
+    return {
+        name: c["init_parameters"]["index"]
+        for name, c in data["components"].items()
+        if c["type"].endswith("IndexRetriever")
+    }
 
 
 def test_every_library_pipeline_names_the_sample_index_and_loads_unchanged_without_the_switch():
@@ -82,7 +88,9 @@ def test_the_switch_points_every_retriever_at_the_other_config_and_changes_the_h
     assert set(retriever_indexes(load_pipeline(path)).values()) == {ES_CONFIG}
     # and the pipeline serialises with the index it runs on
     dumped = load_pipeline(path).to_dict()
-    assert {c["init_parameters"]["index"] for c in dumped["components"].values() if c["type"].endswith("IndexRetriever")} == {ES_CONFIG}
+    assert {
+        c["init_parameters"]["index"] for c in dumped["components"].values() if c["type"].endswith("IndexRetriever")
+    } == {ES_CONFIG}
 
 
 def test_apply_index_switch_reports_each_change_and_leaves_other_components_alone():
@@ -103,7 +111,9 @@ def test_a_switch_naming_no_file_is_a_one_line_error(monkeypatch):
     with pytest.raises(PipelineLoadError) as raised:
         load_pipeline(REPO_ROOT / "pipelines" / "vanilla_rag.yaml")
     message = str(raised.value)
-    assert "component 'retriever'" in message and f"{INDEX_CONFIG_ENV}=indexing/nope.yaml: no such index config" in message
+    assert (
+        "component 'retriever'" in message and f"{INDEX_CONFIG_ENV}=indexing/nope.yaml: no such index config" in message
+    )
     assert "\n" not in message
     with pytest.raises(IndexSwitchError, match=r"^--index indexing/nope.yaml: no such index config"):
         with index_switch_set("indexing/nope.yaml"):

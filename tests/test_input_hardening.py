@@ -16,10 +16,8 @@ import pytest
 import yaml
 
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.records import iter_jsonl
-from icr2_components.records import CorpusReadError
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.records import SkipReport
+from icr2_components.records import CorpusReadError, SkipReport, iter_jsonl
 from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config
 from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError
 from icr2_components.strict_mapping import TypeCheckError, check_type
@@ -50,7 +48,10 @@ def test_a_repeated_wikipedia_id_keeps_the_first_article_whole_and_is_counted(tm
     assert passages[0].text.split()[0] == "first0" and passages[0].title == "Seven"
     # both repeats counted, with their line numbers (the integer 7 is the same article as "7")
     assert source.skips.counts == {"duplicate wikipedia_id (first record kept)": 2}
-    assert source.skips.examples["duplicate wikipedia_id (first record kept)"] == ["line 3: wikipedia_id=7", "line 4: wikipedia_id=7"]
+    assert source.skips.examples["duplicate wikipedia_id (first record kept)"] == [
+        "line 3: wikipedia_id=7",
+        "line 4: wikipedia_id=7",
+    ]
 
 
 def test_in_memory_index_of_a_corpus_with_repeats_stores_every_streamed_passage(tmp_path):
@@ -65,7 +66,9 @@ def test_in_memory_index_of_a_corpus_with_repeats_stores_every_streamed_passage(
     report = IndexHandle(config).build(progress=False)
     assert report.passages_streamed == 20 and report.documents_in_store == 20
     assert report.skips["counts"] == {"duplicate wikipedia_id (first record kept)": 1}
-    stored = IndexHandle(config).document_store.filter_documents({"field": "meta.wikipedia_id", "operator": "==", "value": "3"})
+    stored = IndexHandle(config).document_store.filter_documents(
+        {"field": "meta.wikipedia_id", "operator": "==", "value": "3"}
+    )
     assert {d.meta["title"] for d in stored} == {"T3"} and not any("zzz" in d.content for d in stored)
 
 
@@ -83,7 +86,9 @@ def test_a_line_that_is_not_utf8_is_counted_with_its_number_and_the_rest_is_read
 
 def test_a_utf8_bom_on_the_first_line_is_not_a_malformed_article(tmp_path):
     path = tmp_path / "ks.jsonl"
-    path.write_bytes(b"\xef\xbb\xbf" + article("1", "A", "alpha beta").encode() + b"\n" + article("2", "B", "beta").encode() + b"\n")
+    path.write_bytes(
+        b"\xef\xbb\xbf" + article("1", "A", "alpha beta").encode() + b"\n" + article("2", "B", "beta").encode() + b"\n"
+    )
     source = KiltKnowledgeSource(path)
     assert [p.wikipedia_id for p in source.passages()] == ["1", "2"]
     assert source.skips.total == 0
@@ -95,7 +100,9 @@ def test_a_gz_that_is_not_gzip_and_a_cut_gzip_are_clear_errors(tmp_path):
     with pytest.raises(CorpusReadError, match=r"named \.gz but is not gzip-compressed"):
         list(KiltKnowledgeSource(fake).passages())
     real = tmp_path / "real.jsonl.gz"
-    real.write_bytes(gzip.compress(("\n".join(article(str(i), f"T{i}", words("w", 50)) for i in range(200)) + "\n").encode()))
+    real.write_bytes(
+        gzip.compress(("\n".join(article(str(i), f"T{i}", words("w", 50)) for i in range(200)) + "\n").encode())
+    )
     assert len(list(KiltKnowledgeSource(real).passages())) == 200
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(real.read_bytes()[: len(real.read_bytes()) // 2])
@@ -113,8 +120,11 @@ def test_wrongly_typed_fields_and_paragraphs_are_counted(tmp_path):
     source = KiltKnowledgeSource(path)
     passages = list(source.passages())
     assert [p.text for p in passages] == ["kept words"]
-    assert source.skips.counts == {"wikipedia_id is not a string or an integer": 1, "wikipedia_title is not a string": 1,
-                                   "paragraph is not a string": 2}
+    assert source.skips.counts == {
+        "wikipedia_id is not a string or an integer": 1,
+        "wikipedia_title is not a string": 1,
+        "paragraph is not a string": 2,
+    }
 
 
 def test_iter_jsonl_counts_bad_utf8_in_any_data_file(tmp_path):
@@ -148,13 +158,29 @@ def sample_config(**sections) -> dict:
 @pytest.mark.parametrize(
     ("section", "values", "message"),
     [
-        ("embedding", {"enabled": "false"}, r"section 'embedding' of config: key 'enabled' is 'false' \(a string\); expected a boolean"),
-        ("corpus", {"passage_words": "one hundred"}, r"key 'passage_words' is 'one hundred' \(a string\); expected an integer"),
+        (
+            "embedding",
+            {"enabled": "false"},
+            r"section 'embedding' of config: key 'enabled' is 'false' \(a string\); expected a boolean",
+        ),
+        (
+            "corpus",
+            {"passage_words": "one hundred"},
+            r"key 'passage_words' is 'one hundred' \(a string\); expected an integer",
+        ),
         ("corpus", {"passage_words": 100.7}, r"key 'passage_words' is 100.7 \(a number\); expected an integer"),
         ("corpus", {"passage_words": True}, r"key 'passage_words' is True \(a boolean\); expected an integer"),
         ("writer", {"batch_size": None}, r"key 'batch_size' is null; expected an integer"),
-        ("embedding", {"meta_fields_to_embed": "title"}, r"key 'meta_fields_to_embed' is 'title' \(a string\); expected a list of strings"),
-        ("store", {"type": "elasticsearch", "request_timeout": "slow"}, r"key 'request_timeout' is 'slow' \(a string\); expected a number"),
+        (
+            "embedding",
+            {"meta_fields_to_embed": "title"},
+            r"key 'meta_fields_to_embed' is 'title' \(a string\); expected a list of strings",
+        ),
+        (
+            "store",
+            {"type": "elasticsearch", "request_timeout": "slow"},
+            r"key 'request_timeout' is 'slow' \(a string\); expected a number",
+        ),
         ("store", {"type": "in_memory", "bm25_k1": "high"}, r"key 'bm25_k1' is 'high' \(a string\); expected a number"),
     ],
 )
@@ -260,7 +286,9 @@ def test_an_empty_corpus_is_an_error_before_anything_is_saved(tmp_path):
     persist = tmp_path / "index.json"
     config = index_config_from_dict({"name": "e", "store": {"type": "in_memory", "persist_path": str(persist)},
                                      "corpus": {"path": str(empty)}, "embedding": {"enabled": False}})
-    with pytest.raises(EmptyCorpusError, match=r"empty.jsonl yielded no passage \(.*nothing skipped\); nothing was indexed"):
+    with pytest.raises(
+        EmptyCorpusError, match=r"empty.jsonl yielded no passage \(.*nothing skipped\); nothing was indexed"
+    ):
         IndexHandle(config).build(progress=False)
     assert not persist.exists()
     junk = tmp_path / "junk.jsonl"

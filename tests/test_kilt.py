@@ -5,8 +5,7 @@ import json
 import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, Provenance, chunk_article, read_kilt_tasks
-from icr2_components.records import SkipReport
-from icr2_components.records import open_text
+from icr2_components.records import SkipReport, open_text
 
 
 def test_chunking_counts_words_and_keeps_exact_offsets():
@@ -62,11 +61,32 @@ def test_task_reader_counts_bad_records(tmp_path):
     path.write_text(
         "\n".join(
             [
-                json.dumps({"id": "q1", "input": "who?", "output": [{"answer": "me", "provenance": [{"wikipedia_id": "7", "start_paragraph_id": 1, "start_character": 0, "end_paragraph_id": 1, "end_character": 5}]}]}),
+                json.dumps(
+                    {
+                        "id": "q1",
+                        "input": "who?",
+                        "output": [
+                            {
+                                "answer": "me",
+                                "provenance": [
+                                    {
+                                        "wikipedia_id": "7",
+                                        "start_paragraph_id": 1,
+                                        "start_character": 0,
+                                        "end_paragraph_id": 1,
+                                        "end_character": 5,
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ),
                 json.dumps({"input": "no id"}),
                 "[1, 2]",
                 json.dumps({"id": "q3", "input": "  "}),
-                json.dumps({"id": "q4", "input": "ok", "output": [{"answer": "x", "provenance": [{"title": "no id"}]}]}),
+                json.dumps(
+                    {"id": "q4", "input": "ok", "output": [{"answer": "x", "provenance": [{"title": "no id"}]}]}
+                ),
             ]
         )
     )
@@ -85,10 +105,14 @@ def test_provenance_maps_to_overlapping_passages_only():
     passages = chunk_article("9", "T", paragraphs, passage_words=3)
     index = PassageSpanIndex.from_passages(passages)
     # paragraph 2 ("e f g h") is covered by passage 1 ("d e f": ends in par 2) and passage 2 ("g h i")
-    ids = index.gold_passage_ids([Provenance("9", start_paragraph_id=2, start_character=0, end_paragraph_id=2, end_character=7)])
+    ids = index.gold_passage_ids(
+        [Provenance("9", start_paragraph_id=2, start_character=0, end_paragraph_id=2, end_character=7)]
+    )
     assert ids == [passages[1].id, passages[2].id]
     # a provenance inside paragraph 3 only, after "i"
-    assert index.gold_passage_ids([Provenance("9", start_paragraph_id=3, start_character=2, end_paragraph_id=3, end_character=7)]) == [passages[3].id]
+    assert index.gold_passage_ids(
+        [Provenance("9", start_paragraph_id=3, start_character=2, end_paragraph_id=3, end_character=7)]
+    ) == [passages[3].id]
     # whole-article provenance and other articles
     assert len(index.gold_passage_ids([Provenance("9")])) == len(passages)
     assert index.gold_passage_ids([Provenance("10")]) == []

@@ -100,7 +100,12 @@ def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smo
 
 def test_reader_pipeline_round_trips_through_yaml_on_the_allowlist():
     pipeline = Pipeline()
-    pipeline.add_component("prompt", ChatPromptBuilder(template=[ChatMessage.from_user("Answer briefly: {{question}}")], required_variables=["question"]))
+    pipeline.add_component(
+        "prompt",
+        ChatPromptBuilder(
+            template=[ChatMessage.from_user("Answer briefly: {{question}}")], required_variables=["question"]
+        ),
+    )
     pipeline.add_component("reader", LocalChatReader(max_new_tokens=10, dtype="float32", device="cpu"))
     pipeline.connect("prompt.prompt", "reader.messages")
     loaded = loads_pipeline(pipeline.dumps())

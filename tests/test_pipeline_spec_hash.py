@@ -132,7 +132,9 @@ def test_changing_the_index_config_contents_or_the_version_changes_the_hash(tmp_
     config.write_text(yaml.safe_dump(parsed))
     assert behaviour_hash(data) == original
     # the stores' retrieval code changed (the one constant bumped): another hash
-    monkeypatch.setattr(retrieval_version, "RETRIEVAL_BEHAVIOUR_VERSION", retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION + "x")
+    monkeypatch.setattr(
+        retrieval_version, "RETRIEVAL_BEHAVIOUR_VERSION", retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION + "x"
+    )
     assert behaviour_hash(data) != original
 
 

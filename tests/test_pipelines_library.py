@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.pipeline_spec import PipelineSpec, controlled_variant
 from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
+from icr2_components.pipeline_spec import PipelineSpec, controlled_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ["closed_book", "vanilla_rag", "query_aware", "reordered_lost_in_the_middle", "reordered_recency",

@@ -120,8 +120,9 @@ def test_adaptive_rag_answers_from_elasticsearch(switched, es_client, questions,
                 assert "retriever" not in result and searches(es_client, index) == before
 
 
-def test_compare_with_index_runs_the_library_on_elasticsearch_and_keeps_its_cache_apart(es_sample_config, es_client, tmp_path,
-                                                                                          monkeypatch, smollm2):
+def test_compare_with_index_runs_the_library_on_elasticsearch_and_keeps_its_cache_apart(
+    es_sample_config, es_client, tmp_path, monkeypatch, smollm2
+):
     import json
 
     from icr2_components.cli import main
@@ -140,6 +141,8 @@ def test_compare_with_index_runs_the_library_on_elasticsearch_and_keeps_its_cach
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     unswitched = behaviour_hash(yaml.safe_load((REPO_ROOT / "pipelines" / "vanilla_rag.yaml").read_text()))
     assert report["run"]["pipelines"]["vanilla_rag"]["hash"] != unswitched
-    records = [json.loads(line) for line in (tmp_path / "run" / "answers.jsonl").read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "answers.jsonl").read_text().splitlines() if line.strip()
+    ]
     shown = [i for r in records for i in (r.get("shown_ids") or [])]
     assert_from_index(es_client, index, shown)

@@ -30,7 +30,9 @@ def test_variants_cap_passages_and_ask_for_a_short_answer(tmp_path):
     assert variant["components"]["prompt"]["init_parameters"]["system_prompt"] == SHORT_ANSWER_PROMPT
     assert changes == ["retriever.top_k 3 -> 2", f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"]
     assert reordered["components"]["retriever"]["init_parameters"]["top_k"] == 3  # the original is untouched
-    assert quickstart_variant(reordered, 3, SHORT_ANSWER_PROMPT)[1] == [f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"]
+    assert quickstart_variant(reordered, 3, SHORT_ANSWER_PROMPT)[1] == [
+        f"prompt.system_prompt: {SHORT_ANSWER_PROMPT!r}"
+    ]
     # closed-book has no retriever and its own (concise) prompt: unchanged
     closed = yaml.safe_load((ROOT / "pipelines" / "closed_book.yaml").read_text())
     assert quickstart_variant(closed, 3, SHORT_ANSWER_PROMPT) == (closed, [])
@@ -45,7 +47,9 @@ def test_variants_cap_passages_and_ask_for_a_short_answer(tmp_path):
     from haystack import Document
 
     builder = spec.pipeline(controlled=False).get_component("prompt")
-    messages = builder.run(query="who wrote hamlet?", documents=[Document(content="Hamlet is by Shakespeare.")])["prompt"]
+    messages = builder.run(query="who wrote hamlet?", documents=[Document(content="Hamlet is by Shakespeare.")])[
+        "prompt"
+    ]
     assert messages[0].is_from("system") and messages[0].text == SHORT_ANSWER_PROMPT
     assert messages[1].text.startswith("Please answer the following question given the following passages:")
     with pytest.raises(FileNotFoundError, match="--pipelines-dir"):

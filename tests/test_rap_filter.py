@@ -12,12 +12,12 @@ import pytest
 from haystack import Document
 
 from icr2_components.artifacts.base import ArtifactMismatchError
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.errors import ContextTooLongError
 from icr2_components.filters import RetrievalAttentionFilter
-from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.probing.head_probing import probe_heads, split_instances
-from icr2_components.training.sample_data import nq_sample_instances
 from icr2_components.filters.probing.probing_job import probe_to_artifact
+from icr2_components.training.sample_data import nq_sample_instances
 
 PASSAGES = 4
 Q = 4
@@ -129,8 +129,12 @@ def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split,
                         "prompt": {"query": instance.query}}, include_outputs_from={"rap_filter", "prompt"})
     kept = result["rap_filter"]["documents"]
     assert 1 <= len(kept) < PASSAGES  # 4 heads x top-1 over 4 passages: at least one passage is dropped here
-    standalone = RetrievalAttentionFilter(artifact=str(artifact_path), top_m=1, num_heads=4, dtype="float32", device="cpu")
-    assert [d.id for d in kept] == [d.id for d in standalone.run(documents=instance.documents, query=instance.query)["documents"]]
+    standalone = RetrievalAttentionFilter(
+        artifact=str(artifact_path), top_m=1, num_heads=4, dtype="float32", device="cpu"
+    )
+    assert [d.id for d in kept] == [
+        d.id for d in standalone.run(documents=instance.documents, query=instance.query)["documents"]
+    ]
     prompt = result["prompt"]["prompt"][-1].text
     kept_ids = {d.id for d in kept}
     for document in instance.documents:  # the reader sees exactly the kept passages
@@ -139,7 +143,9 @@ def test_rap_yaml_pipeline_loads_and_runs_filter_to_reader(artifact_path, split,
     assert reply.text and 0 < reply.meta["completion_tokens"] <= 32
     small_reader = small.get_component("reader")
     full_prompt_tokens = small_reader.chat_model.encode(
-        loads_pipeline(section).get_component("prompt").run(documents=instance.documents, query=instance.query)["prompt"],
+        loads_pipeline(section)
+        .get_component("prompt")
+        .run(documents=instance.documents, query=instance.query)["prompt"],
         small_reader.max_new_tokens,
     )["input_ids"].shape[1]
     assert reply.meta["prompt_tokens"] < full_prompt_tokens  # filtering shortened what the reader read
@@ -152,7 +158,9 @@ def _filter_to_reader(yaml_text: str) -> str:
     data = yaml.safe_load(yaml_text)
     keep = ("rap_filter", "prompt", "reader")
     data["components"] = {name: data["components"][name] for name in keep}
-    data["connections"] = [c for c in data["connections"] if c["sender"].split(".")[0] in keep and c["receiver"].split(".")[0] in keep]
+    data["connections"] = [
+        c for c in data["connections"] if c["sender"].split(".")[0] in keep and c["receiver"].split(".")[0] in keep
+    ]
     for key in ("inputs", "outputs", "metadata"):
         data.pop(key, None)
     return yaml.safe_dump(data)
@@ -162,11 +170,20 @@ def test_artifact_for_another_model_is_refused(tmp_path, smollm2):
     # The committed SmolLM2 artifact (bench/rap.py) relabelled as probed on Qwen2-0.5B (24 layers x 14 heads).
     artifact = RetrievalHeadArtifact.load("bench/results/rap_heads_smollm2.json")
     ranking = [head for head in artifact.ranking if head[0] < 24]
-    foreign = dataclasses.replace(artifact, model="Qwen/Qwen2-0.5B-Instruct", ranking=ranking, heads=ranking[:artifact.q],
-                                  model_signature=dict(artifact.model_signature, architecture="Qwen2ForCausalLM", num_layers=24, num_heads=14))
+    foreign = dataclasses.replace(
+        artifact,
+        model="Qwen/Qwen2-0.5B-Instruct",
+        ranking=ranking,
+        heads=ranking[: artifact.q],
+        model_signature=dict(artifact.model_signature, architecture="Qwen2ForCausalLM", num_layers=24, num_heads=14),
+    )
     path = foreign.save(tmp_path / "qwen.json")
-    with pytest.raises(ArtifactMismatchError, match="probed on Qwen/Qwen2-0.5B-Instruct .* reader is smollm2-135m-instruct"):
-        RetrievalAttentionFilter(artifact=str(path), model="smollm2-135m-instruct", dtype="float32", device="cpu").warm_up()
+    with pytest.raises(
+        ArtifactMismatchError, match="probed on Qwen/Qwen2-0.5B-Instruct .* reader is smollm2-135m-instruct"
+    ):
+        RetrievalAttentionFilter(
+            artifact=str(path), model="smollm2-135m-instruct", dtype="float32", device="cpu"
+        ).warm_up()
 
 
 def test_passages_beyond_the_context_window_name_the_limit(artifact_path, split):

@@ -90,7 +90,9 @@ def test_a_reloaded_module_registers_its_class_again(tmp_path, monkeypatch):
         first = module.ReloadedWidget
         registry.register("reloaded", first)
         second = importlib.reload(module).ReloadedWidget
-        assert second is not first and qualified_name(second) == qualified_name(first) == "reloaded_widgets.ReloadedWidget"
+        assert (
+            second is not first and qualified_name(second) == qualified_name(first) == "reloaded_widgets.ReloadedWidget"
+        )
         assert registry.register("reloaded", second) is second
         assert registry.get("reloaded") is second
     finally:

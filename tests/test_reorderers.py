@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from haystack import Document
+from haystack.core.serialization import component_from_dict, component_to_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from haystack.core.serialization import component_from_dict, component_to_dict
-from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.models import MODEL_CACHE
+from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers import (
     GoldAtPositionReorderer,
     LostInTheMiddleReorderer,
@@ -113,7 +113,9 @@ def test_budgets_are_never_exceeded_and_outputs_are_deterministic(passages, coun
         # next-fit by relevance: the kept ones are the most relevant prefix, and the next one did not fit
         assert set(ids(out)) == set(ids(docs[: len(out)]))
         next_cost = counter.count(docs[len(out)])
-        assert (passages_budget is not None and len(out) == passages_budget) or (budget is not None and report["tokens_used"] + next_cost > budget)
+        assert (passages_budget is not None and len(out) == passages_budget) or (
+            budget is not None and report["tokens_used"] + next_cost > budget
+        )
 
 
 def test_lost_in_the_middle_order_is_a_permutation_with_relevance_falling_to_the_middle():

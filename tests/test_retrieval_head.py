@@ -10,7 +10,6 @@ import pytest
 
 from icr2_components.training.recipe import recipe_from_dict
 
-
 TRAIN_EXAMPLES, EPOCHS = 6, 2
 
 
@@ -143,7 +142,11 @@ def test_ranker_runs_in_the_yaml_pipeline(trained_head):
     from icr2_components.pipeline_loading import loads_pipeline
 
     _, root = trained_head
-    text = Path("pipelines/retrieval_head_ranked.yaml").read_text().replace("runs/smollm2-cpu-retrieval-head", str(root / "out"))
+    text = (
+        Path("pipelines/retrieval_head_ranked.yaml")
+        .read_text()
+        .replace("runs/smollm2-cpu-retrieval-head", str(root / "out"))
+    )
     pipeline = loads_pipeline(text)
     query = "who got the first nobel prize in physics"
     result = pipeline.run({"query": query}, include_outputs_from={"corpus", "ranker", "prompt"})

@@ -56,7 +56,9 @@ def test_generated_text_is_seeded_and_drawn_only_from_the_sample(corpus_module, 
         assert text != other.passage(position)[1], "another seed must give another passage"
         words = text.split()
         assert len(words) == 100
-        assert set(words) <= sampler.vocabulary and set(title.lower().split()) <= {w.lower() for w in sampler.title_vocabulary}
+        assert set(words) <= sampler.vocabulary and set(title.lower().split()) <= {
+            w.lower() for w in sampler.title_vocabulary
+        }
         # made of real bigrams: every (even, odd) pair of words follows each other somewhere in a real passage
         assert all((words[i], words[i + 1]) in bigrams for i in range(0, 100, 2))
     assert sampler.passage(0) != sampler.passage(1)
@@ -64,17 +66,28 @@ def test_generated_text_is_seeded_and_drawn_only_from_the_sample(corpus_module, 
 
 
 def test_corpus_streams_real_then_generated_passages_clearly_marked(corpus_module, real):
-    corpus = corpus_module.ScaleCorpus(real[:30], corpus_module.BigramSampler([d.content for d in real[:30]], [d.meta["title"] for d in real[:30]], seed=0), None)
+    corpus = corpus_module.ScaleCorpus(
+        real[:30],
+        corpus_module.BigramSampler([d.content for d in real[:30]], [d.meta["title"] for d in real[:30]], seed=0),
+        None,
+    )
     stream = corpus.documents(100, with_vectors=False)
     assert iter(stream) is stream, "the corpus must be a stream, not a list held in memory"
     documents = list(stream)
     assert len(documents) == 100 and len({d.id for d in documents}) == 100
     assert [d.id for d in documents[:30]] == [d.id for d in real[:30]]
-    assert all(d.meta["generated"] is False and not d.id.startswith(corpus_module.GENERATED_PREFIX) for d in documents[:30])
+    assert all(
+        d.meta["generated"] is False and not d.id.startswith(corpus_module.GENERATED_PREFIX) for d in documents[:30]
+    )
     generated = documents[30:]
     assert corpus.generated_count(100) == 70
-    assert all(d.meta["generated"] is True and d.id.startswith(corpus_module.GENERATED_PREFIX) and d.meta["title"] for d in generated)
-    assert [d.content for d in islice(corpus.documents(100, with_vectors=False), 30, 40)] == [d.content for d in generated[:10]]
+    assert all(
+        d.meta["generated"] is True and d.id.startswith(corpus_module.GENERATED_PREFIX) and d.meta["title"]
+        for d in generated
+    )
+    assert [d.content for d in islice(corpus.documents(100, with_vectors=False), 30, 40)] == [
+        d.content for d in generated[:10]
+    ]
     # a smaller size is a prefix of a larger one (same seed): sizes share their passages
     assert [d.id for d in corpus.documents(10, with_vectors=False)] == [d.id for d in documents[:10]]
 
@@ -94,14 +107,24 @@ def test_drawn_vectors_are_unit_length_and_near_their_real_seed_vectors(corpus_m
         assert float(vector @ seeds[source]) > float(np.median(seeds @ vector))
     assert abs(np.mean(cosines) - sampler.expected_cosine()) < 0.02
     assert len({sampler.vector(p)[1] for p in range(300)}) > 30, "seeds are drawn from many real vectors"
-    corpus = corpus_module.ScaleCorpus(real[:40], corpus_module.BigramSampler([d.content for d in real[:40]], [d.meta["title"] for d in real[:40]]), sampler)
+    corpus = corpus_module.ScaleCorpus(
+        real[:40],
+        corpus_module.BigramSampler([d.content for d in real[:40]], [d.meta["title"] for d in real[:40]]),
+        sampler,
+    )
     document = next(islice(corpus.documents(41), 40, None))
     assert document.meta["generated"] is True and len(document.embedding) == 384
 
 
 def test_sizes_are_parsed_and_bad_ones_refused_with_one_line(scale):
     assert scale.parse_sizes("2000, 10k,1M") == [2000, 10_000, 1_000_000]
-    for bad, words in (("10000,2000", "increasing"), ("0", "positive"), ("ten", "not a number"), ("", "at least one"), ("1.5k,2.5", "whole")):
+    for bad, words in (
+        ("10000,2000", "increasing"),
+        ("0", "positive"),
+        ("ten", "not a number"),
+        ("", "at least one"),
+        ("1.5k,2.5", "whole"),
+    ):
         with pytest.raises(ValueError, match=words) as error:
             scale.parse_sizes(bad)
         assert "\n" not in str(error.value)

@@ -293,8 +293,8 @@ def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_
 
 
 def test_serving_refuses_undeclared_io_and_foreign_modules(tmp_path):
-    from icr2_components.pipeline_spec import PipelineSpecError
     from icr2_components.pipeline_loading import PipelineLoadError
+    from icr2_components.pipeline_spec import PipelineSpecError
     from icr2_components.serving import create_serving_app
 
     undeclared = tmp_path / "undeclared.yaml"

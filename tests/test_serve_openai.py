@@ -386,7 +386,9 @@ def test_a_full_queue_answers_429_with_retry_after_and_every_admitted_request_is
                 "model": MODEL, "messages": [{"role": "user", "content": q}]}), QUESTIONS[:6]))
         busy = [c for c in chats if c.status_code == 429]
         assert busy and all(c.status_code == 200 for c in chats if c not in busy)
-        assert busy[0].json()["error"]["code"] == "server_busy" and busy[0].json()["error"]["type"] == "rate_limit_error"
+        assert (
+            busy[0].json()["error"]["code"] == "server_busy" and busy[0].json()["error"]["type"] == "rate_limit_error"
+        )
         assert_documented(spec, "/v1/chat/completions", "POST", 429, busy[0].json())
         # the places are given back once the answers are out
         assert ask(FRANCE).status_code == 200

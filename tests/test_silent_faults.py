@@ -46,7 +46,9 @@ def test_a_corpus_section_without_path_is_refused_not_the_bundled_sample(tmp_pat
     with pytest.raises(ConfigError, match="has no 'path'"):
         load_index_config(config)
     # asking for the sample is one explicit word
-    assert index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {"path": "sample"}}).corpus.path == "sample"
+    assert (
+        index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {"path": "sample"}}).corpus.path == "sample"
+    )
 
 
 # -- 2. an in-memory store reused after its config changed ----------------------------------------------------
@@ -73,8 +75,11 @@ def test_an_in_memory_store_at_an_explicit_path_refuses_a_changed_config_and_ind
     assert built.passages_streamed == 8  # 4 articles x 200 words / 100
     write_config(20)  # the same file, the passages would now be 20 words long
     changed = IndexHandle(load_index_config(config_path))
-    with pytest.raises(IndexConfigMismatchError, match=r"built with config fingerprint [0-9a-f]{16}.*now gives fingerprint "
-                                                        r"[0-9a-f]{16}.*icr2 index"):
+    with pytest.raises(
+        IndexConfigMismatchError,
+        match=r"built with config fingerprint [0-9a-f]{16}.*now gives fingerprint "
+        r"[0-9a-f]{16}.*icr2 index",
+    ):
         changed.retrieve("topic1 topic5", method="bm25")
     # the command says so in one line, exit 1 (it answered from the 100-word passages, exit 0)
     line = one_error_line(icr2("search", "--config", str(config_path), "-q", "topic1 topic5", "--method", "bm25"))
@@ -174,8 +179,14 @@ def test_compare_stops_with_one_error_when_a_reader_cannot_load(tmp_path):
 def test_dense_search_with_embeddings_turned_off_says_so_not_built_without(tmp_path):
     corpus = tmp_path / "ks.jsonl"
     corpus.write_text(_article("1", "Alpha", 30) + "\n")
-    config = index_config_from_dict({"name": "noemb", "store": {"type": "in_memory", "persist_path": str(tmp_path / "s.json")},
-                                     "corpus": {"path": str(corpus)}, "embedding": {"enabled": False}})
+    config = index_config_from_dict(
+        {
+            "name": "noemb",
+            "store": {"type": "in_memory", "persist_path": str(tmp_path / "s.json")},
+            "corpus": {"path": str(corpus)},
+            "embedding": {"enabled": False},
+        }
+    )
     with pytest.raises(ValueError, match=r"turns embeddings off \(embedding.enabled: false\).*use method bm25"):
         IndexHandle(config).retrieve("alpha", method="hybrid")
 
@@ -217,8 +228,9 @@ def test_an_answer_cut_at_its_budget_is_not_a_warning_line(caplog):
     progress bar); the served reader's reply says it in finish_reason and compare counts it instead."""
     import logging
 
-    import icr2_components.readers.served_chat_reader  # noqa: F401  (installs the filter)
     from haystack.components.generators.chat.openai import _check_finish_reason
+
+    import icr2_components.readers.served_chat_reader  # noqa: F401  (installs the filter)
 
     with caplog.at_level(logging.WARNING):
         _check_finish_reason({"finish_reason": "length", "index": 0})

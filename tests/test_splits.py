@@ -9,9 +9,8 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.run import load_specs
-from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
 from icr2_components.evaluation.compare.held_out import HeldOutError, pipeline_seeds, select_questions
+from icr2_components.evaluation.compare.run import load_specs
 from icr2_components.evaluation.compare.splits import (
     QuestionIdFileError,
     file_sha256,
@@ -22,6 +21,7 @@ from icr2_components.evaluation.compare.splits import (
     split_value,
     write_question_ids,
 )
+from icr2_components.kilt.questions import dataset_question_ids, read_compare_questions
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = [f"q{i:04d}" for i in range(2000)]
@@ -70,7 +70,9 @@ def test_count_split_and_bad_parameters():
 
 
 def test_question_id_file_round_trip_comments_and_errors(tmp_path):
-    path = write_question_ids(tmp_path / "ids.txt", ["b", "a", "nq-sample-00003"], comments=["made by a test", "two lines"])
+    path = write_question_ids(
+        tmp_path / "ids.txt", ["b", "a", "nq-sample-00003"], comments=["made by a test", "two lines"]
+    )
     text = path.read_text()
     assert text.startswith("# made by a test\n# two lines\n") and text.endswith("b\na\nnq-sample-00003\n")
     assert read_question_ids(path) == ["b", "a", "nq-sample-00003"]
@@ -78,7 +80,9 @@ def test_question_id_file_round_trip_comments_and_errors(tmp_path):
     hand.write_text("\ufeff# header\n\n  x1  \nx2 # why this one\n\t# indented comment\nx3\n")
     assert read_question_ids(hand) == ["x1", "x2", "x3"]
     hand.write_text("x1\nx2\n# c\nx1\nx3\nx2\n")
-    with pytest.raises(QuestionIdFileError, match=r"repeats 2 question id\(s\) \('x1' on lines 1, 4; 'x2' on lines 2, 6"):
+    with pytest.raises(
+        QuestionIdFileError, match=r"repeats 2 question id\(s\) \('x1' on lines 1, 4; 'x2' on lines 2, 6"
+    ):
         read_question_ids(hand)
     hand.write_text("# only a comment\n\n")
     with pytest.raises(QuestionIdFileError, match="lists no question id"):
@@ -137,8 +141,11 @@ def test_committed_artifacts_record_their_probed_ids_and_compare_leaves_them_out
     assert test.describe()["held_out"]["excluded_probed"] == len(probed & set(expected))
     # a question-id file is run as it is, so one listing a probed question is refused
     ids_file = write_question_ids(tmp_path / "ids.txt", ["nq-sample-00100", "nq-sample-00027"])
-    with pytest.raises(HeldOutError, match=r"lists 1 question\(s\) a pipeline's head artifact was probed on \(nq-sample-00027; "
-                                           r"bench/results/rap_heads_smollm2.json \(rap\): 1\)"):
+    with pytest.raises(
+        HeldOutError,
+        match=r"lists 1 question\(s\) a pipeline's head artifact was probed on \(nq-sample-00027; "
+        r"bench/results/rap_heads_smollm2.json \(rap\): 1\)",
+    ):
         select_questions(specs, question_ids=str(ids_file))
     assert select_questions(specs[:1], question_ids=str(ids_file)).ids == ["nq-sample-00100", "nq-sample-00027"]
     # without those pipelines nothing is left out
@@ -193,7 +200,9 @@ def test_bad_question_choices_are_refused(tmp_path, capsys):
     from icr2_components.evaluation.compare.tuning import tune_pipeline
 
     with pytest.raises(ValueError, match="1 dev question id\\(s\\) are not usable questions"):
-        tune_pipeline("pipelines/cmt_cad.yaml", question_ids=["nq-sample-00001", "no-such-question"], out_dir=tmp_path / "t")
+        tune_pipeline(
+            "pipelines/cmt_cad.yaml", question_ids=["nq-sample-00001", "no-such-question"], out_dir=tmp_path / "t"
+        )
 
 
 def test_pipeline_seeds_are_read_from_the_yaml():

@@ -63,11 +63,15 @@ class ScratchStoreBackend(StoreBackend):
         return _SCRATCH_STORES[self.index_name]
 
     def write(self, documents, *, prepare=None, progress=True) -> StoreWrite:
-        store = InMemoryDocumentStore(bm25_algorithm=self.settings.bm25_algorithm, embedding_similarity_function="cosine")
+        store = InMemoryDocumentStore(
+            bm25_algorithm=self.settings.bm25_algorithm, embedding_similarity_function="cosine"
+        )
         streamed = store.write_documents(list(prepare(documents) if prepare is not None else documents))
         _SCRATCH_STORES[self.index_name] = store
         self._bm25_retriever = self._embedding_retriever = None
-        return StoreWrite(passages_streamed=streamed, count_ok=store.count_documents() == streamed, document_store=store)
+        return StoreWrite(
+            passages_streamed=streamed, count_ok=store.count_documents() == streamed, document_store=store
+        )
 
     def bm25_retriever(self, document_store):
         return InMemoryBM25Retriever(document_store)
@@ -93,21 +97,33 @@ def write_config(tmp_path, name: str, **sections) -> str:
 def test_the_registry_lists_the_new_backend_beside_the_built_in_ones():
     assert {"in_memory", "elasticsearch", "scratch"} <= set(store_backend_names())
     assert store_backend("scratch") is ScratchStoreBackend
-    config = index_config_from_dict({"store": {"type": "scratch", "bm25_algorithm": "BM25L"}, "corpus": {"path": "sample"}})
+    config = index_config_from_dict(
+        {"store": {"type": "scratch", "bm25_algorithm": "BM25L"}, "corpus": {"path": "sample"}}
+    )
     assert isinstance(config.store, ScratchStoreSettings) and config.store.bm25_algorithm == "BM25L"
 
 
 def test_an_unknown_store_type_is_refused_listing_the_registered_ones():
     names = ", ".join(store_backend_names())
-    with pytest.raises(ConfigError, match=rf"store.type must be one of the registered store types \({names}\), got 'faiss'"):
+    with pytest.raises(
+        ConfigError, match=rf"store.type must be one of the registered store types \({names}\), got 'faiss'"
+    ):
         index_config_from_dict({"store": {"type": "faiss"}, "corpus": {"path": "sample"}})
-    with pytest.raises(UnknownStoreBackendError, match=rf"Unknown store type 'faiss'; registered store types: {names}\."):
+    with pytest.raises(
+        UnknownStoreBackendError, match=rf"Unknown store type 'faiss'; registered store types: {names}\."
+    ):
         store_backend("faiss")
 
 
 def test_the_new_backend_reads_only_its_own_keys():
-    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type scratch\).*allowed keys: \['bm25_algorithm', 'type'\]"):
-        index_config_from_dict({"store": {"type": "scratch", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}})
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type scratch\)"
+        r".*allowed keys: \['bm25_algorithm', 'type'\]",
+    ):
+        index_config_from_dict(
+            {"store": {"type": "scratch", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}}
+        )
 
 
 def test_a_name_is_served_by_one_backend_and_settings_name_their_type():
@@ -119,7 +135,9 @@ def test_a_name_is_served_by_one_backend_and_settings_name_their_type():
         type: str = "scratch"
 
     with pytest.raises(TypeError, match="must default to 'mislabelled'"):
-        register_store_backend("mislabelled")(type("Mislabelled", (ScratchStoreBackend,), {"settings_class": MislabelledSettings}))
+        register_store_backend("mislabelled")(
+            type("Mislabelled", (ScratchStoreBackend,), {"settings_class": MislabelledSettings})
+        )
     assert "mislabelled" not in store_backend_names()
 
 
@@ -134,7 +152,10 @@ def test_icr2_index_and_search_serve_the_new_backend_over_the_sample(tmp_path, s
     assert report["count_ok"] is True and report["resumed_from"] == report["rejected"] == 0
     capsys.readouterr()
 
-    assert icr2(["search", "--config", config, "--query", NOBEL_QUESTION, "--method", "bm25", "--top-k", "3", "--json"]) == 0
+    assert (
+        icr2(["search", "--config", config, "--query", NOBEL_QUESTION, "--method", "bm25", "--top-k", "3", "--json"])
+        == 0
+    )
     hits = json.loads(capsys.readouterr().out)
     assert len(hits) == 3 and hits[0]["title"] == NOBEL_TITLE
     handle = open_index(config)

@@ -28,7 +28,11 @@ def both_stores(elasticsearch_url, tmp_path_factory):
     checkpoint = tmp_path_factory.mktemp("es") / "checkpoint.json"
     config = load_index_config(
         "indexing/kilt-sample-elasticsearch.yaml",
-        overrides={"store.hosts": elasticsearch_url, "store.index": index_name, "writer.checkpoint_path": str(checkpoint)},
+        overrides={
+            "store.hosts": elasticsearch_url,
+            "store.index": index_name,
+            "writer.checkpoint_path": str(checkpoint),
+        },
     )
     elastic = IndexHandle(config)
     report = elastic.build(progress=False)
@@ -41,10 +45,15 @@ def both_stores(elasticsearch_url, tmp_path_factory):
 def questions(both_stores, sample_files):
     in_memory, _ = both_stores
     span_index = PassageSpanIndex.from_documents(in_memory.document_store.storage.values())
-    return [(t, set(span_index.gold_passage_ids(t.provenance))) for t in read_kilt_tasks(sample_files.tasks, limit=QUESTIONS)]
+    return [
+        (t, set(span_index.gold_passage_ids(t.provenance)))
+        for t in read_kilt_tasks(sample_files.tasks, limit=QUESTIONS)
+    ]
 
 
-@pytest.mark.parametrize("method,minimum_overlap,minimum_recall", [("bm25", 0.95, 0.8), ("dense", 0.9, 0.85), ("hybrid", 0.9, 0.85)])
+@pytest.mark.parametrize(
+    "method,minimum_overlap,minimum_recall", [("bm25", 0.95, 0.8), ("dense", 0.9, 0.85), ("hybrid", 0.9, 0.85)]
+)
 def test_both_stores_return_the_same_passages(both_stores, questions, method, minimum_overlap, minimum_recall):
     in_memory, elastic = both_stores
     overlaps, hits = [], {"in_memory": 0, "elasticsearch": 0}
@@ -57,8 +66,10 @@ def test_both_stores_return_the_same_passages(both_stores, questions, method, mi
         hits["elasticsearch"] += bool(gold & set(theirs))
     mean_overlap = sum(overlaps) / len(overlaps)
     print(
-        f"\n{method}: mean top-10 overlap in-memory vs Elasticsearch = {mean_overlap:.2f} over {len(questions)} NQ questions; "
-        f"gold recall@10 in-memory {hits['in_memory'] / len(questions):.2f}, Elasticsearch {hits['elasticsearch'] / len(questions):.2f}"
+        f"\n{method}: mean top-10 overlap in-memory vs Elasticsearch = {mean_overlap:.2f} over {len(questions)} NQ "
+        "questions; "
+        f"gold recall@10 in-memory {hits['in_memory'] / len(questions):.2f}, Elasticsearch "
+        f"{hits['elasticsearch'] / len(questions):.2f}"
     )
     assert mean_overlap >= minimum_overlap
     assert hits["elasticsearch"] / len(questions) >= minimum_recall
@@ -69,4 +80,7 @@ def test_top_hit_agrees_for_an_unambiguous_question(both_stores):
     in_memory, elastic = both_stores
     query = "who got the first nobel prize in physics"
     for method in ("bm25", "dense", "hybrid"):
-        assert in_memory.retrieve(query, method=method, top_k=1)[0].id == elastic.retrieve(query, method=method, top_k=1)[0].id
+        assert (
+            in_memory.retrieve(query, method=method, top_k=1)[0].id
+            == elastic.retrieve(query, method=method, top_k=1)[0].id
+        )

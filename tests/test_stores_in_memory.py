@@ -6,7 +6,13 @@ import yaml
 from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
 from icr2_components.pipeline_loading import loads_pipeline
 from icr2_components.retrievers import IndexRetriever
-from icr2_components.stores import ConfigError, index_config_from_dict, load_index_config, open_index, reciprocal_rank_fusion
+from icr2_components.stores import (
+    ConfigError,
+    index_config_from_dict,
+    load_index_config,
+    open_index,
+    reciprocal_rank_fusion,
+)
 
 SAMPLE_CONFIG = "indexing/kilt-sample.yaml"
 
@@ -32,7 +38,9 @@ def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
         index_config_from_dict({"store": {"type": "faiss"}})
     # each store type reads its own keys: an Elasticsearch key on an in-memory store is not silently ignored
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type in_memory\)"):
-        index_config_from_dict({"store": {"type": "in_memory", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}})
+        index_config_from_dict(
+            {"store": {"type": "in_memory", "hosts": "http://127.0.0.1:9200"}, "corpus": {"path": "sample"}}
+        )
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"corpus": {"passage_words": 0}}))
     with pytest.raises(ConfigError, match="passage_words"):
@@ -45,7 +53,14 @@ def test_sample_index_holds_every_passage_with_embeddings(sample_index):
     assert count > 3000
     doc = next(iter(store.storage.values()))
     assert len(doc.embedding) == 384
-    assert {"wikipedia_id", "title", "start_paragraph_id", "end_paragraph_id", "start_character", "end_character"} <= set(doc.meta)
+    assert {
+        "wikipedia_id",
+        "title",
+        "start_paragraph_id",
+        "end_paragraph_id",
+        "start_character",
+        "end_character",
+    } <= set(doc.meta)
 
 
 @pytest.mark.parametrize("method,minimum_recall", [("bm25", 0.7), ("dense", 0.85), ("hybrid", 0.85)])
@@ -97,7 +112,9 @@ def test_index_retriever_runs_in_a_yaml_pipeline():
     pipeline = Pipeline()
     pipeline.add_component("retriever", IndexRetriever(index=SAMPLE_CONFIG, method="bm25", top_k=3, name="bm25"))
     loaded = loads_pipeline(pipeline.dumps())
-    documents = loaded.run({"retriever": {"query": "who got the first nobel prize in physics"}})["retriever"]["documents"]
+    documents = loaded.run({"retriever": {"query": "who got the first nobel prize in physics"}})["retriever"][
+        "documents"
+    ]
     assert documents[0].meta["title"] == "List of Nobel laureates in Physics"
     assert [d.meta["retrieval_rank"] for d in documents] == [1, 2, 3]
     assert {d.meta["retriever"] for d in documents} == {"bm25"}
@@ -110,8 +127,7 @@ def test_a_store_past_its_measured_size_warns_and_says_what_to_use(tmp_path, mon
     from itertools import islice
 
     from icr2_components.kilt import KiltKnowledgeSource
-    from icr2_components.stores import IndexHandle
-    from icr2_components.stores import in_memory_backend
+    from icr2_components.stores import IndexHandle, in_memory_backend
 
     monkeypatch.setattr(in_memory_backend, "LARGE_STORE_PASSAGES", 30)   # the real limit is 200,000 passages
     config = index_config_from_dict({

@@ -34,8 +34,10 @@ def _matching(bm25: FieldedBM25, query: str) -> set[str]:
 def test_english_stemming_matches_inflected_forms_in_sample_passages(sample_documents, english, standard):
     # "prizes" reaches passages that only say "prize" (or "prized") under english, not under standard
     only_singular = [
-        d.id for d in sample_documents
-        if "prize" in TextAnalyzer("standard")(f"{d.meta['title']} {d.content}") and "prizes" not in TextAnalyzer("standard")(f"{d.meta['title']} {d.content}")
+        d.id
+        for d in sample_documents
+        if "prize" in TextAnalyzer("standard")(f"{d.meta['title']} {d.content}")
+        and "prizes" not in TextAnalyzer("standard")(f"{d.meta['title']} {d.content}")
     ]
     assert len(only_singular) >= 10, "the sample has passages about a prize that never say 'prizes'"
     english_hits, standard_hits = _matching(english, "prizes"), _matching(standard, "prizes")
@@ -76,7 +78,11 @@ def test_the_title_is_searched_as_its_own_field(sample_documents, english):
 
 def test_filters_keep_only_matching_passages(sample_documents, english):
     passage = english.search("nobel prize physics", top_k=1)[0]
-    filtered = english.search("nobel prize physics", top_k=10, filters={"field": "meta.title", "operator": "==", "value": passage.meta["title"]})
+    filtered = english.search(
+        "nobel prize physics",
+        top_k=10,
+        filters={"field": "meta.title", "operator": "==", "value": passage.meta["title"]},
+    )
     assert filtered and all(d.meta["title"] == passage.meta["title"] for d in filtered)
     assert filtered[0].id == passage.id
 
@@ -124,12 +130,17 @@ def test_the_python_analyzer_makes_the_tokens_of_elasticsearchs(es_client, sampl
         except Exception as error:  # noqa: BLE001 - a node without the analyzer gets the one-line fix
             raise_if_analyzer_missing(error, analyzer)
             if "failed to find global analyzer" in str(error):
-                raise AnalyzerUnavailableError(f"the node has no '{analyzer}' analyzer: restart it with scripts/elasticsearch.sh") from error
+                raise AnalyzerUnavailableError(
+                    f"the node has no '{analyzer}' analyzer: restart it with scripts/elasticsearch.sh"
+                ) from error
             raise
         theirs = [token["token"] for token in response["tokens"]]
         if ours(text) != theirs:
             differing.append((text[:80], sorted(set(ours(text)) ^ set(theirs))))
-    print(f"\n{analyzer}: {len(texts) - len(differing)} of {len(texts)} sample texts analysed identically; differing: {differing[:5]}")
+    print(
+        f"\n{analyzer}: {len(texts) - len(differing)} of {len(texts)} sample texts analysed identically; differing: "
+        f"{differing[:5]}"
+    )
     assert len(differing) <= max(2, len(texts) // 200), differing[:10]
 
 
@@ -143,8 +154,12 @@ def test_a_node_refusing_an_analyzer_it_lacks_gets_the_one_line_fix(es_client):
 
     index = "icr2-bm25-no-such-analyzer"
     with pytest.raises(elasticsearch.BadRequestError) as refused:
-        es_client.indices.create(index=index, mappings={"properties": {"content": {"type": "text", "analyzer": "icr2_no_such_analyzer"}}})
+        es_client.indices.create(
+            index=index, mappings={"properties": {"content": {"type": "text", "analyzer": "icr2_no_such_analyzer"}}}
+        )
     assert not es_client.indices.exists(index=index)
-    with pytest.raises(AnalyzerUnavailableError, match=r"no 'icr2_no_such_analyzer' analyzer .* Or set store\.analyzer: standard\."):
+    with pytest.raises(
+        AnalyzerUnavailableError, match=r"no 'icr2_no_such_analyzer' analyzer .* Or set store\.analyzer: standard\."
+    ):
         raise_if_analyzer_missing(refused.value, "icr2_no_such_analyzer")
     raise_if_analyzer_missing(refused.value, "english")  # another analyzer's refusal: not this error

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from icr2_components.artifacts.training_ids import TRAINING_IDS_FILE, find_trained_artifact
-from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.compare.held_out import HeldOutError, select_questions
+from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.training.recipe import recipe_from_dict
 

@@ -27,7 +27,10 @@ def test_stated_parameter_counts_are_the_real_models(smollm2):
     model, _ = smollm2
     full = recipe_needs(load_recipe("training/smollm2_cpu_rta.yaml"))
     assert full.parameters == sum(p.numel() for p in model.parameters()) == full.trainable
-    assert full.memory_bytes["weights"] == full.parameters * 4 and full.memory_bytes["optimizer"] == 2 * full.parameters * 4
+    assert (
+        full.memory_bytes["weights"] == full.parameters * 4
+        and full.memory_bytes["optimizer"] == 2 * full.parameters * 4
+    )
     assert full.sequence_length == 1024 and full.device == "cpu" and not full.needs_cuda
 
     from peft import LoraConfig, get_peft_model

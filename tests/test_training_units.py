@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
+from icr2_components.text.retrieval_replies import RETRIEVAL_END, RETRIEVAL_START, format_target, parse_generation
 from icr2_components.training.examples import SequenceTooLongError, encode_example
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.recipe import RecipeError, load_recipe, recipe_from_dict
-from icr2_components.text.retrieval_replies import RETRIEVAL_END, RETRIEVAL_START, format_target, parse_generation
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,10 @@ def test_targets_parse_back_into_gold_ids_and_answer(sample_benchmark, method):
 
 def test_direct_answer_has_no_retrieval_and_cited_unknown_ids_are_reported():
     assert parse_generation(format_target("da", "Paris", [])).answer == "Paris"
-    parsed = parse_generation("<RETRIEVAL> The relevant passage ID for this question is PSG009. </RETRIEVAL> The correct answer is X.",
-                              {"PSG001": "some text"})
+    parsed = parse_generation(
+        "<RETRIEVAL> The relevant passage ID for this question is PSG009. </RETRIEVAL> The correct answer is X.",
+        {"PSG001": "some text"},
+    )
     assert parsed.retrieved_ids == [] and parsed.unmatched == ["PSG009"] and parsed.answer == "X"
 
 
@@ -74,7 +76,9 @@ def test_recipe_naming_an_unknown_method_is_refused():
     with pytest.raises(RecipeError, match="method is 'sft-magic'; choose one of"):
         recipe_from_dict({"method": "sft-magic", "model": "m", "output_dir": "o", "data": {"train": "t.jsonl"}})
     with pytest.raises(RecipeError, match=r"unknown key\(s\) \[.lr.\] in .*section training"):
-        recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"}, "training": {"lr": 1}})
+        recipe_from_dict(
+            {"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"}, "training": {"lr": 1}}
+        )
 
 
 def test_every_committed_recipe_loads():
@@ -85,7 +89,11 @@ def test_every_committed_recipe_loads():
     methods = {load_recipe(p).method for p in recipes}
     assert methods == {"da", "rta", "cci", "retrieval_head"}
     mistral = load_recipe("training/mistral7b_gpu_rta.yaml")
-    assert (mistral.max_seq_length, mistral.training.gradient_accumulation_steps, mistral.training.rope_theta) == (32768, 4, 1e6)
+    assert (mistral.max_seq_length, mistral.training.gradient_accumulation_steps, mistral.training.rope_theta) == (
+        32768,
+        4,
+        1e6,
+    )
 
 
 def test_max_seq_length_beyond_the_model_context_is_refused():
@@ -102,7 +110,15 @@ def test_max_seq_length_beyond_the_model_context_is_refused():
 
 def test_too_long_examples_keep_gold_or_fail_clearly(sample_benchmark, tokenizer):
     instance = first_instance(sample_benchmark)
-    args = (tokenizer, instance.id, instance.query, instance.answers[0], instance.documents(), instance.gold_passage_ids, "cci")
+    args = (
+        tokenizer,
+        instance.id,
+        instance.query,
+        instance.answers[0],
+        instance.documents(),
+        instance.gold_passage_ids,
+        "cci",
+    )
     full = encode_example(*args, max_length=8192)
     assert full.dropped_passages == 0 and len(full.passage_ids) == 3
     # a budget that fits the gold passages but not the whole corpus: distractors go, gold stays
@@ -155,8 +171,17 @@ def test_tiny_plumbing_new_token_rate_moves_only_the_marker_rows_and_refuses_lor
     assert (after[38:] - before[38:]).abs().max() > 5e-3  # the marker rows moved at the high rate
     assert not torch.equal(model.model.layers[0].mlp.up_proj.weight, layer_before)
     with pytest.raises(RecipeError, match="marker rows, which train only with lora.train_new_token_embeddings"):
-        recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"}, "finetuning": "lora",
-                          "lora": {"train_new_token_embeddings": False}, "training": {"new_token_learning_rate": 1e-2}})
+        recipe_from_dict(
+            {
+                "method": "rta",
+                "model": "m",
+                "output_dir": "o",
+                "data": {"train": "t"},
+                "finetuning": "lora",
+                "lora": {"train_new_token_embeddings": False},
+                "training": {"new_token_learning_rate": 1e-2},
+            }
+        )
     # with LoRA the marker rows are peft's own trainable-token parameters: they alone get the high rate
     lora = recipe_from_dict({"method": "rta", "model": "m", "output_dir": "o", "data": {"train": "t"},
                              "finetuning": "lora", "training": {"new_token_learning_rate": 1e-2}})

@@ -22,8 +22,8 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
 from icr2_components.evaluation.gates.gate_eval import closed_book_messages  # noqa: E402
+from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
 from icr2_components.readers import LocalChatReader  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -66,8 +66,16 @@ def main() -> None:
     write_jsonl(HERE / "gate_eval_dropped.jsonl", dropped)
     print(f"evaluation set: kept {len(kept)}, dropped {len(dropped)} (model behaviour disagreed with the label)")
     kept, dropped = label(HERE / "gate_pool_candidates.jsonl", reader)
-    yes = [{"question": r["question"], "answers": r["ground_truth"], "source": r["data_source"]} for r in kept if r["needs_retrieval"]]
-    no = [{"question": r["question"], "answers": r["ground_truth"], "source": r["data_source"]} for r in kept if not r["needs_retrieval"]]
+    yes = [
+        {"question": r["question"], "answers": r["ground_truth"], "source": r["data_source"]}
+        for r in kept
+        if r["needs_retrieval"]
+    ]
+    no = [
+        {"question": r["question"], "answers": r["ground_truth"], "source": r["data_source"]}
+        for r in kept
+        if not r["needs_retrieval"]
+    ]
     write_jsonl(POOLS / "yes_demonstrations.jsonl", yes)
     write_jsonl(POOLS / "no_demonstrations.jsonl", no)
     print(f"pools: {len(yes)} [Yes], {len(no)} [No]; dropped {len(dropped)}")

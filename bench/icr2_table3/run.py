@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/icr2_table3/run.py ids          # write the id files (deterministic; committed)
     .venv/bin/python bench/icr2_table3/run.py data         # build the CiC benchmark files into runs/icr2_table3/data
-    .venv/bin/python bench/icr2_table3/run.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml), resumable
+    .venv/bin/python bench/icr2_table3/run.py train ARM    # fine-tune one arm (training/icr2_table3/ARM.yaml),
+    resumable
     .venv/bin/python bench/icr2_table3/run.py keep ARM     # copy its adapter (or head) to bench/results (committed)
     .venv/bin/python bench/icr2_table3/run.py probe ARM    # RAP heads of sft_da / sft_rta (on training questions)
     .venv/bin/python bench/icr2_table3/run.py eval [ARM..] # answer the evaluation questions (icr2 compare, resumable)
@@ -76,9 +77,12 @@ def cmd_ids(_args) -> None:
               f"{TRAIN_LIMIT_POSITION}\nin no bench/data/heldout_nq_ids*.txt file (bench/icr2_table3/run.py ids)")
     write_ids("dev_ids.txt", train_pool[TRAIN_COUNT:TRAIN_COUNT + DEV_COUNT],
               f"{DEV_COUNT} dev questions (validation loss only): the next {DEV_COUNT} of the same shuffle")
-    write_ids("eval_ids.txt", eval_pool,
-              f"{len(eval_pool)} evaluation questions: every NQ-sample position >= {EVAL_FIRST_POSITION} in no held-out "
-              f"file,\nin a random.Random({SEED}) order (answered in this order, so a partial run is a random subset)")
+    write_ids(
+        "eval_ids.txt",
+        eval_pool,
+        f"{len(eval_pool)} evaluation questions: every NQ-sample position >= {EVAL_FIRST_POSITION} in no held-out "
+        f"file,\nin a random.Random({SEED}) order (answered in this order, so a partial run is a random subset)",
+    )
 
 
 def build_records(path: Path, ids: set[str]) -> None:
@@ -92,8 +96,11 @@ def build_records(path: Path, ids: set[str]) -> None:
     handle = open_index(str(ROOT / "indexing" / "kilt-sample.yaml"))
     tasks = [t for t in read_kilt_tasks(build_sample().tasks) if t.id in ids]
     config = handle.config
-    lookup = GoldPassageLookup.from_knowledge_source(corpus_path(config), wikipedia_ids={p.wikipedia_id for t in tasks for p in t.provenance},
-                                                     passage_words=config.corpus.passage_words)
+    lookup = GoldPassageLookup.from_knowledge_source(
+        corpus_path(config),
+        wikipedia_ids={p.wikipedia_id for t in tasks for p in t.provenance},
+        passage_words=config.corpus.passage_words,
+    )
     retrieve = {m: (lambda query, k, m=m: handle.retrieve(query, method=m, top_k=k)) for m in RETRIEVERS.split(",")}
     summary = build_icr2_benchmark(tasks, retrieve, None, lookup, path, budget_passages=BUDGET_PASSAGES,
                                    confounding_ratio=1.0, seed=0, top_k=TOP_K, progress=True)
@@ -115,7 +122,10 @@ def cmd_data(args) -> None:
     for split, wanted in splits.items():
         kept = [records[i] for i in wanted if i in records]
         (DATA / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
-        print(f"{split}: {len(kept)} of {len(wanted)} questions have a CiC record (the others are in all.summary.json's skips)")
+        print(
+            f"{split}: {len(kept)} of {len(wanted)} questions have a CiC record (the others are in all.summary.json's "
+            "skips)"
+        )
         if split == "train":  # ICR2's ablation: the same questions, gold passages only
             gold = [dict(r, context=[c for c in r["context"] if c["passage_id"] in set(r["gold_passage_ids"])])
                     for r in kept]
@@ -126,7 +136,7 @@ def cmd_train(args) -> None:
     recipe = ROOT / "training" / "icr2_table3" / f"{args.arm}.yaml"
     if not recipe.exists():
         sys.exit(f"no recipe {recipe}")
-    extra = [f"--set=training.resume_from_checkpoint=true"] if args.resume else []
+    extra = ["--set=training.resume_from_checkpoint=true"] if args.resume else []
     subprocess.run(ICR2 + ["train", "--config", str(recipe)] + extra, check=True, cwd=ROOT)
 
 
@@ -184,8 +194,19 @@ def cmd_eval(args) -> None:
         if not path.exists():
             print(f"{arm}: no pipeline {path} yet; skipped")
             continue
-        command = ICR2 + ["compare", "--dataset", str(DATA / "eval.jsonl"), "--question-ids", str(IDS / "eval_ids.txt"),
-                          "--context-types", context_type, "--pipelines", str(path), "--out", str(RESULTS / "arms" / arm)]
+        command = ICR2 + [
+            "compare",
+            "--dataset",
+            str(DATA / "eval.jsonl"),
+            "--question-ids",
+            str(IDS / "eval_ids.txt"),
+            "--context-types",
+            context_type,
+            "--pipelines",
+            str(path),
+            "--out",
+            str(RESULTS / "arms" / arm),
+        ]
         if args.limit:
             command += ["--limit", str(args.limit)]
         print(" ".join(command[1:]), flush=True)

@@ -69,7 +69,9 @@ class HeadArtifactIO:
             raise FileNotFoundError(f"{cls.KIND} artifact not found: {path}. Make one with {cls.MAKE_WITH}.")
         data = json.loads(path.read_text())
         if data.get("format") != cls.FORMAT:
-            raise ValueError(f"{path} is not a {cls.KIND} artifact (format {data.get('format')!r}, expected {cls.FORMAT!r}).")
+            raise ValueError(
+                f"{path} is not a {cls.KIND} artifact (format {data.get('format')!r}, expected {cls.FORMAT!r})."
+            )
         return cls(**data)
 
     def check_model(self, model_name: str, signature: dict[str, Any]) -> None:

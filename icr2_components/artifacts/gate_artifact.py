@@ -96,7 +96,9 @@ class GateArtifact:
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not JSON ({error.msg}, line {error.lineno}); make it with {MAKE_WITH}.") from None
+            raise ValueError(
+                f"{path} is not JSON ({error.msg}, line {error.lineno}); make it with {MAKE_WITH}."
+            ) from None
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a gate artifact (a JSON object); make one with {MAKE_WITH}.")
         check_known_keys(data, cls.__dataclass_fields__, str(path), hint="It is not a gate artifact of this version.")

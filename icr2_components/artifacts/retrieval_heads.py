@@ -68,5 +68,7 @@ class RetrievalHeadArtifact(HeadArtifactIO):
         """The best ``q`` heads (the artifact's Q by default; up to the stored ranking)."""
         q = q or self.q
         if q > len(self.ranking):
-            raise ValueError(f"Q={q} is more heads than the artifact ranks ({len(self.ranking)}); probe again with a larger --rank.")
+            raise ValueError(
+                f"Q={q} is more heads than the artifact ranks ({len(self.ranking)}); probe again with a larger --rank."
+            )
         return [(int(layer), int(head)) for layer, head in self.ranking[:q]]

@@ -97,7 +97,8 @@ def read_training_ids(path: str | os.PathLike) -> TrainedArtifact:
 
 def find_trained_artifact(path: str | os.PathLike) -> TrainedArtifact | None:
     """The training record of the folder a component reads (or of its ``retrieval_head``/``adapter`` sub-folder,
-    or of the training folder a ``checkpoint-*`` sits in); None when ``path`` is not a local folder made by training. Raises :class:`TrainingIdsError` for a trained
+    or of the training folder a ``checkpoint-*`` sits in); None when ``path`` is not a local folder made by training.
+    Raises :class:`TrainingIdsError` for a trained
     folder (one with ``training_summary.json``) that records no ids."""
     folder = Path(path).expanduser()
     try:

@@ -139,7 +139,9 @@ class BackendKind(ABC):
 _KINDS: Registry[type[BackendKind]] = Registry(
     "backend kind",
     BackendError,
-    unknown_message=lambda name, names: f"kind must be one of the registered backend kinds {list(names)}, got {name!r}.",
+    unknown_message=lambda name, names: (
+        f"kind must be one of the registered backend kinds {list(names)}, got {name!r}."
+    ),
     how_to_add="A new kind is a BackendKind subclass decorated with @register_backend_kind(name) (see "
     "icr2_components/backends/), imported before the backend file is read.",
 )

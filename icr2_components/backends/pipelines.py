@@ -54,8 +54,10 @@ BLACK_BOX_TYPES = (
     # llama.cpp in process: the weights are here, but the integration exposes no attention or logits hook.
     "haystack_integrations.components.generators.llama_cpp.chat.chat_generator.LlamaCppChatGenerator",
 )
-BLACK_BOX_PIPELINES_HINT = ("closed_book, vanilla_rag, corpus_in_context, query_aware, reordered_*, reranked_bi_encoder, "
-                            "oracle, adaptive_rag, cmt_multi_agent, cmt_prompting")
+BLACK_BOX_PIPELINES_HINT = (
+    "closed_book, vanilla_rag, corpus_in_context, query_aware, reordered_*, reranked_bi_encoder, "
+    "oracle, adaptive_rag, cmt_multi_agent, cmt_prompting"
+)
 
 
 def backend_from_dict(values: Any, source: str = "<backend>", name: str | None = None) -> Backend:
@@ -131,7 +133,9 @@ def weights_reason(type_name: Any) -> str | None:
 
 
 def _refusal(source: str, needing: list[tuple[str, str, str]], why: str) -> BackendError:
-    parts = "; ".join(f"component '{name}' ({type_name.rsplit('.', 1)[-1]}) {reason}" for name, type_name, reason in needing)
+    parts = "; ".join(
+        f"component '{name}' ({type_name.rsplit('.', 1)[-1]}) {reason}" for name, type_name, reason in needing
+    )
     return BackendError(
         f"{source}: {parts}, but {why} exposes only generated tokens and their log-probabilities. Run it on the "
         f"local backend (drop --backend / ICR2_BACKEND), or use a black-box pipeline: {BLACK_BOX_PIPELINES_HINT}."

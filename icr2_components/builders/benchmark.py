@@ -26,12 +26,17 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from haystack import Document
 
-from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler, validate_budget, validate_ratio
-from icr2_components.text.templates import TASK_TYPES, render_cic_prompt
-from icr2_components.models.token_counting import PassageTokenCounter
-from icr2_components.records import SkipReport
+from icr2_components.builders.corpus_assembly import (
+    BudgetTooSmallError,
+    CorpusAssembler,
+    validate_budget,
+    validate_ratio,
+)
 from icr2_components.kilt.icr2_benchmark import record_documents
 from icr2_components.kilt.tasks import KiltTask
+from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.records import SkipReport
+from icr2_components.text.templates import TASK_TYPES, render_cic_prompt
 
 RetrieveFn = Callable[[str, int], list[Document]]
 RandomPoolFn = Callable[[int, int, set], list[Document]]
@@ -122,7 +127,8 @@ def build_icr2_benchmark(
     :param retrieve: retriever name -> ``fn(query, top_k)`` returning ranked passages, pooled in this order.
     :param random_pool: ``fn(n, seed, exclude_ids)`` (e.g. ``IndexHandle.random_documents``) or a list of
         passages to sample from; needed when ``confounding_ratio < 1``.
-    :param gold_passages: ``fn(task)`` giving the gold passages (e.g. a :class:`~icr2_components.kilt.icr2_benchmark.GoldPassageLookup`).
+    :param gold_passages: ``fn(task)`` giving the gold passages (e.g. a
+        :class:`~icr2_components.kilt.icr2_benchmark.GoldPassageLookup`).
     :param tokenizer: the reader's tokenizer: counts ``budget_tokens`` and the prompt tokens of Table 7.
     :param query_with_answer: retrieve with ``query + answers`` (ICR2) rather than the query alone.
     """
@@ -221,7 +227,9 @@ def benchmark_statistics(records: Iterable[Mapping[str, Any]], tokenizer: Any = 
         if record.get("prompt_tokens") is not None:
             tokens.append(int(record["prompt_tokens"]))
         elif tokenizer is not None:
-            rendered = render_cic_prompt(record["task_type"], record["query"], record_documents(record), tokenizer=tokenizer)
+            rendered = render_cic_prompt(
+                record["task_type"], record["query"], record_documents(record), tokenizer=tokenizer
+            )
             tokens.append(len(tokenizer(rendered.text, add_special_tokens=False)["input_ids"]))
     return {
         "queries": queries,

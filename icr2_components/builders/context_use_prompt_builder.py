@@ -54,7 +54,9 @@ class ContextUsePromptBuilder:
     @staticmethod
     def _check(name: str) -> None:
         if name not in CONTEXT_USE_INSTRUCTIONS:
-            raise ValueError(f"Unknown context-use instruction {name!r}; choose one of {list(CONTEXT_USE_INSTRUCTIONS)}.")
+            raise ValueError(
+                f"Unknown context-use instruction {name!r}; choose one of {list(CONTEXT_USE_INSTRUCTIONS)}."
+            )
 
     @component.output_types(prompt=list[ChatMessage])
     def run(self, query: str, documents: list[Document], instruction: str | None = None) -> dict[str, Any]:

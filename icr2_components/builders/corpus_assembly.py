@@ -30,13 +30,14 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from haystack import Document
 
-from icr2_components.text.templates import format_passage_id
 from icr2_components.builders.near_duplicates import NearDuplicateIndex, shingle_prefix, word_shingles
+from icr2_components.kilt.chunking import spans_overlap
+from icr2_components.kilt.tasks import Provenance
+
 # the builder's own, looser normalisation (punctuation to spaces, accents folded) for answer-string exclusion;
 # replies are scored with the official one (text.normalization.normalize_answer)
 from icr2_components.text.normalization import contains_any, normalize_text, normalized_answers
-from icr2_components.kilt.chunking import spans_overlap
-from icr2_components.kilt.tasks import Provenance
+from icr2_components.text.templates import format_passage_id
 
 ORIGIN_GOLD = "gold"
 ORIGIN_RANDOM = "random"
@@ -272,12 +273,14 @@ class CorpusAssembler:
             gold_cost = sum(costs)
             if budget_tokens is not None and gold_cost > budget_tokens:
                 raise BudgetTooSmallError(
-                    f"The {len(gold_unique)} gold passage(s) need {gold_cost} tokens but budget_tokens={budget_tokens}; "
+                    f"The {len(gold_unique)} gold passage(s) need {gold_cost} tokens but "
+                    f"budget_tokens={budget_tokens}; "
                     "raise the budget (every gold passage is always included in benchmark mode)."
                 )
             if budget_passages is not None and len(gold_unique) > budget_passages:
                 raise BudgetTooSmallError(
-                    f"There are {len(gold_unique)} gold passages but budget_passages={budget_passages}; raise the budget."
+                    f"There are {len(gold_unique)} gold passages but budget_passages={budget_passages}; raise the "
+                    "budget."
                 )
             used_tokens += gold_cost if budget_tokens is not None else 0
             for rank, document in enumerate(gold_unique, start=1):

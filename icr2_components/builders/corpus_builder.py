@@ -40,7 +40,8 @@ class ConfounderAwareCorpusBuilder:
     Each output document is a copy carrying meta `passage_id` ("PSG001"... in output order), `origin`
     ("gold", the retriever's name or "random") and `rank` (1-based rank in the list it came from).
 
-    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models":
+    https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -103,7 +104,9 @@ class ConfounderAwareCorpusBuilder:
         validate_ratio(confounding_ratio)
         validate_budget(budget_tokens, budget_passages)
         if budget_tokens is not None and not tokenizer:
-            raise ValueError("budget_tokens is counted in the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct').")
+            raise ValueError(
+                "budget_tokens is counted in the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct')."
+            )
         if not 0.0 < near_duplicate_threshold <= 1.0:
             raise ValueError(f"near_duplicate_threshold must be in (0, 1], got {near_duplicate_threshold}.")
         self.retrievers = retrievers

@@ -1,7 +1,8 @@
 """Near-duplicate detection used when choosing confounders: word shingles, Jaccard similarity, a prefix-filter index.
 
 Texts are compared after :func:`icr2_components.text.normalization.normalize_text`, the builder's loose
-answer-containment normalisation (not the scorers' official one), so that a confounder differing from a kept passage only in case or punctuation counts as a copy.
+answer-containment normalisation (not the scorers' official one), so that a confounder differing from a kept passage
+only in case or punctuation counts as a copy.
 """
 
 from __future__ import annotations

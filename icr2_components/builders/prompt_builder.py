@@ -26,7 +26,8 @@ class CorpusInContextPromptBuilder:
     just say "I don't know".", https://arxiv.org/abs/2402.16457), put before ICR2's text for `qa`. The default
     (`None`) is ICR2's Table 8 unchanged.
 
-    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models":
+    https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -51,7 +52,9 @@ class CorpusInContextPromptBuilder:
         """
         get_template(task_type)  # raises with the list of task types
         if get_answer_instruction(answer_instruction) is not None and task_type != "qa":
-            raise ValueError(f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}.")
+            raise ValueError(
+                f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}."
+            )
         self.task_type = task_type
         self.query_aware = query_aware
         self.system_prompt = system_prompt

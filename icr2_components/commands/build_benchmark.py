@@ -14,9 +14,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--tasks", help="KILT task file (default: the bundled NQ sample)")
     parser.add_argument("--index", default="indexing/kilt-sample.yaml", help="index config YAML (indexing/*.yaml)")
-    parser.add_argument("--retrievers", default="bm25,dense,hybrid",
-                        help=f"comma-separated retrieval methods ({', '.join(retrieval_method_names())}), pooled in this order "
-                             "(default: bm25,dense,hybrid)")
+    parser.add_argument(
+        "--retrievers",
+        default="bm25,dense,hybrid",
+        help=f"comma-separated retrieval methods ({', '.join(retrieval_method_names())}), pooled in this order "
+        "(default: bm25,dense,hybrid)",
+    )
     parser.add_argument("--top-k", type=int, default=200, help="passages per retriever (ICR2 uses 200)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--budget-tokens", type=int, help="corpus size in reader tokens (default 6000)")
@@ -37,12 +40,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from icr2_components.commands._console import make_console
     from rich.table import Table
 
     from icr2_components.builders.benchmark import build_icr2_benchmark
-    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
+    from icr2_components.commands._console import make_console
     from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
     from icr2_components.records import SkipReport
     from icr2_components.stores import open_index, retrieval_method_names
     from icr2_components.stores.config import corpus_path
@@ -50,7 +53,9 @@ def run(args) -> int:
     methods = [m.strip() for m in args.retrievers.split(",") if m.strip()]
     unknown = [m for m in methods if m not in retrieval_method_names()]
     if not methods or unknown:
-        raise ValueError(f"--retrievers takes a comma-separated list of {retrieval_method_names()}; got {args.retrievers!r}.")
+        raise ValueError(
+            f"--retrievers takes a comma-separated list of {retrieval_method_names()}; got {args.retrievers!r}."
+        )
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be a positive integer.")
     budget_tokens = args.budget_tokens

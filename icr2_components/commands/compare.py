@@ -23,9 +23,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--pipelines", nargs="+", required=True, help="pipeline YAMLs with declared inputs/outputs")
     parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
-    parser.add_argument("--context-types", default=DEFAULT_CONTEXT_TYPES,
-                        help=f"comma-separated subset of open,gold,conflicting,irrelevant,corpus (default {DEFAULT_CONTEXT_TYPES}; "
-                        "corpus: an ICR2 benchmark record's whole corpus in context, for --dataset an ICR2 JSONL)")
+    parser.add_argument(
+        "--context-types",
+        default=DEFAULT_CONTEXT_TYPES,
+        help=f"comma-separated subset of open,gold,conflicting,irrelevant,corpus (default {DEFAULT_CONTEXT_TYPES}; "
+        "corpus: an ICR2 benchmark record's whole corpus in context, for --dataset an ICR2 JSONL)",
+    )
     parser.add_argument("--limit", type=int, help="the first N questions with answers (of --split, if given)")
     parser.add_argument("--question-ids", metavar="FILE",
                         help="run exactly these questions, in file order: one id per line, # comments (a run's "
@@ -80,8 +83,8 @@ def print_table(console, title: str, header: list[str], rows: list[list[str]]) -
 def print_report(report: dict) -> None:
     from icr2_components.commands._console import make_console
     from icr2_components.evaluation.reports.compare_report import HEADLINE_METRICS
-    from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.evaluation.reports.position_curves import curve_rows, shape_rows
+    from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
 
     console = make_console()
     tables = [("per pipeline and context type: mean [95% interval]", summary_rows(report))]
@@ -167,9 +170,19 @@ def tune(args, backend) -> tuple[list[str], str | None]:
     dev_ids = made.dev[:args.dev_limit]
     selection = {"split": "dev", "split_seed": args.split_seed, "dev_fraction": args.dev_fraction,
                  "dev_limit": args.dev_limit}
-    tuned = [tune_pipeline(p, dataset=args.dataset, out_dir=Path(args.out) / "tuning", max_new_tokens=args.max_new_tokens,
-                           index=args.index, backend=backend, question_ids=dev_ids, selection=selection)
-             for p in args.pipelines]
+    tuned = [
+        tune_pipeline(
+            p,
+            dataset=args.dataset,
+            out_dir=Path(args.out) / "tuning",
+            max_new_tokens=args.max_new_tokens,
+            index=args.index,
+            backend=backend,
+            question_ids=dev_ids,
+            selection=selection,
+        )
+        for p in args.pipelines
+    ]
     for result in tuned:
         print(f"tuned {result['pipeline']}: {result['best'] or 'nothing tunable'} "
               f"(dev mean BCU {result['best_mean_bcu']}, {result['dev_questions']} questions)")
@@ -179,9 +192,11 @@ def tune(args, backend) -> tuple[list[str], str | None]:
 def print_questions(run: dict) -> None:
     """Which questions the run used and what it left out (the ids are in run.question_ids_file)."""
     selection = run["selection"]
-    parts = [f"{run['questions']} questions ({selection['mode']}"
-             + (f", {selection['split']['name']} split seed {selection['split']['seed']}" if selection.get("split") else "")
-             + f"), ids in {run['question_ids_file']}"]
+    parts = [
+        f"{run['questions']} questions ({selection['mode']}"
+        + (f", {selection['split']['name']} split seed {selection['split']['seed']}" if selection.get("split") else "")
+        + f"), ids in {run['question_ids_file']}"
+    ]
     if (selection.get("file") or {}).get("unknown"):
         parts.append(f"{selection['file']['unknown']} unknown ids in {selection['file']['path']} left out "
                      f"(e.g. {', '.join(selection['file']['unknown_examples'][:3])})")

@@ -11,11 +11,24 @@ import json
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("embed", help="embed a config's corpus into resumable vector shards (.npy + ids) keyed by passage id")
-    parser.add_argument("config", help="index config YAML (indexing/*.yaml); its corpus and embedding sections are used")
-    parser.add_argument("--out", required=True, help="folder for the shards (created; a folder from an earlier run is resumed)")
-    parser.add_argument("--shard-size", type=int, default=10_000, help="passages per shard (default 10000; fixed for a folder)")
-    parser.add_argument("--max-shards", type=int, default=None, help="stop after writing this many new shards (a partial run; run again to go on)")
+    parser = subparsers.add_parser(
+        "embed", help="embed a config's corpus into resumable vector shards (.npy + ids) keyed by passage id"
+    )
+    parser.add_argument(
+        "config", help="index config YAML (indexing/*.yaml); its corpus and embedding sections are used"
+    )
+    parser.add_argument(
+        "--out", required=True, help="folder for the shards (created; a folder from an earlier run is resumed)"
+    )
+    parser.add_argument(
+        "--shard-size", type=int, default=10_000, help="passages per shard (default 10000; fixed for a folder)"
+    )
+    parser.add_argument(
+        "--max-shards",
+        type=int,
+        default=None,
+        help="stop after writing this many new shards (a partial run; run again to go on)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set embedding.backend=onnx-int8 (repeatable)")
     parser.add_argument("--report", help="write the run's report as JSON here")
@@ -36,17 +49,39 @@ def run(args) -> int:
     if args.max_shards is not None and args.max_shards < 0:
         raise ValueError(f"--max-shards must be >= 0, got {args.max_shards}.")
     config = load_index_config(args.config, overrides=parse_overrides(args.set))
-    report = embed_to_shards(config, args.out, shard_size=args.shard_size, max_shards=args.max_shards, progress=not args.no_progress)
+    report = embed_to_shards(
+        config, args.out, shard_size=args.shard_size, max_shards=args.max_shards, progress=not args.no_progress
+    )
     table = Table(title=f"icr2 embed: {config.name} ({report.backend})")
-    for column in ("folder", "embedded", "resumed (not recomputed)", "skipped by the reader", "shards written", "shards", "passages", "complete", "passages/s"):
+    for column in (
+        "folder",
+        "embedded",
+        "resumed (not recomputed)",
+        "skipped by the reader",
+        "shards written",
+        "shards",
+        "passages",
+        "complete",
+        "passages/s",
+    ):
         table.add_column(column)
-    table.add_row(report.out_dir, str(report.passages_embedded), str(report.resumed_passages), str(report.skips.get("total", 0)),
-                  str(report.shards_written), str(report.shards_total), str(report.passages_total), "yes" if report.complete else "no",
-                  f"{report.passages_per_second:.1f}")
+    table.add_row(
+        report.out_dir,
+        str(report.passages_embedded),
+        str(report.resumed_passages),
+        str(report.skips.get("total", 0)),
+        str(report.shards_written),
+        str(report.shards_total),
+        str(report.passages_total),
+        "yes" if report.complete else "no",
+        f"{report.passages_per_second:.1f}",
+    )
     console = make_console()
     console.print(table)
     if report.skips.get("total"):
-        console.print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")
+        console.print(
+            f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}"
+        )
     if not report.complete:
         console.print(f"not finished: run `icr2 embed {args.config} --out {args.out}` again to go on.")
     if args.report:

@@ -52,7 +52,9 @@ def register(subparsers) -> None:
     parser.add_argument("--n-yes", type=int, default=2)
     parser.add_argument("--n-no", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) threshold of the 'threshold' method")
-    parser.add_argument("--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)")
+    parser.add_argument(
+        "--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)"
+    )
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N usable questions")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget of the reader")
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")
@@ -91,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
         artifact=args.artifact,
     )
     gate.warm_up()
-    reader = None if args.decisions_only else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+    reader = (
+        None
+        if args.decisions_only
+        else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+    )
     retriever = None
     if args.index and not args.decisions_only:
         from icr2_components.retrievers import IndexRetriever
@@ -140,9 +146,13 @@ def run_on_labels(args: argparse.Namespace) -> int:
         labelled = labelled[: args.limit]
     if not labelled:
         raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
-    console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
+    console.print(
+        f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}"
+    )
     if described["unreadable_lines"]:
-        console.print(f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)")
+        console.print(
+            f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)"
+        )
     model, gate_options = gate_model_settings(args.model, args.backend)
     runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options)
     for name, run in runs.items():

@@ -39,9 +39,9 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def run(args) -> int:
-    from icr2_components.commands._console import make_console
     from rich.table import Table
 
+    from icr2_components.commands._console import make_console
     from icr2_components.stores import IndexHandle, load_index_config
 
     if args.plan and args.config:
@@ -55,11 +55,21 @@ def run(args) -> int:
     table = Table(title=f"icr2 index: {config.name}")
     for column in ("store", "index", "passages streamed", "in store", "resumed from", "skipped", "rejected", "seconds"):
         table.add_column(column)
-    table.add_row(report.store, report.index, str(report.passages_streamed), str(report.documents_in_store),
-                  str(report.resumed_from), str(report.skips.get("total", 0)), str(report.rejected), f"{report.seconds:.1f}")
+    table.add_row(
+        report.store,
+        report.index,
+        str(report.passages_streamed),
+        str(report.documents_in_store),
+        str(report.resumed_from),
+        str(report.skips.get("total", 0)),
+        str(report.rejected),
+        f"{report.seconds:.1f}",
+    )
     make_console().print(table)
     if report.skips.get("total"):
-        make_console().print(f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}")
+        make_console().print(
+            f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}"
+        )
     if args.report:
         with open(args.report, "w") as handle:
             json.dump(report.as_dict(), handle, indent=2)
@@ -71,7 +81,13 @@ def run_plan(args) -> int:
 
     from icr2_components.commands._console import make_console
     from icr2_components.stores import load_index_config
-    from icr2_components.stores.elasticsearch.index_plan import format_bytes, format_seconds, load_measured_figures, plan_index, plan_json
+    from icr2_components.stores.elasticsearch.index_plan import (
+        format_bytes,
+        format_seconds,
+        load_measured_figures,
+        plan_index,
+        plan_json,
+    )
 
     config = load_index_config(args.plan, overrides=parse_overrides(args.set))
     figures = load_measured_figures(args.figures)
@@ -86,11 +102,20 @@ def run_plan(args) -> int:
     table.add_column("projected", justify="right")
     table.add_column("from")
     table.add_row("passages", f"{plan['passages']:,}", plan["passages_source"])
-    text_share = "" if plan["index_type"] == "bm25_only" else (
-        f"; {figures.disk_per_passage('bm25_only'):,.0f} of them text and BM25, the rest the vector in _source and its index")
-    table.add_row("disk (primaries)", format_bytes(plan["disk_bytes_primary"]),
-                  f"{figures.disk_per_passage(plan['index_type']):,.0f} B/passage measured ({plan['index_type']}{text_share})"
-                  + (f"; {plan['disk_note']}" if plan.get("disk_note") else ""))
+    text_share = (
+        ""
+        if plan["index_type"] == "bm25_only"
+        else (
+            f"; {figures.disk_per_passage('bm25_only'):,.0f} of them text and BM25, the rest the vector in _source and "
+            "its index"
+        )
+    )
+    table.add_row(
+        "disk (primaries)",
+        format_bytes(plan["disk_bytes_primary"]),
+        f"{figures.disk_per_passage(plan['index_type']):,.0f} B/passage measured ({plan['index_type']}{text_share})"
+        + (f"; {plan['disk_note']}" if plan.get("disk_note") else ""),
+    )
     if plan["disk_bytes_with_replicas"] != plan["disk_bytes_primary"]:
         table.add_row("disk (with replicas)", format_bytes(plan["disk_bytes_with_replicas"]), "x (1 + replicas)")
     if plan["index_type"] == "bm25_only":
@@ -98,18 +123,35 @@ def run_plan(args) -> int:
     else:
         graph = f" + 4*m (m {plan['hnsw_m']})" if plan["hnsw_m"] else ""
         per = "4*dims" if plan["index_type"] in ("hnsw", "flat") else "dims + 4"
-        table.add_row("vector memory", format_bytes(plan["vector_memory_bytes"]),
-                      f"{plan['vector_bytes_per_passage']} B/vector = {per}{graph}, dims {plan['dims']} (Elasticsearch's formula)")
-        table.add_row("embedding time", format_seconds(plan["embedding_seconds"]),
-                      f"{figures.embedding['passages_per_s']:.1f} passages/s measured ({figures.embedding.get('device', 'cpu')})"
-                      + (f"; {plan['embedding_device_note']}" if plan["embedding_device_note"] else ""))
+        table.add_row(
+            "vector memory",
+            format_bytes(plan["vector_memory_bytes"]),
+            f"{plan['vector_bytes_per_passage']} B/vector = {per}{graph}, dims {plan['dims']} (Elasticsearch's "
+            "formula)",
+        )
+        table.add_row(
+            "embedding time",
+            format_seconds(plan["embedding_seconds"]),
+            f"{figures.embedding['passages_per_s']:.1f} passages/s measured ({figures.embedding.get('device', 'cpu')})"
+            + (f"; {plan['embedding_device_note']}" if plan["embedding_device_note"] else ""),
+        )
     table.add_row("indexing time", format_seconds(plan["indexing_seconds"]),
                   f"{figures.rate(plan['index_type']):,.0f} passages/s measured ({plan['index_type']}, writer)")
-    table.add_row("total time", format_seconds(plan["total_seconds"]), "embedding then indexing, one stream (the writer embeds as it goes)")
-    table.add_row("shard size", format_bytes(plan["shard_bytes"]),
-                  f"{plan['layout'].split(',')[0]}; at least {plan['suggested_min_shards']} shard(s) keep each under 50 GB")
-    table.add_row("one node's budget", f"{format_bytes(plan['node_vector_budget_bytes'])} RAM, {format_bytes(plan['node_disk_budget_bytes'])} disk",
-                  f"RAM beside the heap, disk to the 85% watermark: {node['source']}")
+    table.add_row(
+        "total time",
+        format_seconds(plan["total_seconds"]),
+        "embedding then indexing, one stream (the writer embeds as it goes)",
+    )
+    table.add_row(
+        "shard size",
+        format_bytes(plan["shard_bytes"]),
+        f"{plan['layout'].split(',')[0]}; at least {plan['suggested_min_shards']} shard(s) keep each under 50 GB",
+    )
+    table.add_row(
+        "one node's budget",
+        f"{format_bytes(plan['node_vector_budget_bytes'])} RAM, {format_bytes(plan['node_disk_budget_bytes'])} disk",
+        f"RAM beside the heap, disk to the 85% watermark: {node['source']}",
+    )
     console = make_console()
     console.print(table)
     if plan["one_node_enough"]:
@@ -119,7 +161,9 @@ def run_plan(args) -> int:
         for limit in plan["one_node_limits"]:
             console.print(f"  - {limit}")
     if plan["shards_too_big"]:
-        console.print(f"  - shards of {format_bytes(plan['shard_bytes'])}: set store.shards >= {plan['suggested_min_shards']}")
+        console.print(
+            f"  - shards of {format_bytes(plan['shard_bytes'])}: set store.shards >= {plan['suggested_min_shards']}"
+        )
     console.print(f"figures: {figures.source}, measured {figures.measured_at} on {measured.get('hostname')} "
                   f"({measured.get('cpu_count')} cores, {measured.get('cpu_model')}, load "
                   f"{(measured.get('load_average_before') or ['?'])[0]}) at {figures.passages_measured} passages")

@@ -19,13 +19,25 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, help="labels JSONL (appended; resumable)")
     parser.add_argument("--nq-ids", action="append", default=[], metavar="FILE",
                         help="question-id file of NQ-sample questions (repeatable)")
-    parser.add_argument("--nq-range", action="append", default=[], metavar="START:END",
-                        help="NQ-sample questions at these 0-based positions of the task file, end excluded (repeatable)")
-    parser.add_argument("--exclude-ids", action="append", default=[], metavar="FILE",
-                        help="leave out the ids of this file (e.g. bench/data/heldout_nq_ids.txt), counted (repeatable)")
+    parser.add_argument(
+        "--nq-range",
+        action="append",
+        default=[],
+        metavar="START:END",
+        help="NQ-sample questions at these 0-based positions of the task file, end excluded (repeatable)",
+    )
+    parser.add_argument(
+        "--exclude-ids",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="leave out the ids of this file (e.g. bench/data/heldout_nq_ids.txt), counted (repeatable)",
+    )
     parser.add_argument("--retrievalqa", action="append", default=[], metavar="JSONL",
                         help="RetrievalQA-format JSONL, e.g. bench/data/gate_eval.jsonl (repeatable)")
-    parser.add_argument("--dataset", default=None, help="KILT task file of --nq-ids/--nq-range (default: the NQ sample)")
+    parser.add_argument(
+        "--dataset", default=None, help="KILT task file of --nq-ids/--nq-range (default: the NQ sample)"
+    )
     parser.add_argument("--context", default="gold", choices=("gold", "retrieved"),
                         help="NQ passages: the gold ones (default) or the index's top passages")
     parser.add_argument("--index", default="indexing/kilt-sample.yaml",
@@ -37,8 +49,12 @@ def register(subparsers) -> None:
     parser.add_argument("--backend", default=None, help="backend file (backends/*.yaml): the reader follows it "
                         "(a served model, or another local one) instead of --model")
     parser.add_argument("--max-new-tokens", type=int, default=24, help="answer budget (default 24)")
-    parser.add_argument("--both-wrong", default="no_need", choices=("no_need", "exclude"),
-                        help="label of questions the reader gets wrong both ways (default no_need; recorded either way)")
+    parser.add_argument(
+        "--both-wrong",
+        default="no_need",
+        choices=("no_need", "exclude"),
+        help="label of questions the reader gets wrong both ways (default no_need; recorded either way)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="at most N questions of each input (a quick look)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--no-progress", action="store_true")

@@ -93,7 +93,9 @@ def write_variants(names: list[str], pipelines_dir: Path, out_dir: Path, top_k: 
         variant, changes = quickstart_variant(yaml.safe_load(path.read_text()), top_k, SHORT_ANSWER_PROMPT)
         variant, switched = apply_index_switch(variant)  # --index / ICR2_INDEX_CONFIG, written into the copy
         changes += switched
-        header = f"# Written by `icr2 quickstart` from {path}: " + ("; ".join(changes) if changes else "unchanged") + "\n"
+        header = (
+            f"# Written by `icr2 quickstart` from {path}: " + ("; ".join(changes) if changes else "unchanged") + "\n"
+        )
         target = out_dir / path.name
         target.write_text(header + yaml.safe_dump(variant, sort_keys=False, allow_unicode=True))
         written.append(str(target))
@@ -162,8 +164,8 @@ def _run(args, index: str) -> int:
 
     from icr2_components.commands._console import make_console
     from icr2_components.commands.compare import print_table
-    from icr2_components.evaluation.compare.run import run_compare
     from icr2_components.evaluation.compare.cache import read_answer_records
+    from icr2_components.evaluation.compare.run import run_compare
     from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
     from icr2_components.kilt import build_sample
     from icr2_components.stores import open_index
@@ -183,9 +185,12 @@ def _run(args, index: str) -> int:
     written = dict(zip(names, write_variants(names, Path(args.pipelines_dir), out / "pipelines", args.top_k)))
     sample = build_sample()
     handle = open_index(index)
-    console.print(f"[bold]1.[/bold] sample index ({handle.backend.describe()}): {handle.count()} passages ({sample.articles} articles, "
-                  f"{sample.questions} NQ questions); pipelines with at most {args.top_k} passages and a "
-                  f"short-answer prompt, answers up to {args.max_new_tokens} tokens: {out / 'pipelines'}")
+    console.print(
+        f"[bold]1.[/bold] sample index ({handle.backend.describe()}): {handle.count()} passages ({sample.articles} "
+        "articles, "
+        f"{sample.questions} NQ questions); pipelines with at most {args.top_k} passages and a "
+        f"short-answer prompt, answers up to {args.max_new_tokens} tokens: {out / 'pipelines'}"
+    )
 
     console.print(f"[bold]2.[/bold] does context help? {', '.join(CONTEXT_PIPELINES)} on the same "
                   f"{args.compare_questions} NQ questions")

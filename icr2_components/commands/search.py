@@ -18,14 +18,19 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from icr2_components.commands._console import make_console
     from rich.table import Table
 
+    from icr2_components.commands._console import make_console
     from icr2_components.stores import open_index
 
     documents = open_index(args.config).retrieve(args.query, method=args.method, top_k=args.top_k)
     if args.json:
-        print(json.dumps([{"id": d.id, "score": d.score, "title": d.meta.get("title"), "content": d.content} for d in documents], indent=2))
+        print(
+            json.dumps(
+                [{"id": d.id, "score": d.score, "title": d.meta.get("title"), "content": d.content} for d in documents],
+                indent=2,
+            )
+        )
         return 0
     table = Table(title=f"{args.method}: {args.query}")
     for column in ("rank", "id", "score", "title", "passage"):

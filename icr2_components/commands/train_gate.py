@@ -28,8 +28,11 @@ def register(subparsers) -> None:
     parser.add_argument("--today", default=None, help="ISO date of the gate prompt (kind threshold; unused by its "
                         "vanilla prompt, recorded)")
     parser.add_argument("--embedding-model", default="all-minilm-l6-v2", help="question embedder (learned kinds)")
-    parser.add_argument("--signals", default="date_words",
-                        help="comma-separated cheap signals of the logistic gate: date_words, top_score, top_dense_score ('' for none)")
+    parser.add_argument(
+        "--signals",
+        default="date_words",
+        help="comma-separated cheap signals of the logistic gate: date_words, top_score, top_dense_score ('' for none)",
+    )
     parser.add_argument("--index", default=None, help="index config of the top_score signal "
                         "(e.g. indexing/kilt-sample.yaml)")
     parser.add_argument("--knn-k", type=int, default=10, help="neighbours of the knn gate (default 10)")
@@ -45,8 +48,8 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from icr2_components.commands._console import make_console
     from icr2_components.evaluation.gates.gate_tradeoff import format_curve_table
-    from icr2_components.evaluation.statistics.intervals import format_interval
     from icr2_components.evaluation.gates.gate_training import train_gate
+    from icr2_components.evaluation.statistics.intervals import format_interval
 
     console = make_console()
     signals = [s.strip() for s in args.signals.split(",") if s.strip()]

@@ -19,8 +19,8 @@ from icr2_components.filters.passage_scoring import (
     score_passages,
     top_m_indices,
 )
-from icr2_components.models.introspection import model_signature
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.introspection import model_signature
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,8 @@ class RetrievalAttentionFilter:
     """
 
     model_needs: ClassVar[dict[str, str]] = {
-        "weights": "scores passages by the attention of its probed heads (Retrieval Attention Probing), which needs the weights",
+        "weights": "scores passages by the attention of its probed heads (Retrieval Attention Probing), "
+        "which needs the weights",
     }
     """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
     backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
@@ -134,7 +135,9 @@ class RetrievalAttentionFilter:
         """Read the artifact and take the reader from `MODEL_CACHE`, refusing a reader the heads were not probed on."""
         artifact = self._load_artifact()
         if self._model is None:
-            model, tokenizer = MODEL_CACHE.causal_lm(self._reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
+            model, tokenizer = MODEL_CACHE.causal_lm(
+                self._reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa"
+            )
             artifact.check_model(self._reader, model_signature(model))
             self._model, self._tokenizer = model, tokenizer
 
@@ -178,7 +181,7 @@ class RetrievalAttentionFilter:
             max_context_tokens=self.max_context_tokens, model_name=self._reader,
         )
         row_of_layer = {layer: row for row, layer in enumerate(layers)}
-        head_scores = {head_name(l, h): scored.scores[row_of_layer[l], h].tolist() for l, h in heads}
+        head_scores = {head_name(layer, h): scored.scores[row_of_layer[layer], h].tolist() for layer, h in heads}
         kept, chosen_by = union_of_top_m(head_scores, m)
         output = []
         for index in kept:

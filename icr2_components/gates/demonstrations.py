@@ -82,7 +82,9 @@ class DemonstrationSelector:
     SentenceTransformer from the model cache in the gate). Pool embeddings are computed once.
     """
 
-    def __init__(self, yes_pool: list[Demonstration], no_pool: list[Demonstration], embedder, no_selection: str = "similar"):
+    def __init__(
+        self, yes_pool: list[Demonstration], no_pool: list[Demonstration], embedder, no_selection: str = "similar"
+    ):
         if no_selection not in ("similar", "fixed"):
             raise ValueError(f"no_selection must be 'similar' or 'fixed', got {no_selection!r}.")
         self.yes_pool = yes_pool
@@ -95,7 +97,9 @@ class DemonstrationSelector:
     def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, 1), dtype=np.float32)
-        return np.asarray(self._embedder.encode(texts, normalize_embeddings=True, show_progress_bar=False), dtype=np.float32)
+        return np.asarray(
+            self._embedder.encode(texts, normalize_embeddings=True, show_progress_bar=False), dtype=np.float32
+        )
 
     def select(self, query: str, n_yes: int, n_no: int) -> tuple[list[Demonstration], list[Demonstration], int]:
         """Return ``(yes_examples, no_examples, excluded_count)``; the judged question is never chosen."""

@@ -1,8 +1,8 @@
 """How a TimeAwareRetrievalGate method decides: the :class:`GateDecider` base class and its registry.
 
-A gate method (``ta_are``, ``vanilla``, ``threshold``, ``learned``, ``always``, ``never``) is one small class in one file
-under ``gates/deciders/``, registered by name with :func:`register_gate_decider`. The gate looks its ``method``
-up here and delegates: the decider writes its prompt (if it asks the model at all), asks the gate's model
+A gate method (``ta_are``, ``vanilla``, ``threshold``, ``learned``, ``always``, ``never``) is one small class in one
+file under ``gates/deciders/``, registered by name with :func:`register_gate_decider`. The gate looks its
+``method`` up here and delegates: the decider writes its prompt (if it asks the model at all), asks the gate's model
 through :class:`YesNoModel`, and turns the answer into a :class:`GateDecision`; the gate keeps the model, the
 routing and the ``decision`` record.
 
@@ -28,12 +28,11 @@ print(gate.run(query="Who won in 2025?")["decision"]["retrieve"])   # True
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -54,7 +53,8 @@ class GateQuestion:
     query: str
     today: _dt.date
     cut: float | None = None
-    """The run's `threshold`: the P(yes) cut for this run (it wins over a calibrated or learned cut); None: none given."""
+    """The run's `threshold`: the P(yes) cut for this run (it wins over a calibrated or learned cut); None: none
+    given."""
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -216,7 +216,9 @@ class GateDecider(ABC):
 _DECIDERS: Registry[type[GateDecider]] = Registry(
     "gate decider",
     ValueError,
-    unknown_message=lambda name, names: f"method must be one of the registered gate deciders {list(names)}, got {name!r}.",
+    unknown_message=lambda name, names: (
+        f"method must be one of the registered gate deciders {list(names)}, got {name!r}."
+    ),
     how_to_add="A new method is a GateDecider subclass decorated with @register_gate_decider(name) (see "
     "icr2_components/gates/deciders/), imported before the gate is built.",
 )
@@ -249,7 +251,8 @@ def gate_decider_names() -> tuple[str, ...]:
 
 
 def gate_parameter_owners() -> dict[str, tuple[str, ...]]:
-    """Every method parameter of the registered methods -> the methods that own it (``artifact``: learned, threshold)."""
+    """Every method parameter of the registered methods -> the methods that own it (``artifact``: learned,
+    threshold)."""
     _import_builtin_deciders()
     owners: dict[str, list[str]] = {}
     for name in _DECIDERS.names():

@@ -133,5 +133,13 @@ class NeedFeatures:
         return np.hstack([embeddings, self.signal_values(questions, embeddings)])
 
 
-__all__ = ["INDEX_SIGNALS", "NeedFeatures", "SIGNALS", "SIGNAL_COLUMNS", "check_signals", "date_word_count", "feature_names",
-           "names_a_year"]
+__all__ = [
+    "INDEX_SIGNALS",
+    "NeedFeatures",
+    "SIGNALS",
+    "SIGNAL_COLUMNS",
+    "check_signals",
+    "date_word_count",
+    "feature_names",
+    "names_a_year",
+]

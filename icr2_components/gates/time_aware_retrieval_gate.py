@@ -43,7 +43,9 @@ class _ExpectedTruncation(logging.Filter):
     purpose (the answer is read from the first ones), so every reply is cut short and the warning says nothing."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (_ASKING_SERVER.get() and "truncated before reaching a natural stopping point" in record.getMessage())
+        return not (
+            _ASKING_SERVER.get() and "truncated before reaching a natural stopping point" in record.getMessage()
+        )
 
 
 _TRUNCATION_FILTER = _ExpectedTruncation()
@@ -123,8 +125,8 @@ class TimeAwareRetrievalGate:
 
     # the same gate asking llama.cpp's OpenAI-compatible server (bash scripts/llama_server.sh start)
     served = TimeAwareRetrievalGate(method="ta_are", model=None, today="2025-06-01",
-                                    server={"api_base_url": "http://127.0.0.1:8089/v1", "model": "smollm2-135m-instruct",
-                                            "timeout_s": 30, "max_retries": 1})
+                                    server={"api_base_url": "http://127.0.0.1:8089/v1",
+                                            "model": "smollm2-135m-instruct", "timeout_s": 30, "max_retries": 1})
     decision = served.run(query="Who won the 2025 Eurovision Song Contest?")["decision"]
     print(decision["scoring"], decision["p_yes"], decision["answer_mass"])   # top_logprobs 0.3... 0.1...
     ```
@@ -418,7 +420,9 @@ class TimeAwareRetrievalGate:
         """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
         import torch
 
-        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self._model.device)
+        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(
+            self._model.device
+        )
         with torch.inference_mode():
             output = self._model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
@@ -463,8 +467,10 @@ class TimeAwareRetrievalGate:
         method = method or self.method
         decider = self._decider(method)
         if decider.needs_logits and not self.gives_probabilities:
-            raise ValueError(f"method={method!r} needs P(yes) (a local model's logits or a server's log-probabilities); "
-                             "this gate parses replies.")
+            raise ValueError(
+                f"method={method!r} needs P(yes) (a local model's logits or a server's log-probabilities); "
+                "this gate parses replies."
+            )
         if decider.needs_model and self.chat_generator is None and self._served is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
         if threshold is not None:

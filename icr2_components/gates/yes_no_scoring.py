@@ -82,7 +82,9 @@ def score_yes_no(model, tokenizer, prompt_text: str, yes_answer: str, no_answer:
                 logits = _last_position_logits(model, torch.tensor([prompt_ids], device=device))
             logprobs = torch.log_softmax(logits, dim=-1)
             yes_lp, no_lp = float(logprobs[single[0]]), float(logprobs[single[1]])
-            return YesNoScore(two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp), reused)
+            return YesNoScore(
+                two_way_probability(yes_lp, no_lp), NEXT_TOKEN, math.exp(yes_lp) + math.exp(no_lp), reused
+            )
         yes_ids = continuation_ids(tokenizer, prompt_text, yes_answer)
         no_ids = continuation_ids(tokenizer, prompt_text, no_answer)
         if not yes_ids or not no_ids:

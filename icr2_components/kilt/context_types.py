@@ -20,7 +20,8 @@ from typing import Iterable, Sequence
 from haystack import Document
 
 # Building contexts is exclusion, not scoring: like the corpus builder, it uses the looser normalisation
-# (punctuation to spaces, accents folded); replies are scored with the official one (evaluation/metrics/answer_match.py).
+# (punctuation to spaces, accents folded); replies are scored with the official one
+# (evaluation/metrics/answer_match.py).
 from icr2_components.text.normalization import normalize_text
 
 _YEAR = re.compile(r"^(1\d{3}|20\d{2})$")
@@ -101,7 +102,9 @@ def pick_gold_passage(gold_documents: Sequence[Document], answers: Sequence[str]
     return gold_documents[0] if gold_documents else None
 
 
-def pick_irrelevant_passage(candidates: Sequence[Document], answers: Sequence[str], gold_ids: set[str]) -> Document | None:
+def pick_irrelevant_passage(
+    candidates: Sequence[Document], answers: Sequence[str], gold_ids: set[str]
+) -> Document | None:
     """The first candidate that is not gold and contains no normalised gold answer."""
     normalized_answers = [normalize_text(a) for a in answers if normalize_text(a)]
     for document in candidates:

@@ -108,10 +108,19 @@ class ICR2Instance:
 
 
 # the declared types of an ICR2 record's fields (``id`` may be a number in files written by other tools)
-_FIELD_TYPES = {"id": str | int, "query": str, "answers": list[str], "task_type": str, "context": list, "gold_passage_ids": list[str]}
+_FIELD_TYPES = {
+    "id": str | int,
+    "query": str,
+    "answers": list[str],
+    "task_type": str,
+    "context": list,
+    "gold_passage_ids": list[str],
+}
 
 
-def read_icr2_benchmark(path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None) -> Iterator[ICR2Instance]:
+def read_icr2_benchmark(
+    path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None
+) -> Iterator[ICR2Instance]:
     """Stream an ICR2 JSONL file; malformed lines and records missing fields are counted in ``skips``."""
     skips = skips if skips is not None else SkipReport(source=str(path))
     count = 0

@@ -40,7 +40,9 @@ class KiltKnowledgeSource:
     ) -> None:
         if isinstance(passage_words, bool) or not isinstance(passage_words, int) or passage_words < 1:
             raise ValueError(f"passage_words must be an integer >= 1, got {passage_words!r}.")
-        if max_articles is not None and (isinstance(max_articles, bool) or not isinstance(max_articles, int) or max_articles < 1):
+        if max_articles is not None and (
+            isinstance(max_articles, bool) or not isinstance(max_articles, int) or max_articles < 1
+        ):
             raise ValueError(f"max_articles must be positive or None, got {max_articles}.")
         self.path = Path(path)
         if not self.path.exists():
@@ -69,22 +71,36 @@ class KiltKnowledgeSource:
             wikipedia_id = record.get("wikipedia_id", record.get("_id"))
             title = record.get("wikipedia_title", record.get("title"))
             text = record.get("text")
-            missing = [name for name, value in (("wikipedia_id", wikipedia_id), ("wikipedia_title", title), ("text", text)) if value is None]
+            missing = [
+                name
+                for name, value in (("wikipedia_id", wikipedia_id), ("wikipedia_title", title), ("text", text))
+                if value is None
+            ]
             if missing:
                 self.skips.skip("missing fields", line_number, ", ".join(missing))
                 continue
-            if isinstance(wikipedia_id, bool) or not isinstance(wikipedia_id, (str, int)) or not str(wikipedia_id).strip():
+            if (
+                isinstance(wikipedia_id, bool)
+                or not isinstance(wikipedia_id, (str, int))
+                or not str(wikipedia_id).strip()
+            ):
                 self.skips.skip("wikipedia_id is not a string or an integer", line_number, repr(wikipedia_id)[:60])
                 continue
             if not isinstance(title, str):
-                self.skips.skip("wikipedia_title is not a string", line_number, f"wikipedia_id={wikipedia_id}, title={title!r}"[:100])
+                self.skips.skip(
+                    "wikipedia_title is not a string",
+                    line_number,
+                    f"wikipedia_id={wikipedia_id}, title={title!r}"[:100],
+                )
                 continue
             if not isinstance(text, list):
                 self.skips.skip("text is not a list of paragraphs", line_number)
                 continue
             wikipedia_id = str(wikipedia_id).strip()
             if not seen.add(wikipedia_id):
-                self.skips.skip("duplicate wikipedia_id (first record kept)", line_number, f"wikipedia_id={wikipedia_id}")
+                self.skips.skip(
+                    "duplicate wikipedia_id (first record kept)", line_number, f"wikipedia_id={wikipedia_id}"
+                )
                 continue
             not_text = sum(1 for paragraph in text if not isinstance(paragraph, str))
             if not_text:

@@ -95,8 +95,8 @@ def read_kilt_questions(
     ids: Sequence[str] | None = None,
 ) -> list[CompareQuestion]:
     """KILT tasks with their gold passages (provenance -> passages of the index's corpus) and BM25 candidates."""
-    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
     from icr2_components.kilt import read_kilt_tasks
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
     from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
 

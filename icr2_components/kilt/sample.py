@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from icr2_components.records import open_text
 from icr2_components.paths import cache_dir
+from icr2_components.records import open_text
 
 NQ_FILE = "nq-open-oracle.jsonl.gz"
 DPR_FILE = "dpr-wiki-sample-1000.jsonl"
@@ -61,7 +61,9 @@ def _normalise_title(title: str) -> str:
     return title
 
 
-def build_sample(output_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None, force: bool = False) -> SampleFiles:
+def build_sample(
+    output_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None, force: bool = False
+) -> SampleFiles:
     """Write the sample knowledge source and NQ task file (once; later calls reuse them unless ``force``)."""
     data = Path(data_dir) if data_dir else shared_data_dir()
     out = Path(output_dir) if output_dir else cache_dir() / "sample"
@@ -99,7 +101,16 @@ def build_sample(output_dir: str | os.PathLike | None = None, data_dir: str | os
         for title, paragraphs in articles.items():
             wid = wikipedia_ids[title]
             handle.write(
-                json.dumps({"_id": wid, "wikipedia_id": wid, "wikipedia_title": title, "text": paragraphs, "anchors": [], "categories": ""})
+                json.dumps(
+                    {
+                        "_id": wid,
+                        "wikipedia_id": wid,
+                        "wikipedia_title": title,
+                        "text": paragraphs,
+                        "anchors": [],
+                        "categories": "",
+                    }
+                )
                 + "\n"
             )
     with open(tmp_tasks, "w", encoding="utf-8") as handle:

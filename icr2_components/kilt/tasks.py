@@ -11,8 +11,7 @@ from typing import Iterable, Iterator
 from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, spans_overlap
-from icr2_components.records import iter_jsonl
-from icr2_components.records import SkipReport
+from icr2_components.records import SkipReport, iter_jsonl
 
 # A provenance without paragraph ids names the whole article.
 _WHOLE_ARTICLE = ((0, 0), (1 << 30, 0))
@@ -66,7 +65,9 @@ class KiltTask:
     provenance: list[Provenance] = field(default_factory=list)
 
 
-def read_kilt_tasks(path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None) -> Iterator[KiltTask]:
+def read_kilt_tasks(
+    path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None
+) -> Iterator[KiltTask]:
     """Stream the instances of a KILT task file; malformed lines and records missing fields are counted."""
     skips = skips if skips is not None else SkipReport(source=str(path))
     count = 0

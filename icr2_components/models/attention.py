@@ -154,7 +154,9 @@ def _make_tapped_kernel(implementation: str) -> Callable:
         entry = _TAPS_BY_MODULE.get(id(module))
         if entry is not None:
             layer, tap = entry
-            call = AttentionCall(module, layer, query, key, value, attention_mask, kwargs.get("scaling"), kwargs, kernel)
+            call = AttentionCall(
+                module, layer, query, key, value, attention_mask, kwargs.get("scaling"), kwargs, kernel
+            )
             replacement = tap(call)
             if replacement is not None:
                 return replacement
@@ -404,7 +406,9 @@ class GenerationRowCapture:
     back (a generated token). Rows are reduced over ``spans`` at once, so a step costs heads x passages.
     """
 
-    def __init__(self, spans: Sequence[tuple[int, int]], aggregate: str = "sum", layers: Sequence[int] | None = None) -> None:
+    def __init__(
+        self, spans: Sequence[tuple[int, int]], aggregate: str = "sum", layers: Sequence[int] | None = None
+    ) -> None:
         if aggregate not in AGGREGATIONS:
             raise AttentionAccessError(f"aggregate must be one of {AGGREGATIONS}, got {aggregate!r}.")
         self.spans = list(spans)
@@ -485,7 +489,9 @@ def _forward(model, input_ids: torch.Tensor, tap: QueryRowCapture) -> None:
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
     if input_ids.shape[0] != 1:
-        raise AttentionAccessError(f"Attention access reads one sequence at a time; got a batch of {input_ids.shape[0]}.")
+        raise AttentionAccessError(
+            f"Attention access reads one sequence at a time; got a batch of {input_ids.shape[0]}."
+        )
     with attention_taps(model, tap), torch.inference_mode():
         try:
             # logits_to_keep=1: the full-vocabulary logits of every position (T x 49K floats for SmolLM2) are
@@ -548,6 +554,8 @@ def token_spans_from_char_spans(
     for start, end in char_spans:
         inside = [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
         if not inside:
-            raise AttentionAccessError(f"No token covers characters [{start}, {end}); were the offsets made from this text?")
+            raise AttentionAccessError(
+                f"No token covers characters [{start}, {end}); were the offsets made from this text?"
+            )
         token_spans.append((inside[0], inside[-1] + 1))
     return token_spans

@@ -81,7 +81,9 @@ class PrefixKVCache:
                 except (AttributeError, NotImplementedError, TypeError, ValueError) as error:
                     # A cache type that cannot be cropped (e.g. some sliding-window caches): score whole prompts.
                     self._disabled_reason = f"{type(error).__name__}: {error}"
-                    logger.warning("Prefix reuse disabled for this model (%s); prompts run whole.", self._disabled_reason)
+                    logger.warning(
+                        "Prefix reuse disabled for this model (%s); prompts run whole.", self._disabled_reason
+                    )
                     self._cache, self._ids = None, []
                     return self._forward(model, ids, None, keep=False), 0
                 self._ids = ids

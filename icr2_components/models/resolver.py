@@ -33,14 +33,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
+from icr2_components.errors import UserInputError
+from icr2_components.paths import cache_dir
+
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
 MINILM_ALIAS = "all-minilm-l6-v2"
 SMOLLM2_GGUF_ALIAS = "smollm2-135m-instruct-gguf"
 TINY_MISTRAL_ALIAS = "tiny-random-mistral"
-
-
-from icr2_components.errors import UserInputError
-from icr2_components.paths import cache_dir
 
 
 class ModelResolutionError(UserInputError):
@@ -227,7 +226,8 @@ _TRUE = {"1", "on", "yes", "true"}
 
 
 def hub_is_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set (``icr2`` sets ``HF_HUB_OFFLINE=1`` by default)."""
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set (``icr2`` sets ``HF_HUB_OFFLINE=1`` by
+    default)."""
     if any(os.environ.get(key, "").strip().lower() in _TRUE for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return True
     try:

@@ -102,7 +102,9 @@ def export_dir(model: str = "all-minilm-l6-v2") -> Path:
     """Where the ONNX export of ``model`` lives (or will live) in the cache directory."""
     path = resolve_model(model, check_available=True)
     if not Path(path).is_dir():
-        raise EmbeddingBackendError(f"the ONNX export needs a local sentence-transformers folder; {model!r} resolved to {path!r}.")
+        raise EmbeddingBackendError(
+            f"the ONNX export needs a local sentence-transformers folder; {model!r} resolved to {path!r}."
+        )
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(path).name if Path(path).name != "model" else model)
     return cache_dir() / "models" / "onnx" / f"{name}-{_model_key(path)}"
 
@@ -114,11 +116,18 @@ def _pooling_mode(st_model) -> str:
         if isinstance(module, Pooling):
             mode = module.pooling_mode if isinstance(module.pooling_mode, str) else "+".join(module.pooling_mode)
             if not getattr(module, "include_prompt", True):
-                raise EmbeddingBackendError("the ONNX backends do not support pooling without the prompt tokens: use backend fp32.")
+                raise EmbeddingBackendError(
+                    "the ONNX backends do not support pooling without the prompt tokens: use backend fp32."
+                )
             if mode not in ("mean", "cls"):
-                raise EmbeddingBackendError(f"the ONNX backends support mean or CLS pooling; this model pools with {mode!r}: use backend fp32.")
+                raise EmbeddingBackendError(
+                    f"the ONNX backends support mean or CLS pooling; this model pools with {mode!r}: use backend fp32."
+                )
             return mode
-    raise EmbeddingBackendError("the model has no Pooling module; the ONNX backends need a standard Transformer + Pooling model: use backend fp32.")
+    raise EmbeddingBackendError(
+        "the model has no Pooling module; the ONNX backends need a standard Transformer + Pooling model: use backend "
+        "fp32."
+    )
 
 
 def _export(model: str, target: Path) -> None:
@@ -190,7 +199,9 @@ def _fuse(source: Path, target: Path, config) -> bool:
         except Exception:  # noqa: BLE001 - fusion is an optimisation; the plain graph gives the same vectors
             import logging
 
-            logging.getLogger(__name__).warning("ONNX Runtime's BERT fusions failed on %s; using the plain export.", source, exc_info=True)
+            logging.getLogger(__name__).warning(
+                "ONNX Runtime's BERT fusions failed on %s; using the plain export.", source, exc_info=True
+            )
     shutil.copyfile(source, target)
     return False
 
@@ -210,7 +221,8 @@ def ensure_onnx_export(model: str = "all-minilm-l6-v2") -> Path:
     """Export ``model`` to ONNX (plain, fused, int8) once into the cache directory and return the folder.
 
     Usage:
-        >>> folder = ensure_onnx_export("all-minilm-l6-v2")   # ~/.cache/icr2_components/models/onnx/all-minilm-l6-v2-<hash>
+        >>> # ~/.cache/icr2_components/models/onnx/all-minilm-l6-v2-<hash>
+        >>> folder = ensure_onnx_export("all-minilm-l6-v2")
         >>> sorted(p.name for p in folder.glob("*.onnx"))
         ['model.onnx', 'model_plain.onnx', 'model_qint8.onnx']
     """
@@ -269,7 +281,13 @@ class _ExportedEncoder:
         order = np.argsort([-len(text) for text in texts], kind="stable")
         for start in range(0, len(texts), batch_size):
             index = order[start : start + batch_size]
-            batch = self.tokenizer([texts[i] for i in index], padding=True, truncation=True, max_length=self.max_seq_length, return_tensors="np")
+            batch = self.tokenizer(
+                [texts[i] for i in index],
+                padding=True,
+                truncation=True,
+                max_length=self.max_seq_length,
+                return_tensors="np",
+            )
             inputs = {name: batch[name].astype(np.int64) for name in self.input_names}
             hidden = self._run(inputs)
             mask = inputs["attention_mask"].astype(np.float32)[:, :, None]
@@ -289,7 +307,9 @@ class _ExportedEncoder:
 class OnnxRuntimeEncoder(_ExportedEncoder):
     """``backend: onnx`` (fused fp32 graph) or ``onnx-int8`` (dynamically quantised) on ONNX Runtime."""
 
-    def __init__(self, folder: Path, *, quantized: bool = False, device: str = "cpu", threads: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, *, quantized: bool = False, device: str = "cpu", threads: int | None = None
+    ) -> None:
         import onnxruntime as ort
 
         super().__init__(folder)
@@ -304,7 +324,8 @@ class OnnxRuntimeEncoder(_ExportedEncoder):
             if "CUDAExecutionProvider" not in ort.get_available_providers():
                 raise EmbeddingBackendError(
                     f"device {device} with backend {self.backend} needs onnxruntime-gpu (this onnxruntime has "
-                    f"{', '.join(ort.get_available_providers())}); install it in place of onnxruntime, or use backend fp32 on CUDA."
+                    f"{', '.join(ort.get_available_providers())}); install it in place of onnxruntime, or use backend "
+                    "fp32 on CUDA."
                 )
             device_id = int(device.partition(":")[2] or 0)
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
@@ -332,7 +353,9 @@ class OpenVinoEncoder(_ExportedEncoder):
         elif device.startswith("gpu"):
             target = device.upper()
         else:
-            raise EmbeddingBackendError(f"backend openvino runs on cpu or gpu (an Intel GPU), got device {device!r}; use onnx or fp32 on CUDA.")
+            raise EmbeddingBackendError(
+                f"backend openvino runs on cpu or gpu (an Intel GPU), got device {device!r}; use onnx or fp32 on CUDA."
+            )
         core = ov.Core()
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
         if threads and target == "CPU":
@@ -370,7 +393,9 @@ class TorchEncoder:
         pass
 
 
-def sentence_encoder(model: str = "all-minilm-l6-v2", *, backend: str = "fp32", device: str | None = None, threads: int | None = None) -> SentenceEncoder:
+def sentence_encoder(
+    model: str = "all-minilm-l6-v2", *, backend: str = "fp32", device: str | None = None, threads: int | None = None
+) -> SentenceEncoder:
     """One in-process encoder for ``backend`` on ``device`` (None: cuda when there is one, else cpu; exports
     the ONNX model on first use). ``threads``: intra-op threads for ONNX Runtime / OpenVINO (None: their default)."""
     check_backend(backend)
@@ -430,7 +455,9 @@ class ProcessPoolEncoder:
 
             # a model of its own: starting the pool moves the model to the CPU in place
             self._st = SentenceTransformer(resolve_model(model, check_available=True), device="cpu")
-            self._dimension = int((getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension)())
+            self._dimension = int(
+                (getattr(self._st, "get_embedding_dimension", None) or self._st.get_sentence_embedding_dimension)()
+            )
             self._pool = self._st.start_multi_process_pool(target_devices=self.devices)
             self._executor = None
         else:
@@ -442,7 +469,9 @@ class ProcessPoolEncoder:
             self._st = None
             self._pool = None
             if len(set(self.devices)) != 1:
-                raise EmbeddingBackendError(f"backend {backend} runs all its processes on one device; got {self.devices}.")
+                raise EmbeddingBackendError(
+                    f"backend {backend} runs all its processes on one device; got {self.devices}."
+                )
             self._executor = ProcessPoolExecutor(
                 max_workers=len(self.devices), mp_context=multiprocessing.get_context("spawn"),
                 initializer=_worker_init, initargs=(model, backend, self.devices[0], threads_per_process),

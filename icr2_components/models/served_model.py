@@ -134,7 +134,9 @@ def check_server_settings(api_base_url: object, model: object, timeout_s: object
                           context_length: object) -> None:
     """The checks every component taking a server runs in ``__init__``: one clear line per bad value."""
     if not isinstance(api_base_url, str) or not api_base_url.startswith(("http://", "https://")):
-        raise UserInputError(f"api_base_url must be an http(s) URL such as http://127.0.0.1:8089/v1, got {api_base_url!r}.")
+        raise UserInputError(
+            f"api_base_url must be an http(s) URL such as http://127.0.0.1:8089/v1, got {api_base_url!r}."
+        )
     if not isinstance(model, str) or not model.strip():
         raise UserInputError(f"model must name the served model (as the server's /v1/models lists it), got {model!r}.")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
@@ -143,7 +145,9 @@ def check_server_settings(api_base_url: object, model: object, timeout_s: object
         raise UserInputError(f"max_retries must be a non-negative integer, got {max_retries!r}.")
     if context_length is not None and (isinstance(context_length, bool) or not isinstance(context_length, int)
                                        or context_length < 1):
-        raise UserInputError(f"context_length must be a positive integer or null (ask the server), got {context_length!r}.")
+        raise UserInputError(
+            f"context_length must be a positive integer or null (ask the server), got {context_length!r}."
+        )
 
 
 def server_root(api_base_url: str) -> str:
@@ -302,31 +306,49 @@ def served_chat_errors(served: ServedModel, hint: str = "") -> Iterator[None]:
     try:
         yield
     except openai.APITimeoutError as error:
-        raise ServedModelError(f"{where} did not answer within {served.timeout_s:g} s "
-                               f"({_attempts(served.max_retries)}). Raise timeout_s or check the server.") from error
+        raise ServedModelError(
+            f"{where} did not answer within {served.timeout_s:g} s "
+            f"({_attempts(served.max_retries)}). Raise timeout_s or check the server."
+        ) from error
     except openai.APIConnectionError as error:
-        raise ServedModelError(f"{where} is not reachable ({_one_line(error)}, {_attempts(served.max_retries)}). "
-                               f"{_FAILURE_HINT}") from error
+        raise ServedModelError(
+            f"{where} is not reachable ({_one_line(error)}, {_attempts(served.max_retries)}). {_FAILURE_HINT}"
+        ) from error
     except openai.AuthenticationError as error:
-        raise ServedModelError(f"{where} refused the API key"
-                               + (f" from ${served.api_key_env}" if served.api_key_env else " (none configured: set "
-                                  "api_key_env)") + f": {_one_line(error.message)}") from error
+        raise ServedModelError(
+            f"{where} refused the API key"
+            + (f" from ${served.api_key_env}" if served.api_key_env else " (none configured: set api_key_env)")
+            + f": {_one_line(error.message)}"
+        ) from error
     except openai.NotFoundError as error:
-        raise ServedModelError(f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
-                               f"GET {served.api_base_url.rstrip('/')}/models and that api_base_url ends in /v1.") from error
+        raise ServedModelError(
+            f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
+            f"GET {served.api_base_url.rstrip('/')}/models and that api_base_url ends in /v1."
+        ) from error
     except openai.APIStatusError as error:
         message = _one_line(error.message)
         if error.status_code in (400, 413, 422) and any(w in message.lower() for w in _CONTEXT_WORDS):
-            raise ContextTooLongError(f"{where} refused the prompt as too long: {message}. Shorten the context "
-                                      "(a smaller budget in the corpus builder).") from error
+            raise ContextTooLongError(
+                f"{where} refused the prompt as too long: {message}. Shorten the context "
+                "(a smaller budget in the corpus builder)."
+            ) from error
         extra = f" {hint}" if hint and 400 <= error.status_code < 500 else ""
         raise ServedModelError(f"{where} answered {error.status_code}: {message}{extra}") from error
-    except (openai.APIResponseValidationError, AssertionError, ValueError, TypeError, KeyError, AttributeError) as error:
+    except (
+        openai.APIResponseValidationError,
+        AssertionError,
+        ValueError,
+        TypeError,
+        KeyError,
+        AttributeError,
+    ) as error:
         # Haystack asserts the response type; openai parses HTML or junk into a str, not a ChatCompletion
         if isinstance(error, UserInputError):
             raise
-        raise ServedModelError(f"{where} answered something that is not an OpenAI chat completion "
-                               f"({type(error).__name__}: {_one_line(error)[:200]}).") from error
+        raise ServedModelError(
+            f"{where} answered something that is not an OpenAI chat completion "
+            f"({type(error).__name__}: {_one_line(error)[:200]})."
+        ) from error
 
 
 _DISCOVERED: dict[tuple[str, str], int | None] = {}
@@ -355,5 +377,15 @@ def discover_context_length(api_base_url: str, model: str, timeout_s: float = 10
     return found
 
 
-__all__ = ["ServedModel", "ServedModelError", "ServedTokenizer", "check_server_settings", "discover_context_length",
-           "is_served_tokenizer", "parse_served_tokenizer", "served_chat_errors", "served_tokenizer_spec", "server_root"]
+__all__ = [
+    "ServedModel",
+    "ServedModelError",
+    "ServedTokenizer",
+    "check_server_settings",
+    "discover_context_length",
+    "is_served_tokenizer",
+    "parse_served_tokenizer",
+    "served_chat_errors",
+    "served_tokenizer_spec",
+    "server_root",
+]

@@ -8,8 +8,8 @@ from typing import Sequence
 import torch
 from haystack import Document
 
-from icr2_components.text.templates import render_cic_prompt
 from icr2_components.models.attention import token_spans_from_char_spans
+from icr2_components.text.templates import render_cic_prompt
 
 
 @dataclass
@@ -20,7 +20,9 @@ class HeadInput:
     query_span: tuple[int, int]
 
 
-def encode_for_head(tokenizer, task_type: str, query: str, documents: Sequence[Document], query_aware: bool = False) -> HeadInput:
+def encode_for_head(
+    tokenizer, task_type: str, query: str, documents: Sequence[Document], query_aware: bool = False
+) -> HeadInput:
     """Render the reader's CiC prompt and locate the passages and the (last) query mention in tokens."""
     if not documents:
         raise ValueError("The retrieval head needs at least one passage.")

@@ -71,7 +71,9 @@ class RetrievalHead(nn.Module):
         self.passage_encoder = nn.Sequential(nn.Linear(hidden_size, proj_dim), nn.Tanh())
         self.scorer = nn.Linear(3 * proj_dim, 1)
 
-    def forward(self, hidden: torch.Tensor, passage_spans: Sequence[tuple[int, int]], query_span: tuple[int, int]) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, passage_spans: Sequence[tuple[int, int]], query_span: tuple[int, int]
+    ) -> torch.Tensor:
         """Scores (passages,) from one sequence's final hidden states ``hidden`` (T, d) (a leading 1 is dropped)."""
         if hidden.dim() == 3:
             if hidden.shape[0] != 1:
@@ -88,7 +90,9 @@ class RetrievalHead(nn.Module):
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors")
+        )
         (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=1))
         return folder
 
@@ -100,7 +104,9 @@ class RetrievalHead(nn.Module):
         folder = find_head_folder(path)
         data = json.loads((folder / "config.json").read_text())
         if data.get("format") != HEAD_FORMAT:
-            raise ValueError(f"{folder} is not a retrieval head (format {data.get('format')!r}, expected {HEAD_FORMAT!r}).")
+            raise ValueError(
+                f"{folder} is not a retrieval head (format {data.get('format')!r}, expected {HEAD_FORMAT!r})."
+            )
         config = HeadConfig(**data)
         head = cls(config.hidden_size, config.proj_dim, config)
         head.load_state_dict(load_file(str(folder / "model.safetensors")))

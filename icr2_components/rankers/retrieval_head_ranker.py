@@ -91,7 +91,9 @@ class RetrievalHeadRanker:
         folder = find_head_folder(self.head)  # FileNotFoundError naming `icr2 train`
         head = RetrievalHead.load(folder)
         reader = self.model or head.config.model
-        model, tokenizer = MODEL_CACHE.causal_lm(reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa")
+        model, tokenizer = MODEL_CACHE.causal_lm(
+            reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa"
+        )
         signature = model_signature(model)
         if head.config.model_signature and signature != head.config.model_signature:
             raise ValueError(
@@ -127,13 +129,17 @@ class RetrievalHeadRanker:
         config = self._head.config
         encoded = encode_for_head(self._tokenizer, config.task_type, query, documents, config.query_aware)
         prompt_tokens = int(encoded.input_ids.shape[1])
-        check_fits(prompt_tokens, context_limit(self._model, self.max_context_tokens), 0, str(self.model or config.model))
+        check_fits(
+            prompt_tokens, context_limit(self._model, self.max_context_tokens), 0, str(self.model or config.model)
+        )
         with torch.inference_mode():
             hidden = final_hidden_states(self._model, encoded.input_ids)
             scores = self._head(hidden, encoded.passage_spans, encoded.query_span).float().cpu().tolist()
         order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[: min(k, len(documents))]
         if self.keep_order:
             order.sort()
-        kept = [replace(documents[i], meta={**(documents[i].meta or {}), "retrieval_head_score": scores[i]}) for i in order]
+        kept = [
+            replace(documents[i], meta={**(documents[i].meta or {}), "retrieval_head_score": scores[i]}) for i in order
+        ]
         report.update(passages_out=len(kept), prompt_tokens=prompt_tokens, empty_input=False)
         return {"documents": kept, "report": report}

@@ -7,5 +7,11 @@ from icr2_components.readers.local_chat_reader import LocalChatReader
 from icr2_components.readers.retrieval_reply_parser import RetrievalReplyParser
 from icr2_components.readers.served_chat_reader import ServedChatReader
 
-__all__ = ["ContextAwareDecodingReader", "HeadSuppressionReader", "LocalChatReader", "MissingContextError", "RetrievalReplyParser",
-           "ServedChatReader"]
+__all__ = [
+    "ContextAwareDecodingReader",
+    "HeadSuppressionReader",
+    "LocalChatReader",
+    "MissingContextError",
+    "RetrievalReplyParser",
+    "ServedChatReader",
+]

@@ -92,7 +92,8 @@ class ContextAwareDecodingReader:
     """
 
     model_needs: ClassVar[dict[str, str]] = {
-        "weights": "contrasts the next-token distributions with and without the context at every step, which needs the full logits",
+        "weights": "contrasts the next-token distributions with and without the context at every step, "
+        "which needs the full logits",
     }
     """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
     backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
@@ -178,8 +179,11 @@ class ContextAwareDecodingReader:
         """The rule ``technique`` with the init parameters, updated by this call's ``overrides``."""
         rule_class = decoding_rule_class(technique)
         values = {**self.rule_parameters, **overrides}
-        given = {field.name: values[f"{technique}_{field.name}"] for field in dataclasses.fields(rule_class.parameters_class)
-                 if f"{technique}_{field.name}" in values}
+        given = {
+            field.name: values[f"{technique}_{field.name}"]
+            for field in dataclasses.fields(rule_class.parameters_class)
+            if f"{technique}_{field.name}" in values
+        }
         return rule_class(rule_class.parameters_class(**given))
 
     # ---- decoding -------------------------------------------------------------------------------------------

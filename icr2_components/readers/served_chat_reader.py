@@ -109,7 +109,9 @@ class ServedChatReader:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
             raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}.")
         if generation_kwargs is not None and not isinstance(generation_kwargs, dict):
-            raise ValueError(f"generation_kwargs must be a mapping of chat-completion arguments, got {generation_kwargs!r}.")
+            raise ValueError(
+                f"generation_kwargs must be a mapping of chat-completion arguments, got {generation_kwargs!r}."
+            )
         reserved = {"max_tokens", "max_completion_tokens", "temperature", "stream"} & set(generation_kwargs or {})
         if reserved:
             raise ValueError(f"generation_kwargs may not set {sorted(reserved)}: use max_new_tokens and temperature.")

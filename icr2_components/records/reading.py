@@ -18,7 +18,6 @@ from typing import Iterator
 
 from icr2_components.records.skips import SkipReport
 
-
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from haystack import Document, component
 
 from icr2_components.reorderers._base import BudgetedReorderer

@@ -17,14 +17,16 @@ class IndexRetriever:
     Retrieves passages from the index an `indexing/*.yaml` config describes, by BM25, dense or hybrid retrieval.
 
     The same component serves every registered store (the embedded in-memory store, Elasticsearch): only the
-    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config; the environment
+    config's `store.type` differs, so a YAML pipeline moves from a laptop to a cluster by pointing at another config;
+    the environment
     variable `ICR2_INDEX_CONFIG` (or `--index CONFIG` on `icr2 compare`, `serve` and `quickstart`) points every
     IndexRetriever at another config without editing a YAML (see `icr2_components.stores.index_switch`). Query
     embedding uses the index's own embedding model (shared through the model cache); hybrid retrieval fuses
     the BM25 and dense lists by reciprocal rank (Haystack's `DocumentJoiner`). ICR2 selects its benchmark's
     confounding passages from the lists of strong retrievers (BM25 and dense ones among them).
 
-    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models": https://arxiv.org/abs/2501.08248
+    Paper: ICR2, Qiu et al. 2025, "Eliciting In-context Retrieval and Reasoning for Long-context Large Language Models":
+    https://arxiv.org/abs/2501.08248
 
     Usage example:
     ```python
@@ -36,7 +38,9 @@ class IndexRetriever:
     ```
     """
 
-    def __init__(self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None) -> None:
+    def __init__(
+        self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None
+    ) -> None:
         """
         :param index: Path of an index config YAML; when `ICR2_INDEX_CONFIG` names another config, that one is
             used (and serialised) instead.

@@ -235,7 +235,11 @@ async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, b
 def _validation_reason(errors: list[dict], content_type: str | None = None) -> tuple[int, str, str]:
     if any(e.get("type") == "json_invalid" for e in errors):
         detail = next(e for e in errors if e.get("type") == "json_invalid")
-        return 400, "malformed_json", f"the body is not valid JSON: {(detail.get('ctx') or {}).get('error', detail.get('msg'))}"
+        return (
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {(detail.get('ctx') or {}).get('error', detail.get('msg'))}",
+        )
     parts = []
     for e in errors:
         location = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
@@ -459,5 +463,17 @@ def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     uvicorn.run(app, host=host, port=port, **server_settings())
 
 
-__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_HOST", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_PORT", "PUBLIC_PATHS", "RUN_ERRORS", "RequestGuard",
-           "create_serving_app", "json_error_http_protocol", "run_server", "server_settings"]
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT",
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_QUEUE",
+    "DEFAULT_PORT",
+    "PUBLIC_PATHS",
+    "RUN_ERRORS",
+    "RequestGuard",
+    "create_serving_app",
+    "json_error_http_protocol",
+    "run_server",
+    "server_settings",
+]

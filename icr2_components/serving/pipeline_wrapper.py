@@ -105,7 +105,8 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     def __init__(self, spec: PipelineSpec, max_new_tokens: int | None = None, concurrency: int = 1) -> None:
         """
         :param spec: the pipeline, loaded and checked by `PipelineSpec.from_file`.
-        :param max_new_tokens: override the answer budget of every component with a `max_new_tokens` input (None: the YAML's).
+        :param max_new_tokens: override the answer budget of every component with a `max_new_tokens` input (None: the
+            YAML's).
         :param concurrency: pipeline runs at once; more requests wait their turn (1 suits a CPU reader).
         """
         super().__init__()

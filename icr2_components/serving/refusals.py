@@ -3,7 +3,8 @@
 A request can be valid JSON and still be one the model cannot take: its question and passages make a prompt
 longer than the reader's context (``ContextTooLongError``). The client must shorten it, so the server answers
 413 with the reader's message, which names the prompt length and the limit. A context-aware decoding pipeline
-whose retrieval found nothing for the question has no context to contrast (``MissingContextError``): 422. Every other exception stays a 500:
+whose retrieval found nothing for the question has no context to contrast (``MissingContextError``): 422. Every other
+exception stays a 500:
 a plain ``ValueError`` may as well be a misconfigured component, so only the classes listed here are mapped.
 """
 

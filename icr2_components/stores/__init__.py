@@ -3,7 +3,6 @@ backend registered with :func:`register_store_backend`)."""
 
 # Importing the built-in backends registers them (store.type: in_memory, elasticsearch).
 from icr2_components.stores import in_memory_backend  # noqa: F401 (registers the backend)
-from icr2_components.stores.elasticsearch import backend as elasticsearch_backend  # noqa: F401 (registers the backend)
 from icr2_components.stores.backend import (
     StoreBackend,
     StoreSettings,
@@ -12,7 +11,14 @@ from icr2_components.stores.backend import (
     store_backend,
     store_backend_names,
 )
-from icr2_components.stores.config import ConfigError, IndexConfig, config_fingerprint, index_config_from_dict, load_index_config
+from icr2_components.stores.config import (
+    ConfigError,
+    IndexConfig,
+    config_fingerprint,
+    index_config_from_dict,
+    load_index_config,
+)
+from icr2_components.stores.elasticsearch import backend as elasticsearch_backend  # noqa: F401 (registers the backend)
 from icr2_components.stores.handle import IndexHandle, IndexReport, open_index
 from icr2_components.stores.retrieval_methods import (
     reciprocal_rank_fusion,

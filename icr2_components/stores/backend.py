@@ -119,7 +119,9 @@ class StoreBackend(ABC):
     #: False: it is an error naming ``icr2 index`` (a server store, where building is a deliberate step)
     builds_on_first_use: ClassVar[bool] = False
 
-    def __init__(self, config: "IndexConfig", fingerprint: Callable[[], str], embedder: "PassageEmbedder | None" = None) -> None:
+    def __init__(
+        self, config: "IndexConfig", fingerprint: Callable[[], str], embedder: "PassageEmbedder | None" = None
+    ) -> None:
         if not isinstance(config.store, self.settings_class):
             raise TypeError(
                 f"{type(self).__name__} needs store settings of type {self.settings_class.__name__}, got "
@@ -186,7 +188,9 @@ class StoreBackend(ABC):
             self._bm25_retriever = self.bm25_retriever(document_store)
         return self._bm25_retriever.run(query=query, top_k=top_k, filters=filters)["documents"]
 
-    def dense_documents(self, document_store: Any, query_embedding: list[float], top_k: int, filters: dict | None) -> list[Document]:
+    def dense_documents(
+        self, document_store: Any, query_embedding: list[float], top_k: int, filters: dict | None
+    ) -> list[Document]:
         """Documents ranked by similarity to ``query_embedding`` (cosine in both built-in stores)."""
         if self._embedding_retriever is None:
             self._embedding_retriever = self.embedding_retriever(document_store)
@@ -209,7 +213,8 @@ _STORE_BACKENDS: Registry[type[StoreBackend]] = Registry(
         f"Store type {name!r} is already served by {holder.__module__}.{holder.__name__}; "  # type: ignore[attr-defined]
         f"register {newcomer.__name__} under another name."  # type: ignore[attr-defined]
     ),
-    how_to_add="A new store is a StoreBackend subclass decorated with @register_store_backend (icr2_components.stores.backend).",
+    how_to_add="A new store is a StoreBackend subclass decorated with @register_store_backend "
+    "(icr2_components.stores.backend).",
 )
 
 
@@ -222,11 +227,19 @@ def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[Sto
         if not (isinstance(cls, type) and issubclass(cls, StoreBackend)):
             raise TypeError(f"@register_store_backend({name!r}) decorates a StoreBackend subclass, not {cls!r}.")
         settings = cls.settings_class
-        if not (dataclasses.is_dataclass(settings) and issubclass(settings, StoreSettings) and settings is not StoreSettings):
-            raise TypeError(f"{cls.__name__}.settings_class must be a dataclass subclassing StoreSettings (its store: section), got {settings!r}.")
+        if not (
+            dataclasses.is_dataclass(settings) and issubclass(settings, StoreSettings) and settings is not StoreSettings
+        ):
+            raise TypeError(
+                f"{cls.__name__}.settings_class must be a dataclass subclassing StoreSettings (its store: section), "
+                f"got {settings!r}."
+            )
         default_type = next(f.default for f in dataclasses.fields(settings) if f.name == "type")
         if default_type != name:
-            raise TypeError(f"{settings.__name__}.type must default to {name!r} (the name {cls.__name__} is registered under), got {default_type!r}.")
+            raise TypeError(
+                f"{settings.__name__}.type must default to {name!r} (the name {cls.__name__} is registered under), got "
+                f"{default_type!r}."
+            )
         _STORE_BACKENDS.register(name, cls)
         cls.name = name
         return cls

@@ -46,7 +46,8 @@ class EmbeddingConfig:
     # Embeds "title\ncontent", as DPR does.
     meta_fields_to_embed: list[str] = field(default_factory=lambda: ["title"])
     device: str | None = None
-    # Embeddings at scale (icr2_components/models/sentence_backends.py, `icr2 embed`): fp32 (SentenceTransformer.encode),
+    # Embeddings at scale (icr2_components/models/sentence_backends.py, `icr2 embed`): fp32
+    # (SentenceTransformer.encode),
     # onnx, onnx-int8 (ONNX Runtime; exported locally once) or openvino
     backend: str = "fp32"
     # one worker process per entry, e.g. [cuda:0, cuda:1] or [cpu, cpu] (null: encode in this process on `device`)
@@ -95,9 +96,13 @@ class WriterConfig:
         if not self.checkpoint_seconds > 0:
             raise ConfigError(f"writer.checkpoint_seconds must be > 0, got {self.checkpoint_seconds}.")
         if self.load_replicas is not None and self.load_replicas < 0:
-            raise ConfigError(f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}.")
+            raise ConfigError(
+                f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}."
+            )
         if self.force_merge_segments is not None and self.force_merge_segments < 1:
-            raise ConfigError(f"writer.force_merge_segments must be >= 1, or null for no merge; got {self.force_merge_segments}.")
+            raise ConfigError(
+                f"writer.force_merge_segments must be >= 1, or null for no merge; got {self.force_merge_segments}."
+            )
 
 
 def default_store_settings() -> StoreSettings:
@@ -136,15 +141,20 @@ def _build_store_section(values: Any, source: str) -> StoreSettings:
     if values is None:
         values = {}
     if not isinstance(values, dict):
-        raise ConfigError(f"section 'store' of {source} must be a mapping such as {{type: {DEFAULT_STORE_TYPE}}}, got {values!r}.")
+        raise ConfigError(
+            f"section 'store' of {source} must be a mapping such as {{type: {DEFAULT_STORE_TYPE}}}, got {values!r}."
+        )
     store_type = values.get("type", DEFAULT_STORE_TYPE)
     try:
         backend = store_backend(store_type)
     except UnknownStoreBackendError:
         raise ConfigError(
-            f"{source}: store.type must be one of the registered store types ({', '.join(store_backend_names())}), got {store_type!r}."
+            f"{source}: store.type must be one of the registered store types ({', '.join(store_backend_names())}), got "
+            f"{store_type!r}."
         ) from None
-    return dataclass_from_mapping(backend.settings_class, values, f"section 'store' (type {store_type}) of {source}", ConfigError)
+    return dataclass_from_mapping(
+        backend.settings_class, values, f"section 'store' (type {store_type}) of {source}", ConfigError
+    )
 
 
 # Sections a config must spell out: without them a typo'd file would silently index the bundled sample into the
@@ -169,12 +179,14 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
         raise ConfigError(
             f"{source}: no {' or '.join(repr(m) for m in missing)} section. Say where the index lives "
             "(store: {type: in_memory} or {type: elasticsearch, hosts: ..., index: ...}) and what to index "
-            "(corpus: {path: <kilt_knowledgesource.json>} or {path: sample} for the bundled sample); see indexing/kilt-sample.yaml."
+            "(corpus: {path: <kilt_knowledgesource.json>} or {path: sample} for the bundled sample); see "
+            "indexing/kilt-sample.yaml."
         )
     # a corpus section without its path would index the bundled sample and exit 0: what was meant is unknown
     if not isinstance(data["corpus"], dict) or "path" not in data["corpus"]:
         raise ConfigError(
-            f"{source}: section 'corpus' has no 'path'. Say what to index: corpus: {{path: <kilt_knowledgesource.json>}}, "
+            f"{source}: section 'corpus' has no 'path'. Say what to index: corpus: {{path: "
+            "<kilt_knowledgesource.json>}, "
             "or {path: sample} for the bundled sample (see indexing/kilt-sample.yaml)."
         )
     return config
@@ -191,11 +203,16 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where} ({problem}); fix the file (indexing/kilt-sample.yaml is a working example).") from error
+        raise ConfigError(
+            f"{path}: not valid YAML{where} ({problem}); fix the file (indexing/kilt-sample.yaml is a working example)."
+        ) from error
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.start}); save the config as UTF-8.") from error
     if data is None:
-        raise ConfigError(f"{path} is empty; an index config needs at least the 'store' and 'corpus' sections (see indexing/kilt-sample.yaml).")
+        raise ConfigError(
+            f"{path} is empty; an index config needs at least the 'store' and 'corpus' sections (see "
+            "indexing/kilt-sample.yaml)."
+        )
     for dotted, value in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         if not key:

@@ -16,7 +16,6 @@ from typing import Iterable, Iterator
 from haystack import Document
 
 
-
 def text_to_embed(document: Document, meta_fields: list[str]) -> str:
     parts = [str(document.meta[field]) for field in meta_fields if document.meta.get(field)]
     parts.append(document.content or "")
@@ -90,7 +89,9 @@ class PassageEmbedder:
         if self._pool is None:
             from icr2_components.models.sentence_backends import ProcessPoolEncoder
 
-            self._pool = ProcessPoolEncoder(self.model, backend=self.backend, devices=devices, threads_per_process=self.threads or 1)
+            self._pool = ProcessPoolEncoder(
+                self.model, backend=self.backend, devices=devices, threads_per_process=self.threads or 1
+            )
         return self._pool
 
     def close(self) -> None:

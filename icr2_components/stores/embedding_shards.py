@@ -110,7 +110,9 @@ def shard_names(index: int) -> tuple[str, str]:
 def read_manifest(folder: str | os.PathLike) -> dict:
     path = Path(folder) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"{folder} holds no {MANIFEST}: it is not a folder written by `icr2 embed CONFIG --out {folder}`.")
+        raise FileNotFoundError(
+            f"{folder} holds no {MANIFEST}: it is not a folder written by `icr2 embed CONFIG --out {folder}`."
+        )
     return json.loads(path.read_text())
 
 
@@ -152,9 +154,13 @@ def embed_to_shards(
     if max_shards is not None and max_shards < 0:
         raise ValueError(f"max_shards must be >= 0 or None, got {max_shards}.")
     if not config.embedding.enabled:
-        raise UserInputError(f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus.")
+        raise UserInputError(
+            f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus."
+        )
     if config.embedding.vectors_dir:
-        raise UserInputError("embedding.vectors_dir is set: that config reads vectors from shards; remove it to write them.")
+        raise UserInputError(
+            "embedding.vectors_dir is set: that config reads vectors from shards; remove it to write them."
+        )
     started = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,7 +173,9 @@ def embed_to_shards(
         different = {key: (manifest.get(key), value) for key, value in identity.items() if manifest.get(key) != value}
         if different:
             detail = "; ".join(f"{key}: folder {old!r}, config {new!r}" for key, (old, new) in different.items())
-            raise ShardsMismatchError(f"{out} holds shards of another pass ({detail}); use another --out folder or delete this one.")
+            raise ShardsMismatchError(
+                f"{out} holds shards of another pass ({detail}); use another --out folder or delete this one."
+            )
     else:
         manifest = {**identity, "shards": [], "complete": False, "passages": 0}
         _write_json(manifest_path, manifest)
@@ -183,8 +191,10 @@ def embed_to_shards(
             ids = [document.id for document in islice(stream, shard["count"])]
             if len(ids) != shard["count"] or ids[0] != shard["first_id"] or ids[-1] != shard["last_id"]:
                 raise ShardsMismatchError(
-                    f"{out}: shard {shard['index']} was written from another corpus stream (ids {shard['first_id']}..{shard['last_id']}, "
-                    f"the corpus now gives {ids[0] if ids else None}..{ids[-1] if ids else None}); use another --out folder."
+                    f"{out}: shard {shard['index']} was written from another corpus stream (ids "
+                    f"{shard['first_id']}..{shard['last_id']}, "
+                    f"the corpus now gives {ids[0] if ids else None}..{ids[-1] if ids else None}); use another --out "
+                    "folder."
                 )
             report.resumed_passages += len(ids)
             bar.update(len(ids))
@@ -198,11 +208,20 @@ def embed_to_shards(
             if not batch:
                 exhausted = True
                 break
-            vectors = np.asarray(embedder.embed_array([text_to_embed(doc, embedder.meta_fields) for doc in batch]), dtype=np.float32)
+            vectors = np.asarray(
+                embedder.embed_array([text_to_embed(doc, embedder.meta_fields) for doc in batch]), dtype=np.float32
+            )
             vector_name, ids_name = shard_names(index)
             _atomic_write(out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode()))
             _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
-            entry = {"index": index, "file": vector_name, "ids": ids_name, "count": len(batch), "first_id": batch[0].id, "last_id": batch[-1].id}
+            entry = {
+                "index": index,
+                "file": vector_name,
+                "ids": ids_name,
+                "count": len(batch),
+                "first_id": batch[0].id,
+                "last_id": batch[-1].id,
+            }
             manifest["shards"].append(entry)
             manifest["passages"] = sum(shard["count"] for shard in manifest["shards"])
             _write_json(manifest_path, manifest)
@@ -236,8 +255,12 @@ def corpus_source(config):
     from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
     from icr2_components.stores.config import corpus_path
 
-    return KiltKnowledgeSource(corpus_path(config), passage_words=config.corpus.passage_words,
-                               skip_title_paragraph=config.corpus.skip_title_paragraph, max_articles=config.corpus.max_articles)
+    return KiltKnowledgeSource(
+        corpus_path(config),
+        passage_words=config.corpus.passage_words,
+        skip_title_paragraph=config.corpus.skip_title_paragraph,
+        max_articles=config.corpus.max_articles,
+    )
 
 
 def _skip_total(source) -> int:
@@ -279,8 +302,10 @@ class ShardVectors:
         self._vectors = np.load(self.folder / shard["file"], mmap_mode="r")
         self._ids = (self.folder / shard["ids"]).read_text().splitlines()
         if len(self._ids) != self._vectors.shape[0] or len(self._ids) != shard["count"]:
-            raise ShardsMismatchError(f"{self.folder}: shard {index} has {len(self._ids)} ids and {self._vectors.shape[0]} vectors "
-                                      f"(manifest: {shard['count']}); delete the folder and run `icr2 embed` again.")
+            raise ShardsMismatchError(
+                f"{self.folder}: shard {index} has {len(self._ids)} ids and {self._vectors.shape[0]} vectors "
+                f"(manifest: {shard['count']}); delete the folder and run `icr2 embed` again."
+            )
         self._loaded, self._rows, self._cursor = index, None, 0
 
     def vector(self, passage_id: str) -> np.ndarray:
@@ -290,7 +315,11 @@ class ShardVectors:
             self._load(0)
         if self._cursor < len(self._ids) and self._ids[self._cursor] == passage_id:
             row = self._cursor
-        elif self._cursor == len(self._ids) and self._loaded + 1 < len(self.shards) and self.shards[self._loaded + 1]["first_id"] == passage_id:
+        elif (
+            self._cursor == len(self._ids)
+            and self._loaded + 1 < len(self.shards)
+            and self.shards[self._loaded + 1]["first_id"] == passage_id
+        ):
             self._load(self._loaded + 1)
             row = 0
         else:
@@ -307,12 +336,23 @@ class ShardVectors:
             return self._rows[passage_id]
         self._jumps += 1
         if self._jumps > 3 and self._where is None:
-            self._where = {pid: index for index, shard in enumerate(self.shards) for pid in (self.folder / shard["ids"]).read_text().splitlines()}
+            self._where = {
+                pid: index
+                for index, shard in enumerate(self.shards)
+                for pid in (self.folder / shard["ids"]).read_text().splitlines()
+            }
         if self._where is not None:
             index = self._where.get(passage_id)
         else:
             after = range(self._loaded + 1, len(self.shards))
-            index = next((i for i in [*after, *range(0, self._loaded)] if passage_id in (self.folder / self.shards[i]["ids"]).read_text().splitlines()), None)
+            index = next(
+                (
+                    i
+                    for i in [*after, *range(0, self._loaded)]
+                    if passage_id in (self.folder / self.shards[i]["ids"]).read_text().splitlines()
+                ),
+                None,
+            )
         if index is None:
             self._missing(passage_id)
         self._load(index)
@@ -322,8 +362,10 @@ class ShardVectors:
     def _missing(self, passage_id: str) -> None:
         state = "complete" if self.manifest.get("complete") else "unfinished"
         raise MissingVectorError(
-            f"passage {passage_id!r} has no vector in {self.folder} ({len(self)} passages in {len(self.shards)} shards, {state}); "
-            f"finish the pass with `icr2 embed CONFIG --out {self.folder}` for this corpus, or unset embedding.vectors_dir."
+            f"passage {passage_id!r} has no vector in {self.folder} ({len(self)} passages in {len(self.shards)} "
+            f"shards, {state}); "
+            f"finish the pass with `icr2 embed CONFIG --out {self.folder}` for this corpus, or unset "
+            "embedding.vectors_dir."
         )
 
 
@@ -347,7 +389,10 @@ class ShardVectorEmbedder(PassageEmbedder):
         different = {key: (manifest.get(key), value) for key, value in expected.items() if manifest.get(key) != value}
         if different:
             detail = "; ".join(f"{key}: shards {old!r}, config {new!r}" for key, (old, new) in different.items())
-            raise ShardsMismatchError(f"embedding.vectors_dir {vectors_dir} was embedded differently ({detail}); embed again with this config or fix the config.")
+            raise ShardsMismatchError(
+                f"embedding.vectors_dir {vectors_dir} was embedded differently ({detail}); embed again with this "
+                "config or fix the config."
+            )
         self._dimension = int(manifest["dimension"])
         self.passages_from_shards = 0
 
@@ -365,9 +410,17 @@ class ShardVectorEmbedder(PassageEmbedder):
 
 
 def passage_embedder(embedding) -> PassageEmbedder:
-    """The embedder an index config's ``embedding:`` section asks for (vectors from shards when ``vectors_dir`` is set)."""
-    kwargs = dict(batch_size=embedding.batch_size, meta_fields=embedding.meta_fields_to_embed, device=embedding.device,
-                  backend=embedding.backend, devices=embedding.devices, processes=embedding.processes, threads=embedding.threads)
+    """The embedder an index config's ``embedding:`` section asks for (vectors from shards when ``vectors_dir`` is
+    set)."""
+    kwargs = dict(
+        batch_size=embedding.batch_size,
+        meta_fields=embedding.meta_fields_to_embed,
+        device=embedding.device,
+        backend=embedding.backend,
+        devices=embedding.devices,
+        processes=embedding.processes,
+        threads=embedding.threads,
+    )
     if embedding.vectors_dir:
         return ShardVectorEmbedder(embedding.vectors_dir, embedding.model, **kwargs)
     return PassageEmbedder(embedding.model, **kwargs)

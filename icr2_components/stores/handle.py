@@ -76,7 +76,9 @@ class IndexHandle:
         # a PassageEmbedder, or one reading the vectors of `icr2 embed` shards when embedding.vectors_dir is set
         self._embedder = passage_embedder(config.embedding) if config.embedding.enabled else None
         backend_class = store_backend(config.store.type)
-        self.backend: StoreBackend = backend_class(config, functools.partial(config_fingerprint, config), self._embedder)
+        self.backend: StoreBackend = backend_class(
+            config, functools.partial(config_fingerprint, config), self._embedder
+        )
         self._has_passages = False
 
     # -- building -------------------------------------------------------------------------------------------
@@ -160,7 +162,9 @@ class IndexHandle:
 
     # -- retrieval ------------------------------------------------------------------------------------------
 
-    def retrieve(self, query: str, method: str = "bm25", top_k: int = 10, filters: dict | None = None) -> list[Document]:
+    def retrieve(
+        self, query: str, method: str = "bm25", top_k: int = 10, filters: dict | None = None
+    ) -> list[Document]:
         """Ranked passages for ``query``; ``method`` is a registered retrieval method: bm25, dense or hybrid
         (reciprocal-rank fusion of the two)."""
         if not isinstance(query, str) or not query.strip():

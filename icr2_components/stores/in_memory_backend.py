@@ -34,9 +34,13 @@ from haystack.document_stores.types import DuplicatePolicy
 from icr2_components.paths import cache_dir
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
-from icr2_components.stores.errors import DocumentCountMismatchError, EmptyIndexError, IndexConfigMismatchError, IndexNotBuiltError
+from icr2_components.stores.errors import (
+    DocumentCountMismatchError,
+    EmptyIndexError,
+    IndexConfigMismatchError,
+    IndexNotBuiltError,
+)
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
-
 
 #: past this many passages the in-memory store warns (measured ~28 KB of RAM per passage with 384-d vectors: ~5.5 GiB)
 LARGE_STORE_PASSAGES = 200_000
@@ -62,7 +66,9 @@ class InMemoryStoreSettings(StoreSettings):
     def validate(self) -> None:
         validate_analyzer(self.analyzer)
         if self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
-            raise ConfigError(f"store.bm25_k1 must be >= 0 and store.bm25_b in [0, 1], got {self.bm25_k1} and {self.bm25_b}.")
+            raise ConfigError(
+                f"store.bm25_k1 must be >= 0 and store.bm25_b in [0, 1], got {self.bm25_k1} and {self.bm25_b}."
+            )
 
 
 @register_store_backend("in_memory")
@@ -99,7 +105,10 @@ class InMemoryStoreBackend(StoreBackend):
 
         path = self.persist_path()
         if not path.exists():
-            raise IndexNotBuiltError(f"No in-memory index of '{self.config.name}' is saved at {path}: build it with `icr2 index --config <this config>`.")
+            raise IndexNotBuiltError(
+                f"No in-memory index of '{self.config.name}' is saved at {path}: build it with `icr2 index --config "
+                "<this config>`."
+            )
         # the saved file carries the store's own settings (BM25 parameters, similarity, index name)
         store = InMemoryDocumentStore.load_from_disk(str(path))
         self._refuse_another_config(store, path)
@@ -115,7 +124,11 @@ class InMemoryStoreBackend(StoreBackend):
         if built_with == expected:
             return
         known = len(built_with) == len(expected) and all(c in "0123456789abcdef" for c in built_with)
-        was = f"config fingerprint {built_with}" if known else "no config fingerprint (it was not written by `icr2 index`)"
+        was = (
+            f"config fingerprint {built_with}"
+            if known
+            else "no config fingerprint (it was not written by `icr2 index`)"
+        )
         raise IndexConfigMismatchError(
             f"The in-memory index at {path} was built with {was}, but '{self.config.name}' now gives fingerprint "
             f"{expected} (its corpus, passage length or embedding changed): its passages are not this config's. "
@@ -141,10 +154,15 @@ class InMemoryStoreBackend(StoreBackend):
             batch.append(document)
             if result.passages_streamed + len(batch) == LARGE_STORE_PASSAGES + 1:
                 logger.warning(
-                    "The in-memory store '%s' passes %s passages: it holds about %.0f KB of RAM per passage (bench/scale.py), "
+                    "The in-memory store '%s' passes %s passages: it holds about %.0f KB of RAM per passage "
+                    "(bench/scale.py), "
                     "so ~%.1f GiB at this size and more as it grows. For a corpus this large use Elasticsearch "
-                    "(store.type: elasticsearch, e.g. indexing/kilt-sample-elasticsearch.yaml).", self.config.name,
-                    f"{LARGE_STORE_PASSAGES:,}", RAM_BYTES_PER_PASSAGE / 1000, LARGE_STORE_PASSAGES * RAM_BYTES_PER_PASSAGE / 2**30)
+                    "(store.type: elasticsearch, e.g. indexing/kilt-sample-elasticsearch.yaml).",
+                    self.config.name,
+                    f"{LARGE_STORE_PASSAGES:,}",
+                    RAM_BYTES_PER_PASSAGE / 1000,
+                    LARGE_STORE_PASSAGES * RAM_BYTES_PER_PASSAGE / 2**30,
+                )
             if len(batch) >= self.config.writer.batch_size:
                 store.write_documents(batch, policy=DuplicatePolicy.OVERWRITE)
                 result.passages_streamed += len(batch)
@@ -157,7 +175,8 @@ class InMemoryStoreBackend(StoreBackend):
             # ids are unique by construction (the handle skips repeated ones); a mismatch is a bug to report
             result.count_ok = False
             raise DocumentCountMismatchError(
-                f"The in-memory store for '{self.config.name}' holds {stored} documents after {result.passages_streamed} "
+                f"The in-memory store for '{self.config.name}' holds {stored} documents after "
+                f"{result.passages_streamed} "
                 "were streamed; nothing was saved.",
                 result,
             )
@@ -201,13 +220,17 @@ class InMemoryStoreBackend(StoreBackend):
         return self.fielded_bm25(document_store).search(query, top_k=top_k, filters=filters)
 
     def fielded_bm25(self, document_store):
-        """The :class:`~icr2_components.stores.in_memory_bm25.FieldedBM25` of ``document_store`` (built on first use)."""
+        """The :class:`~icr2_components.stores.in_memory_bm25.FieldedBM25` of ``document_store`` (built on first
+        use)."""
         from icr2_components.stores.in_memory_bm25 import FieldedBM25
 
         with self._lock:
             if self._bm25 is None or self._bm25[0] is not document_store:
                 documents = sorted(document_store.storage.values(), key=lambda d: d.id)
-                self._bm25 = (document_store, FieldedBM25(documents, self.settings.analyzer, k1=self.settings.bm25_k1, b=self.settings.bm25_b))
+                self._bm25 = (
+                    document_store,
+                    FieldedBM25(documents, self.settings.analyzer, k1=self.settings.bm25_k1, b=self.settings.bm25_b),
+                )
             return self._bm25[1]
 
     def embedding_retriever(self, document_store):
@@ -215,7 +238,9 @@ class InMemoryStoreBackend(StoreBackend):
 
         return InMemoryEmbeddingRetriever(document_store)
 
-    def dense_documents(self, document_store, query_embedding: list[float], top_k: int, filters: dict | None) -> list[Document]:
+    def dense_documents(
+        self, document_store, query_embedding: list[float], top_k: int, filters: dict | None
+    ) -> list[Document]:
         """Exact cosine search over a matrix built once (Haystack's retriever when there are filters).
 
         Haystack's in-memory embedding retrieval rebuilds an array from every document's embedding list on
@@ -231,7 +256,8 @@ class InMemoryStoreBackend(StoreBackend):
                 documents = [d for d in document_store.storage.values() if d.embedding is not None]
                 if not documents:
                     raise EmptyIndexError(
-                        f"Index '{self.config.name}' holds {len(document_store.storage)} passages but none has an embedding, so dense "
+                        f"Index '{self.config.name}' holds {len(document_store.storage)} passages but none has an "
+                        "embedding, so dense "
                         "retrieval has nothing to search: re-index with embedding.enabled: true, or use method bm25."
                     )
                 matrix = np.asarray([d.embedding for d in documents], dtype=np.float32)

@@ -47,7 +47,14 @@ class FieldedBM25:
         '1'
     """
 
-    def __init__(self, documents: Sequence[Document], analyzer: str | TextAnalyzer = DEFAULT_ANALYZER, k1: float = 0.9, b: float = 0.4, progress: bool = False) -> None:
+    def __init__(
+        self,
+        documents: Sequence[Document],
+        analyzer: str | TextAnalyzer = DEFAULT_ANALYZER,
+        k1: float = 0.9,
+        b: float = 0.4,
+        progress: bool = False,
+    ) -> None:
         import logging
 
         import bm25s
@@ -106,7 +113,9 @@ class FieldedBM25:
         if filters:
             from haystack.utils.filters import document_matches_filter
 
-            candidates = np.asarray([i for i in candidates.tolist() if document_matches_filter(filters, self.documents[i])], dtype=np.int64)
+            candidates = np.asarray(
+                [i for i in candidates.tolist() if document_matches_filter(filters, self.documents[i])], dtype=np.int64
+            )
         if candidates.size == 0:
             return []
         if candidates.size > top_k:

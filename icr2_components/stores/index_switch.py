@@ -111,7 +111,10 @@ def index_switch_set(index: str | None, flag: str = "--index") -> Iterator[str |
     from icr2_components.stores.config import load_index_config
 
     if not Path(index).expanduser().is_file():
-        raise IndexSwitchError(f"{flag} {index}: no such index config; pass an indexing/*.yaml file (e.g. indexing/kilt-sample-elasticsearch.yaml).")
+        raise IndexSwitchError(
+            f"{flag} {index}: no such index config; pass an indexing/*.yaml file (e.g. "
+            "indexing/kilt-sample-elasticsearch.yaml)."
+        )
     load_index_config(index)  # a broken config fails here, naming the file, not at the first retrieval
     previous = os.environ.get(INDEX_CONFIG_ENV)
     os.environ[INDEX_CONFIG_ENV] = index

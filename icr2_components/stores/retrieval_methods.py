@@ -58,7 +58,9 @@ _RETRIEVAL_METHODS: Registry[RetrievalMethod] = Registry(
 )
 
 
-def register_retrieval_method(name: str, *, needs_embeddings: bool = False) -> Callable[[RetrievalFunction], RetrievalFunction]:
+def register_retrieval_method(
+    name: str, *, needs_embeddings: bool = False
+) -> Callable[[RetrievalFunction], RetrievalFunction]:
     """Function decorator: make ``fn(index, query, top_k, filters) -> documents`` the retrieval method ``name``."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"A retrieval method's name must be a non-empty string, got {name!r}.")
@@ -110,4 +112,6 @@ def hybrid(index: "IndexHandle", query: str, top_k: int, filters: dict | None) -
     """BM25 and dense lists fused by reciprocal rank."""
     # Fuse deeper lists than asked for, so that documents ranked just below top_k in one list can rise.
     depth = max(top_k * 2, 20)
-    return reciprocal_rank_fusion([index.search_bm25(query, depth, filters), index.search_dense(query, depth, filters)], top_k=top_k)
+    return reciprocal_rank_fusion(
+        [index.search_bm25(query, depth, filters), index.search_dense(query, depth, filters)], top_k=top_k
+    )

@@ -47,7 +47,10 @@ DEFAULT_ANALYZER = "english"
 
 #: Lucene's ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``, Elasticsearch's ``_english_`` stop list
 ENGLISH_STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they this to was will with".split()
+    (
+        "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
+        "this to was will with"
+    ).split()
 )
 
 #: the document field holding the passage text, and the meta field holding its title
@@ -64,7 +67,9 @@ ELASTICSEARCH_SEARCH_FIELDS = (CONTENT_FIELD, ELASTICSEARCH_TITLE_TEXT_FIELD)
 # stop, semicolon or apostrophe between two digits (1,000 or 3.14) do not split; Han ideographs and hiragana are
 # one token each, katakana runs one token; other symbols and punctuation separate tokens.
 _WORD = r"[[\p{L}\p{M}\p{Nd}\p{Pc}\p{Cf}]--[\p{Han}\p{Hiragana}\p{Katakana}]]"
-_WORD_START = r"[[\p{L}\p{M}\p{Nd}\p{Pc}]--[\p{Han}\p{Hiragana}\p{Katakana}]]"  # a format character only extends a token
+_WORD_START = (
+    r"[[\p{L}\p{M}\p{Nd}\p{Pc}]--[\p{Han}\p{Hiragana}\p{Katakana}]]"  # a format character only extends a token
+)
 _LETTER = r"[\p{L}\p{M}]"
 _TOKEN = regex.compile(
     rf"[\p{{Han}}\p{{Hiragana}}]|\p{{Katakana}}[\p{{Katakana}}\p{{M}}\u30fc]*"
@@ -98,7 +103,13 @@ def _measure(word: str) -> int:
 
 def _ends_cvc(word: str) -> bool:
     n = len(word)
-    return n >= 3 and _is_consonant(word, n - 3) and not _is_consonant(word, n - 2) and _is_consonant(word, n - 1) and word[-1] not in "wxy"
+    return (
+        n >= 3
+        and _is_consonant(word, n - 3)
+        and not _is_consonant(word, n - 2)
+        and _is_consonant(word, n - 1)
+        and word[-1] not in "wxy"
+    )
 
 
 def lucene_porter_stem(word: str, porter_stem) -> str:
@@ -133,7 +144,9 @@ class UnknownAnalyzerError(ConfigError):
 def validate_analyzer(name: Any, key: str = "store.analyzer") -> str:
     """``name`` when it is a known analyzer, else :class:`UnknownAnalyzerError` naming the config key."""
     if name not in ANALYZERS:
-        raise UnknownAnalyzerError(f"{key} must be one of {', '.join(ANALYZERS)}, got {name!r} (english: stemming and stop words).")
+        raise UnknownAnalyzerError(
+            f"{key} must be one of {', '.join(ANALYZERS)}, got {name!r} (english: stemming and stop words)."
+        )
     return name
 
 
@@ -181,7 +194,11 @@ class TextAnalyzer:
 
     def settings(self) -> dict[str, Any]:
         """What the tokens depend on (for a fingerprint)."""
-        return {"analyzer": self.name, "stemmer": "porter" if self._english else None, "stop_words": len(ENGLISH_STOP_WORDS) if self._english else 0}
+        return {
+            "analyzer": self.name,
+            "stemmer": "porter" if self._english else None,
+            "stop_words": len(ENGLISH_STOP_WORDS) if self._english else 0,
+        }
 
 
 # ------------------------------------------------------------------------------------------ Elasticsearch
@@ -207,7 +224,14 @@ def with_text_analysis(mapping: dict[str, Any], analyzer: str = DEFAULT_ANALYZER
 def elasticsearch_bm25_query(query: str) -> dict[str, Any]:
     """The BM25 query: every term of ``query`` matched (OR) in the content and in the title, scores added; no
     fuzziness (plain BM25, as the in-memory store ranks it)."""
-    return {"multi_match": {"query": query, "fields": list(ELASTICSEARCH_SEARCH_FIELDS), "type": "most_fields", "operator": "or"}}
+    return {
+        "multi_match": {
+            "query": query,
+            "fields": list(ELASTICSEARCH_SEARCH_FIELDS),
+            "type": "most_fields",
+            "operator": "or",
+        }
+    }
 
 
 def index_analyzer(client, index: str) -> str | None:
@@ -232,9 +256,12 @@ def raise_if_analyzer_missing(error: BaseException, analyzer: str) -> None:
     if f"analyzer [{analyzer}]" not in text:
         return
     raise AnalyzerUnavailableError(
-        f"The Elasticsearch node has no '{analyzer}' analyzer (store.analyzer; it comes with the analysis-common module, "
-        "which every full distribution has). A node started by scripts/elasticsearch.sh gets it from the icr2-analysis-english "
-        "module: restart it (`bash scripts/elasticsearch.sh stop && bash scripts/elasticsearch.sh start`). Or set store.analyzer: standard."
+        f"The Elasticsearch node has no '{analyzer}' analyzer (store.analyzer; it comes with the analysis-common "
+        "module, "
+        "which every full distribution has). A node started by scripts/elasticsearch.sh gets it from the "
+        "icr2-analysis-english "
+        "module: restart it (`bash scripts/elasticsearch.sh stop && bash scripts/elasticsearch.sh start`). Or set "
+        "store.analyzer: standard."
     ) from error
 
 
@@ -246,6 +273,10 @@ def warn_on_other_analyzer(client, index: str, analyzer: str) -> None:
     current = index_analyzer(client, index)
     if current is not None and current != analyzer:
         logging.getLogger(__name__).warning(
-            "Index '%s' already exists with the '%s' analyzer; store.analyzer: %s only applies to a newly created index "
-            "(queries are analysed as the index was).", index, current, analyzer,
+            "Index '%s' already exists with the '%s' analyzer; store.analyzer: %s only applies to a newly created "
+            "index "
+            "(queries are analysed as the index was).",
+            index,
+            current,
+            analyzer,
         )

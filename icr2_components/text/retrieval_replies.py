@@ -69,11 +69,19 @@ def format_target(method: str, answer: str, gold: Sequence[tuple[str, str]], tas
         raise ValueError(f"Method {method!r} needs at least one gold passage in the context.")
     if method == "rta":
         quoted = " ".join(f"“{text.strip()}”" for _, text in gold)
-        lead = "The relevant passage for the question is," if len(gold) == 1 else "The relevant passages for the question are,"
+        lead = (
+            "The relevant passage for the question is,"
+            if len(gold) == 1
+            else "The relevant passages for the question are,"
+        )
         retrieval = f"{lead} {quoted}"
     else:
         ids = ", ".join(pid for pid, _ in gold)
-        lead = "The relevant passage ID for this question is" if len(gold) == 1 else "The relevant passage IDs for this question are"
+        lead = (
+            "The relevant passage ID for this question is"
+            if len(gold) == 1
+            else "The relevant passage IDs for this question are"
+        )
         retrieval = f"{lead} {ids}."
     return f"{RETRIEVAL_START} {retrieval} {RETRIEVAL_END} {_answer_sentence(_ANSWER_LEADS[task_type], answer)}"
 

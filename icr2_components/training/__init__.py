@@ -3,9 +3,6 @@
 Heavy imports (Trainer, peft, accelerate) happen inside the functions that need them.
 """
 
-from icr2_components.training.examples import EncodedExample, SequenceTooLongError, encode_example
-from icr2_components.training.recipe import METHODS, RecipeError, TrainingRecipe, load_recipe, recipe_from_dict
-from icr2_components.training.special_tokens import add_retrieval_tokens
 from icr2_components.text.retrieval_replies import (
     RETRIEVAL_END,
     RETRIEVAL_START,
@@ -15,6 +12,9 @@ from icr2_components.text.retrieval_replies import (
     format_target,
     parse_generation,
 )
+from icr2_components.training.examples import EncodedExample, SequenceTooLongError, encode_example
+from icr2_components.training.recipe import METHODS, RecipeError, TrainingRecipe, load_recipe, recipe_from_dict
+from icr2_components.training.special_tokens import add_retrieval_tokens
 
 __all__ = [
     "EncodedExample",

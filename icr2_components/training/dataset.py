@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
 from icr2_components.records import SkipReport
-from icr2_components.training.examples import EncodedExample, encode_example
 from icr2_components.text.retrieval_replies import check_method
+from icr2_components.training.examples import EncodedExample, encode_example
 
 
 @dataclass

@@ -21,8 +21,8 @@ from typing import Any, Iterable
 
 from haystack import Document
 
-from icr2_components.text.templates import render_cic_prompt
 from icr2_components.text.retrieval_replies import format_target
+from icr2_components.text.templates import render_cic_prompt
 
 TRUNCATION_POLICIES = ("drop_distractors", "skip", "error")
 IGNORE_INDEX = -100
@@ -65,7 +65,9 @@ def gold_in_order(documents: list[Document], gold_ids: Iterable[str]) -> list[tu
     return [(str(d.meta["passage_id"]), d.content) for d in documents if str(d.meta.get("passage_id")) in wanted]
 
 
-def encode_prompt_and_target(tokenizer, task_type: str, query: str, documents: list[Document], target: str) -> tuple[list[int], list[int]]:
+def encode_prompt_and_target(
+    tokenizer, task_type: str, query: str, documents: list[Document], target: str
+) -> tuple[list[int], list[int]]:
     """Token ids of the chat-templated CiC prompt and of ``target`` + end-of-turn."""
     prompt = render_cic_prompt(task_type, query, documents, tokenizer=tokenizer).text
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]

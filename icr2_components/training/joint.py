@@ -80,7 +80,9 @@ def generation_loss(model, example: JointExample, mask: torch.Tensor) -> torch.T
     ids = example.full_ids.to(model.device)
     embeds = model.get_input_embeddings()(ids)
     gate = passage_gate(mask.to(embeds.dtype), example.head_input.passage_spans, ids.shape[1])
-    return model(inputs_embeds=embeds * gate[None, :, None], labels=example.labels.to(model.device), use_cache=False).loss
+    return model(
+        inputs_embeds=embeds * gate[None, :, None], labels=example.labels.to(model.device), use_cache=False
+    ).loss
 
 
 def head_step_losses(model, head, example: JointExample, recipe: TrainingRecipe, tau: float) -> dict[str, torch.Tensor]:
@@ -169,7 +171,11 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     model, head, optimizer = accelerator.prepare(model, head, optimizer)
     step = 0
     if t.resume_from_checkpoint:
-        checkpoint = Path(t.resume_from_checkpoint) if isinstance(t.resume_from_checkpoint, str) else latest_checkpoint(recipe.output_dir)
+        checkpoint = (
+            Path(t.resume_from_checkpoint)
+            if isinstance(t.resume_from_checkpoint, str)
+            else latest_checkpoint(recipe.output_dir)
+        )
         if checkpoint is None:
             raise FileNotFoundError(f"resume_from_checkpoint is set but {recipe.output_dir} holds no checkpoint-*.")
         accelerator.load_state(str(checkpoint))
@@ -213,11 +219,19 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     saved = save_head(head, model, tokenizer, recipe)
     copy_training_ids(recipe, saved)
     summary = {
-        "method": "retrieval_head", "model": recipe.model, "head": str(saved), "steps": step, "training_ids": str(ids_file),
-        "train_examples": len(train), "validation_examples": len(held), "skips": skips,
-        "dropped_distractor_passages": loaded.dropped_passages, "history": history,
+        "method": "retrieval_head",
+        "model": recipe.model,
+        "head": str(saved),
+        "steps": step,
+        "training_ids": str(ids_file),
+        "train_examples": len(train),
+        "validation_examples": len(held),
+        "skips": skips,
+        "dropped_distractor_passages": loaded.dropped_passages,
+        "history": history,
         "validation": head_recall(model, head, held, options.top_k) if held else None,
-        "seconds": time.perf_counter() - start_time, "recipe": recipe.as_dict(),
+        "seconds": time.perf_counter() - start_time,
+        "recipe": recipe.as_dict(),
     }
     (Path(recipe.output_dir) / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -47,8 +47,13 @@ def set_rope_theta(config, theta: float) -> None:
         config.rope_theta = float(theta)
 
 
-def load_trainable(model: str, dtype: str = "float32", attn_implementation: str = "sdpa", rope_theta: float | None = None,
-                   device: str | None = None) -> tuple[Any, Any]:
+def load_trainable(
+    model: str,
+    dtype: str = "float32",
+    attn_implementation: str = "sdpa",
+    rope_theta: float | None = None,
+    device: str | None = None,
+) -> tuple[Any, Any]:
     """``(model, tokenizer)``: a fresh trainable copy from ``resolve_model(model)`` (see the module docstring)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from icr2_components.strict_mapping import check_known_keys, check_type, dataclass_from_mapping, field_types
-from icr2_components.training.examples import TRUNCATION_POLICIES
 from icr2_components.text.retrieval_replies import SFT_METHODS
+from icr2_components.training.examples import TRUNCATION_POLICIES
 
 METHODS = SFT_METHODS + ("retrieval_head",)
 FINETUNING = ("full", "lora")
@@ -158,7 +158,11 @@ def _choice(value: Any, allowed: tuple, where: str) -> None:
 def _device(value: Any, where: str) -> None:
     """``training.device``: unset (CUDA when present, else CPU), cpu, cuda, cuda:N or mps; refused before the
     model loads (``training.requirements`` then checks that this machine has it)."""
-    if value is None or value in ("cpu", "cuda", "mps") or (isinstance(value, str) and re.fullmatch(r"cuda:\d+", value)):
+    if (
+        value is None
+        or value in ("cpu", "cuda", "mps")
+        or (isinstance(value, str) and re.fullmatch(r"cuda:\d+", value))
+    ):
         return
     raise RecipeError(f"{where} is {value!r}; choose cpu, cuda, cuda:N or mps, or leave it unset (CUDA when "
                       "present, else CPU).")
@@ -171,7 +175,9 @@ def _positive(value: Any, where: str, allow_none: bool = False) -> None:
         raise RecipeError(f"{where} must be a positive number, got {value!r}.")
 
 
-def recipe_from_dict(values: dict[str, Any], source: str = "<dict>", base_dir: str | os.PathLike | None = None) -> TrainingRecipe:
+def recipe_from_dict(
+    values: dict[str, Any], source: str = "<dict>", base_dir: str | os.PathLike | None = None
+) -> TrainingRecipe:
     """Validate a recipe mapping. Relative data paths are read from ``base_dir`` (the current directory)."""
     if not isinstance(values, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping.")
@@ -237,7 +243,9 @@ def check_recipe(recipe: TrainingRecipe) -> None:
         _positive(getattr(h, name), f"{s}: retrieval_head.{name}")
     _positive(recipe.lora.r, f"{s}: lora.r")
     if t.early_stopping_patience and not (recipe.data.validation or recipe.data.validation_fraction):
-        raise RecipeError(f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction).")
+        raise RecipeError(
+            f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction)."
+        )
     if t.new_token_learning_rate and recipe.finetuning == "lora" and not recipe.lora.train_new_token_embeddings:
         raise RecipeError(f"{s}: training.new_token_learning_rate with LoRA sets the rate of the marker rows, which "
                           "train only with lora.train_new_token_embeddings: true.")

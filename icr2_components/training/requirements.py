@@ -212,7 +212,9 @@ def check_machine(needs: RecipeNeeds) -> None:
         visible = torch.cuda.device_count()
         local = int(os.environ.get("LOCAL_WORLD_SIZE", needs.processes))
         if local > visible:
-            raise MachineError(f"{needs.source}: {local} processes on this machine need {local} GPUs; {visible} visible.")
+            raise MachineError(
+                f"{needs.source}: {local} processes on this machine need {local} GPUs; {visible} visible."
+            )
         total = min(torch.cuda.get_device_properties(i).total_memory for i in range(visible))
         if needs.per_process_bytes is not None and needs.per_process_bytes > total:
             raise MachineError(

@@ -22,7 +22,9 @@ def check_recipe_needs(recipe: TrainingRecipe, announce: Callable[[str], Any] | 
     return needs
 
 
-def run_recipe(recipe: TrainingRecipe, progress: bool = True, announce: Callable[[str], Any] | None = None) -> dict[str, Any]:
+def run_recipe(
+    recipe: TrainingRecipe, progress: bool = True, announce: Callable[[str], Any] | None = None
+) -> dict[str, Any]:
     """Check the machine (``check_recipe_needs``), train as ``recipe.method`` says and return the training summary
     (also written to output_dir, with the needs under ``needs``)."""
     needs = check_recipe_needs(recipe, announce)

@@ -32,8 +32,8 @@ def build_sample_benchmark(
         >>> build_sample_benchmark("/tmp/train.jsonl", limit=16, budget_passages=3)
     """
     from icr2_components.builders.benchmark import build_icr2_benchmark
-    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
 
@@ -75,7 +75,9 @@ def nq_sample_instances(count: int, passages: int = 5, seed: int = 0, offset: in
     store = InMemoryDocumentStore()
     store.write_documents(corpus)
     bm25 = InMemoryBM25Retriever(store, top_k=passages * 3)
-    builder = ConfounderAwareCorpusBuilder(retrievers=["bm25"], confounding_ratio=1.0, budget_passages=passages, seed=seed)
+    builder = ConfounderAwareCorpusBuilder(
+        retrievers=["bm25"], confounding_ratio=1.0, budget_passages=passages, seed=seed
+    )
     instances: list[CiCInstance] = []
     for task in read_kilt_tasks(sample.tasks):
         if offset:

@@ -182,7 +182,9 @@ def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
     if isinstance(wanted, str):
         path = Path(wanted)
         if not (path / "trainer_state.json").exists():
-            raise FileNotFoundError(f"resume_from_checkpoint={wanted!r} is not a Trainer checkpoint (no trainer_state.json).")
+            raise FileNotFoundError(
+                f"resume_from_checkpoint={wanted!r} is not a Trainer checkpoint (no trainer_state.json)."
+            )
         return path
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -301,8 +303,14 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     if not progress:
         args.disable_tqdm = True
     trainer = make_trainer(
-        recipe, new_ids, model=model, args=args, train_dataset=loaded.features(), eval_dataset=[e.as_features() for e in validation] or None,
-        data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id), callbacks=callbacks,
+        recipe,
+        new_ids,
+        model=model,
+        args=args,
+        train_dataset=loaded.features(),
+        eval_dataset=[e.as_features() for e in validation] or None,
+        data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id),
+        callbacks=callbacks,
     )
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)

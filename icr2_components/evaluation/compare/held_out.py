@@ -219,7 +219,9 @@ def select_questions(
     if split is not None and split not in SPLITS:
         raise ValueError(f"--split takes one of {list(SPLITS)}, got {split!r}.")
     if question_ids is not None and (split is not None or limit is not None):
-        raise ValueError("--question-ids runs exactly the file's questions; drop --split and --limit (or edit the file).")
+        raise ValueError(
+            "--question-ids runs exactly the file's questions; drop --split and --limit (or edit the file)."
+        )
     tuned, tuned_selection = {}, {}
     for spec in specs:
         dev = tuned_dev_ids(spec.data, spec.path)
@@ -284,15 +286,19 @@ def select_questions(
 
 def question_file_comments(selection: QuestionSelection) -> list[str]:
     """The header of a run's ``question_ids.txt``: where the ids come from and how they were chosen."""
-    lines = [f"icr2 compare question ids ({len(selection.ids)}), run order; sha256 of the list {ids_hash(selection.ids)}",
-             f"dataset: {selection.dataset} (sha256 {selection.dataset_sha256})",
-             f"chosen by: {selection.mode}" + (f", limit {selection.limit}" if selection.limit is not None else "")]
+    lines = [
+        f"icr2 compare question ids ({len(selection.ids)}), run order; sha256 of the list {ids_hash(selection.ids)}",
+        f"dataset: {selection.dataset} (sha256 {selection.dataset_sha256})",
+        f"chosen by: {selection.mode}" + (f", limit {selection.limit}" if selection.limit is not None else ""),
+    ]
     if selection.split:
         lines.append(f"split: {selection.split['name']}, seed {selection.split['seed']}, "
                      + (f"dev fraction {selection.split['dev_fraction']}" if "dev_fraction" in selection.split
                         else f"dev count {selection.split['dev_count']}"))
     if selection.file:
-        lines.append(f"from file: {selection.file.get('path')} ({selection.file.get('unknown', 0)} unknown ids left out)")
+        lines.append(
+            f"from file: {selection.file.get('path')} ({selection.file.get('unknown', 0)} unknown ids left out)"
+        )
     excluded = {i for a in selection.artifacts.values() for i in a.excluded}
     if excluded:
         lines.append(f"left out: {len(excluded)} question(s) probed or trained on by "

@@ -18,7 +18,8 @@ from which the report draws its position curves. Records of given passages (cont
 reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
 
 Questions (``evaluation.compare.held_out``): the dataset's in file order, or one side of a seeded dev/test split
-(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or exactly
+(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or
+exactly
 the ids of a question-id file (``question_ids``), in file order, unknown ids counted and reported. Questions a
 pipeline's head artifact was probed on are left out (counted); a tuned pipeline is refused on its dev questions.
 Every run writes the ids it used to ``question_ids.txt`` in ``out_dir`` and records them, the dataset's path and
@@ -34,8 +35,6 @@ from typing import Any, Sequence
 
 from icr2_components.backends import Backend
 from icr2_components.errors import ComponentLoadError, find_in_causes
-from icr2_components.models.served_model import ServedModelError
-from icr2_components.evaluation.metrics.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.compare.cache import (
     CONTEXT_UNCHECKED,
     STALE_CONTEXT,
@@ -44,13 +43,20 @@ from icr2_components.evaluation.compare.cache import (
     context_sha,
     reuse_decision,
 )
-from icr2_components.kilt.questions import CompareQuestion, answer_pool, read_compare_questions
 from icr2_components.evaluation.compare.held_out import pipeline_seeds, question_file_comments, select_questions
-from icr2_components.evaluation.compare.splits import DEFAULT_DEV_FRACTION, DEFAULT_SPLIT_SEED, ids_hash, write_question_ids
-from icr2_components.kilt.context_types import ContextSet, build_context_set
-from icr2_components.evaluation.statistics.intervals import DEFAULT_SEED
-from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.evaluation.compare.splits import (
+    DEFAULT_DEV_FRACTION,
+    DEFAULT_SPLIT_SEED,
+    ids_hash,
+    write_question_ids,
+)
+from icr2_components.evaluation.metrics.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.reports.position_curves import first_gold_position
+from icr2_components.evaluation.statistics.intervals import DEFAULT_SEED
+from icr2_components.kilt.context_types import ContextSet, build_context_set
+from icr2_components.kilt.questions import CompareQuestion, answer_pool, read_compare_questions
+from icr2_components.models.served_model import ServedModelError
+from icr2_components.pipeline_spec import PipelineSpec
 
 logger = logging.getLogger(__name__)
 # ``corpus``: an ICR2 benchmark record's whole corpus in context (gold among confounders), given as is; only an
@@ -64,7 +70,9 @@ def parse_context_types(text: str | Sequence[str]) -> list[str]:
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     unknown = [t for t in items if t not in ACCEPTED_CONTEXT_TYPES]
     if not items or unknown:
-        raise ValueError(f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}.")
+        raise ValueError(
+            f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}."
+        )
     return list(dict.fromkeys(items))
 
 
@@ -185,12 +193,19 @@ def run_compare(
         raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
     file_info = selection.file or {}
     if file_info.get("unknown"):
-        logger.warning("%s: %d question id(s) not in %s left out (e.g. %s)", file_info.get("path"), file_info["unknown"],
-                       dataset_path, file_info["unknown_examples"][:3])
+        logger.warning(
+            "%s: %d question id(s) not in %s left out (e.g. %s)",
+            file_info.get("path"),
+            file_info["unknown"],
+            dataset_path,
+            file_info["unknown_examples"][:3],
+        )
     excluded = selection.describe()["held_out"]["excluded_probed"]
     if excluded:
-        logger.warning("%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
-                       excluded)
+        logger.warning(
+            "%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
+            excluded,
+        )
     pool = answer_pool(dataset_path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus)
                 for q in questions}
@@ -228,7 +243,9 @@ def run_compare(
                         counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
                     if report_only:
                         continue
-                    documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
+                    documents, controlled, missing = _context_documents(
+                        spec, question, contexts[question.id], context_type
+                    )
                     if missing:  # counted once per question below, for every pipeline alike
                         continue
                     if spec.context_input is None and first_key is not None and cache.done(first_key):
@@ -262,11 +279,21 @@ def run_compare(
                     first_key = first_key or record["key"]
     by_hash = {s.hash: s for s in specs}
     by_id = {q.id: q for q in questions}
-    records = [r for r in cache if r["pipeline_hash"] in by_hash and r["question_id"] in contexts
-               and r["context_type"] in types
-               # a stale record not redone (report_only, or its context no longer built) stays out of the report
-               and reuse_decision(r, expected_context_sha(by_hash[r["pipeline_hash"]], by_id[r["question_id"]],
-                                                          contexts[r["question_id"]], r["context_type"])) != STALE_CONTEXT]
+    records = [
+        r
+        for r in cache
+        if r["pipeline_hash"] in by_hash
+        and r["question_id"] in contexts
+        and r["context_type"] in types
+        # a stale record not redone (report_only, or its context no longer built) stays out of the report
+        and reuse_decision(
+            r,
+            expected_context_sha(
+                by_hash[r["pipeline_hash"]], by_id[r["question_id"]], contexts[r["question_id"]], r["context_type"]
+            ),
+        )
+        != STALE_CONTEXT
+    ]
     partial = None
     if report_only:
         # keep only questions answered by every pipeline under every context type built for them, so each paired

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 import yaml
 
 from icr2_components.backends import Backend
-
 from icr2_components.evaluation.metrics.bcu import CONTROLLED_CONTEXT_TYPES, bcu
 
 
@@ -41,7 +40,9 @@ def tunable_grid(data: dict, source: str) -> dict[str, list]:
     for key, values in grid.items():
         component = key.split(".", 1)[0]
         if "." not in key or component not in (data.get("components") or {}):
-            raise ValueError(f"{source}: metadata.tunable key {key!r} must be `component.init_parameter` of a component.")
+            raise ValueError(
+                f"{source}: metadata.tunable key {key!r} must be `component.init_parameter` of a component."
+            )
         if not isinstance(values, list) or not values:
             raise ValueError(f"{source}: metadata.tunable[{key!r}] must be a non-empty list of values.")
     return dict(grid)
@@ -82,10 +83,10 @@ def tune_pipeline(
     Returns ``{"pipeline", "best", "best_mean_bcu", "table", "tuned_file", "dev_questions", "dev_question_ids",
     "missing"}``; a pipeline with nothing tunable is returned unchanged (``tuned_file`` = ``path``).
     """
-    from icr2_components.kilt.questions import answer_pool, read_compare_questions
-    from icr2_components.kilt.context_types import build_context_set
     from icr2_components.evaluation.compare.held_out import tuned_dev_ids
     from icr2_components.evaluation.compare.splits import file_sha256, ids_hash, repeated_ids, write_question_ids
+    from icr2_components.kilt.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
     from icr2_components.pipeline_spec import PipelineSpec
 
     unknown = [t for t in context_types if t not in CONTROLLED_CONTEXT_TYPES]
@@ -119,7 +120,9 @@ def tune_pipeline(
         chosen = {"dev_offset": dev_offset, "dev_limit": dev_limit, **(selection or {})}
     dev_ids = [q.id for q in questions]
     pool = answer_pool(dataset_path)
-    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions}
+    contexts = {
+        q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions
+    }
     missing: dict[str, int] = {}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -19,10 +19,9 @@ from typing import Any, Iterable, Sequence
 
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.gates.retrieval_decisions import score_retrieval_decisions
-from icr2_components.records import iter_jsonl
-from icr2_components.records import SkipReport
+from icr2_components.evaluation.metrics.answer_match import answer_match
+from icr2_components.records import SkipReport, iter_jsonl
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
 CLOSED_BOOK_QA_TEMPLATE = (
@@ -86,7 +85,9 @@ def record_from_json(record: dict) -> GateEvalRecord:
     # a label must be a JSON boolean: "false" is a non-empty string, and reading it as true flips the metrics
     label = check_type(record.get("needs_retrieval"), bool | None, "needs_retrieval")
     # RetrievalQA writes this one as 0/1; true/false is accepted too, anything else refused
-    answerable = check_type(record.get("param_knowledge_answerable"), bool | typing.Literal[0, 1] | None, "param_knowledge_answerable")
+    answerable = check_type(
+        record.get("param_knowledge_answerable"), bool | typing.Literal[0, 1] | None, "param_knowledge_answerable"
+    )
     if label is None and answerable is not None:
         label = not bool(answerable)
     source = str(record.get("data_source") or record.get("source") or "unknown")
@@ -96,7 +97,9 @@ def record_from_json(record: dict) -> GateEvalRecord:
     return GateEvalRecord(question.strip(), truths, tuple(passage_texts(context)), label, source)
 
 
-def read_retrievalqa_jsonl(path: str | os.PathLike, limit: int | None = None) -> tuple[list[GateEvalRecord], SkipReport]:
+def read_retrievalqa_jsonl(
+    path: str | os.PathLike, limit: int | None = None
+) -> tuple[list[GateEvalRecord], SkipReport]:
     """Read records, counting malformed lines, empty questions, questions without answers and wrongly typed
     fields (``needs_retrieval: "false"`` is a string, not a boolean: the line is skipped and counted)."""
     skips = SkipReport(source=str(path))
@@ -195,8 +198,14 @@ def evaluate_gate(
     rows: list[GateEvalRow] = []
     for record in iterator:
         decision = gate.run(query=record.question)["decision"]
-        row = GateEvalRow(record.question, record.source, record.needs_retrieval, bool(decision["retrieve"]),
-                          decision.get("p_yes"), demonstrations=[d["question"] for d in decision.get("demonstrations", [])])
+        row = GateEvalRow(
+            record.question,
+            record.source,
+            record.needs_retrieval,
+            bool(decision["retrieve"]),
+            decision.get("p_yes"),
+            demonstrations=[d["question"] for d in decision.get("demonstrations", [])],
+        )
         if answer:
             reply = reader.run(messages=closed_book_messages(record.question))["replies"][0].text or ""
             row.closed_book_answer, row.closed_book_match = reply, answer_match(reply, record.ground_truth)
@@ -205,7 +214,9 @@ def evaluate_gate(
                 documents = retriever.run(query=record.question, top_k=top_k)["documents"]
                 passages = [d.content for d in documents if d.content]
             if passages:
-                reply = reader.run(messages=context_messages(record.question, passages[:top_k]))["replies"][0].text or ""
+                reply = (
+                    reader.run(messages=context_messages(record.question, passages[:top_k]))["replies"][0].text or ""
+                )
                 row.context_answer, row.context_match = reply, answer_match(reply, record.ground_truth)
             else:
                 skips.skip("no context and no retriever: no with-retrieval answer", detail=record.question[:60])

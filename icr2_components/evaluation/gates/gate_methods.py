@@ -53,8 +53,10 @@ def parse_methods(text: str | Sequence[str]) -> list[MethodSpec]:
         specs.append(MethodSpec(name.strip() or default_name, method, artifact.strip() or None))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise ValueError(f"--methods names each method once; repeated: {sorted({n for n in names if names.count(n) > 1})}"
-                         " (give one a name: name:method=ARTIFACT).")
+        raise ValueError(
+            f"--methods names each method once; repeated: {sorted({n for n in names if names.count(n) > 1})}"
+            " (give one a name: name:method=ARTIFACT)."
+        )
     return specs
 
 
@@ -70,9 +72,11 @@ def check_held_apart(specs: Sequence[MethodSpec], question_ids: Sequence[str]) -
         artifact = GateArtifact.load(spec.artifact)
         overlap = sorted(wanted & set(artifact.probed_ids))
         if overlap:
-            raise HeldOutError(f"{len(overlap)} of the evaluated questions ({', '.join(overlap[:5])}"
-                               f"{', ...' if len(overlap) > 5 else ''}) were used to train or calibrate {spec.artifact}; "
-                               "evaluate on held-apart labels (e.g. the held-out NQ ids), or retrain without them.")
+            raise HeldOutError(
+                f"{len(overlap)} of the evaluated questions ({', '.join(overlap[:5])}"
+                f"{', ...' if len(overlap) > 5 else ''}) were used to train or calibrate {spec.artifact}; "
+                "evaluate on held-apart labels (e.g. the held-out NQ ids), or retrain without them."
+            )
         sizes[spec.artifact] = len(artifact.probed_ids)
     return sizes
 

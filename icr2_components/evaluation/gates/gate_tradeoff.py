@@ -44,7 +44,12 @@ REFERENCES = ("ta_are", "vanilla")
 
 
 def check_cost(cost: float) -> float:
-    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not 0.0 <= float(cost) <= 1.0 or math.isnan(cost):
+    if (
+        isinstance(cost, bool)
+        or not isinstance(cost, (int, float))
+        or not 0.0 <= float(cost) <= 1.0
+        or math.isnan(cost)
+    ):
         raise ValueError(f"--cost (lambda, answer match one retrieval is worth) must be in [0, 1], got {cost!r}.")
     return float(cost)
 
@@ -140,9 +145,17 @@ def compare_methods(methods: dict[str, dict[str, Any]], labelled: Sequence[Any],
             comparison["verdict"] = verdict(comparison["difference"]["mean"], p, len(labelled), comparison["mde"],
                                             largest=1.0 + cost if metric == "objective" else 1.0)
     references = compare_with_references(methods, labelled, cost, seed, skip=(baseline, "never"))
-    return {"cost": cost, "objective": OBJECTIVE, "baseline": baseline, "questions": len(labelled),
-            "labelled": sum(1 for l in labels if l is not None), "needs_retrieval": sum(1 for l in labels if l),
-            "methods": results, "versus_references": references, "seed": seed}
+    return {
+        "cost": cost,
+        "objective": OBJECTIVE,
+        "baseline": baseline,
+        "questions": len(labelled),
+        "labelled": sum(1 for label in labels if label is not None),
+        "needs_retrieval": sum(1 for label in labels if label),
+        "methods": results,
+        "versus_references": references,
+        "seed": seed,
+    }
 
 
 def compare_with_references(methods: dict[str, dict[str, Any]], labelled: Sequence[Any], cost: float,

@@ -33,10 +33,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from icr2_components.artifacts.gate_artifact import KINDS, GateArtifact
-from icr2_components.evaluation.gates.gate_tradeoff import auroc_interval, check_cost, pick_cut
 from icr2_components.evaluation.compare.held_out import HeldOutError
-from icr2_components.evaluation.gates.need_labels import read_labels
 from icr2_components.evaluation.compare.splits import file_sha256, read_question_ids
+from icr2_components.evaluation.gates.gate_tradeoff import auroc_interval, check_cost, pick_cut
+from icr2_components.evaluation.gates.need_labels import read_labels
 
 DEFAULT_KNN_K = 10
 DEFAULT_FOLDS = 5
@@ -67,7 +67,9 @@ def _logistic(c: float, seed: int):
     try:
         from sklearn.linear_model import LogisticRegression
     except ImportError:  # pragma: no cover - scikit-learn is in the environment
-        raise ValueError("--kind logistic needs scikit-learn (pip install scikit-learn); --kind knn does not.") from None
+        raise ValueError(
+            "--kind logistic needs scikit-learn (pip install scikit-learn); --kind knn does not."
+        ) from None
     return LogisticRegression(C=c, class_weight="balanced", max_iter=5000, random_state=seed)
 
 
@@ -115,7 +117,9 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
     signals = check_signals(signals, index)
     labelled, described = read_labels(labels_files, both_wrong)
     if not labelled:
-        raise ValueError(f"{list(map(str, labels_files))} hold no labelled question; run icr2 label-retrieval-need first.")
+        raise ValueError(
+            f"{list(map(str, labels_files))} hold no labelled question; run icr2 label-retrieval-need first."
+        )
     held_sizes = refuse_held_out([q.id for q in labelled], held_out)
     fit = [q for q in labelled if q.needs_retrieval is not None]
     labels = np.asarray([float(q.needs_retrieval) for q in fit])

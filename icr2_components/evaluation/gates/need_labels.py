@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.compare.cache import AnswerCache
 from icr2_components.evaluation.gates.gate_eval import closed_book_messages, context_messages, read_retrievalqa_jsonl
+from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.records import SkipReport, iter_jsonl
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
@@ -124,8 +124,8 @@ def nq_question_ids(ids_files: Sequence[str] = (), ranges: Sequence[str] = (), e
                     dataset: str | None = None) -> tuple[list[str], dict[str, Any]]:
     """The NQ-sample ids the files and position ranges name (in that order, each once), minus every id of the
     ``exclude_files`` (held-out questions); what was left out is counted in the returned description."""
-    from icr2_components.kilt.questions import dataset_question_ids
     from icr2_components.evaluation.compare.splits import read_question_ids, resolve_question_ids
+    from icr2_components.kilt.questions import dataset_question_ids
 
     available, _, path = dataset_question_ids(dataset)
     requested: list[str] = []
@@ -364,6 +364,22 @@ def read_labels(paths: Sequence[str | os.PathLike], both_wrong: str = "no_need")
                       "counts": outcome_counts(list(records.values()), both_wrong)}
 
 
-__all__ = ["BOTH_WRONG_POLICIES", "CONTEXT_KINDS", "LabelledQuestion", "NeedQuestion", "OUTCOMES", "label_questions",
-           "needs_retrieval", "nq_question_ids", "nq_questions", "outcome_counts", "outcome_of",
-           "parse_position_range", "read_label_file", "read_labels", "reader_for", "retrievalqa_question_id", "retrievalqa_questions"]
+__all__ = [
+    "BOTH_WRONG_POLICIES",
+    "CONTEXT_KINDS",
+    "LabelledQuestion",
+    "NeedQuestion",
+    "OUTCOMES",
+    "label_questions",
+    "needs_retrieval",
+    "nq_question_ids",
+    "nq_questions",
+    "outcome_counts",
+    "outcome_of",
+    "parse_position_range",
+    "read_label_file",
+    "read_labels",
+    "reader_for",
+    "retrievalqa_question_id",
+    "retrievalqa_questions",
+]

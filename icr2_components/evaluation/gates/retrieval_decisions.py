@@ -33,9 +33,9 @@ def _safe_ratio(numerator: float, denominator: float) -> float:
 
 
 def _class_precision_recall(decisions: Sequence[bool], labels: Sequence[bool], positive: bool) -> tuple[float, float]:
-    true_positive = sum(1 for d, l in zip(decisions, labels) if d == positive and l == positive)
+    true_positive = sum(1 for d, label in zip(decisions, labels) if d == positive and label == positive)
     predicted = sum(1 for d in decisions if d == positive)
-    actual = sum(1 for l in labels if l == positive)
+    actual = sum(1 for label in labels if label == positive)
     return _safe_ratio(true_positive, predicted), _safe_ratio(true_positive, actual)
 
 
@@ -51,12 +51,12 @@ def score_retrieval_decisions(
     if labels is not None and len(labels) != count:
         raise ValueError(f"Got {count} decisions but {len(labels)} labels; pass one label (or None) per decision.")
     retrieval_rate = _safe_ratio(sum(1 for d in decisions if d), count)
-    pairs = [(d, l) for d, l in zip(decisions, labels or [None] * count) if l is not None]
+    pairs = [(d, label) for d, label in zip(decisions, labels or [None] * count) if label is not None]
     if not pairs:
         return RetrievalDecisionScores(count, retrieval_rate, 0, None, None, None, None)
     labelled_decisions = [bool(d) for d, _ in pairs]
-    gold = [bool(l) for _, l in pairs]
-    accuracy = _safe_ratio(sum(1 for d, l in pairs if bool(d) == bool(l)), len(pairs))
+    gold = [bool(label) for _, label in pairs]
+    accuracy = _safe_ratio(sum(1 for d, label in pairs if bool(d) == bool(label)), len(pairs))
     classes = sorted(set(gold))
     per_class = [_class_precision_recall(labelled_decisions, gold, positive) for positive in classes]
     precision = sum(p for p, _ in per_class) / len(per_class)
@@ -73,8 +73,8 @@ def retrieval_auroc(p_yes: Sequence[float | None], labels: Sequence[bool | None]
     class is missing; unlabelled questions and missing probabilities are left out."""
     from icr2_components.evaluation.statistics.auroc import auroc_rows
 
-    pairs = [(float(p), float(bool(l))) for p, l in zip(p_yes, labels) if p is not None and l is not None]
+    pairs = [(float(p), float(bool(label))) for p, label in zip(p_yes, labels) if p is not None and label is not None]
     if not pairs:
         return None
-    value = float(auroc_rows([p for p, _ in pairs], [l for _, l in pairs]))
+    value = float(auroc_rows([p for p, _ in pairs], [label for _, label in pairs]))
     return None if math.isnan(value) else value

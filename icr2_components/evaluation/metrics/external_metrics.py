@@ -24,18 +24,28 @@ from icr2_components.evaluation.metrics.short_answer import short_answer
 from icr2_components.text.normalization import normalize_answer
 
 OURS = {
-    "exact_match": ("icr2_components.evaluation.metrics.text_metrics.short_answer_exact_match (official SQuAD v1.1/KILT "
-                    "exact match on the reply's answer span, evaluation.metrics.short_answer; best over gold answers)"),
-    "answer_match": ("icr2_components.evaluation.metrics.answer_match.answer_match (Lost in the Middle's best_subspan_em: "
-                     "officially normalised gold answer contained in the normalised reply)"),
-    "token_f1": ("icr2_components.evaluation.metrics.text_metrics.token_f1 (official SQuAD v1.1/KILT token F1 on the whole "
-                 "reply, best over gold answers)"),
-    "rouge_l": ("icr2_components.evaluation.metrics.text_metrics.rouge_l (LCS F-measure on officially normalised tokens "
-                "of the whole reply, no stemming)"),
+    "exact_match": (
+        "icr2_components.evaluation.metrics.text_metrics.short_answer_exact_match (official SQuAD v1.1/KILT "
+        "exact match on the reply's answer span, evaluation.metrics.short_answer; best over gold answers)"
+    ),
+    "answer_match": (
+        "icr2_components.evaluation.metrics.answer_match.answer_match (Lost in the Middle's best_subspan_em: "
+        "officially normalised gold answer contained in the normalised reply)"
+    ),
+    "token_f1": (
+        "icr2_components.evaluation.metrics.text_metrics.token_f1 (official SQuAD v1.1/KILT token F1 on the whole "
+        "reply, best over gold answers)"
+    ),
+    "rouge_l": (
+        "icr2_components.evaluation.metrics.text_metrics.rouge_l (LCS F-measure on officially normalised tokens "
+        "of the whole reply, no stemming)"
+    ),
 }
-HAYSTACK_EXACT_MATCH = ("haystack.components.evaluators.AnswerExactMatchEvaluator on the reply's answer span "
-                        "(evaluation.metrics.short_answer), both sides normalised the official SQuAD v1.1/KILT way, best "
-                        "over gold answers")
+HAYSTACK_EXACT_MATCH = (
+    "haystack.components.evaluators.AnswerExactMatchEvaluator on the reply's answer span "
+    "(evaluation.metrics.short_answer), both sides normalised the official SQuAD v1.1/KILT way, best "
+    "over gold answers"
+)
 RAGAS_ROUGE_L = ("ragas.metrics.collections.RougeScore(rouge_type='rougeL', mode='fmeasure') on the whole reply, "
                  "both sides normalised the official SQuAD v1.1/KILT way, best over gold answers (Porter stemming)")
 
@@ -63,8 +73,8 @@ def _best_per_answer(scores: Sequence[float], owner: Sequence[int], count: int) 
 def ragas_import_error() -> str | None:
     """None when ragas' RougeScore can run here, else why not (the import error, once per process)."""
     try:
-        from ragas.metrics.collections import RougeScore  # noqa: F401
         import rouge_score  # noqa: F401  (RougeScore imports it only when scoring)
+        from ragas.metrics.collections import RougeScore  # noqa: F401
     except Exception as error:  # ragas fails with whatever its langchain imports raise
         return f"{type(error).__name__}: {error}"
     return None

@@ -125,8 +125,12 @@ def arms_markdown(report: dict, references: Sequence[str]) -> str:
             if test is None:
                 cells += ["", "", "", ""]
                 continue
-            cells += [f"{test['difference']:+.3f}", f"{test['only_arm']} / {test['only_reference']}", f"{test['p']:.2g}",
-                      f"{test['p_holm_family']:.2g}"]
+            cells += [
+                f"{test['difference']:+.3f}",
+                f"{test['only_arm']} / {test['only_reference']}",
+                f"{test['p']:.2g}",
+                f"{test['p_holm_family']:.2g}",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     if report["not_run"]:
         lines.append(f"\nNot run yet: {', '.join(report['not_run'])}.")

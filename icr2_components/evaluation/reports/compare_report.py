@@ -16,6 +16,9 @@ from typing import Any, Sequence
 
 from icr2_components.evaluation.metrics.bcu import bcu, faithfulness, memory_bcu, pareto_front
 from icr2_components.evaluation.metrics.external_metrics import external_scores
+from icr2_components.evaluation.metrics.short_answer import short_answer
+from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
+from icr2_components.evaluation.reports.position_curves import position_curves
 from icr2_components.evaluation.statistics.intervals import (
     BOOTSTRAP_RESAMPLES,
     CONFIDENCE,
@@ -33,10 +36,7 @@ from icr2_components.evaluation.statistics.paired_comparison import (
     holm,
     verdict,
 )
-from icr2_components.evaluation.reports.position_curves import position_curves
 from icr2_components.evaluation.statistics.position_tests import MONTE_CARLO_TABLES
-from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
-from icr2_components.evaluation.metrics.short_answer import short_answer
 from icr2_components.text.normalization import normalize_answer
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
@@ -62,10 +62,15 @@ def omitted_columns(records: Sequence[dict]) -> dict[str, str]:
     short = sum(len(normalize_answer(short_answer(a)).split()) <= SHORT_ANSWER_TOKENS for a in answers)
     if short / len(answers) >= EXACT_MATCH_MIN_SHORT_SHARE:
         return {}
-    return {"exact_match": (f"only {short} of {len(answers)} answers ({short / len(answers):.0%}) are short (at most "
-                            f"{SHORT_ANSWER_TOKENS} tokens once the answer span is taken and normalised): the reader answers in sentences, so "
-                            "exact match would score its wording, not its answer; answer match is the headline and "
-                            "exact match stays in report.json")}
+    return {
+        "exact_match": (
+            f"only {short} of {len(answers)} answers ({short / len(answers):.0%}) are short (at most "
+            f"{SHORT_ANSWER_TOKENS} tokens once the answer span is taken and normalised): the reader answers in "
+            "sentences, so "
+            "exact match would score its wording, not its answer; answer match is the headline and "
+            "exact match stays in report.json"
+        )
+    }
 CI_KEY = "answer_match_ci95"  # the answer match's Wilson 95% interval [low, high] (= intervals["answer_match"]["ci95"])
 COST_METRICS = ("latency_s", "prompt_tokens")  # a difference is "higher"/"lower", not "better"/"worse"
 HEADLINE_METRICS = ("answer_match", "exact_match")  # the paired rows the CLI prints (the report has every metric)

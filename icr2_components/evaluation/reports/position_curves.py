@@ -20,10 +20,10 @@ import statistics
 from typing import Any, Iterable, Sequence
 
 from icr2_components.evaluation.metrics.answer_match import answer_match
+from icr2_components.evaluation.metrics.text_metrics import short_answer_exact_match
 from icr2_components.evaluation.statistics.intervals import DEFAULT_SEED, format_interval, mean_interval
 from icr2_components.evaluation.statistics.paired_comparison import holm
 from icr2_components.evaluation.statistics.position_tests import shape_verdict, unpaired_position_test
-from icr2_components.evaluation.metrics.text_metrics import short_answer_exact_match
 
 # (label, first position, last position); positions past the last bucket fall in the open-ended one.
 POSITION_BUCKETS = (("1", 1, 1), ("2-3", 2, 3), ("4-5", 4, 5), ("6-10", 6, 10), ("11-20", 11, 20))
@@ -174,7 +174,9 @@ def shape_rows(section: dict) -> tuple[list[str], list[list[str]]]:
 
 def curve_notes(section: dict) -> list[str]:
     """One sentence per left-out pipeline and per pipeline with left-out answers."""
-    notes = [f"{name} is not in the position curves: {reason}." for name, reason in section["left_out_pipelines"].items()]
+    notes = [
+        f"{name} is not in the position curves: {reason}." for name, reason in section["left_out_pipelines"].items()
+    ]
     for name, counts in section["left_out_answers"].items():
         dropped = {k: v for k, v in counts.items() if v}
         if dropped:

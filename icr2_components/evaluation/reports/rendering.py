@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS
+from icr2_components.evaluation.reports.position_curves import curve_html, curve_markdown, curve_rows, shape_rows
 from icr2_components.evaluation.statistics.intervals import format_interval
 from icr2_components.evaluation.statistics.paired_comparison import ALPHA, POWER, format_amount
-from icr2_components.evaluation.reports.position_curves import curve_html, curve_markdown, curve_rows, shape_rows
 from icr2_components.plotting import plot_context_types, plot_pareto, plot_position_curves
 
 
@@ -203,7 +203,8 @@ def statistics_lines(report: dict) -> list[str]:
 
 
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
-    """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns paths."""
+    """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns
+    paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",

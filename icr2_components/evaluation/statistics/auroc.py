@@ -51,7 +51,8 @@ def _known(*columns: Sequence[float | bool | None]) -> list[np.ndarray]:
 
 def auroc_interval(scores: Sequence[float | None], labels: Sequence[bool | None], seed: int = DEFAULT_SEED) -> dict:
     """AUROC of ``scores`` as a needs-retrieval score, with a bootstrap interval over questions (the interval dict
-    of ``evaluation.statistics.intervals``); unlabelled or unscored questions are left out; ``none`` without both classes."""
+    of ``evaluation.statistics.intervals``); unlabelled or unscored questions are left out; ``none`` without both
+    classes."""
     x, y = _known(scores, labels)
     if not len(x):
         return interval(None, None, 0, "none")

@@ -1,7 +1,8 @@
 """Paired comparisons on the same questions: the difference with its interval, an exact test, Holm, the MDE.
 
 Usage:
-    >>> from icr2_components.evaluation.statistics.paired_comparison import compare_paired, holm, minimum_detectable_difference
+    >>> from icr2_components.evaluation.statistics.paired_comparison import compare_paired, holm
+    >>> from icr2_components.evaluation.statistics.paired_comparison import minimum_detectable_difference
     >>> vanilla = [1, 0, 0, 1, 0, 0, 1, 0]               # answer match per question
     >>> reranked = [1, 1, 0, 1, 1, 0, 1, 1]              # the same questions, in the same order
     >>> result = compare_paired(reranked, vanilla, seed=0)

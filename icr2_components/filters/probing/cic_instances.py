@@ -26,7 +26,9 @@ def instance_from_benchmark_record(record: dict) -> CiCInstance:
     documents = []
     for passage in record["context"]:
         meta = {key: passage.get(key) for key in ("passage_id", "doc_id", "title", "origin")}
-        documents.append(Document(id=str(passage.get("doc_id") or passage["passage_id"]), content=passage["text"], meta=meta))
+        documents.append(
+            Document(id=str(passage.get("doc_id") or passage["passage_id"]), content=passage["text"], meta=meta)
+        )
     return CiCInstance(
         id=str(record["id"]),
         query=record["query"],

@@ -15,8 +15,8 @@ from typing import Any, Iterable, Sequence
 import torch
 from haystack import Document
 
-from icr2_components.filters.passage_scoring import encode_cic_prompt, score_passages, top_m_indices
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
+from icr2_components.filters.passage_scoring import encode_cic_prompt, score_passages, top_m_indices
 from icr2_components.records import SkipReport
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,9 @@ class CiCInstance:
     answers: list[str] = field(default_factory=list)
 
 
-def instance_hit_rates(scores: torch.Tensor, passage_ids: Sequence[str], gold_ids: Iterable[str], max_m: int) -> torch.Tensor:
+def instance_hit_rates(
+    scores: torch.Tensor, passage_ids: Sequence[str], gold_ids: Iterable[str], max_m: int
+) -> torch.Tensor:
     """Hit rate of every head for M = 1..max_m on one instance: (max_m, layers, heads).
 
     ``scores``: (layers, heads, passages). Gold ids not among ``passage_ids`` are ignored; with none present the

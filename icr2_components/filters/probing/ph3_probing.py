@@ -26,9 +26,9 @@ import torch
 from haystack import Document
 
 from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
-from icr2_components.records import SkipReport
 from icr2_components.models.attention import AttentionAccessError, attention_modules
 from icr2_components.models.head_suppression import head_outputs
+from icr2_components.records import SkipReport
 
 METHOD = "direct_logit_attribution"
 
@@ -47,10 +47,12 @@ class PH3Instance:
 def ph3_instances(dataset: str | None = None, limit: int | None = None, offset: int = 0,
                   index: str = "indexing/kilt-sample.yaml") -> tuple[list[PH3Instance], SkipReport]:
     """Conflicting-context instances (CUB's construction, ``kilt.context_types``) of a KILT/ICR2 file."""
-    from icr2_components.kilt.questions import answer_pool, read_compare_questions
     from icr2_components.kilt.context_types import build_context_set
+    from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
-    questions, skips, path = read_compare_questions(dataset, limit=None if limit is None else offset + limit, index=index)
+    questions, skips, path = read_compare_questions(
+        dataset, limit=None if limit is None else offset + limit, index=index
+    )
     pool = answer_pool(path)
     instances = []
     for question in questions[offset:]:
@@ -58,7 +60,11 @@ def ph3_instances(dataset: str | None = None, limit: int | None = None, offset: 
                                      question.irrelevant_candidates, pool)
         documents = contexts.documents("conflicting")
         if documents is None:
-            skips.skip(f"no conflicting context ({(contexts.reasons or {}).get('conflicting', 'not built')})", None, question.id)
+            skips.skip(
+                f"no conflicting context ({(contexts.reasons or {}).get('conflicting', 'not built')})",
+                None,
+                question.id,
+            )
             continue
         instances.append(PH3Instance(question.id, question.query, documents, contexts.conflicting_answer,
                                      question.answers[0]))
@@ -109,9 +115,9 @@ def head_direct_effects(model, input_ids: torch.Tensor, target: int, foil: int) 
 def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_name: str, rank: int = 32,
                     skips: SkipReport | None = None) -> PH3HeadArtifact:
     """Mean direct effects over ``instances`` and the ranked context and memory heads, as an artifact."""
-    from icr2_components.text.templates import render_cic_prompt
     from icr2_components.models.chat_messages import messages_to_dicts
     from icr2_components.models.introspection import model_signature
+    from icr2_components.text.templates import render_cic_prompt
 
     skips = skips or SkipReport(source="ph3 probing")
     total, used = None, []
@@ -128,7 +134,9 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
         total = effects if total is None else total + effects
         used.append(instance.id)
     if not used:
-        raise ValueError(f"No instance could be probed ({skips.summary()}); give conflicting instances whose two answers differ.")
+        raise ValueError(
+            f"No instance could be probed ({skips.summary()}); give conflicting instances whose two answers differ."
+        )
     scores = total / len(used)
     flat = scores.flatten()
     heads = scores.shape[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Sequence
 
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
-from icr2_components.plotting import plot_hit_rate_heatmap
 from icr2_components.filters.probing.head_probing import CiCInstance, ProbeResult, artifact_from_probe, probe_heads
 from icr2_components.models.introspection import model_signature
+from icr2_components.plotting import plot_hit_rate_heatmap
 
 
 @dataclass
@@ -58,8 +58,16 @@ def probe_to_artifact(
         raise ValueError(f"Instances mix task types {sorted(task_types)}; probe one task type at a time.")
     loaded, tokenizer = MODEL_CACHE.causal_lm(model, dtype=dtype, device=device, attn_implementation="sdpa")
     result = probe_heads(
-        loaded, tokenizer, instances, max_m=max_m, query_position_mode=query_position_mode, aggregate=aggregate,
-        query_aware=query_aware, max_context_tokens=max_context_tokens, generation_tokens=generation_tokens, progress=progress,
+        loaded,
+        tokenizer,
+        instances,
+        max_m=max_m,
+        query_position_mode=query_position_mode,
+        aggregate=aggregate,
+        query_aware=query_aware,
+        max_context_tokens=max_context_tokens,
+        generation_tokens=generation_tokens,
+        progress=progress,
     )
     artifact = artifact_from_probe(
         result, model, model_signature(loaded), m, q, task_type=task_types.pop(), query_aware=query_aware,

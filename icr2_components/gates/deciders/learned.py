@@ -6,7 +6,8 @@ needs retrieval for a model when the model answers it wrong closed-book and righ
 question's embedding (the bundled MiniLM) plus cheap signals (date/recency words, the top BM25 score), or SKR's
 nearest-neighbour judgement (Wang et al. 2023, https://arxiv.org/abs/2310.05002: the share of needing questions
 among the k most similar training questions), and picks the cut on its probability for a stated objective. No
-language model is asked: a decision is one embedding (and one BM25 lookup with `top_score`, one kNN lookup with `top_dense_score`).
+language model is asked: a decision is one embedding (and one BM25 lookup with `top_score`, one kNN lookup with
+`top_dense_score`).
 """
 
 from __future__ import annotations
@@ -121,8 +122,10 @@ class LearnedDecider(GateDecider):
             raise ValueError("method='learned' needs artifact= (a gate artifact made by icr2 train-gate LABELS "
                              "--kind logistic --out ARTIFACT.json).")
         if not Path(artifact).is_file():
-            raise ValueError(f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind logistic "
-                             f"--out {artifact}.")
+            raise ValueError(
+                f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind logistic "
+                f"--out {artifact}."
+            )
 
     def warm_up(self) -> None:
         if self.model is None:

@@ -58,7 +58,9 @@ class TimeAwareParameters:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
         if self.demonstration_order not in DEMONSTRATION_ORDERS:
-            raise ValueError(f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {self.demonstration_order!r}.")
+            raise ValueError(
+                f"demonstration_order must be one of {DEMONSTRATION_ORDERS}, got {self.demonstration_order!r}."
+            )
         if self.no_selection not in ("similar", "fixed"):
             raise ValueError(f"no_selection must be 'similar' or 'fixed', got {self.no_selection!r}.")
 

@@ -63,8 +63,10 @@ class ThresholdDecider(GateDecider):
     def check(self) -> None:
         artifact = self.parameters.artifact
         if artifact is not None and not Path(artifact).is_file():
-            raise ValueError(f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind threshold "
-                             f"--out {artifact}, or leave artifact unset to use the gate's threshold.")
+            raise ValueError(
+                f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind threshold "
+                f"--out {artifact}, or leave artifact unset to use the gate's threshold."
+            )
 
     def warm_up(self) -> None:
         artifact = self.parameters.artifact

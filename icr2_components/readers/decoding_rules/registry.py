@@ -16,7 +16,9 @@ class UnknownDecodingRuleError(ValueError):
 _RULES: Registry[type[DecodingRule]] = Registry(
     "decoding rule",
     UnknownDecodingRuleError,
-    taken_message=lambda name, holder, newcomer: f"The decoding rule name {name!r} is taken by {qualified_name(holder)}.",
+    taken_message=lambda name, holder, newcomer: (
+        f"The decoding rule name {name!r} is taken by {qualified_name(holder)}."
+    ),
 )
 
 

@@ -25,6 +25,11 @@ from icr2_components.retrying import RetryPolicy
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
 from icr2_components.stores.elasticsearch.connection import connection_options, validate_connection_settings
+from icr2_components.stores.elasticsearch.index_layout import (
+    VectorIndexSettings,
+    validate_layout_against_config,
+    validate_store_layout,
+)
 from icr2_components.stores.elasticsearch.store import (
     build_elasticsearch_client,
     build_elasticsearch_store,
@@ -33,7 +38,6 @@ from icr2_components.stores.elasticsearch.store import (
 )
 from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.errors import IndexNotBuiltError
-from icr2_components.stores.elasticsearch.index_layout import VectorIndexSettings, validate_layout_against_config, validate_store_layout
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, elasticsearch_bm25_query, validate_analyzer
 
 
@@ -58,7 +62,8 @@ class ElasticsearchStoreSettings(StoreSettings):
     verify_certs: bool = True
     username: str | None = None
     password_env: str = "ELASTIC_PASSWORD"
-    # layout of a newly created index (icr2_components.stores.elasticsearch.index_layout): primary shards, replicas, and the
+    # layout of a newly created index (icr2_components.stores.elasticsearch.index_layout): primary shards, replicas, and
+    # the
     # dense_vector index_options (hnsw | int8_hnsw | flat | int8_flat, m, ef_construction; null: the node's default)
     shards: int = 1
     replicas: int = 0
@@ -110,10 +115,15 @@ class ElasticsearchStoreBackend(StoreBackend):
 
     def index_exists(self) -> bool:
         settings = self.settings
-        client = build_elasticsearch_client(settings.hosts, request_timeout=settings.request_timeout, max_retries=0, **connection_options(settings))
+        client = build_elasticsearch_client(
+            settings.hosts, request_timeout=settings.request_timeout, max_retries=0, **connection_options(settings)
+        )
         try:
-            return call_with_retries(lambda: bool(client.indices.exists(index=settings.index)), url=self.url(),
-                                     policy=RetryPolicy(max_retries=settings.max_retries, initial_backoff=0.5, max_backoff=5.0))
+            return call_with_retries(
+                lambda: bool(client.indices.exists(index=settings.index)),
+                url=self.url(),
+                policy=RetryPolicy(max_retries=settings.max_retries, initial_backoff=0.5, max_backoff=5.0),
+            )
         finally:
             client.close()
 
@@ -122,10 +132,13 @@ class ElasticsearchStoreBackend(StoreBackend):
         would create it empty and every search would answer nothing with no word."""
         if not self.index_exists():
             raise IndexNotBuiltError(
-                f"Elasticsearch at {self.url()} has no index '{self.settings.index}' (store.index of '{self.config.name}'): "
+                f"Elasticsearch at {self.url()} has no index '{self.settings.index}' (store.index of "
+                f"'{self.config.name}'): "
                 "build it first with `icr2 index --config <this config>`."
             )
-        return build_elasticsearch_store(self.settings, embedding_dim=self.embedder.dimension if self.embedder else None)
+        return build_elasticsearch_store(
+            self.settings, embedding_dim=self.embedder.dimension if self.embedder else None
+        )
 
     def write(
         self,
@@ -172,7 +185,8 @@ class ElasticsearchStoreBackend(StoreBackend):
             if limit is None:
                 raise
             raise QueryTooLongError(
-                f"The query ({len(query)} characters, {len(query.split())} words) is too long for Elasticsearch's BM25: "
+                f"The query ({len(query)} characters, {len(query.split())} words) is too long for Elasticsearch's "
+                "BM25: "
                 f"it expands to more than the {f'{limit} ' if limit else ''}query clauses the node allows "
                 "(indices.query.bool.max_clause_count). "
                 "Shorten the query (a question, not a document).",
@@ -208,7 +222,9 @@ def _bm25_search(document_store, index: str, query: str, top_k: int, filters: di
     return [Document.from_dict({**hit["_source"], "score": hit["_score"]}) for hit in response["hits"]["hits"]]
 
 
-_CLAUSE_LIMIT = re.compile(r"maxClauseCount is set to (\d+)|max_clause_count.*?(\d+)|too_many_(?:nested_)?clauses", re.IGNORECASE)
+_CLAUSE_LIMIT = re.compile(
+    r"maxClauseCount is set to (\d+)|max_clause_count.*?(\d+)|too_many_(?:nested_)?clauses", re.IGNORECASE
+)
 
 
 def _clause_limit(error: BaseException) -> int | None:

@@ -58,15 +58,28 @@ def validate_connection_settings(settings: "ElasticsearchStoreSettings") -> None
         raise ConfigError(f"store.hosts must be http:// or https:// URLs, got {hosts}.")
     if settings.ca_certs is not None:
         if not Path(settings.ca_certs).expanduser().is_file():
-            raise ConfigError(f"store.ca_certs: no file at {settings.ca_certs}; give the PEM file of the CA that signed the cluster's certificates.")
+            raise ConfigError(
+                f"store.ca_certs: no file at {settings.ca_certs}; give the PEM file of the CA that signed the "
+                "cluster's certificates."
+            )
         if not any(h.startswith("https://") for h in hosts):
-            raise ConfigError("store.ca_certs is set but no host in store.hosts is https://; use https URLs, or remove ca_certs.")
+            raise ConfigError(
+                "store.ca_certs is set but no host in store.hosts is https://; use https URLs, or remove ca_certs."
+            )
         if not settings.verify_certs:
-            raise ConfigError("store.verify_certs is false, so store.ca_certs would be ignored; keep verification on, or remove ca_certs.")
+            raise ConfigError(
+                "store.verify_certs is false, so store.ca_certs would be ignored; keep verification on, or remove "
+                "ca_certs."
+            )
     if settings.username is not None and not str(settings.username).strip():
-        raise ConfigError("store.username is empty; give the basic-auth user, or remove the key to use an API key (ELASTIC_API_KEY).")
+        raise ConfigError(
+            "store.username is empty; give the basic-auth user, or remove the key to use an API key (ELASTIC_API_KEY)."
+        )
     if not settings.password_env or not str(settings.password_env).strip():
-        raise ConfigError("store.password_env must name the environment variable that holds the basic-auth password (e.g. ELASTIC_PASSWORD).")
+        raise ConfigError(
+            "store.password_env must name the environment variable that holds the basic-auth password (e.g. "
+            "ELASTIC_PASSWORD)."
+        )
 
 
 def connection_options(settings: "ElasticsearchStoreSettings") -> dict[str, Any]:
@@ -84,12 +97,14 @@ def connection_options(settings: "ElasticsearchStoreSettings") -> dict[str, Any]
     if settings.username is not None:
         if os.environ.get("ELASTIC_API_KEY"):
             raise ConfigError(
-                "store.username asks for basic auth, but ELASTIC_API_KEY is set too; unset one of them (an API key, or user and password)."
+                "store.username asks for basic auth, but ELASTIC_API_KEY is set too; unset one of them (an API key, or "
+                "user and password)."
             )
         password = os.environ.get(settings.password_env)
         if not password:
             raise ConfigError(
-                f"store.username is {settings.username!r} but the environment variable {settings.password_env} (store.password_env) "
+                f"store.username is {settings.username!r} but the environment variable {settings.password_env} "
+                "(store.password_env) "
                 "holding the password is not set; export it before running."
             )
         token = base64.b64encode(f"{settings.username}:{password}".encode("utf-8")).decode("ascii")

@@ -64,7 +64,9 @@ def _hosts_from_config(path: str | None) -> str | None:
         return None
     if isinstance(hosts, list):
         hosts = ", ".join(str(h) for h in hosts)
-    return ", ".join(redact_url(h.strip()) for h in hosts.split(",")) if isinstance(hosts, str) and hosts.strip() else None
+    return (
+        ", ".join(redact_url(h.strip()) for h in hosts.split(",")) if isinstance(hosts, str) and hosts.strip() else None
+    )
 
 
 def _api_error_reason(error: Any) -> str:

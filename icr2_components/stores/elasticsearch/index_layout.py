@@ -80,19 +80,26 @@ class VectorIndexSettings:
 
     def validate(self) -> None:
         if self.type not in VECTOR_INDEX_TYPES:
-            raise _config_error(f"store.vector_index.type must be one of {', '.join(VECTOR_INDEX_TYPES)}, got {self.type!r}.")
+            raise _config_error(
+                f"store.vector_index.type must be one of {', '.join(VECTOR_INDEX_TYPES)}, got {self.type!r}."
+            )
         if self.type in FLAT_TYPES:
             given = [key for key in ("m", "ef_construction") if getattr(self, key) is not None]
             if given:
                 raise _config_error(
-                    f"store.vector_index.{given[0]} applies to the hnsw types only; a {self.type} index has no graph (remove it or use {self.type.replace('flat', 'hnsw')})."
+                    f"store.vector_index.{given[0]} applies to the hnsw types only; a {self.type} index has no graph "
+                    f"(remove it or use {self.type.replace('flat', 'hnsw')})."
                 )
             return
         if self.m is not None and not 2 <= self.m <= MAX_HNSW_M:
-            raise _config_error(f"store.vector_index.m must be between 2 and {MAX_HNSW_M} (Elasticsearch's default is 16), got {self.m}.")
+            raise _config_error(
+                f"store.vector_index.m must be between 2 and {MAX_HNSW_M} (Elasticsearch's default is 16), got "
+                f"{self.m}."
+            )
         if self.ef_construction is not None and not 1 <= self.ef_construction <= MAX_HNSW_EF_CONSTRUCTION:
             raise _config_error(
-                f"store.vector_index.ef_construction must be between 1 and {MAX_HNSW_EF_CONSTRUCTION} (Elasticsearch's default is 100), got {self.ef_construction}."
+                f"store.vector_index.ef_construction must be between 1 and {MAX_HNSW_EF_CONSTRUCTION} (Elasticsearch's "
+                f"default is 100), got {self.ef_construction}."
             )
 
     @property
@@ -104,7 +111,11 @@ class VectorIndexSettings:
         options: dict[str, Any] = {"type": self.type}
         if self.is_hnsw:
             options["m"] = self.m if self.m is not None else NODE_DEFAULT_VECTOR_INDEX["m"]
-            options["ef_construction"] = self.ef_construction if self.ef_construction is not None else NODE_DEFAULT_VECTOR_INDEX["ef_construction"]
+            options["ef_construction"] = (
+                self.ef_construction
+                if self.ef_construction is not None
+                else NODE_DEFAULT_VECTOR_INDEX["ef_construction"]
+            )
         return options
 
 
@@ -164,7 +175,8 @@ class IndexLayout:
         )
 
     def effective_vector_index(self) -> dict[str, Any] | None:
-        """The ``index_options`` the node will hold: the configured ones, else the node's default; None when BM25-only."""
+        """The ``index_options`` the node will hold: the configured ones, else the node's default; None when
+        BM25-only."""
         if not self.vectors:
             return None
         if self.vector_index is None:
@@ -202,7 +214,8 @@ class IndexLayout:
         return mappings, settings
 
     def differences(self, reported: dict[str, Any]) -> list[str]:
-        """What the node holds (:func:`reported_layout`) that differs from this layout, one line each; [] when it matches."""
+        """What the node holds (:func:`reported_layout`) that differs from this layout, one line each; [] when it
+        matches."""
         found = []
         if reported["shards"] != self.shards:
             found.append(f"shards: config {self.shards}, index {reported['shards']}")
@@ -217,7 +230,11 @@ class IndexLayout:
                     found.append(f"vector_index.{key}: config {value}, index {reported['vector_index'].get(key)}")
         elif expected is not None and not reported["vector_field"]:
             found.append("vectors: config has a vector field, the index has no dense_vector 'embedding' field")
-        if expected is not None and "vectors_in_source" in reported and reported["vectors_in_source"] != self.vectors_in_source:
+        if (
+            expected is not None
+            and "vectors_in_source" in reported
+            and reported["vectors_in_source"] != self.vectors_in_source
+        ):
             found.append(f"vectors_in_source: config {str(self.vectors_in_source).lower()}, index "
                          f"{str(reported['vectors_in_source']).lower()}")
         return found
@@ -254,7 +271,9 @@ def warn_on_other_layout(client, index: str, layout: IndexLayout) -> list[str]:
     try:
         differences = layout.differences(reported_layout(client, index))
     except Exception as error:  # noqa: BLE001 - a check for a warning must not stop a load; say it was not made
-        logger.warning("Could not compare the layout of index '%s' with the config (%s: %s).", index, type(error).__name__, error)
+        logger.warning(
+            "Could not compare the layout of index '%s' with the config (%s: %s).", index, type(error).__name__, error
+        )
         return []
     if differences:
         logger.warning(

@@ -1,7 +1,8 @@
 """``icr2 index --plan``: what an index config will cost before it is built, from figures measured on this machine.
 
 For the configured corpus (e.g. the full KILT knowledge source: 5.9M articles, about 36M 100-word passages) and
-the config's layout (:mod:`~icr2_components.stores.elasticsearch.index_layout`: shards, replicas, vector index type or BM25
+the config's layout (:mod:`~icr2_components.stores.elasticsearch.index_layout`: shards, replicas, vector index type or
+BM25
 only), the plan projects:
 
 - **passages**: counted in the corpus file when it is small, estimated from the first articles of a large one,
@@ -50,7 +51,8 @@ KILT_FULL_PASSAGES = 36_000_000
 KILT_PASSAGE_WORDS = 100
 #: the default measured-figures file, written by bench/index_plan_figures.py
 DEFAULT_FIGURES = Path("indexing") / "measured-figures.yaml"
-#: Elasticsearch stops allocating shards to a node whose disk is fuller than this (cluster.routing.allocation.disk.watermark.low)
+#: Elasticsearch stops allocating shards to a node whose disk is fuller than this
+#: (cluster.routing.allocation.disk.watermark.low)
 DISK_LOW_WATERMARK = 0.85
 #: Elasticsearch's guidance: shards of at most about 50 GB ("Size your shards")
 MAX_SHARD_BYTES = 50 * 10**9
@@ -92,8 +94,10 @@ def load_measured_figures(path: str | Path = DEFAULT_FIGURES) -> MeasuredFigures
     """Read and check the measured-figures file; a missing file or key is a one-line error saying how to make it."""
     path = Path(path)
     if not path.exists():
-        raise PlanError(f"No measured figures at {path}: measure them on this machine with "
-                        "`python bench/index_plan_figures.py --out indexing/measured-figures.yaml` (needs the Elasticsearch node).")
+        raise PlanError(
+            f"No measured figures at {path}: measure them on this machine with "
+            "`python bench/index_plan_figures.py --out indexing/measured-figures.yaml` (needs the Elasticsearch node)."
+        )
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     required = ("measured_at", "machine", "node", "embedding", "indexing_passages_per_s", "disk_bytes_per_passage")
     missing = [key for key in required if key not in data]
@@ -102,8 +106,14 @@ def load_measured_figures(path: str | Path = DEFAULT_FIGURES) -> MeasuredFigures
     for key in ("indexing_passages_per_s", "disk_bytes_per_passage"):
         absent = [t for t in INDEX_TYPES if not isinstance((data[key] or {}).get(t), (int, float)) or data[key][t] <= 0]
         if absent:
-            raise PlanError(f"{path}: {key} has no positive figure for {absent}; re-measure with `python bench/index_plan_figures.py --out {path}`.")
-    if not isinstance(data["embedding"].get("passages_per_s"), (int, float)) or data["embedding"]["passages_per_s"] <= 0:
+            raise PlanError(
+                f"{path}: {key} has no positive figure for {absent}; re-measure with `python "
+                f"bench/index_plan_figures.py --out {path}`."
+            )
+    if (
+        not isinstance(data["embedding"].get("passages_per_s"), (int, float))
+        or data["embedding"]["passages_per_s"] <= 0
+    ):
         raise PlanError(f"{path}: embedding.passages_per_s must be a positive number; re-measure.")
     known = {f for f in MeasuredFigures.__dataclass_fields__ if f != "source"}
     return MeasuredFigures(**{k: v for k, v in data.items() if k in known}, source=str(path))
@@ -159,14 +169,24 @@ def project(
     max_by_disk = math.floor(disk_budget / disk_bytes_per_passage)
     limits = []
     if vectors and vector_primary > vector_budget:
-        limits.append(f"vector memory {format_bytes(vector_primary)} > the node's RAM beside its heap {format_bytes(vector_budget)} "
-                      f"(one node holds {max_by_memory:,} passages' vectors)")
+        limits.append(
+            f"vector memory {format_bytes(vector_primary)} > the node's RAM beside its heap "
+            f"{format_bytes(vector_budget)} "
+            f"(one node holds {max_by_memory:,} passages' vectors)"
+        )
     if disk_primary > disk_budget:
-        limits.append(f"disk {format_bytes(disk_primary)} > the node's free disk to the 85% watermark {format_bytes(disk_budget)} "
-                      f"(one node holds {max_by_disk:,} passages)")
+        limits.append(
+            f"disk {format_bytes(disk_primary)} > the node's free disk to the 85% watermark "
+            f"{format_bytes(disk_budget)} "
+            f"(one node holds {max_by_disk:,} passages)"
+        )
     if replicas:
         limits.append(f"replicas {replicas}: each copy of a shard needs another node")
-    nodes_for_memory = math.ceil(vector_primary * copies / vector_budget) if vectors and vector_budget else (0 if not vectors else None)
+    nodes_for_memory = (
+        math.ceil(vector_primary * copies / vector_budget)
+        if vectors and vector_budget
+        else (0 if not vectors else None)
+    )
     nodes_for_disk = math.ceil(disk_primary * copies / disk_budget) if disk_budget else None
     needed = [n for n in (nodes_for_memory, nodes_for_disk, copies) if n is not None]
     nodes_needed = max(needed) if needed else None
@@ -238,14 +258,20 @@ def planned_passages(config: "IndexConfig", override: int | None = None) -> tupl
         if corpus.max_articles is not None and corpus.max_articles < KILT_FULL_ARTICLES:
             passages = round(passages * corpus.max_articles / KILT_FULL_ARTICLES)
             articles = f", scaled to corpus.max_articles {corpus.max_articles:,}"
-        return passages, (f"constant KILT_FULL_PASSAGES ({KILT_FULL_PASSAGES:,} passages of {KILT_PASSAGE_WORDS} words in "
-                          f"{KILT_FULL_ARTICLES:,} articles{words}{articles}): corpus.path {corpus.path} is not on this machine")
+        return passages, (
+            f"constant KILT_FULL_PASSAGES ({KILT_FULL_PASSAGES:,} passages of {KILT_PASSAGE_WORDS} words in "
+            f"{KILT_FULL_ARTICLES:,} articles{words}{articles}): corpus.path {corpus.path} is not on this machine"
+        )
     path = corpus_path(config)
     size = path.stat().st_size
 
     def count(max_articles: int | None) -> int:
-        source = KiltKnowledgeSource(path, passage_words=corpus.passage_words, skip_title_paragraph=corpus.skip_title_paragraph,
-                                     max_articles=max_articles)
+        source = KiltKnowledgeSource(
+            path,
+            passage_words=corpus.passage_words,
+            skip_title_paragraph=corpus.skip_title_paragraph,
+            max_articles=max_articles,
+        )
         return sum(1 for _ in source.documents())
 
     if size <= EXACT_COUNT_MAX_BYTES:
@@ -261,7 +287,11 @@ def planned_passages(config: "IndexConfig", override: int | None = None) -> tupl
     total = round(per_byte * size)
     if corpus.max_articles is not None:
         total = min(total, round(count(prefix_articles) / prefix_articles * corpus.max_articles))
-    return total, f"estimated from the first {prefix_articles:,} articles ({prefix_bytes / 1e6:.0f} MB) of {path} ({size / 1e9:.1f} GB)"
+    return (
+        total,
+        f"estimated from the first {prefix_articles:,} articles ({prefix_bytes / 1e6:.0f} MB) of {path} "
+        f"({size / 1e9:.1f} GB)",
+    )
 
 
 def node_resources(config: "IndexConfig", figures: MeasuredFigures) -> dict[str, Any]:
@@ -278,7 +308,10 @@ def node_resources(config: "IndexConfig", figures: MeasuredFigures) -> dict[str,
             client.close()
     except Exception as error:  # noqa: BLE001 - any failure to ask falls back to the figures, and says so
         node = dict(figures.node)
-        node["source"] = f"the node measured on {figures.measured_at[:10]} ({figures.source}); {url} did not answer ({type(error).__name__})"
+        node["source"] = (
+            f"the node measured on {figures.measured_at[:10]} ({figures.source}); {url} did not answer "
+            f"({type(error).__name__})"
+        )
         return node
     nodes = [
         {
@@ -322,35 +355,55 @@ def plan_index(config: "IndexConfig", figures: MeasuredFigures, passages: int | 
     disk_note = None
     if options and not layout.vectors_in_source:
         if figures.source_vector_bytes_per_passage is None:
-            disk_note = ("store.vectors_in_source is false but the figures do not measure what the vectors take in "
-                         "_source: the disk shown includes them (an upper bound); re-measure with bench/index_plan_figures.py")
+            disk_note = (
+                "store.vectors_in_source is false but the figures do not measure what the vectors take in "
+                "_source: the disk shown includes them (an upper bound); re-measure with bench/index_plan_figures.py"
+            )
         else:
             disk_per_passage -= float(figures.source_vector_bytes_per_passage)
             disk_note = (f"vectors left out of _source: {figures.source_vector_bytes_per_passage:.0f} B per passage "
                          "less than the measured figure")
     result = project(
-        count, index_type, dims=dims, m=m, replicas=layout.replicas, shards=layout.shards,
+        count,
+        index_type,
+        dims=dims,
+        m=m,
+        replicas=layout.replicas,
+        shards=layout.shards,
         disk_bytes_per_passage=disk_per_passage,
         indexing_passages_per_s=figures.rate(index_type),
         embedding_passages_per_s=float(figures.embedding["passages_per_s"]) if options else None,
-        node_memory_bytes=int(node["memory_bytes"]), node_heap_bytes=int(node["heap_max_bytes"]),
-        node_disk_available_bytes=int(node["disk_available_bytes"]), node_disk_total_bytes=int(node["disk_total_bytes"]),
+        node_memory_bytes=int(node["memory_bytes"]),
+        node_heap_bytes=int(node["heap_max_bytes"]),
+        node_disk_available_bytes=int(node["disk_available_bytes"]),
+        node_disk_total_bytes=int(node["disk_total_bytes"]),
     )
     device = config.embedding.device or "cpu"
-    result.update({
-        "config": config.name,
-        "layout": layout.describe(),
-        "dims": dims,
-        "hnsw_m": m if index_type.endswith("hnsw") else None,
-        "passages_source": count_source,
-        "disk_note": disk_note,
-        "node": node,
-        "figures": {"file": figures.source, "measured_at": figures.measured_at, "machine": figures.machine,
-                    "passages_measured": figures.passages_measured,
-                    "embedding": figures.embedding, "notes": figures.notes},
-        "embedding_device_note": (None if device == figures.embedding.get("device", "cpu") else
-                                  f"the config embeds on {device}; the rate is {figures.embedding.get('device', 'cpu')}'s on this machine"),
-    })
+    result.update(
+        {
+            "config": config.name,
+            "layout": layout.describe(),
+            "dims": dims,
+            "hnsw_m": m if index_type.endswith("hnsw") else None,
+            "passages_source": count_source,
+            "disk_note": disk_note,
+            "node": node,
+            "figures": {
+                "file": figures.source,
+                "measured_at": figures.measured_at,
+                "machine": figures.machine,
+                "passages_measured": figures.passages_measured,
+                "embedding": figures.embedding,
+                "notes": figures.notes,
+            },
+            "embedding_device_note": (
+                None
+                if device == figures.embedding.get("device", "cpu")
+                else f"the config embeds on {device}; "
+                f"the rate is {figures.embedding.get('device', 'cpu')}'s on this machine"
+            ),
+        }
+    )
     return result
 
 

@@ -22,9 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from icr2_components.retrying import RetryPolicy
 from icr2_components.stores import text_analysis
-from icr2_components.stores.elasticsearch.connection import connection_options, split_hosts
 from icr2_components.stores.config import IndexConfig
-
+from icr2_components.stores.elasticsearch.connection import connection_options, split_hosts
 from icr2_components.stores.elasticsearch.index_layout import warn_on_other_layout
 
 if TYPE_CHECKING:
@@ -49,7 +48,8 @@ class ElasticsearchUnreachableError(ConnectionError):
         self.last_error = last_error
         detail = f"{type(last_error).__name__}: {last_error}" if last_error is not None else "no answer"
         super().__init__(
-            f"Elasticsearch is unreachable at {url}: {attempts} attempt(s) over {seconds:.1f}s failed (last error: {detail}). "
+            f"Elasticsearch is unreachable at {url}: {attempts} attempt(s) over {seconds:.1f}s failed (last error: "
+            f"{detail}). "
             "Start a local node with `bash scripts/elasticsearch.sh start`, or point store.hosts at a running cluster."
         )
 
@@ -57,19 +57,26 @@ class ElasticsearchUnreachableError(ConnectionError):
 class EmbeddingDimensionError(ValueError):
     """Documents carry embeddings whose dimension differs from the index's ``dense_vector`` field."""
 
-    def __init__(self, index: str, index_dim: int | None, document_dim: int, document_id: str | None = None, detail: str = "") -> None:
+    def __init__(
+        self, index: str, index_dim: int | None, document_dim: int, document_id: str | None = None, detail: str = ""
+    ) -> None:
         self.index = index
         self.index_dim = index_dim
         self.document_dim = document_dim
         self.document_id = document_id
         which = f"document {document_id!r}" if document_id else "the documents"
         message = (
-            f"Embedding dimension mismatch for index '{index}': the index's 'embedding' field has {index_dim} dimensions "
+            f"Embedding dimension mismatch for index '{index}': the index's 'embedding' field has {index_dim} "
+            "dimensions "
             f"but {which} carry {document_dim}-dimensional embeddings."
         )
         super().__init__(
             message
-            + (f" {detail}" if detail else " Use the embedding model the index was built with, or write into a new index (store.index).")
+            + (
+                f" {detail}"
+                if detail
+                else " Use the embedding model the index was built with, or write into a new index (store.index)."
+            )
         )
 
 
@@ -115,7 +122,11 @@ def build_elasticsearch_client(
     """
     import elasticsearch
 
-    options: dict[str, Any] = {"request_timeout": request_timeout, "max_retries": max_retries, "retry_on_timeout": max_retries > 0}
+    options: dict[str, Any] = {
+        "request_timeout": request_timeout,
+        "max_retries": max_retries,
+        "retry_on_timeout": max_retries > 0,
+    }
     api_key = _api_key_from_env()
     if api_key is not None:
         options["api_key"] = api_key
@@ -174,11 +185,15 @@ def index_mapping(embedding_dim: int | None = None, similarity: Similarity = "co
             # Haystack writes the id into the source too; ElasticsearchDocumentStore filters on it as "id"
             "id": {"type": "keyword"},
         },
-        "dynamic_templates": [{"strings": {"path_match": "*", "match_mapping_type": "string", "mapping": {"type": "keyword"}}}],
+        "dynamic_templates": [
+            {"strings": {"path_match": "*", "match_mapping_type": "string", "mapping": {"type": "keyword"}}}
+        ],
     }
 
 
-def index_settings(*, bm25_k1: float = 0.9, bm25_b: float = 0.4, number_of_shards: int = 1, number_of_replicas: int = 0) -> dict[str, Any]:
+def index_settings(
+    *, bm25_k1: float = 0.9, bm25_b: float = 0.4, number_of_shards: int = 1, number_of_replicas: int = 0
+) -> dict[str, Any]:
     """Shards, replicas (0 on one node) and the BM25 parameters as the default similarity of text fields."""
     return {
         "index": {
@@ -214,16 +229,20 @@ def ensure_index(
 ) -> bool:
     """Create ``index`` with our mapping and settings unless it exists; check the embedding dimension.
 
-    ``layout`` (:class:`~icr2_components.stores.elasticsearch.index_layout.IndexLayout`, from the config) sets the shards,
+    ``layout`` (:class:`~icr2_components.stores.elasticsearch.index_layout.IndexLayout`, from the config) sets the
+    shards,
     replicas and vector index of a new index, or leaves out the vector field (BM25 only); an existing index
-    whose layout differs is logged. Returns True when the index was created. Raises :class:`EmbeddingDimensionError` when the index exists
+    whose layout differs is logged. Returns True when the index was created. Raises :class:`EmbeddingDimensionError`
+    when the index exists
     with a ``dense_vector`` of another dimension than ``embedding_dim`` (or with no ``dense_vector`` field).
     """
     import elasticsearch
 
     if not client.indices.exists(index=index):
         mappings = index_mapping(embedding_dim, similarity)
-        settings = index_settings(bm25_k1=bm25_k1, bm25_b=bm25_b, number_of_shards=number_of_shards, number_of_replicas=0)
+        settings = index_settings(
+            bm25_k1=bm25_k1, bm25_b=bm25_b, number_of_shards=number_of_shards, number_of_replicas=0
+        )
         if layout is not None:
             mappings, settings = layout.apply(mappings, settings)
         try:
@@ -246,7 +265,8 @@ def ensure_index(
                 index,
                 None,
                 embedding_dim,
-                detail="The index has no dense_vector field 'embedding' (it was not created by this writer or by ElasticsearchDocumentStore); write into a new index.",
+                detail="The index has no dense_vector field 'embedding' (it was not created by this writer or by "
+                "ElasticsearchDocumentStore); write into a new index.",
             )
         if dims is not None and dims != embedding_dim:
             raise EmbeddingDimensionError(index, dims, embedding_dim)
@@ -268,7 +288,11 @@ def _warn_on_other_bm25(client, index: str, k1: float, b: float) -> None:
         same = False
     if not same:
         logger.warning(
-            "Index '%s' already exists with BM25 %s; the requested k1=%s, b=%s only apply to a newly created index.", index, current_text, k1, b
+            "Index '%s' already exists with BM25 %s; the requested k1=%s, b=%s only apply to a newly created index.",
+            index,
+            current_text,
+            k1,
+            b,
         )
 
 
@@ -301,7 +325,9 @@ def build_elasticsearch_store(
     return ElasticsearchDocumentStore(
         hosts=hosts if len(hosts) > 1 else hosts[0],
         index=store.index,
-        custom_mapping=text_analysis.with_text_analysis(index_mapping(embedding_dim, embedding_similarity), getattr(store, "analyzer", "english")),
+        custom_mapping=text_analysis.with_text_analysis(
+            index_mapping(embedding_dim, embedding_similarity), getattr(store, "analyzer", "english")
+        ),
         embedding_similarity_function=embedding_similarity,
         request_timeout=store.request_timeout,
         max_retries=store.max_retries,

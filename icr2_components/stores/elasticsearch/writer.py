@@ -18,7 +18,8 @@ What it guarantees:
 - **resumable**: a JSON checkpoint (position in the stream, passages confirmed written, last id, config
   fingerprint) is written every ``checkpoint_every`` chunks and at least every ``checkpoint_seconds`` (a chunk
   is confirmed as soon as Elasticsearch answers it), so a load killed at any moment redoes about that many
-  seconds of work (tests/test_elasticsearch_writer.py kills ``icr2 index`` with SIGKILL); a re-run skips the confirmed prefix of the
+  seconds of work (tests/test_elasticsearch_writer.py kills ``icr2 index`` with SIGKILL); a re-run skips the confirmed
+  prefix of the
   (deterministic) stream, checks that the id where it stopped is the same, and refuses to resume when the
   config fingerprint differs;
 - **one corpus per index**: the stream's fingerprint is recorded in the index's ``_meta`` at its first load; a
@@ -59,6 +60,7 @@ from haystack import Document
 from icr2_components.retrying import RetryPolicy
 from icr2_components.stores.config import IndexConfig
 from icr2_components.stores.elasticsearch.connection import connection_options
+from icr2_components.stores.elasticsearch.index_layout import IndexLayout
 from icr2_components.stores.elasticsearch.store import (
     DOCUMENT_FIELDS,
     ElasticsearchUnreachableError,
@@ -72,7 +74,6 @@ from icr2_components.stores.elasticsearch.store import (
     wait_until_reachable,
 )
 from icr2_components.stores.errors import DocumentCountMismatchError, IndexConfigMismatchError
-from icr2_components.stores.elasticsearch.index_layout import IndexLayout
 
 __all__ = [
     "BulkWriteError",
@@ -152,7 +153,8 @@ class WriteReport:
             f"  written this run: {self.written} in {self.seconds:.1f}s ({self.passages_per_second:.0f} passages/s)",
             f"  bulk requests: {self.bulk_requests}; resent after a connection failure: {self.retried_requests}; "
             f"documents resent after a 429/5xx answer: {self.retried_documents}",
-            f"  rejected by Elasticsearch: {self.failed}" + (f" (all listed in {self.failures_path})" if self.failed and self.failures_path else ""),
+            f"  rejected by Elasticsearch: {self.failed}"
+            + (f" (all listed in {self.failures_path})" if self.failed and self.failures_path else ""),
         ]
         if self.index_count is not None:
             verdict = "ok" if self.count_ok else "MISMATCH"
@@ -181,7 +183,11 @@ def document_to_source(document: Document) -> dict[str, Any]:
         if source.get(key) is None:
             source.pop(key, None)
     if source.pop("sparse_embedding", None) is not None:
-        logger.warning("Document %s has a sparse_embedding; the Elasticsearch index has no sparse_vector field, so it is not stored.", document.id)
+        logger.warning(
+            "Document %s has a sparse_embedding; the Elasticsearch index has no sparse_vector field, so it is not "
+            "stored.",
+            document.id,
+        )
     return source
 
 
@@ -286,17 +292,31 @@ class ElasticsearchStreamingWriter:
             raise ValueError(f"thread_count must be >= 1, got {thread_count}.")
         if checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
-        if isinstance(checkpoint_seconds, bool) or not isinstance(checkpoint_seconds, (int, float)) or not checkpoint_seconds > 0:
+        if (
+            isinstance(checkpoint_seconds, bool)
+            or not isinstance(checkpoint_seconds, (int, float))
+            or not checkpoint_seconds > 0
+        ):
             raise ValueError(f"checkpoint_seconds must be a positive number of seconds, got {checkpoint_seconds!r}.")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
-        if load_replicas is not None and (isinstance(load_replicas, bool) or not isinstance(load_replicas, int) or load_replicas < 0):
-            raise ValueError(f"load_replicas must be a non-negative integer or None (keep the index's replicas), got {load_replicas!r}.")
+        if load_replicas is not None and (
+            isinstance(load_replicas, bool) or not isinstance(load_replicas, int) or load_replicas < 0
+        ):
+            raise ValueError(
+                "load_replicas must be a non-negative integer or None (keep the index's replicas), got "
+                f"{load_replicas!r}."
+            )
         if max_chunk_bytes < 1:
             raise ValueError(f"max_chunk_bytes must be >= 1, got {max_chunk_bytes}.")
-        if force_merge_segments is not None and (isinstance(force_merge_segments, bool) or not isinstance(force_merge_segments, int)
-                                                 or force_merge_segments < 1):
-            raise ValueError(f"force_merge_segments must be a positive integer or None (no merge), got {force_merge_segments!r}.")
+        if force_merge_segments is not None and (
+            isinstance(force_merge_segments, bool)
+            or not isinstance(force_merge_segments, int)
+            or force_merge_segments < 1
+        ):
+            raise ValueError(
+                f"force_merge_segments must be a positive integer or None (no merge), got {force_merge_segments!r}."
+            )
         self.force_merge_segments = force_merge_segments
         self.hosts = hosts
         self.url = describe_hosts(hosts)
@@ -334,7 +354,9 @@ class ElasticsearchStreamingWriter:
     # -- construction ---------------------------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, config: IndexConfig, *, fingerprint: str | Mapping[str, Any] | None = None, **overrides: Any) -> "ElasticsearchStreamingWriter":
+    def from_config(
+        cls, config: IndexConfig, *, fingerprint: str | Mapping[str, Any] | None = None, **overrides: Any
+    ) -> "ElasticsearchStreamingWriter":
         """A writer for ``config.store`` with ``config.writer``'s batch size, threads and checkpoint.
 
         With ``writer.checkpoint_path: null`` the checkpoint is ``<cache>/checkpoints/<index>.json``. Without
@@ -345,7 +367,10 @@ class ElasticsearchStreamingWriter:
         store, writer = config.store, config.writer
         checkpoint = writer.checkpoint_path or str(cache_dir() / "checkpoints" / f"{store.index}.json")
         if fingerprint is None:
-            fingerprint = {"corpus": asdict(config.corpus), "embedding": asdict(config.embedding) if config.embedding.enabled else None}
+            fingerprint = {
+                "corpus": asdict(config.corpus),
+                "embedding": asdict(config.embedding) if config.embedding.enabled else None,
+            }
         options: dict[str, Any] = dict(
             batch_size=writer.batch_size,
             thread_count=writer.thread_count,
@@ -389,7 +414,15 @@ class ElasticsearchStreamingWriter:
     def _retrying(self, call, what: str):
         def log_retry(attempt: int, error: BaseException, delay: float) -> None:
             self._count_retry(requests=1)
-            logger.warning("%s: Elasticsearch at %s unreachable (%s); retry %d/%d in %.1fs", what, self.url, type(error).__name__, attempt, self.max_retries, delay)
+            logger.warning(
+                "%s: Elasticsearch at %s unreachable (%s); retry %d/%d in %.1fs",
+                what,
+                self.url,
+                type(error).__name__,
+                attempt,
+                self.max_retries,
+                delay,
+            )
 
         return call_with_retries(call, url=self.url, policy=self._policy, on_retry=log_retry)
 
@@ -433,28 +466,34 @@ class ElasticsearchStreamingWriter:
             return None
         if checkpoint.get("count_check_failed"):
             logger.warning(
-                "The checkpoint %s records a load whose count check failed (%s); this run loads from the start and overwrites by id.",
+                "The checkpoint %s records a load whose count check failed (%s); this run loads from the start and "
+                "overwrites by id.",
                 self.checkpoint_path,
                 checkpoint["count_check_failed"],
             )
             return None
         if checkpoint.get("completed"):
             logger.info(
-                "The checkpoint %s records a completed load (%s passages); this run loads from the start and overwrites by id.",
+                "The checkpoint %s records a completed load (%s passages); this run loads from the start and "
+                "overwrites by id.",
                 self.checkpoint_path,
                 checkpoint.get("position"),
             )
             return None
         if checkpoint.get("version") != CHECKPOINT_VERSION:
             raise CheckpointMismatchError(
-                f"The checkpoint {self.checkpoint_path} has format version {checkpoint.get('version')!r}, this writer reads {CHECKPOINT_VERSION}; "
+                f"The checkpoint {self.checkpoint_path} has format version {checkpoint.get('version')!r}, this writer "
+                f"reads {CHECKPOINT_VERSION}; "
                 "delete it (or pass resume=False) to start the load over."
             )
         if checkpoint.get("index") != self.index or checkpoint.get("fingerprint") != self.fingerprint:
             raise CheckpointMismatchError(
-                f"Refusing to resume from {self.checkpoint_path}: it records an interrupted load into index '{checkpoint.get('index')}' "
-                f"with config fingerprint {checkpoint.get('fingerprint')}, but this run writes index '{self.index}' with fingerprint "
-                f"{self.fingerprint} (the corpus, chunking or embedding settings changed, so the stream's prefix is not the one "
+                f"Refusing to resume from {self.checkpoint_path}: it records an interrupted load into index "
+                f"'{checkpoint.get('index')}' "
+                f"with config fingerprint {checkpoint.get('fingerprint')}, but this run writes index '{self.index}' "
+                "with fingerprint "
+                f"{self.fingerprint} (the corpus, chunking or embedding settings changed, so the stream's prefix is "
+                "not the one "
                 "already written). Delete the checkpoint file, or pass resume=False, to start the load over."
             )
         return checkpoint
@@ -486,7 +525,10 @@ class ElasticsearchStreamingWriter:
         if saved is None:
             meta.pop(LOAD_META_KEY, None)
         else:
-            meta[LOAD_META_KEY] = {"settings": saved, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            meta[LOAD_META_KEY] = {
+                "settings": saved,
+                "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
     def _index_meta(self) -> dict[str, Any]:
@@ -522,7 +564,10 @@ class ElasticsearchStreamingWriter:
         saved = self._saved_settings()
         if saved is not None:
             logger.warning(
-                "Index '%s' still has the load settings of an interrupted run; the settings it had before (%s) will be restored.", self.index, saved
+                "Index '%s' still has the load settings of an interrupted run; the settings it had before (%s) will be "
+                "restored.",
+                self.index,
+                saved,
             )
         else:
             saved = dict(current)
@@ -571,7 +616,9 @@ class ElasticsearchStreamingWriter:
         started = time.perf_counter()
         with self._retry_lock:
             self._retried_requests = self._retried_documents = 0
-        report = WriteReport(index=self.index, url=self.url, checkpoint_path=str(self.checkpoint_path) if self.checkpoint_path else None)
+        report = WriteReport(
+            index=self.index, url=self.url, checkpoint_path=str(self.checkpoint_path) if self.checkpoint_path else None
+        )
         failures_path = self._failures_path()
         report.failures_path = str(failures_path) if failures_path else None
 
@@ -631,7 +678,14 @@ class ElasticsearchStreamingWriter:
             "completed": False,
         }
         saved_settings = self._retrying(self._enter_load_settings, "switching to load settings")
-        bar = tqdm(total=total, initial=position, unit=" passages", desc=f"indexing into {self.index}", disable=not show_progress, smoothing=0.05)
+        bar = tqdm(
+            total=total,
+            initial=position,
+            unit=" passages",
+            desc=f"indexing into {self.index}",
+            disable=not show_progress,
+            smoothing=0.05,
+        )
         failures_file = open(failures_path, "a", encoding="utf-8") if failures_path is not None else None
         try:
             chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
@@ -650,13 +704,17 @@ class ElasticsearchStreamingWriter:
             try:
                 self._restore_settings(saved_settings)
             except Exception:  # noqa: BLE001 - the original error matters more; this one is logged
-                logger.exception("Could not restore the settings of index '%s' (%s); set them by hand.", self.index, saved_settings)
+                logger.exception(
+                    "Could not restore the settings of index '%s' (%s); set them by hand.", self.index, saved_settings
+                )
 
         report.passages_streamed = state["position"]
         report.failed = state["failed"]
         report.failure_examples = state["failure_examples"]
         self._retrying(lambda: self.client.indices.refresh(index=self.index), "refreshing the index")
-        report.index_count = int(self._retrying(lambda: self.client.count(index=self.index)["count"], "counting documents"))
+        report.index_count = int(
+            self._retrying(lambda: self.client.count(index=self.index)["count"], "counting documents")
+        )
         report.expected_count = state["position"] - state["failed"]
         report.count_ok = report.index_count == report.expected_count
         report.seconds = time.perf_counter() - started
@@ -670,8 +728,12 @@ class ElasticsearchStreamingWriter:
         if report.count_ok and self.force_merge_segments is not None:
             merge_started = time.perf_counter()
             # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
-            self._retrying(lambda: self.client.options(request_timeout=None).indices.forcemerge(
-                index=self.index, max_num_segments=self.force_merge_segments, wait_for_completion=True), "force-merging the index")
+            self._retrying(
+                lambda: self.client.options(request_timeout=None).indices.forcemerge(
+                    index=self.index, max_num_segments=self.force_merge_segments, wait_for_completion=True
+                ),
+                "force-merging the index",
+            )
             # kept apart from report.seconds, so that the load's passages/s stays the load's
             report.force_merge_seconds = time.perf_counter() - merge_started
 
@@ -684,10 +746,13 @@ class ElasticsearchStreamingWriter:
             )
         if not report.count_ok:
             message = (
-                f"Count check failed for index '{self.index}' at {self.url}: it holds {report.index_count} documents, but "
-                f"{report.passages_streamed} passages were streamed and {report.failed} rejected, so {report.expected_count} were expected. "
+                f"Count check failed for index '{self.index}' at {self.url}: it holds {report.index_count} documents, "
+                "but "
+                f"{report.passages_streamed} passages were streamed and {report.failed} rejected, so "
+                f"{report.expected_count} were expected. "
                 + (
-                    "More documents than streamed: the index holds documents from another load (write into a new index)."
+                    "More documents than streamed: the index holds documents from another load (write into a new "
+                    "index)."
                     if report.index_count > report.expected_count
                     else "Fewer documents than streamed: the stream repeats ids, or documents were deleted meanwhile."
                 )
@@ -700,13 +765,22 @@ class ElasticsearchStreamingWriter:
     def _checkpoint_matches_index(self, checkpoint: dict) -> bool:
         """A checkpoint is only trusted when the index still holds at least what it confirms."""
         if not self.client.indices.exists(index=self.index):
-            logger.warning("The checkpoint %s confirms %s passages, but index '%s' does not exist; loading from the start.", self.checkpoint_path, checkpoint.get("written"), self.index)
+            logger.warning(
+                "The checkpoint %s confirms %s passages, but index '%s' does not exist; loading from the start.",
+                self.checkpoint_path,
+                checkpoint.get("written"),
+                self.index,
+            )
             return False
         self.client.indices.refresh(index=self.index)
         count = int(self.client.count(index=self.index)["count"])
         if count < int(checkpoint.get("written", 0)):
             logger.warning(
-                "The checkpoint %s confirms %s passages, but index '%s' holds %d; loading from the start.", self.checkpoint_path, checkpoint.get("written"), self.index, count
+                "The checkpoint %s confirms %s passages, but index '%s' holds %d; loading from the start.",
+                self.checkpoint_path,
+                checkpoint.get("written"),
+                self.index,
+                count,
             )
             return False
         return True
@@ -714,11 +788,19 @@ class ElasticsearchStreamingWriter:
     def _skip_prefix(self, stream: Iterator[Document], position: int, last_id: str | None, show_progress: bool) -> None:
         from tqdm.auto import tqdm
 
-        logger.info("Resuming the load into '%s' after %d passages confirmed by %s", self.index, position, self.checkpoint_path)
+        logger.info(
+            "Resuming the load into '%s' after %d passages confirmed by %s", self.index, position, self.checkpoint_path
+        )
         # (not `for ... in tqdm(stream)`: leaving that loop early closes the underlying generator)
         document = None
         skipped = 0
-        with tqdm(total=position, unit=" passages", desc="skipping the confirmed prefix", disable=not show_progress, leave=False) as bar:
+        with tqdm(
+            total=position,
+            unit=" passages",
+            desc="skipping the confirmed prefix",
+            disable=not show_progress,
+            leave=False,
+        ) as bar:
             for document in stream:
                 skipped += 1
                 if skipped % 10_000 == 0:
@@ -728,13 +810,16 @@ class ElasticsearchStreamingWriter:
             bar.update(skipped % 10_000)
         if skipped < position:
             raise CheckpointMismatchError(
-                f"The checkpoint {self.checkpoint_path} confirms {position} passages, but the stream ended after {skipped}: it is not the "
+                f"The checkpoint {self.checkpoint_path} confirms {position} passages, but the stream ended after "
+                f"{skipped}: it is not the "
                 "stream that was being loaded. Delete the checkpoint file, or pass resume=False, to start over."
             )
         if last_id is not None and document.id != last_id:
             raise CheckpointMismatchError(
-                f"The checkpoint {self.checkpoint_path} says passage {position} of the stream is {last_id!r}, but this stream has "
-                f"{document.id!r} there: the corpus or its order changed. Delete the checkpoint file, or pass resume=False, to start over."
+                f"The checkpoint {self.checkpoint_path} says passage {position} of the stream is {last_id!r}, but this "
+                "stream has "
+                f"{document.id!r} there: the corpus or its order changed. Delete the checkpoint file, or pass "
+                "resume=False, to start over."
             )
 
     def _chunks(self, stream: Iterator[Document], position: int, embedding_dim: int | None) -> Iterator[_Chunk]:
@@ -795,7 +880,9 @@ class ElasticsearchStreamingWriter:
             except elasticsearch.ApiError as error:
                 if error.status_code not in RETRY_STATUSES:
                     raise
-                statuses = [(error.status_code, {"type": "request_rejected", "reason": str(error)[:300]})] * len(pending)
+                statuses = [(error.status_code, {"type": "request_rejected", "reason": str(error)[:300]})] * len(
+                    pending
+                )
             transient = []
             for position, (status, error) in zip(pending, statuses):
                 if status < 300:
@@ -828,7 +915,9 @@ class ElasticsearchStreamingWriter:
             return [(200, None)] * expected
         items = body.get("items") or []
         if len(items) != expected:
-            raise RuntimeError(f"Elasticsearch answered a bulk request of {expected} documents with {len(items)} items.")
+            raise RuntimeError(
+                f"Elasticsearch answered a bulk request of {expected} documents with {len(items)} items."
+            )
         statuses = []
         for item in items:
             info = next(iter(item.values()))
@@ -847,8 +936,10 @@ class ElasticsearchStreamingWriter:
             transient = [f for f in result.failures if f.get("status") in RETRY_STATUSES]
             if transient:
                 raise BulkWriteError(
-                    f"Elasticsearch at {self.url} kept answering {transient[0]['status']} for {len(transient)} document(s) of the chunk "
-                    f"starting at passage {chunk.first_position}, after {self.max_retries} retries (e.g. {transient[0]}). "
+                    f"Elasticsearch at {self.url} kept answering {transient[0]['status']} for {len(transient)} "
+                    "document(s) of the chunk "
+                    f"starting at passage {chunk.first_position}, after {self.max_retries} retries (e.g. "
+                    f"{transient[0]}). "
                     "The checkpoint stops before this chunk; re-run to resume.",
                     report,
                 )
@@ -877,7 +968,8 @@ class ElasticsearchStreamingWriter:
                 report.failed = state["failed"]
                 report.failure_examples = state["failure_examples"]
                 raise BulkWriteError(
-                    f"Stopping: {state['failed']} documents were rejected by Elasticsearch (more than max_failures={self.max_failures}); "
+                    f"Stopping: {state['failed']} documents were rejected by Elasticsearch (more than "
+                    f"max_failures={self.max_failures}); "
                     f"examples: {state['failure_examples'][:3]}",
                     report,
                 )
@@ -925,9 +1017,14 @@ def _source_serializer() -> Callable[[Any], bytes]:
     except ImportError:  # pragma: no cover - orjson is a dependency; this is for an environment without it
         from elasticsearch.serializer import JsonSerializer
 
-        logger.warning("orjson is not installed: the writer serialises with the json module, much slower with vectors (pip install orjson).")
+        logger.warning(
+            "orjson is not installed: the writer serialises with the json module, much slower with vectors (pip "
+            "install orjson)."
+        )
         default = JsonSerializer().default
-        return lambda value: json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return lambda value: json.dumps(value, default=default, ensure_ascii=False, separators=(",", ":")).encode(
+            "utf-8"
+        )
     from elasticsearch.serializer import JsonSerializer
 
     default = JsonSerializer().default
