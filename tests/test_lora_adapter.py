@@ -27,11 +27,23 @@ def trained(tmp_path_factory):
 
     sft.save_result = keep_model
     try:
-        recipe = recipe_from_dict({
-            "method": "cci", "model": "smollm2-135m-instruct", "output_dir": str(work / "run"),
-            "data": {"train": str(work / "train.jsonl")}, "finetuning": "lora", "lora": {"r": 4, "alpha": 8, "merge": False},
-            "training": {"max_steps": 2, "gradient_accumulation_steps": 1, "device": "cpu", "learning_rate": 1e-2,
-                         "new_token_learning_rate": 5e-2}})
+        recipe = recipe_from_dict(
+            {
+                "method": "cci",
+                "model": "smollm2-135m-instruct",
+                "output_dir": str(work / "run"),
+                "data": {"train": str(work / "train.jsonl")},
+                "finetuning": "lora",
+                "lora": {"r": 4, "alpha": 8, "merge": False},
+                "training": {
+                    "max_steps": 2,
+                    "gradient_accumulation_steps": 1,
+                    "device": "cpu",
+                    "learning_rate": 1e-2,
+                    "new_token_learning_rate": 5e-2,
+                },
+            }
+        )
         outcome = sft.train_sft(recipe, progress=False)
     finally:
         sft.save_result = original
@@ -43,7 +55,9 @@ def test_adapter_is_small_and_names_its_base_by_alias(trained):
     folder = Path(outcome.output_dir)
     assert folder.name == "adapter"
     assert (folder / "adapter_model.safetensors").stat().st_size < 5_000_000  # no 28M-parameter embedding copy
-    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m-instruct"
+    assert (
+        json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m-instruct"
+    )
     assert json.loads((folder / "training_ids.json").read_text())
 
 

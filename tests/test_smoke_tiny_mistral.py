@@ -21,7 +21,10 @@ def test_tiny_random_mistral_is_the_gpu_readers_architecture_plumbing():
 
     config = json.loads((Path(resolve_model("tiny-random-mistral")) / "config.json").read_text())
     gpu_reader = yaml.safe_load((ROOT / "training" / "mistral7b_gpu_rta.yaml").read_text())["model"]
-    assert config["architectures"] == ["MistralForCausalLM"] and config["model_type"] == KNOWN_CONFIGS[gpu_reader]["model_type"]
+    assert (
+        config["architectures"] == ["MistralForCausalLM"]
+        and config["model_type"] == KNOWN_CONFIGS[gpu_reader]["model_type"]
+    )
     assert config["num_key_value_heads"] < config["num_attention_heads"]  # grouped-query attention, as Mistral-7B
     rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta")}
     assert rope["rope_theta"] == 1e6

@@ -12,7 +12,6 @@ def check_recipe_needs(recipe: TrainingRecipe, announce: Callable[[str], Any] | 
     """Say what ``recipe`` needs (``announce``) and refuse it when this machine cannot give it
     (``MachineError``); returns the :class:`RecipeNeeds`. Loads no weights."""
     from icr2_components.training.requirements import check_machine, recipe_needs
-
     from icr2_components.training.trained_ids import is_main_process
 
     needs = recipe_needs(recipe)
