@@ -19,7 +19,7 @@ from icr2_components.stores.config import (
     load_index_config,
 )
 from icr2_components.stores.elasticsearch import backend as elasticsearch_backend  # noqa: F401 (registers the backend)
-from icr2_components.stores.handle import IndexHandle, IndexReport, open_index
+from icr2_components.stores.handle import IndexHandle, IndexReport, open_index, store_fingerprint
 from icr2_components.stores.retrieval_methods import (
     reciprocal_rank_fusion,
     register_retrieval_method,
@@ -38,6 +38,7 @@ __all__ = [
     "index_config_from_dict",
     "load_index_config",
     "open_index",
+    "store_fingerprint",
     "reciprocal_rank_fusion",
     "register_retrieval_method",
     "register_store_backend",

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from icr2_components.kilt.sample import build_sample
+from icr2_components.models.resolver import SMOLLM2_ALIAS
 from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
 from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
@@ -30,10 +31,20 @@ class CorpusConfig:
     passage_words: int = 100
     skip_title_paragraph: bool = True
     max_articles: int | None = None
+    # tokenizers whose cost of each passage is counted once at indexing and stored with it (meta token_counts),
+    # so a token-budget corpus builder reads it instead of tokenizing (default: the bundled reader's; [] for none)
+    count_tokens_for: list[str] = field(default_factory=lambda: [SMOLLM2_ALIAS])
 
     def validate(self) -> None:
         if self.passage_words < 1:
             raise ConfigError(f"corpus.passage_words must be >= 1, got {self.passage_words}.")
+        for name in self.count_tokens_for:
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(
+                    f"corpus.count_tokens_for lists tokenizers (aliases, paths, Hugging Face ids), got {name!r}."
+                )
+        if len(set(self.count_tokens_for)) != len(self.count_tokens_for):
+            raise ConfigError(f"corpus.count_tokens_for repeats a tokenizer: {self.count_tokens_for}.")
         if self.max_articles is not None and self.max_articles < 1:
             raise ConfigError("corpus.max_articles must be a positive integer or null.")
 

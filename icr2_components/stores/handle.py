@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from haystack import Document
 
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
 from icr2_components.kilt.seen_ids import SeenIds
+from icr2_components.models.token_counting import PassageTokenCounter, with_token_counts
 from icr2_components.records import SkipReport
 from icr2_components.stores.backend import StoreBackend, store_backend
 from icr2_components.stores.config import IndexConfig, config_fingerprint, corpus_path, load_index_config
@@ -63,6 +65,28 @@ class IndexReport:
         return dataclasses.asdict(self)
 
 
+def token_counters(config: IndexConfig) -> list[PassageTokenCounter]:
+    """A counter per tokenizer of ``corpus.count_tokens_for`` (cache-less: indexing sees each passage once)."""
+    from icr2_components.models.cache import MODEL_CACHE
+
+    return [
+        PassageTokenCounter(MODEL_CACHE.tokenizer(name), max_cache_entries=0) for name in config.corpus.count_tokens_for
+    ]
+
+
+def store_fingerprint(config: IndexConfig, counters: Sequence[PassageTokenCounter] | None = None) -> str:
+    """What a stored index holds: :func:`config_fingerprint` (passages, embeddings) and, when tokens are counted
+    at indexing, the fingerprint of each tokenizer (its definition, not its name), so that a saved index whose
+    stored counts came from another tokenizer is never reused (the in-memory store is rebuilt; an Elasticsearch
+    load refuses to resume another stream's checkpoint)."""
+    base = config_fingerprint(config)
+    if not config.corpus.count_tokens_for:
+        return base  # indexes without stored counts keep their fingerprint
+    counters = token_counters(config) if counters is None else counters
+    key = {"passages": base, "token_counts": [c.fingerprint for c in counters]}
+    return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class IndexHandle:
     """Build, open and query one index. Obtain one with :func:`open_index`.
 
@@ -76,10 +100,28 @@ class IndexHandle:
         # a PassageEmbedder, or one reading the vectors of `icr2 embed` shards when embedding.vectors_dir is set
         self._embedder = passage_embedder(config.embedding) if config.embedding.enabled else None
         backend_class = store_backend(config.store.type)
-        self.backend: StoreBackend = backend_class(
-            config, functools.partial(config_fingerprint, config), self._embedder
-        )
+        self.backend: StoreBackend = backend_class(config, functools.cache(self._store_fingerprint), self._embedder)
         self._has_passages = False
+        self._counters: list[PassageTokenCounter] | None = None
+
+    def token_counters(self) -> list[PassageTokenCounter]:
+        """The counters of ``corpus.count_tokens_for`` (tokenizers loaded on first use)."""
+        if self._counters is None:
+            self._counters = token_counters(self.config)
+        return self._counters
+
+    def _store_fingerprint(self) -> str:
+        return store_fingerprint(self.config, self.token_counters() if self.config.corpus.count_tokens_for else None)
+
+    def _prepare(self) -> Callable[[Iterable[Document]], Iterable[Document]] | None:
+        """What is done to each passage before it is stored: its token counts, then its embedding."""
+        counters = self.token_counters()
+        embed = self._embedder.embed_stream if self._embedder is not None else None
+        if not counters:
+            return embed
+        if embed is None:
+            return lambda stream: with_token_counts(stream, counters)
+        return lambda stream: embed(with_token_counts(stream, counters))
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -125,9 +167,8 @@ class IndexHandle:
                 "Check corpus.path (a KILT knowledge-source JSONL, one article per line) or use path: sample."
             )
         raw = itertools.chain((first,), raw)
-        embed = self._embedder.embed_stream if self._embedder is not None else None
         with self._lock:
-            written = self.backend.write(raw, prepare=embed, progress=progress)
+            written = self.backend.write(raw, prepare=self._prepare(), progress=progress)
             if written.document_store is not None:
                 self._store = written.document_store
             self._has_passages = False
@@ -177,12 +218,16 @@ class IndexHandle:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if not self.backend.builds_on_first_use and self._store is None and not self.backend.index_exists():
             # before any other message: an index never built is not one "built without embeddings"
-            raise IndexNotBuiltError(f"{self.backend.describe()} does not exist: build it first with "
-                                     f"`icr2 index --config <the config of '{self.config.name}'>`.")
+            raise IndexNotBuiltError(
+                f"{self.backend.describe()} does not exist: build it first with "
+                f"`icr2 index --config <the config of '{self.config.name}'>`."
+            )
         if retrieval.needs_embeddings and self._embedder is None:
-            raise ValueError(f"Index config '{self.config.name}' turns embeddings off (embedding.enabled: false), so "
-                             f"{method} retrieval has no vectors to search: use method bm25, or set embedding.enabled: "
-                             "true and re-index with `icr2 index`.")
+            raise ValueError(
+                f"Index config '{self.config.name}' turns embeddings off (embedding.enabled: false), so "
+                f"{method} retrieval has no vectors to search: use method bm25, or set embedding.enabled: "
+                "true and re-index with `icr2 index`."
+            )
         self._require_passages()
         return retrieval.retrieve(self, query, top_k, filters)
 
@@ -196,8 +241,9 @@ class IndexHandle:
         embedding = self.config.embedding
         return embedding.enabled and embedding.model == model and embedding.backend == "fp32"
 
-    def search_dense(self, query: str, top_k: int, filters: dict | None = None,
-                     embedding: Sequence[float] | None = None) -> list[Document]:
+    def search_dense(
+        self, query: str, top_k: int, filters: dict | None = None, embedding: Sequence[float] | None = None
+    ) -> list[Document]:
         """The store's ranking by similarity to the query's embedding (no checks, as :meth:`search_bm25`);
         ``embedding``: the query's embedding when the caller already has it from this index's model."""
         if embedding is None:

@@ -184,6 +184,9 @@ def index_mapping(embedding_dim: int | None = None, similarity: Similarity = "co
             "content": {"type": "text"},
             # Haystack writes the id into the source too; ElasticsearchDocumentStore filters on it as "id"
             "id": {"type": "keyword"},
+            # {tokenizer fingerprint: tokens} stored at indexing (models/token_counting.py): kept in _source, not
+            # indexed, so any number of tokenizers adds no field to the mapping
+            "token_counts": {"type": "object", "enabled": False},
         },
         "dynamic_templates": [
             {"strings": {"path_match": "*", "match_mapping_type": "string", "mapping": {"type": "keyword"}}}
