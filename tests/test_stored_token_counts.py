@@ -51,10 +51,12 @@ def test_corpora_built_with_stored_counts_are_the_corpora_built_by_counting(samp
     builder tokenized nothing."""
     tasks = list(read_kilt_tasks(sample_files.tasks, limit=6))
     spans = {d.id: d for d in sample_index.document_store.storage.values()}
-    stored = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_tokens=2500, tokenizer=READER,
-                                          confounding_ratio=0.5)
-    counting = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_tokens=2500, tokenizer=READER,
-                                            confounding_ratio=0.5)
+    stored = ConfounderAwareCorpusBuilder(
+        retrievers=["bm25", "dense"], budget_tokens=2500, tokenizer=READER, confounding_ratio=0.5
+    )
+    counting = ConfounderAwareCorpusBuilder(
+        retrievers=["bm25", "dense"], budget_tokens=2500, tokenizer=READER, confounding_ratio=0.5
+    )
     stopped_by_budget = 0
     for task in tasks:
         bm25 = sample_index.retrieve(task.input, method="bm25", top_k=40)
@@ -63,10 +65,16 @@ def test_corpora_built_with_stored_counts_are_the_corpora_built_by_counting(samp
         gold = [spans[bm25[0].id]]  # a gold passage, so the budget counts one from the gold path too
         common = {"query": task.input, "answers": task.answers, "provenance": list(task.provenance)}
         with_stored = stored.run(**common, gold_documents=gold, bm25=bm25, dense=dense, random_documents=randoms)
-        counted = counting.run(**common, gold_documents=without_counts(gold), bm25=without_counts(bm25),
-                               dense=without_counts(dense), random_documents=without_counts(randoms))
-        assert [(d.id, d.meta["origin"], d.meta["rank"]) for d in with_stored["documents"]] == \
-               [(d.id, d.meta["origin"], d.meta["rank"]) for d in counted["documents"]]
+        counted = counting.run(
+            **common,
+            gold_documents=without_counts(gold),
+            bm25=without_counts(bm25),
+            dense=without_counts(dense),
+            random_documents=without_counts(randoms),
+        )
+        assert [(d.id, d.meta["origin"], d.meta["rank"]) for d in with_stored["documents"]] == [
+            (d.id, d.meta["origin"], d.meta["rank"]) for d in counted["documents"]
+        ]
         assert with_stored["report"] == counted["report"]
         stopped_by_budget += with_stored["report"]["stop_reason"] == "token budget reached"
     assert stopped_by_budget == len(tasks)  # the budget, hence every count, decided where each corpus ends
@@ -102,7 +110,9 @@ def test_what_is_counted_is_part_of_the_stored_index_fingerprint():
 
 def test_a_document_without_stored_counts_is_counted(smollm2_tokenizer):
     counter = PassageTokenCounter(smollm2_tokenizer)
-    plain = Document(content="Wilhelm Conrad Röntgen received the first Nobel Prize in Physics.", meta={"title": "Nobel"})
+    plain = Document(
+        content="Wilhelm Conrad Röntgen received the first Nobel Prize in Physics.", meta={"title": "Nobel"}
+    )
     foreign = Document(content=plain.content, meta={"title": "Nobel", TOKEN_COUNTS_META: {"0" * 16: 1}})
     assert counter.count_many([plain, foreign]) == [counter.count(plain)] * 2 != [1, 1]
 
@@ -123,12 +133,22 @@ def test_both_stores_keep_the_counts_stored_at_indexing(elasticsearch_url, es_in
     }
     counter = PassageTokenCounter(MODEL_CACHE.tokenizer(READER), use_stored_counts=False)
     for name, store in stores.items():
-        handle = IndexHandle(index_config_from_dict({
-            "name": f"slice-{name}", "store": store, "corpus": {"path": str(corpus)}, "embedding": {"enabled": False},
-            "writer": {"checkpoint_path": str(tmp_path / f"{name}.checkpoint.json")}}))
+        handle = IndexHandle(
+            index_config_from_dict(
+                {
+                    "name": f"slice-{name}",
+                    "store": store,
+                    "corpus": {"path": str(corpus)},
+                    "embedding": {"enabled": False},
+                    "writer": {"checkpoint_path": str(tmp_path / f"{name}.checkpoint.json")},
+                }
+            )
+        )
         report = handle.build(progress=False)
         assert report.count_ok and report.documents_in_store > 100, name
         documents = handle.document_store.filter_documents()  # every passage, as the store gives it back
         assert len(documents) == report.documents_in_store
         assert {d.id for d in handle.retrieve("video arcade game", method="bm25", top_k=5)} <= {d.id for d in documents}
-        assert [d.meta[TOKEN_COUNTS_META] for d in documents] == [{counter.fingerprint: n} for n in counter.count_many(documents)], name
+        assert [d.meta[TOKEN_COUNTS_META] for d in documents] == [
+            {counter.fingerprint: n} for n in counter.count_many(documents)
+        ], name
