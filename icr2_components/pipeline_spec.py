@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ from icr2_components.errors import ComponentLoadError
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 from icr2_components.stores import retrieval_version
 from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
+
+
+_LOADING = threading.RLock()
 
 
 class PipelineSpecError(ValueError):
@@ -317,10 +321,11 @@ class PipelineSpec:
 
     def pipeline(self, controlled: bool) -> Pipeline:
         key = "controlled" if controlled and self.context_input and not self.documents_input else "open"
-        if key not in self._pipelines:
-            self._pipelines[key] = loads_pipeline(yaml.safe_dump(controlled_variant(self.data, self.context_input)),
-                                                  source=f"{self.path} (controlled context)")
-        return self._pipelines[key]
+        with _LOADING:  # compare asks from several threads at once: one pipeline per variant
+            if key not in self._pipelines:
+                self._pipelines[key] = loads_pipeline(yaml.safe_dump(controlled_variant(self.data, self.context_input)),
+                                                      source=f"{self.path} (controlled context)")
+            return self._pipelines[key]
 
     def warm_up(self, pipeline: Pipeline) -> None:
         """Load every component (models, indexes, artifacts; a no-op once loaded). A component that cannot load

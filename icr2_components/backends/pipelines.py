@@ -9,6 +9,7 @@ served_model:
   api_base_url: http://127.0.0.1:8089/v1
   model: smollm2-135m-instruct
   context_length: 8192
+max_concurrency: 4         # requests sent at once (compare, label-retrieval-need, eval-gate, serve): the server's slots
 ```
 
 ``kind`` names a registered backend kind (``backends/kind.py``; one file each: ``local.py`` keeps the model in
@@ -44,6 +45,7 @@ from typing import Any
 import yaml
 
 from icr2_components.backends.kind import Backend, BackendError, backend_kind_class, backend_kind_names
+from icr2_components.concurrency import check_concurrency
 
 BACKEND_ENV = "ICR2_BACKEND"
 BLACK_BOX_TYPES = (
@@ -66,8 +68,30 @@ def backend_from_dict(values: Any, source: str = "<backend>", name: str | None =
     if not isinstance(values, dict):
         raise BackendError(f"{source}: a backend file is a mapping with `kind:` ({', '.join(backend_kind_names())}).")
     kind_class = backend_kind_class(values.get("kind", "local")) if "kind" in values else backend_kind_class("local")
-    settings = kind_class.settings_from({k: v for k, v in values.items() if k not in ("kind", "description")}, source)
-    return Backend(name=name or Path(source).stem, kind=kind_class(settings), source=source)
+    settings = kind_class.settings_from({k: v for k, v in values.items()
+                                         if k not in ("kind", "description", "max_concurrency")}, source)
+    max_concurrency = values.get("max_concurrency")
+    if max_concurrency is not None:
+        check_concurrency(max_concurrency, f"{source}: max_concurrency")
+        if kind_class.max_concurrency is None and max_concurrency != 1:
+            raise BackendError(f"{source}: max_concurrency is for a kind that serves requests at once (served); "
+                               f"kind: {kind_class.name} answers one request at a time.")
+    return Backend(name=name or Path(source).stem, kind=kind_class(settings), source=source,
+                   max_concurrency=max_concurrency)
+
+
+def request_concurrency(backend: Backend | None, requested: int | None = None) -> int:
+    """Requests a command sends at once: ``requested`` (``--concurrency``) when given, else the backend's
+    (``max_concurrency`` in its file, else its kind's default), else 1. More than 1 needs a kind that serves
+    requests at once: in-process models (and the hooks white-box components set on them) are not shared between
+    threads."""
+    if requested is not None:
+        check_concurrency(requested, "--concurrency")
+    value = requested if requested is not None else (backend.concurrency if backend is not None else 1)
+    if value > 1 and (backend is None or backend.kind.max_concurrency is None):
+        raise BackendError(f"--concurrency {value} needs a served backend (--backend backends/<server>.yaml): "
+                           "in-process models answer one request at a time.")
+    return value
 
 
 def load_backend(path: str | os.PathLike) -> Backend:
@@ -179,5 +203,5 @@ def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
     return {**data, "components": new_components}
 
 
-__all__ = ["BACKEND_ENV", "apply_backend", "backend_from_dict", "backend_from_environment", "check_model_access",
+__all__ = ["BACKEND_ENV", "request_concurrency", "apply_backend", "backend_from_dict", "backend_from_environment", "check_model_access",
            "component_class", "is_black_box", "load_backend", "resolve_backend", "weights_reason"]

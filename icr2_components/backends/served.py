@@ -35,6 +35,9 @@ class ServedSettings:
 class ServedBackend(BackendKind):
     provides = frozenset({"tokenizer", "logprobs"})
     Settings = ServedSettings
+    max_concurrency = 4
+    """A few requests at once: a batching server (vLLM, TGI, llama-server --parallel N) answers them in about the
+    time of one, a one-at-a-time server queues them; a backend file sets its server's (``max_concurrency:``)."""
 
     @classmethod
     def settings_from(cls, values, source):

@@ -50,6 +50,10 @@ def register(subparsers) -> None:
                         "ICR2_INDEX_CONFIG, else indexing/kilt-sample.yaml with the pipelines as written)")
     parser.add_argument("--backend", help="backend file (backends/*.yaml) every pipeline's model follows, e.g. "
                         "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipelines' own local models)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="answers requested at once from a served backend (default: the backend file's "
+                        "max_concurrency, else its kind's default: 4 served, 1 in-process); results, cache and "
+                        "report are those of a sequential run")
     parser.add_argument("--baseline", help="the pipeline (its file name without .yaml) every other is compared with "
                         "on the same questions: paired differences with intervals, exact tests, Holm, verdicts "
                         "(default: the first of --pipelines)")
@@ -144,7 +148,7 @@ def _run(args) -> int:
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
                          progress=not args.no_progress, backend=backend, question_ids=args.question_ids, split=split,
                          split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
-                         seed=args.stats_seed, report_only=args.report_only)
+                         seed=args.stats_seed, report_only=args.report_only, concurrency=args.concurrency)
     print_report(report)
     print_questions(report["run"])
     return 0

@@ -36,6 +36,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out-dir", default=None, help="with --labels: write tradeoff.json, tradeoff.png, curves.md")
     parser.add_argument("--backend", default=None, help="with --labels: backend file whose model the asking gates "
                         "(vanilla, ta_are, threshold) use; a served one gives P(yes) from top log-probabilities")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="with --labels and a served --backend: questions the gate asks at once (default: the "
+                        "backend file's max_concurrency, else its kind's default); decisions are those of a "
+                        "sequential run")
     parser.add_argument("--show-curves", action="store_true", help="with --labels: print every curve point")
     parser.add_argument("--seed", type=int, default=0, help="with --labels: bootstrap and permutation seed")
     parser.add_argument("--claim", default=None, metavar="METHOD",
@@ -52,9 +56,7 @@ def register(subparsers) -> None:
     parser.add_argument("--n-yes", type=int, default=2)
     parser.add_argument("--n-no", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) threshold of the 'threshold' method")
-    parser.add_argument(
-        "--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)"
-    )
+    parser.add_argument("--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N usable questions")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget of the reader")
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")
@@ -93,11 +95,7 @@ def run(args: argparse.Namespace) -> int:
         artifact=args.artifact,
     )
     gate.warm_up()
-    reader = (
-        None
-        if args.decisions_only
-        else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
-    )
+    reader = None if args.decisions_only else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
     retriever = None
     if args.index and not args.decisions_only:
         from icr2_components.retrievers import IndexRetriever
@@ -146,15 +144,15 @@ def run_on_labels(args: argparse.Namespace) -> int:
         labelled = labelled[: args.limit]
     if not labelled:
         raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
-    console.print(
-        f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}"
-    )
+    console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
     if described["unreadable_lines"]:
-        console.print(
-            f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)"
-        )
+        console.print(f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)")
+    from icr2_components.backends import request_concurrency, resolve_backend
+
+    slots = request_concurrency(resolve_backend(args.backend) if args.backend else None, args.concurrency)
     model, gate_options = gate_model_settings(args.model, args.backend)
-    runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options)
+    runs = run_methods(specs, labelled, model=model, today=args.today, device=args.device, gate_options=gate_options,
+                       concurrency=slots)
     for name, run in runs.items():
         if run["unscored"]:
             console.print(f"{name}: {run['unscored']} decision(s) without P(yes): no curve or AUROC for it")

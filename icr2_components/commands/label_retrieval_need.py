@@ -48,6 +48,9 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="in-process reader (alias, path or HF id)")
     parser.add_argument("--backend", default=None, help="backend file (backends/*.yaml): the reader follows it "
                         "(a served model, or another local one) instead of --model")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="questions answered at once by a served --backend (default: the backend file's "
+                        "max_concurrency, else its kind's default); the labels file is that of a sequential run")
     parser.add_argument("--max-new-tokens", type=int, default=24, help="answer budget (default 24)")
     parser.add_argument(
         "--both-wrong",
@@ -82,6 +85,9 @@ def run(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be a positive integer, got {args.limit}.")
     index = None if str(args.index).lower() == "none" else args.index
+    from icr2_components.backends import request_concurrency, resolve_backend
+
+    slots = request_concurrency(resolve_backend(args.backend) if args.backend else None, args.concurrency)
     reader, reader_key = reader_for(args.model, args.backend, args.max_new_tokens, args.device)
     questions, inputs = [], {}
     if args.nq_ids or args.nq_range:
@@ -110,7 +116,8 @@ def run(args) -> int:
         console.print(f"left out {len(questions) - len(unique)} repeated question id(s)")
     if not unique:
         raise ValueError("No question left to label (see the counts above).")
-    result = label_questions(unique, reader, reader_key, args.out, args.both_wrong, progress=not args.no_progress)
+    result = label_questions(unique, reader, reader_key, args.out, args.both_wrong, progress=not args.no_progress,
+                             concurrency=slots)
     result["inputs"] = inputs
     with open(f"{args.out}.counts.json", "w") as handle:
         json.dump(result, handle, indent=2)

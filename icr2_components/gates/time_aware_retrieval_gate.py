@@ -6,6 +6,7 @@ import contextvars
 import datetime as _dt
 import inspect
 import logging
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -261,6 +262,7 @@ class TimeAwareRetrievalGate:
         self._server_generator = None
         self.stats = {"decisions": 0, "retrieve": 0, "unparsed_replies": 0, "reply_fallbacks": 0,
                       "excluded_demonstrations": 0}
+        self._stats_lock = threading.Lock()  # a served gate is asked from several threads (compare, eval-gate)
         """`reply_fallbacks`: decisions parsed from a reply that carried no usable log-probabilities;
         `unparsed_replies`: replies that said neither yes nor no."""
         self._deciders: dict[str, GateDecider] = {}
@@ -408,8 +410,10 @@ class TimeAwareRetrievalGate:
         score = score_yes_no_top_logprobs(logprobs, self.yes_answer, self.no_answer, self.answer_prefix)
         if score is not None:
             return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass, reply=text)
-        self.stats["reply_fallbacks"] += 1
-        if self.stats["reply_fallbacks"] == 1 and self.gives_probabilities:
+        with self._stats_lock:
+            self.stats["reply_fallbacks"] += 1
+            first = self.stats["reply_fallbacks"] == 1
+        if first and self.gives_probabilities:
             why = ("neither answer was among its top log-probabilities" if logprobs
                    else "the reply carried no log-probabilities")
             logger.warning("Gate: %s, so the decision is parsed from the reply %r (counted in "
@@ -433,7 +437,8 @@ class TimeAwareRetrievalGate:
     def _answer_from_reply(self, text: str, rendered_prompt: str | None = None) -> YesNoAnswer:
         parsed = parse_yes_no_reply(text)
         if parsed is None:
-            self.stats["unparsed_replies"] += 1
+            with self._stats_lock:
+                self.stats["unparsed_replies"] += 1
             if self.on_unparsed == "error":
                 raise ValueError(f"The chat generator's reply says neither yes nor no: {text[:120]!r}.")
             logger.warning("Gate reply says neither yes nor no (%r); routing to %s.", text[:80], self.on_unparsed)
@@ -488,9 +493,10 @@ class TimeAwareRetrievalGate:
         decision = decided.as_record(method)
         decision["retrieve"] = decided.retrieve
         decision["latency_s"] = time.perf_counter() - start
-        self.stats["excluded_demonstrations"] += decided.excluded_demonstrations
-        self.stats["decisions"] += 1
-        self.stats["retrieve"] += int(decided.retrieve)
+        with self._stats_lock:
+            self.stats["excluded_demonstrations"] += decided.excluded_demonstrations
+            self.stats["decisions"] += 1
+            self.stats["retrieve"] += int(decided.retrieve)
         route = "retrieve" if decided.retrieve else "no_retrieval"
         return {route: query, "decision": decision}
 

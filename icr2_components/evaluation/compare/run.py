@@ -18,8 +18,7 @@ from which the report draws its position curves. Records of given passages (cont
 reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
 
 Questions (``evaluation.compare.held_out``): the dataset's in file order, or one side of a seeded dev/test split
-(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or
-exactly
+(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or exactly
 the ids of a question-id file (``question_ids``), in file order, unknown ids counted and reported. Questions a
 pipeline's head artifact was probed on are left out (counted); a tuned pipeline is refused on its dev questions.
 Every run writes the ids it used to ``question_ids.txt`` in ``out_dir`` and records them, the dataset's path and
@@ -30,10 +29,15 @@ questions (``--question-ids runs/a/question_ids.txt``).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from icr2_components.backends import Backend
+from icr2_components.backends import Backend, request_concurrency
+from icr2_components.concurrency import FailureStreak, Job, Outcome, ordered_calls, streak_limit
 from icr2_components.errors import ComponentLoadError, find_in_causes
 from icr2_components.evaluation.compare.cache import (
     CONTEXT_UNCHECKED,
@@ -70,9 +74,7 @@ def parse_context_types(text: str | Sequence[str]) -> list[str]:
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     unknown = [t for t in items if t not in ACCEPTED_CONTEXT_TYPES]
     if not items or unknown:
-        raise ValueError(
-            f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}."
-        )
+        raise ValueError(f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}.")
     return list(dict.fromkeys(items))
 
 
@@ -142,6 +144,115 @@ def _context_documents(spec: PipelineSpec, question: CompareQuestion, contexts: 
     return documents, True, None
 
 
+REQUEST_ATTEMPTS = 3
+"""Tries of one answer whose request failed after the client's own retries (tenacity, exponential backoff); after
+the last it is recorded as failed (``error``, ``failed_request``) and answered again by the next run."""
+
+
+def _retryable(error: BaseException) -> bool:
+    return find_in_causes(error, ServedModelError) is not None
+
+
+@dataclass
+class _Step:
+    """One (question, pipeline, context type) of the run, in the sequential order; ``call`` prefetches its answer
+    when the plan foresees a model run (the commit decides, as a sequential run would, whether it is used)."""
+
+    spec: PipelineSpec
+    question: CompareQuestion
+    context_type: str
+    sha: str | None
+    record: dict
+    first_key: str | None  # the answer a pipeline that reads no passages reuses (its first context type's)
+    documents: list | None
+    controlled: bool
+    missing: str | None  # why the controlled context was not built (the step is skipped)
+    report_only: bool
+
+
+def _plan_steps(questions, specs, types, contexts, cache: AnswerCache, report_only: bool,
+                max_new_tokens: int | None) -> Iterator[Job[_Step]]:
+    """Every step in the order of a sequential run; a step gets a ``call`` when, as far as the cache and the
+    steps planned before it tell, it will need the model. What is still in flight (not yet in the cache) is
+    foreseen: a pipeline reading no passages reuses its first context type's answer once that one is written."""
+    pending: set[str] = set()
+    for question in questions:
+        for spec in specs:
+            first_key = None
+            for context_type in types:
+                sha = expected_context_sha(spec, question, contexts[question.id], context_type)
+                record = _base_record(spec, question, context_type, contexts[question.id], sha)
+                key = record["key"]
+                cached = cache.done(key) and reuse_decision(cache.records[key], sha) != STALE_CONTEXT
+                documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
+                step = _Step(spec, question, context_type, sha, record, first_key, documents, controlled, missing,
+                             report_only)
+                reusable = spec.context_input is None and first_key is not None and (
+                    cache.done(first_key) or first_key in pending)
+                call = None
+                if not (cached or key in pending or report_only or missing or reusable):
+                    pending.add(key)
+                    call = partial(spec.run, question.query, documents, controlled, max_new_tokens=max_new_tokens)
+                if cached or not (report_only or missing):
+                    first_key = first_key or key
+                yield Job(step, call)
+
+
+def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str, int],
+                 max_new_tokens: int | None) -> Outcome | None:
+    """Write one step as a sequential run would (the same decisions on the same cache, in the same order); the
+    prefetched answer stands for its model run, and a step whose run was not foreseen runs now. Returns the
+    outcome of the model run the step used (None: it used none)."""
+    step = outcome.key
+    spec, question, context_type, record = step.spec, step.question, step.context_type, dict(step.record)
+    key = record["key"]
+    if cache.done(key):
+        decision = reuse_decision(cache.records[key], step.sha)
+        if decision != STALE_CONTEXT:
+            counters["cached"] += 1
+            counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
+            return None
+        counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
+    if step.report_only:
+        return None
+    if step.missing:  # counted once per question, for every pipeline alike
+        return None
+    first_key = step.first_key
+    if spec.context_input is None and first_key is not None and cache.done(first_key):
+        source = cache.records[first_key]
+        record.update({k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s", "gold_position")})
+        record["reused_from"] = source["context_type"]
+        counters["reused_no_context"] += 1
+        cache.add(record)
+        return None
+    ran = outcome if outcome.ran else next(ordered_calls(
+        [Job(step, partial(spec.run, question.query, step.documents, step.controlled, max_new_tokens=max_new_tokens))],
+        retry_if=_retryable, attempts=REQUEST_ATTEMPTS))
+    if not ran.failed:
+        record.update(ran.value)
+        record["gold_position"] = gold_position(record)
+        counters["model_runs"] += 1
+    elif isinstance(ran.error, ComponentLoadError):
+        raise ran.error  # the pipeline cannot answer any question: no report of n = 0
+    elif find_in_causes(ran.error, ServedModelError) is not None:
+        # the server failed this request through every retry: recorded as failed (a re-run answers it again)
+        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None, gold_position=None,
+                      error=str(find_in_causes(ran.error, ServedModelError)), failed_request=True,
+                      attempts=ran.attempts)
+        counters["failed_requests"] += 1
+    else:
+        # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a prompt longer
+        # than the reader's context) is this question's problem, anything else a bug.
+        cause = find_in_causes(ran.error, ValueError)
+        if cause is None:
+            raise ran.error
+        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None, gold_position=None,
+                      error=str(cause))
+        counters["errors"] += 1
+    cache.add(record)
+    return ran
+
+
 def run_compare(
     pipelines: Sequence[str],
     dataset: str | None = None,
@@ -160,6 +271,7 @@ def run_compare(
     dev_fraction: float = DEFAULT_DEV_FRACTION,
     seeds: dict[str, Any] | None = None,
     report_only: bool = False,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
@@ -167,7 +279,9 @@ def run_compare(
     ``run.seeds.stats_seed``); ``question_ids``: a question-id file (or a list of ids); ``split``: ``"dev"`` or
     ``"test"`` of the seeded split; ``seeds``: further seeds to record. ``report_only``: run no model; report on
     the questions the cache answers for every pipeline and context type (a long run's partial results, still
-    paired), and count the others in ``run.report_only``."""
+    paired), and count the others in ``run.report_only``. ``concurrency``: answers requested at once (default:
+    the backend's ``max_concurrency``, 1 without a served backend); the cache, its order and the report are those
+    of a sequential run (``icr2_components.concurrency``)."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
@@ -178,11 +292,14 @@ def run_compare(
         raise ValueError("--limit must be a positive integer.")
     if max_new_tokens is not None and max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be a positive integer.")
+    slots = request_concurrency(backend, concurrency)
     specs = load_specs(pipelines, backend)
     baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
     if not report_only:
         for spec in specs:  # a component that cannot load fails the run now, not as n failed questions
             spec.warm_up(spec.pipeline(controlled=False))
+            if slots > 1 and set(types) - {"open"}:  # loaded here, not by the first of several threads at once
+                spec.warm_up(spec.pipeline(controlled=True))
     selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
                                  split_seed=split_seed, dev_fraction=dev_fraction)
     skips = selection.skips
@@ -193,19 +310,12 @@ def run_compare(
         raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
     file_info = selection.file or {}
     if file_info.get("unknown"):
-        logger.warning(
-            "%s: %d question id(s) not in %s left out (e.g. %s)",
-            file_info.get("path"),
-            file_info["unknown"],
-            dataset_path,
-            file_info["unknown_examples"][:3],
-        )
+        logger.warning("%s: %d question id(s) not in %s left out (e.g. %s)", file_info.get("path"), file_info["unknown"],
+                       dataset_path, file_info["unknown_examples"][:3])
     excluded = selection.describe()["held_out"]["excluded_probed"]
     if excluded:
-        logger.warning(
-            "%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
-            excluded,
-        )
+        logger.warning("%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
+                       excluded)
     pool = answer_pool(dataset_path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus)
                 for q in questions}
@@ -215,9 +325,8 @@ def run_compare(
     cache = AnswerCache(out / CACHE_FILE)
     # stale_context: cached answers given other passages than this run's (re-answered, or left out by
     # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
-    # truncated: answers of this run cut at their token budget (finish_reason "length", where the reader says)
-    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "truncated": 0, STALE_CONTEXT: 0,
-                CONTEXT_UNCHECKED: 0}
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "failed_requests": 0,
+                STALE_CONTEXT: 0, CONTEXT_UNCHECKED: 0}
     missing_contexts: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
         for context_type, reason in (context_set.reasons or {}).items():
@@ -225,75 +334,25 @@ def run_compare(
                 bucket = missing_contexts.setdefault(context_type, {})
                 bucket[reason] = bucket.get(reason, 0) + 1
     total = len(questions) * len(specs) * len(types)
+    steps = _plan_steps(questions, specs, types, contexts, cache, report_only, max_new_tokens)
+    streak = FailureStreak(streak_limit(slots))
     with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
-        for question in questions:
-            for spec in specs:
-                first_key = None
-                for context_type in types:
-                    bar.update(1)
-                    sha = expected_context_sha(spec, question, contexts[question.id], context_type)
-                    record = _base_record(spec, question, context_type, contexts[question.id], sha)
-                    if cache.done(record["key"]):
-                        decision = reuse_decision(cache.records[record["key"]], sha)
-                        if decision != STALE_CONTEXT:
-                            counters["cached"] += 1
-                            counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
-                            first_key = first_key or record["key"]
-                            continue
-                        counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
-                    if report_only:
-                        continue
-                    documents, controlled, missing = _context_documents(
-                        spec, question, contexts[question.id], context_type
-                    )
-                    if missing:  # counted once per question below, for every pipeline alike
-                        continue
-                    if spec.context_input is None and first_key is not None and cache.done(first_key):
-                        source = cache.records[first_key]
-                        record.update({k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s",
-                                                                 "gold_position")})
-                        record["reused_from"] = source["context_type"]
-                        counters["reused_no_context"] += 1
-                        cache.add(record)
-                        continue
-                    try:
-                        record.update(spec.run(question.query, documents, controlled, max_new_tokens=max_new_tokens))
-                        record["gold_position"] = gold_position(record)
-                        counters["model_runs"] += 1
-                        counters["truncated"] += int(record.get("finish_reason") == "length")
-                    except Exception as error:
-                        # Haystack wraps a component's error in PipelineRuntimeError; a ValueError inside (e.g. a
-                        # prompt longer than the reader's context) is this question's problem, anything else a bug.
-                        if isinstance(error, ComponentLoadError):
-                            raise  # the pipeline cannot answer any question: no report of n = 0
-                        down = find_in_causes(error, ServedModelError)
-                        if down is not None:
-                            raise down  # the LLM server is down or broken: every further question would fail too
-                        cause = find_in_causes(error, ValueError)
-                        if cause is None:
-                            raise
-                        record.update(answer="", shown_ids=None, prompt_tokens=None, latency_s=None,
-                                      gold_position=None, error=str(cause))
-                        counters["errors"] += 1
-                    cache.add(record)
-                    first_key = first_key or record["key"]
+        started = time.perf_counter()
+        for outcome in ordered_calls(steps, slots, retry_if=_retryable, attempts=REQUEST_ATTEMPTS):
+            bar.update(1)
+            ran = _commit_step(outcome, cache, counters, max_new_tokens)
+            if ran is not None:
+                streak.observe(ran)
+                bar.set_postfix_str(f"{counters['model_runs'] / (time.perf_counter() - started):.2f} model answers/s",
+                                    refresh=False)
+        answer_wall_seconds = time.perf_counter() - started
     by_hash = {s.hash: s for s in specs}
     by_id = {q.id: q for q in questions}
-    records = [
-        r
-        for r in cache
-        if r["pipeline_hash"] in by_hash
-        and r["question_id"] in contexts
-        and r["context_type"] in types
-        # a stale record not redone (report_only, or its context no longer built) stays out of the report
-        and reuse_decision(
-            r,
-            expected_context_sha(
-                by_hash[r["pipeline_hash"]], by_id[r["question_id"]], contexts[r["question_id"]], r["context_type"]
-            ),
-        )
-        != STALE_CONTEXT
-    ]
+    records = [r for r in cache if r["pipeline_hash"] in by_hash and r["question_id"] in contexts
+               and r["context_type"] in types
+               # a stale record not redone (report_only, or its context no longer built) stays out of the report
+               and reuse_decision(r, expected_context_sha(by_hash[r["pipeline_hash"]], by_id[r["question_id"]],
+                                                          contexts[r["question_id"]], r["context_type"])) != STALE_CONTEXT]
     partial = None
     if report_only:
         # keep only questions answered by every pipeline under every context type built for them, so each paired
@@ -323,6 +382,10 @@ def run_compare(
         "max_new_tokens": max_new_tokens,
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "counters": counters,
+        "concurrency": slots,
+        # this session's answering: wall seconds of the loop and model answers per wall second (timing, not results)
+        "answer_wall_seconds": round(answer_wall_seconds, 3),
+        "answers_per_second": round(counters["model_runs"] / answer_wall_seconds, 3) if answer_wall_seconds else None,
         "dataset_skips": skips.as_dict(),
         "missing_contexts": missing_contexts,
         "unreadable_cache_lines": cache.unreadable_lines,

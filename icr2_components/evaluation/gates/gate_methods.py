@@ -16,6 +16,8 @@ Usage:
 
 from __future__ import annotations
 
+from functools import partial
+
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -99,10 +101,17 @@ def gate_model_settings(model: str | None, backend: str | None) -> tuple[str | N
 
 def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str | None = "smollm2-135m-instruct",
                 today: str | None = None, device: str | None = None, progress: bool = True,
-                gate_options: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                gate_options: dict[str, Any] | None = None, concurrency: int = 1) -> dict[str, dict[str, Any]]:
     """Each method's ``decisions`` and ``scores`` (None for always/never) on ``labelled`` (same order), and its
-    ``cut`` (the P(yes)/probability cut it decided at), ``stats`` and how many decisions had no score."""
+    ``cut`` (the P(yes)/probability cut it decided at), ``stats`` and how many decisions had no score.
+    ``concurrency``: questions a served gate is asked at once (``gate_options["server"]``; an in-process gate asks
+    one at a time); the decisions are in ``labelled``'s order whatever it is. A request failing through every
+    retry stops the run (a decision cannot be left out of a paired comparison)."""
     from tqdm.auto import tqdm
+
+    from icr2_components.concurrency import Job, ordered_calls
+    from icr2_components.errors import find_in_causes
+    from icr2_components.models.served_model import ServedModelError
 
     from icr2_components.gates import TimeAwareRetrievalGate, gate_decider_class
 
@@ -117,8 +126,13 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
                                       device=device, artifact=spec.artifact, **options)
         gate.warm_up()
         decisions, scores, cuts = [], [], set()
-        for question in tqdm(labelled, desc=f"gate {spec.name}", unit="q", disable=not progress):
-            decision = gate.run(query=question.question)["decision"]
+        slots = concurrency if options.get("server") else 1
+        jobs = (Job(question.id, partial(gate.run, query=question.question)) for question in labelled)
+        outcomes = ordered_calls(jobs, slots, retry_if=lambda e: find_in_causes(e, ServedModelError) is not None)
+        for outcome in tqdm(outcomes, total=len(labelled), desc=f"gate {spec.name}", unit="q", disable=not progress):
+            if outcome.failed:
+                raise outcome.error
+            decision = outcome.value["decision"]
             decisions.append(bool(decision["retrieve"]))
             scores.append(decision.get("p_yes"))
             if decision.get("threshold") is not None:

@@ -46,6 +46,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -226,44 +227,74 @@ def _reply(reader, messages) -> str:
     return (reader.run(messages=messages)["replies"][0].text or "").strip()
 
 
+def _answer_both_ways(reader, question: NeedQuestion) -> tuple[str, str, list[float]]:
+    start = time.perf_counter()
+    closed = _reply(reader, closed_book_messages(question.question))
+    middle = time.perf_counter()
+    with_context = _reply(reader, context_messages(question.question, question.passages))
+    return closed, with_context, [round(middle - start, 3), round(time.perf_counter() - middle, 3)]
+
+
 def label_questions(questions: Sequence[NeedQuestion], reader, reader_key: str, out: str | os.PathLike,
-                    both_wrong: str = "no_need", progress: bool = True) -> dict[str, Any]:
+                    both_wrong: str = "no_need", progress: bool = True, concurrency: int = 1) -> dict[str, Any]:
     """Answer each question closed-book and with its passages (skipping those ``out`` already holds), append one
-    label line each to ``out``, and return (and write to ``<out>.counts.json``) the counts."""
+    label line each to ``out``, and return (and write to ``<out>.counts.json``) the counts. ``concurrency``:
+    questions answered at once by a served reader; the lines and their order are those of a sequential run. A
+    question whose request fails through every retry is written as failed (``error``: no label, answered again
+    by the next run) and counted in ``failed``; a run of such failures (the server is down) stops the run."""
+    from tqdm.auto import tqdm
+
+    from icr2_components.concurrency import FailureStreak, Job, ordered_calls, streak_limit
+    from icr2_components.errors import find_in_causes
+    from icr2_components.models.served_model import ServedModelError
+
     needs_retrieval("both_wrong", both_wrong)  # checks the policy before any answer
     cache = AnswerCache(out)
     if hasattr(reader, "warm_up"):
         reader.warm_up()
-    answered = cached = 0
-    from tqdm.auto import tqdm
-
-    for question in tqdm(questions, desc="label-retrieval-need", unit="q", disable=not progress):
-        key = label_key(reader_key, question)
-        if cache.done(key):
-            cached += 1
-            continue
-        start = time.perf_counter()
-        closed = _reply(reader, closed_book_messages(question.question))
-        middle = time.perf_counter()
-        with_context = _reply(reader, context_messages(question.question, question.passages))
-        seconds = [round(middle - start, 3), round(time.perf_counter() - middle, 3)]
-        closed_match = answer_match(closed, question.answers)
-        context_match = answer_match(with_context, question.answers)
-        outcome = outcome_of(closed_match, context_match)
-        cache.add({"key": key, "id": question.id, "question": question.question, "answers": question.answers,
-                   "source": question.source, "context_kind": question.context_kind,
-                   "passages": question.passages, "reader": reader_key, "closed_book_answer": closed,
-                   "context_answer": with_context, "closed_book_match": closed_match,
-                   "context_match": context_match, "outcome": outcome, "answer_seconds": seconds})
-        answered += 1
+    answered = cached = failed = 0
+    jobs = (Job(question, None if cache.done(label_key(reader_key, question))
+                else partial(_answer_both_ways, reader, question)) for question in questions)
+    outcomes = ordered_calls(jobs, concurrency, retry_if=lambda e: find_in_causes(e, ServedModelError) is not None)
+    streak = FailureStreak(streak_limit(concurrency))
+    started = time.perf_counter()
+    with tqdm(total=len(questions), desc="label-retrieval-need", unit="q", disable=not progress) as bar:
+        for outcome in outcomes:
+            bar.update(1)
+            question = outcome.key
+            key = label_key(reader_key, question)
+            if not outcome.ran:
+                cached += 1
+                continue
+            if outcome.failed:
+                if find_in_causes(outcome.error, ServedModelError) is None:
+                    raise outcome.error
+                cache.add({"key": key, "id": question.id, "question": question.question, "reader": reader_key,
+                           "error": str(find_in_causes(outcome.error, ServedModelError)), "failed_request": True,
+                           "attempts": outcome.attempts})
+                failed += 1
+                streak.observe(outcome)
+                continue
+            streak.observe(outcome)
+            closed, with_context, seconds = outcome.value
+            closed_match = answer_match(closed, question.answers)
+            context_match = answer_match(with_context, question.answers)
+            outcome_name = outcome_of(closed_match, context_match)
+            cache.add({"key": key, "id": question.id, "question": question.question, "answers": question.answers,
+                       "source": question.source, "context_kind": question.context_kind,
+                       "passages": question.passages, "reader": reader_key, "closed_book_answer": closed,
+                       "context_answer": with_context, "closed_book_match": closed_match,
+                       "context_match": context_match, "outcome": outcome_name, "answer_seconds": seconds})
+            answered += 1
+            bar.set_postfix_str(f"{answered / (time.perf_counter() - started):.2f} questions/s", refresh=False)
     keys = {label_key(reader_key, q) for q in questions}
-    records = [r for r in cache if r["key"] in keys]
+    records = [r for r in cache if r["key"] in keys and not r.get("error")]
     counts = outcome_counts(records, both_wrong)
     timed = [sum(r["answer_seconds"]) for r in records if r.get("answer_seconds")]
     result = {"out": str(out), "reader": reader_key, "questions": len(questions), "answered_now": answered,
               "mean_seconds_per_question": round(sum(timed) / len(timed), 2) if timed else None,
-              "cached": cached, "both_wrong_policy": both_wrong, "counts": counts,
-              "unreadable_cache_lines": cache.unreadable_lines}
+              "cached": cached, "failed": failed, "concurrency": concurrency, "both_wrong_policy": both_wrong,
+              "counts": counts, "unreadable_cache_lines": cache.unreadable_lines}
     Path(f"{out}.counts.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 
@@ -311,6 +342,9 @@ def read_label_file(path: str | os.PathLike, skips: SkipReport) -> list[dict]:
     records = []
     before = skips.total
     for line_number, raw in iter_jsonl(path, skips):
+        if raw.get("failed_request"):  # its requests failed through every retry: no label yet (a re-run answers it)
+            skips.skip("failed request, no label yet", line_number, raw.get("error"))
+            continue
         missing = [f for f in LABEL_TYPES if f not in raw]
         if missing:
             skips.skip("not a label line", line_number, f"lacks {missing}")

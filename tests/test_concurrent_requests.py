@@ -1,0 +1,224 @@
+"""Concurrent requests give a sequential run's results, on real answers from the project's llama.cpp server.
+
+``icr2 compare``, ``icr2 label-retrieval-need`` and ``icr2 eval-gate --labels`` send up to N requests at once to a
+served backend (``icr2_components.concurrency``). Here each runs once one request at a time and once with four at
+once, against the server ``scripts/llama_server.sh`` starts (the ``llama_server_url`` fixture), and the answer
+cache (its lines in order), the label file and the reports are compared, leaving out only what times the run
+(latency, seconds, the concurrency itself). A run interrupted by a real KeyboardInterrupt (``interrupt_main``,
+what Ctrl-C raises) leaves an in-order prefix of the sequential cache, and resuming it gives the whole.
+
+Failed requests: a real forwarding proxy sits in front of the real server and answers 503 where told to (the
+server itself is never faked). A request failing once is retried (tenacity) and the run ends as the sequential
+one; a question whose requests fail every time is recorded as failed, not lost, and a later run answers it.
+"""
+
+from __future__ import annotations
+
+import _thread
+import http.server
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from icr2_components.backends import load_backend
+from icr2_components.evaluation import compare as compare_module
+from icr2_components.evaluation.compare import run_compare
+from icr2_components.evaluation.need_labels import NeedQuestion, label_questions
+from icr2_components.readers import ServedChatReader
+
+pytestmark = pytest.mark.llama_server
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "smollm2-135m-instruct"
+PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
+SETTINGS = {"limit": 4, "max_new_tokens": 8, "context_types": "open,gold,irrelevant", "progress": False}
+TIMING = {"latency_s", "answer_seconds"}
+
+
+def backend_file(tmp_path: Path, url: str, max_retries: int = 2) -> Path:
+    text = (REPO / "backends" / "llama_cpp_server.yaml").read_text().replace("http://127.0.0.1:8089/v1", url)
+    file = tmp_path / f"llama-{abs(hash(url))}-{max_retries}.yaml"
+    file.write_text(text.replace("max_retries: 2", f"max_retries: {max_retries}"))
+    return file
+
+
+def lines(path: Path) -> list[dict]:
+    """The cache's records in file order, without what times them."""
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in path.read_text().splitlines()]
+
+
+def comparable_report(report: dict) -> dict:
+    run = {k: v for k, v in report["run"].items()
+           if k not in ("generation_seconds", "concurrency", "cache", "question_ids_file", "answer_wall_seconds",
+                        "answers_per_second")}
+    return {**report, "run": run}
+
+
+@pytest.fixture(scope="module")
+def sequential(llama_server_url, tmp_path_factory):
+    """compare, one request at a time: the reference."""
+    out = tmp_path_factory.mktemp("sequential")
+    backend = load_backend(backend_file(out, llama_server_url))
+    report = run_compare(PIPELINES, out_dir=out / "run", backend=backend, concurrency=1, **SETTINGS)
+    return out / "run", report
+
+
+def test_concurrent_compare_writes_the_sequential_cache_in_order_and_the_same_report(sequential, llama_server_url,
+                                                                                   tmp_path):
+    reference_dir, reference = sequential
+    backend = load_backend(backend_file(tmp_path, llama_server_url))
+    report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
+    assert report["run"]["concurrency"] == 4 and reference["run"]["concurrency"] == 1
+    assert report["run"]["counters"]["model_runs"] > 8  # real answers, not a cache hit
+    assert lines(tmp_path / "run" / "answers.jsonl") == lines(reference_dir / "answers.jsonl")
+    assert comparable_report(report) == comparable_report(reference)
+
+
+def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resumes_to_the_whole(
+        sequential, llama_server_url, tmp_path):
+    reference_dir, reference = sequential
+    expected = lines(reference_dir / "answers.jsonl")
+    cache = tmp_path / "run" / "answers.jsonl"
+    backend = load_backend(backend_file(tmp_path, llama_server_url))
+
+    def press_ctrl_c_after_three_answers():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if cache.exists() and len(cache.read_text().splitlines()) >= 3:
+                _thread.interrupt_main()  # what Ctrl-C raises in the main thread
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
+    watcher.join()
+    written = lines(cache)
+    assert 3 <= len(written) < len(expected)
+    assert written == expected[: len(written)]  # an in-order prefix: nothing later was written before it
+    report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
+    assert lines(cache) == expected
+    assert report["run"]["counters"]["cached"] == len(written)
+    assert comparable_report(report)["summary"] == reference["summary"]
+
+
+class FailingProxy:
+    """A real HTTP proxy in front of the real server: chat requests whose body contains a marker get 503, the
+    first ``once`` such requests only, or all of them with ``once=None``; everything else is forwarded."""
+
+    def __init__(self, target_root: str, marker: str, once: int | None) -> None:
+        self.target_root, self.marker, self.once, self.failed = target_root, marker, once, 0
+        proxy = self
+        lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if method == "POST" and self.path.endswith("/chat/completions") and proxy.marker.encode() in body:
+                    with lock:
+                        fail = proxy.once is None or proxy.failed < proxy.once
+                        proxy.failed += int(fail)
+                    if fail:
+                        self._send(503, b'{"error": {"message": "injected by the test proxy"}}')
+                        return
+                response = httpx.request(method, proxy.target_root + self.path, content=body or None,
+                                         headers={"Content-Type": "application/json"}, timeout=120)
+                self._send(response.status_code, response.content)
+
+            def _send(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):  # noqa: N802
+                self._forward("GET")
+
+            def do_POST(self):  # noqa: N802
+                self._forward("POST")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_failed_requests_are_retried_then_recorded_as_failed_and_answered_by_the_next_run(
+        sequential, llama_server_url, tmp_path, monkeypatch):
+    reference_dir, _ = sequential
+    expected = lines(reference_dir / "answers.jsonl")
+    question = expected[0]["query"]  # the first question's requests are the ones that fail
+    monkeypatch.setattr(compare_module, "REQUEST_ATTEMPTS", 2)
+    root = llama_server_url.rstrip("/").removesuffix("/v1")
+
+    # fails once: retried, and the run is the sequential one
+    proxy = FailingProxy(root, question, once=1)
+    try:
+        backend = load_backend(backend_file(tmp_path, proxy.url, max_retries=0))
+        report = run_compare(PIPELINES, out_dir=tmp_path / "flaky", backend=backend, concurrency=4, **SETTINGS)
+    finally:
+        proxy.close()
+    assert proxy.failed == 1 and report["run"]["counters"]["failed_requests"] == 0
+    assert lines(tmp_path / "flaky" / "answers.jsonl") == expected
+
+    # fails every time: recorded as failed after the retries; the others are answered
+    proxy = FailingProxy(root, question, once=None)
+    try:
+        backend = load_backend(backend_file(tmp_path, proxy.url, max_retries=0))
+        report = run_compare(PIPELINES, out_dir=tmp_path / "down", backend=backend, concurrency=4, **SETTINGS)
+    finally:
+        proxy.close()
+    failed = [r for r in lines(tmp_path / "down" / "answers.jsonl") if r.get("failed_request")]
+    assert failed and {r["query"] for r in failed} == {question}
+    assert all(r["attempts"] == 2 and "503" in r["error"] for r in failed)
+    assert report["run"]["counters"]["failed_requests"] == len(failed) == proxy.failed // 2
+    # the next run (the server answering again) answers exactly those, and ends with every answer
+    backend = load_backend(backend_file(tmp_path, llama_server_url))
+    report = run_compare(PIPELINES, out_dir=tmp_path / "down", backend=backend, concurrency=4, **SETTINGS)
+    assert report["run"]["counters"]["model_runs"] == len(failed)
+    final = {r["key"]: r for r in lines(tmp_path / "down" / "answers.jsonl")}
+    assert sorted(final.values(), key=lambda r: r["key"]) == sorted(expected, key=lambda r: r["key"])
+
+
+def test_concurrent_labelling_writes_the_sequential_label_file(llama_server_url, tmp_path):
+    passages = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany."]
+    questions = [NeedQuestion(f"q{i}", q, [a], "test", passages) for i, (q, a) in enumerate([
+        ("What is the capital of France?", "Paris"), ("What is the capital of Germany?", "Berlin"),
+        ("Which city is the largest in France?", "Paris"), ("Who wrote Hamlet?", "Shakespeare"),
+        ("What is the capital of Italy?", "Rome")])]
+    reader = ServedChatReader(api_base_url=llama_server_url, model=MODEL, max_new_tokens=8, context_length=8192)
+    one = label_questions(questions, reader, "served-test", tmp_path / "one.jsonl", progress=False, concurrency=1)
+    four = label_questions(questions, reader, "served-test", tmp_path / "four.jsonl", progress=False, concurrency=4)
+    assert lines(tmp_path / "four.jsonl") == lines(tmp_path / "one.jsonl")
+    assert len(lines(tmp_path / "one.jsonl")) == 5
+    assert {k: v for k, v in four.items() if k not in ("out", "concurrency", "mean_seconds_per_question")} == \
+           {k: v for k, v in one.items() if k not in ("out", "concurrency", "mean_seconds_per_question")}
+
+
+def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_server_url):
+    from icr2_components.evaluation.gate_methods import parse_methods, run_methods
+    from icr2_components.evaluation.need_labels import LabelledQuestion
+
+    labelled = [LabelledQuestion(f"q{i}", q, "test", False, True, "context_only", True, "r") for i, q in enumerate([
+        "Who won the 2024 Nobel Prize in Physics?", "What is the capital of France?", "How many legs has a spider?",
+        "Who is the current CEO of Twitter?", "What is 2 + 2?", "Which team won the last football world cup?"])]
+    server = {"api_base_url": llama_server_url, "model": MODEL, "timeout_s": 120, "max_retries": 2}
+    specs = parse_methods("vanilla")
+    one = run_methods(specs, labelled, model=None, today="2025-01-01", progress=False, gate_options={"server": server},
+                      concurrency=1)
+    four = run_methods(specs, labelled, model=None, today="2025-01-01", progress=False, gate_options={"server": server},
+                       concurrency=4)
+    assert four["vanilla"]["scores"] is not None
+    assert four == one
