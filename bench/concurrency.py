@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
-    from icr2_components.evaluation.compare import run_compare
+    from icr2_components.evaluation.compare.run import run_compare
 
     levels = [int(x) for x in args.levels.split(",")]
     root = args.url.rstrip("/").removesuffix("/v1")

@@ -25,9 +25,9 @@ import httpx
 import pytest
 
 from icr2_components.backends import load_backend
-from icr2_components.evaluation import compare as compare_module
-from icr2_components.evaluation.compare import run_compare
-from icr2_components.evaluation.need_labels import NeedQuestion, label_questions
+from icr2_components.evaluation.compare import run as compare_module
+from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.gates.need_labels import NeedQuestion, label_questions
 from icr2_components.readers import ServedChatReader
 
 pytestmark = pytest.mark.llama_server
@@ -208,8 +208,8 @@ def test_concurrent_labelling_writes_the_sequential_label_file(llama_server_url,
 
 
 def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_server_url):
-    from icr2_components.evaluation.gate_methods import parse_methods, run_methods
-    from icr2_components.evaluation.need_labels import LabelledQuestion
+    from icr2_components.evaluation.gates.gate_methods import parse_methods, run_methods
+    from icr2_components.evaluation.gates.need_labels import LabelledQuestion
 
     labelled = [LabelledQuestion(f"q{i}", q, "test", False, True, "context_only", True, "r") for i, q in enumerate([
         "Who won the 2024 Nobel Prize in Physics?", "What is the capital of France?", "How many legs has a spider?",

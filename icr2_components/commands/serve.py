@@ -35,8 +35,9 @@ def register(subparsers) -> None:
     parser.add_argument("--index", metavar="CONFIG",
                         help="index config the pipeline's IndexRetrievers read instead of the one the YAML names, e.g. "
                         "indexing/kilt-sample-elasticsearch.yaml (default: ICR2_INDEX_CONFIG, else the YAML's own)")
-    parser.add_argument("--concurrency", type=int, default=1,
-                        help="pipeline runs at once; other requests wait (default 1, suits a CPU reader)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="pipeline runs at once; other requests wait (default: a served --backend's "
+                        "max_concurrency, else its kind's default; 1 for in-process models)")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help="requests waiting for a run beyond those running; more are answered 429 with Retry-After "
                         f"(default {DEFAULT_MAX_QUEUE})")

@@ -54,7 +54,8 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from icr2_components.backends import Backend
+from icr2_components.backends import Backend, request_concurrency
+from icr2_components.concurrency import check_concurrency
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.openai_models import openai_error
 from icr2_components.serving.openai_routes import CHAT_PATHS, OPENAI_PATHS, add_openai_routes, is_openai_path
@@ -265,9 +266,11 @@ def _configure_hayhooks() -> None:
 
 def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                        max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, max_new_tokens: int | None = None,
-                       concurrency: int = 1, backend: Backend | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
+                       concurrency: int | None = None, backend: Backend | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
                        body_timeout: float = DEFAULT_BODY_TIMEOUT) -> FastAPI:
     """Build hayhooks' app serving ``pipeline_path`` at ``POST /<file stem>/run``; models are loaded now.
+    ``concurrency``: pipeline runs at once (None: the backend's ``max_concurrency``, its kind's default without
+    one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many requests.
 
     ``concurrency`` pipeline runs at once, ``max_queue`` more requests waiting (then 429 with Retry-After);
     ``body_timeout`` seconds for a declared body to arrive (then 408).
@@ -288,6 +291,9 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
         raise ValueError(f"max_queue (requests waiting for a run) must be an integer >= 0, got {max_queue!r}.")
     if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not body_timeout > 0:
         raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}.")
+    # a given value is kept as before (serve has always let in-process readers share slots); the default follows
+    # the backend
+    concurrency = check_concurrency(concurrency, "concurrency") if concurrency is not None else request_concurrency(backend)
     spec = PipelineSpec.from_file(str(pipeline_path), backend=backend)  # allowlisted load, declared IO checked
     request_model = build_request_model(spec, max_query_chars=max_query_chars)
     wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)
