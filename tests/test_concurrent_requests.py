@@ -35,7 +35,7 @@ pytestmark = pytest.mark.llama_server
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "smollm2-135m-instruct"
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
-SETTINGS = {"limit": 4, "max_new_tokens": 8, "context_types": "open,gold,irrelevant", "progress": False}
+SETTINGS = {"limit": 2, "max_new_tokens": 4, "context_types": "open,gold", "progress": False}
 TIMING = {"latency_s", "answer_seconds"}
 
 
@@ -73,7 +73,7 @@ def test_concurrent_compare_writes_the_sequential_cache_in_order_and_the_same_re
     backend = load_backend(backend_file(tmp_path, llama_server_url))
     report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
     assert report["run"]["concurrency"] == 4 and reference["run"]["concurrency"] == 1
-    assert report["run"]["counters"]["model_runs"] > 8  # real answers, not a cache hit
+    assert report["run"]["counters"]["model_runs"] >= 6  # real answers, not a cache hit
     assert lines(tmp_path / "run" / "answers.jsonl") == lines(reference_dir / "answers.jsonl")
     assert comparable_report(report) == comparable_report(reference)
 
@@ -187,7 +187,9 @@ def test_failed_requests_are_retried_then_recorded_as_failed_and_answered_by_the
     # the next run (the server answering again) answers exactly those, and ends with every answer
     backend = load_backend(backend_file(tmp_path, llama_server_url))
     report = run_compare(PIPELINES, out_dir=tmp_path / "down", backend=backend, concurrency=4, **SETTINGS)
-    assert report["run"]["counters"]["model_runs"] == len(failed)
+    counters = report["run"]["counters"]
+    # closed-book's failed answers under gold are reused from its (now answered) open one, as a sequential run does
+    assert counters["model_runs"] + counters["reused_no_context"] == len(failed) and counters["model_runs"] > 0
     final = {r["key"]: r for r in lines(tmp_path / "down" / "answers.jsonl")}
     assert sorted(final.values(), key=lambda r: r["key"]) == sorted(expected, key=lambda r: r["key"])
 
@@ -196,13 +198,12 @@ def test_concurrent_labelling_writes_the_sequential_label_file(llama_server_url,
     passages = ["Paris is the capital and largest city of France.", "Berlin is the capital of Germany."]
     questions = [NeedQuestion(f"q{i}", q, [a], "test", passages) for i, (q, a) in enumerate([
         ("What is the capital of France?", "Paris"), ("What is the capital of Germany?", "Berlin"),
-        ("Which city is the largest in France?", "Paris"), ("Who wrote Hamlet?", "Shakespeare"),
-        ("What is the capital of Italy?", "Rome")])]
-    reader = ServedChatReader(api_base_url=llama_server_url, model=MODEL, max_new_tokens=8, context_length=8192)
+        ("Who wrote Hamlet?", "Shakespeare")])]
+    reader = ServedChatReader(api_base_url=llama_server_url, model=MODEL, max_new_tokens=4, context_length=8192)
     one = label_questions(questions, reader, "served-test", tmp_path / "one.jsonl", progress=False, concurrency=1)
     four = label_questions(questions, reader, "served-test", tmp_path / "four.jsonl", progress=False, concurrency=4)
     assert lines(tmp_path / "four.jsonl") == lines(tmp_path / "one.jsonl")
-    assert len(lines(tmp_path / "one.jsonl")) == 5
+    assert len(lines(tmp_path / "one.jsonl")) == 3
     assert {k: v for k, v in four.items() if k not in ("out", "concurrency", "mean_seconds_per_question")} == \
            {k: v for k, v in one.items() if k not in ("out", "concurrency", "mean_seconds_per_question")}
 
@@ -212,8 +213,8 @@ def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_s
     from icr2_components.evaluation.gates.need_labels import LabelledQuestion
 
     labelled = [LabelledQuestion(f"q{i}", q, "test", False, True, "context_only", True, "r") for i, q in enumerate([
-        "Who won the 2024 Nobel Prize in Physics?", "What is the capital of France?", "How many legs has a spider?",
-        "Who is the current CEO of Twitter?", "What is 2 + 2?", "Which team won the last football world cup?"])]
+        "Who won the 2024 Nobel Prize in Physics?", "What is the capital of France?",
+        "Who is the current CEO of Twitter?", "What is 2 + 2?"])]
     server = {"api_base_url": llama_server_url, "model": MODEL, "timeout_s": 120, "max_retries": 2}
     specs = parse_methods("vanilla")
     one = run_methods(specs, labelled, model=None, today="2025-01-01", progress=False, gate_options={"server": server},
