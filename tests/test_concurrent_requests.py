@@ -105,7 +105,8 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
     report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
     assert lines(cache) == expected
     assert report["run"]["counters"]["cached"] == len(written)
-    assert comparable_report(report) == comparable_report(reference)
+    for part in ("summary", "paired"):  # the run's counters differ: this one found some answers cached
+        assert json.dumps(report[part], sort_keys=True) == json.dumps(reference[part], sort_keys=True)
 
 
 class FailingProxy:
