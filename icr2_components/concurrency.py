@@ -7,7 +7,7 @@ and yields each job's outcome in submission order, so a caller that writes resul
 compare``'s answer cache, ``icr2 label-retrieval-need``'s labels) writes exactly the lines, in exactly the order,
 of a sequential run, and an interrupted run leaves an in-order prefix that a re-run resumes from.
 
-A failing call is retried with exponential backoff (tenacity) when ``retry_if(error)`` says so (a server that
+A failing call is retried with exponential backoff (the package's one ``retrying.RetryPolicy``, on tenacity) when ``retry_if(error)`` says so (a server that
 timed out or answered 5xx after the client's own retries); the last error then comes back as the job's outcome, so
 the caller records it as failed (never lost). :class:`FailureStreak` stops a run whose calls keep failing (the
 server is down: every further request would fail too).
@@ -74,19 +74,21 @@ class Outcome(Generic[K]):
 
 def _attempt(call: Callable[[], Any], retry_if: Callable[[BaseException], bool], attempts: int,
              backoff_s: tuple[float, float]) -> tuple[Any, BaseException | None, int, float]:
-    from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+    """(value, error, tries, seconds) of ``call`` under the package's one retry policy (``retrying``)."""
+    from icr2_components.retrying import RetryPolicy
+
+    tries = [1]
+
+    def count(attempt: int, error: BaseException | None, wait: float) -> None:
+        tries[0] = attempt + 1
 
     start = time.perf_counter()
-    retrying = Retrying(stop=stop_after_attempt(attempts), retry=retry_if_exception(retry_if),
-                        wait=wait_exponential(multiplier=backoff_s[0], max=backoff_s[1]), reraise=False)
+    policy = RetryPolicy(max_retries=attempts - 1, initial_backoff=backoff_s[0], max_backoff=backoff_s[1])
     try:
-        value = retrying(call)
-        return value, None, retrying.statistics.get("attempt_number", 1), time.perf_counter() - start
-    except RetryError as error:  # every try failed with a retryable error: the last one is the outcome
-        last = error.last_attempt.exception()
-        return None, last, attempts, time.perf_counter() - start
-    except Exception as error:  # not retryable (a bad question, a bug): the caller decides, once
-        return None, error, retrying.statistics.get("attempt_number", 1), time.perf_counter() - start
+        value = policy.call(call, retry_if=retry_if, on_retry=count)
+        return value, None, tries[0], time.perf_counter() - start
+    except Exception as error:  # the last try's error (retryable or not): the caller records or raises it
+        return None, error, tries[0], time.perf_counter() - start
 
 
 def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
