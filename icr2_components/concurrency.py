@@ -7,7 +7,8 @@ and yields each job's outcome in submission order, so a caller that writes resul
 compare``'s answer cache, ``icr2 label-retrieval-need``'s labels) writes exactly the lines, in exactly the order,
 of a sequential run, and an interrupted run leaves an in-order prefix that a re-run resumes from.
 
-A failing call is retried with exponential backoff (the package's one ``retrying.RetryPolicy``, on tenacity) when ``retry_if(error)`` says so (a server that
+A failing call is retried with exponential backoff (the package's one ``retrying.RetryPolicy``, on tenacity)
+when ``retry_if(error)`` says so (a server that
 timed out or answered 5xx after the client's own retries); the last error then comes back as the job's outcome, so
 the caller records it as failed (never lost). :class:`FailureStreak` stops a run whose calls keep failing (the
 server is down: every further request would fail too).

@@ -26,7 +26,6 @@ from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 from icr2_components.stores import retrieval_version
 from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 
-
 _LOADING = threading.RLock()
 
 

@@ -56,7 +56,8 @@ def test_a_retryable_failure_is_retried_with_backoff_then_returned_not_raised():
         raise ConnectionError("always fails")
 
     outcomes = list(ordered_calls([Job("flaky", flaky), Job("dead", dead)], concurrency=2,
-                                  retry_if=lambda e: isinstance(e, ConnectionError), attempts=3, backoff_s=(0.01, 0.02)))
+                                  retry_if=lambda e: isinstance(e, ConnectionError), attempts=3,
+                                  backoff_s=(0.01, 0.02)))
     assert (outcomes[0].value, outcomes[0].attempts, outcomes[0].failed) == ("ok", 2, False)
     assert outcomes[1].failed and isinstance(outcomes[1].error, ConnectionError) and outcomes[1].attempts == 3
     assert tries == {"flaky": 2, "dead": 3}

@@ -24,8 +24,27 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "icr2_components"
 ROOT_NAME = "icr2_components"
 
-GROUND = {"models", "kilt", "stores", "records", "text", "artifacts", "_environment", "errors", "paths", "plotting", "retrying", "concurrency",
-          "strict_mapping", "pipeline_loading", "pipeline_spec", "pipeline_pairs", "registry", "backends", "__init__"}
+GROUND = {
+    "models",
+    "kilt",
+    "stores",
+    "records",
+    "text",
+    "artifacts",
+    "_environment",
+    "errors",
+    "paths",
+    "plotting",
+    "retrying",
+    "concurrency",
+    "strict_mapping",
+    "pipeline_loading",
+    "pipeline_spec",
+    "pipeline_pairs",
+    "registry",
+    "backends",
+    "__init__",
+}
 COMPONENTS = {"builders", "gates", "filters", "rankers", "readers", "reorderers", "retrievers"}
 USERS_OF_COMPONENTS = {"training", "evaluation"}
 THIN_TOP = {"serving", "commands", "cli"}
@@ -35,8 +54,8 @@ SIBLINGS_APART = {2, 3}  # floors whose packages may not import each other
 
 # Loads whose module name comes from data, not code: file (relative to the package) -> why it is allowed.
 LOADS_BY_DATA = {
-    "backends/pipelines.py": "imports the component class a pipeline file names (under icr2_components. or haystack only) to "
-                   "ask what it needs, as Haystack's own loader does when it builds that pipeline",
+    "backends/pipelines.py": "imports the component class a pipeline file names (under icr2_components. or haystack "
+    "only) to ask what it needs, as Haystack's own loader does when it builds that pipeline",
 }
 
 LOADERS = {"import_module", "__import__"}
@@ -184,26 +203,46 @@ def test_the_walk_sees_lazy_relative_and_by_name_imports():
 # --- planted violations: each kind, in a copy of the real package, makes the check fail -------------------------
 
 PLANTS = {
-    "an import up a floor": ("models/planted.py", "from icr2_components.readers import LocalChatReader\n",
-                             "models (floor 1) imports readers (floor 2)"),
-    "a lazy import up a floor": ("kilt/planted.py", "def f():\n    from icr2_components.evaluation.metrics import bcu\n",
-                                 "kilt (floor 1) imports evaluation (floor 3)"),
-    "a relative import of a sibling component": ("gates/planted.py", "from ..readers import LocalChatReader\n",
-                                                 "gates imports its sibling readers (floor 2)"),
-    "training importing evaluation": ("training/planted.py",
-                                      "from icr2_components.evaluation.statistics import intervals\n",
-                                      "training imports its sibling evaluation (floor 3)"),
-    "evaluation importing training": ("evaluation/planted.py", "import icr2_components.training.sft\n",
-                                      "evaluation imports its sibling training (floor 3)"),
-    "a literal load by name up a floor": ("stores/planted.py",
-                                          "import importlib\nimportlib.import_module('icr2_components.commands.index')\n",
-                                          "stores (floor 1) imports commands (floor 4)"),
-    "an f-string load of a sibling": ("readers/planted.py",
-                                      "import importlib\n\ndef f(n):\n    return importlib.import_module(f'icr2_components.gates.{n}')\n",
-                                      "readers imports its sibling gates (floor 2)"),
-    "a load by a name nobody can read": ("filters/planted.py",
-                                         "import importlib\n\ndef f(n):\n    return importlib.import_module(n)\n",
-                                         "loads a module by a name the floors check cannot read"),
+    "an import up a floor": (
+        "models/planted.py",
+        "from icr2_components.readers import LocalChatReader\n",
+        "models (floor 1) imports readers (floor 2)",
+    ),
+    "a lazy import up a floor": (
+        "kilt/planted.py",
+        "def f():\n    from icr2_components.evaluation.metrics import bcu\n",
+        "kilt (floor 1) imports evaluation (floor 3)",
+    ),
+    "a relative import of a sibling component": (
+        "gates/planted.py",
+        "from ..readers import LocalChatReader\n",
+        "gates imports its sibling readers (floor 2)",
+    ),
+    "training importing evaluation": (
+        "training/planted.py",
+        "from icr2_components.evaluation.statistics import intervals\n",
+        "training imports its sibling evaluation (floor 3)",
+    ),
+    "evaluation importing training": (
+        "evaluation/planted.py",
+        "import icr2_components.training.sft\n",
+        "evaluation imports its sibling training (floor 3)",
+    ),
+    "a literal load by name up a floor": (
+        "stores/planted.py",
+        "import importlib\nimportlib.import_module('icr2_components.commands.index')\n",
+        "stores (floor 1) imports commands (floor 4)",
+    ),
+    "an f-string load of a sibling": (
+        "readers/planted.py",
+        "import importlib\n\ndef f(n):\n    return importlib.import_module(f'icr2_components.gates.{n}')\n",
+        "readers imports its sibling gates (floor 2)",
+    ),
+    "a load by a name nobody can read": (
+        "filters/planted.py",
+        "import importlib\n\ndef f(n):\n    return importlib.import_module(n)\n",
+        "loads a module by a name the floors check cannot read",
+    ),
 }
 
 

@@ -38,7 +38,9 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("kind", "pipelines"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["request_concurrency", "BACKEND_ENV", "BLACK_BOX_TYPES", "NEEDS", "ROLES", "Backend", "BackendError", "BackendKind", "NoSettings",
+__all__ = [
+    "request_concurrency",
+    "BACKEND_ENV", "BLACK_BOX_TYPES", "NEEDS", "ROLES", "Backend", "BackendError", "BackendKind", "NoSettings",
            "apply_backend", "backend_from_dict", "backend_from_environment", "backend_kind_class", "backend_kind_names",
            "check_model_access", "component_class", "is_black_box", "load_backend", "register_backend_kind",
            "resolve_backend", "weights_reason"]

@@ -56,7 +56,9 @@ def register(subparsers) -> None:
     parser.add_argument("--n-yes", type=int, default=2)
     parser.add_argument("--n-no", type=int, default=2)
     parser.add_argument("--threshold", type=float, default=0.5, help="P(yes) threshold of the 'threshold' method")
-    parser.add_argument("--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)")
+    parser.add_argument(
+        "--artifact", default=None, help="gate artifact of icr2 train-gate (methods threshold, learned)"
+    )
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N usable questions")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer length budget of the reader")
     parser.add_argument("--decisions-only", action="store_true", help="score the gate's decisions, generate no answers")

@@ -18,7 +18,8 @@ from which the report draws its position curves. Records of given passages (cont
 reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
 
 Questions (``evaluation.compare.held_out``): the dataset's in file order, or one side of a seeded dev/test split
-(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or exactly
+(``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or
+exactly
 the ids of a question-id file (``question_ids``), in file order, unknown ids counted and reported. Questions a
 pipeline's head artifact was probed on are left out (counted); a tuned pipeline is refused on its dev questions.
 Every run writes the ids it used to ``question_ids.txt`` in ``out_dir`` and records them, the dataset's path and
@@ -74,7 +75,9 @@ def parse_context_types(text: str | Sequence[str]) -> list[str]:
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     unknown = [t for t in items if t not in ACCEPTED_CONTEXT_TYPES]
     if not items or unknown:
-        raise ValueError(f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}.")
+        raise ValueError(
+            f"--context-types takes a comma-separated subset of {list(ACCEPTED_CONTEXT_TYPES)}; got {text!r}."
+        )
     return list(dict.fromkeys(items))
 
 
@@ -232,6 +235,7 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
         record.update(ran.value)
         record["gold_position"] = gold_position(record)
         counters["model_runs"] += 1
+        counters["truncated"] += int(record.get("finish_reason") == "length")
     elif isinstance(ran.error, ComponentLoadError):
         raise ran.error  # the pipeline cannot answer any question: no report of n = 0
     elif find_in_causes(ran.error, ServedModelError) is not None:
@@ -325,8 +329,9 @@ def run_compare(
     cache = AnswerCache(out / CACHE_FILE)
     # stale_context: cached answers given other passages than this run's (re-answered, or left out by
     # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
+    # truncated: answers of this run cut at their token budget (finish_reason "length", where the reader says)
     counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "failed_requests": 0,
-                STALE_CONTEXT: 0, CONTEXT_UNCHECKED: 0}
+                "truncated": 0, STALE_CONTEXT: 0, CONTEXT_UNCHECKED: 0}
     missing_contexts: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
         for context_type, reason in (context_set.reasons or {}).items():

@@ -16,9 +16,8 @@ Usage:
 
 from __future__ import annotations
 
-from functools import partial
-
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Sequence
 
 from icr2_components.evaluation.compare.held_out import HeldOutError
@@ -111,9 +110,8 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
 
     from icr2_components.concurrency import Job, ordered_calls
     from icr2_components.errors import find_in_causes
-    from icr2_components.models.served_model import ServedModelError
-
     from icr2_components.gates import TimeAwareRetrievalGate, gate_decider_class
+    from icr2_components.models.served_model import ServedModelError
 
     check_held_apart(specs, [q.id for q in labelled])
     results: dict[str, dict[str, Any]] = {}
