@@ -88,28 +88,36 @@ def test_text_metrics_follow_squad_and_rouge_l():
 
 
 def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_path, monkeypatch, sample_files):
-    """Haystack wraps the reader's ContextTooLongError in PipelineRuntimeError; compare still finds it."""
+    """The real failure first: a question whose prompt is over SmolLM2's context makes the real reader raise
+    ContextTooLongError (wrapped by Haystack in PipelineRuntimeError); compare records it as that question's error
+    and answers the next one. Then a bug (any other error) stops the run: that one can only be injected."""
     from haystack.core.errors import PipelineRuntimeError
 
-    from icr2_components.errors import ContextTooLongError
     from icr2_components.evaluation.compare.run import run_compare
 
-    def failing(kind):
-        def run(self, *args, **kwargs):
-            try:
-                raise kind("The prompt has 9000 tokens but smollm2-135m-instruct accepts 8160")
-            except Exception as error:
-                raise PipelineRuntimeError.from_exception("reader", object, error) from error
-        return run
+    dataset = tmp_path / "long.jsonl"
+    long_question = " ".join(f"word{i}" for i in range(9000))  # far over 8,192 tokens
+    dataset.write_text("\n".join(json.dumps(r) for r in (
+        {"id": "long-1", "input": long_question, "output": [{"answer": "nothing"}]},
+        {"id": "short-1", "input": "what is the capital of france", "output": [{"answer": "Paris"}]},
+    )) + "\n")
+    report = run_compare([CLOSED_BOOK], dataset=str(dataset), context_types="open", out_dir=tmp_path / "o",
+                         max_new_tokens=4, progress=False)
+    assert report["run"]["counters"]["errors"] == 1 and report["run"]["counters"]["model_runs"] == 1
+    assert report["summary"]["closed_book"]["open"]["errors"] == 1
+    saved = {json.loads(line)["question_id"]: json.loads(line) for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()}
+    assert saved["long-1"]["error"].startswith("The prompt has ") and "smollm2-135m-instruct accepts" in saved["long-1"]["error"]
+    assert saved["long-1"]["gold_position"] is None and not saved["short-1"].get("error")
 
-    monkeypatch.setattr(PipelineSpec, "run", failing(ContextTooLongError))
-    report = run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o", progress=False)
-    assert report["run"]["counters"]["errors"] == 1 and report["summary"]["closed_book"]["open"]["errors"] == 1
-    saved = json.loads((tmp_path / "o" / "answers.jsonl").read_text().splitlines()[0])
-    assert saved["error"].startswith("The prompt has 9000 tokens") and saved["gold_position"] is None
-    monkeypatch.setattr(PipelineSpec, "run", failing(RuntimeError))
+    def bug(self, *args, **kwargs):
+        try:
+            raise RuntimeError("a bug in a component")
+        except Exception as error:
+            raise PipelineRuntimeError.from_exception("reader", object, error) from error
+
+    monkeypatch.setattr(PipelineSpec, "run", bug)
     with pytest.raises(PipelineRuntimeError):
-        run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o", progress=False)
+        run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o2", progress=False)
 
 
 def test_the_cache_key_hash_follows_behaviour_not_comments_or_descriptive_metadata(tmp_path):
