@@ -141,11 +141,13 @@ def main() -> None:
               "speedup_of_compare_over_concurrency_1": round(best_compare["compare_answers_per_s"]
                                                              / rows[0]["compare_answers_per_s"], 3),
               "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg()}
-    print(f"{len(bodies)} requests per level on the {server} server; best compare {best_compare['compare_answers_per_s']}"
-          f" answers/s (concurrency {best_compare['concurrency']}) = {result['best_compare_over_best_ceiling']:.2f}x "
-          f"the best ceiling {best_ceiling['ceiling_answers_per_s']} (concurrency {best_ceiling['concurrency']}); "
-          f"{result['speedup_of_compare_over_concurrency_1']:.2f}x compare at concurrency 1; load "
-          f"{load_before[0]:.1f} -> {result['load_average_after'][0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"{len(bodies)} requests per level on the {server} server; best compare {best_compare['compare_answers_per_s']}"
+        f" answers/s (concurrency {best_compare['concurrency']}) = {result['best_compare_over_best_ceiling']:.2f}x "
+        f"the best ceiling {best_ceiling['ceiling_answers_per_s']} (concurrency {best_ceiling['concurrency']}); "
+        f"{result['speedup_of_compare_over_concurrency_1']:.2f}x compare at concurrency 1; load "
+        f"{load_before[0]:.1f} -> {result['load_average_after'][0]:.1f} on {os.cpu_count()} cores"
+    )
     out = Path(args.out or REPO / "bench" / "results" / f"concurrency-{server}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

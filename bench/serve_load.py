@@ -119,7 +119,13 @@ def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) 
                 try:
                     response = client.post(f"/{name}/run", json={"query": query})
                 except Exception as error:  # counted, never dropped
-                    result = {"i": i, "status": None, "ok": False, "busy": busy, "answer": f"{type(error).__name__}: {error}"}
+                    result = {
+                        "i": i,
+                        "status": None,
+                        "ok": False,
+                        "busy": busy,
+                        "answer": f"{type(error).__name__}: {error}",
+                    }
                     break
                 statuses.append(response.status_code)
                 if response.status_code == 429 and response.headers.get("retry-after", "").isdigit() \
@@ -163,7 +169,9 @@ def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) 
             ]
             for body, what in over_limit:
                 response = client.post(f"/{name}/run", json=body)
-                malformed.append({"case": what, "status": response.status_code, "reason": response.json().get("reason")})
+                malformed.append(
+                    {"case": what, "status": response.status_code, "reason": response.json().get("reason")}
+                )
         client.close()
     finally:
         server.terminate()
@@ -232,11 +240,17 @@ def main() -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(figures, indent=2))
-    print(f"{'server':<22} {'answered':>9} {'errors':>7} {'429s':>6} {'p50 s':>7} {'p99 s':>7} {'req/s':>6} {'peak RSS growth':>16}")
+    print(
+        f"{'server':<22} {'answered':>9} {'errors':>7} {'429s':>6} {'p50 s':>7} {'p99 s':>7} {'req/s':>6} "
+        f"{'peak RSS growth':>16}"
+    )
     for label, run in (("unbounded (baseline)", baseline), (f"--max-queue {args.max_queue}", bounded)):
         lat = run["latency_s"] or {"p50": float("nan"), "p99": float("nan")}
-        print(f"{label:<22} {run['answered']:>5}/{args.requests:<3} {run['errors']:>7} {run['busy_answers']:>6} "
-              f"{lat['p50']:>7.2f} {lat['p99']:>7.2f} {run['throughput_rps'] or 0:>6.2f} {run['rss_growth_mib']:>12.0f} MiB")
+        print(
+            f"{label:<22} {run['answered']:>5}/{args.requests:<3} {run['errors']:>7} {run['busy_answers']:>6} "
+            f"{lat['p50']:>7.2f} {lat['p99']:>7.2f} {run['throughput_rps'] or 0:>6.2f} {run['rss_growth_mib']:>12.0f} "
+            "MiB"
+        )
     print("bounded / baseline: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items() if v is not None))
     for m in bounded["malformed"]:
         print(f"  malformed: {m['case']:<22} -> {m['status']}  {m['reason']}")

@@ -105,8 +105,14 @@ def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_pa
                          max_new_tokens=4, progress=False)
     assert report["run"]["counters"]["errors"] == 1 and report["run"]["counters"]["model_runs"] == 1
     assert report["summary"]["closed_book"]["open"]["errors"] == 1
-    saved = {json.loads(line)["question_id"]: json.loads(line) for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()}
-    assert saved["long-1"]["error"].startswith("The prompt has ") and "smollm2-135m-instruct accepts" in saved["long-1"]["error"]
+    saved = {
+        json.loads(line)["question_id"]: json.loads(line)
+        for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()
+    }
+    assert (
+        saved["long-1"]["error"].startswith("The prompt has ")
+        and "smollm2-135m-instruct accepts" in saved["long-1"]["error"]
+    )
     assert saved["long-1"]["gold_position"] is None and not saved["short-1"].get("error")
 
     def bug(self, *args, **kwargs):

@@ -215,7 +215,9 @@ def test_failed_requests_are_retried_then_recorded_as_failed_and_answered_by_the
     counters = report["run"]["counters"]
     # closed-book's failed answers under gold are reused from its (now answered) open one, as a sequential run does
     assert counters["model_runs"] + counters["reused_no_context"] == len(failed) and counters["model_runs"] > 0
-    final = {r["key"]: {k: v for k, v in r.items() if k not in hashed} for r in lines(tmp_path / "down" / "answers.jsonl")}
+    final = {
+        r["key"]: {k: v for k, v in r.items() if k not in hashed} for r in lines(tmp_path / "down" / "answers.jsonl")
+    }
     order = lambda r: (r["pipeline"], r["question_id"], r["context_type"])  # noqa: E731
     assert sorted(final.values(), key=order) == sorted(expected, key=order)
 

@@ -203,5 +203,16 @@ def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
     return {**data, "components": new_components}
 
 
-__all__ = ["BACKEND_ENV", "request_concurrency", "apply_backend", "backend_from_dict", "backend_from_environment", "check_model_access",
-           "component_class", "is_black_box", "load_backend", "resolve_backend", "weights_reason"]
+__all__ = [
+    "BACKEND_ENV",
+    "request_concurrency",
+    "apply_backend",
+    "backend_from_dict",
+    "backend_from_environment",
+    "check_model_access",
+    "component_class",
+    "is_black_box",
+    "load_backend",
+    "resolve_backend",
+    "weights_reason",
+]

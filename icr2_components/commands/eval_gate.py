@@ -97,7 +97,11 @@ def run(args: argparse.Namespace) -> int:
         artifact=args.artifact,
     )
     gate.warm_up()
-    reader = None if args.decisions_only else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+    reader = (
+        None
+        if args.decisions_only
+        else LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, device=args.device)
+    )
     retriever = None
     if args.index and not args.decisions_only:
         from icr2_components.retrievers import IndexRetriever
@@ -146,9 +150,13 @@ def run_on_labels(args: argparse.Namespace) -> int:
         labelled = labelled[: args.limit]
     if not labelled:
         raise ValueError(f"{args.labels} hold no labelled question; run icr2 label-retrieval-need first.")
-    console.print(f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}")
+    console.print(
+        f"{len(labelled)} labelled questions of {described['reader']}; counts {described['counts'].get('all')}"
+    )
     if described["unreadable_lines"]:
-        console.print(f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)")
+        console.print(
+            f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)"
+        )
     from icr2_components.backends import request_concurrency, resolve_backend
 
     slots = request_concurrency(resolve_backend(args.backend) if args.backend else None, args.concurrency)

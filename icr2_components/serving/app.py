@@ -264,10 +264,17 @@ def _configure_hayhooks() -> None:
     settings.show_tracebacks = False
 
 
-def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                       max_query_chars: int = DEFAULT_MAX_QUERY_CHARS, max_new_tokens: int | None = None,
-                       concurrency: int | None = None, backend: Backend | None = None, max_queue: int = DEFAULT_MAX_QUEUE,
-                       body_timeout: float = DEFAULT_BODY_TIMEOUT) -> FastAPI:
+def create_serving_app(
+    pipeline_path: str,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
+    max_new_tokens: int | None = None,
+    concurrency: int | None = None,
+    backend: Backend | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+) -> FastAPI:
     """Build hayhooks' app serving ``pipeline_path`` at ``POST /<file stem>/run``; models are loaded now.
     ``concurrency``: pipeline runs at once (None: the backend's ``max_concurrency``, its kind's default without
     one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many requests.
@@ -293,7 +300,9 @@ def create_serving_app(pipeline_path: str, *, max_body_bytes: int = DEFAULT_MAX_
         raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}.")
     # a given value is kept as before (serve has always let in-process readers share slots); the default follows
     # the backend
-    concurrency = check_concurrency(concurrency, "concurrency") if concurrency is not None else request_concurrency(backend)
+    concurrency = (
+        check_concurrency(concurrency, "concurrency") if concurrency is not None else request_concurrency(backend)
+    )
     spec = PipelineSpec.from_file(str(pipeline_path), backend=backend)  # allowlisted load, declared IO checked
     request_model = build_request_model(spec, max_query_chars=max_query_chars)
     wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)

@@ -207,7 +207,7 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
     prefetched answer stands for its model run, and a step whose run was not foreseen runs now. Returns the
     outcome of the model run the step used (None: it used none)."""
     step = outcome.key
-    spec, question, context_type, record = step.spec, step.question, step.context_type, dict(step.record)
+    spec, question, record = step.spec, step.question, dict(step.record)
     key = record["key"]
     if cache.done(key):
         decision = reuse_decision(cache.records[key], step.sha)
@@ -223,7 +223,9 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
     first_key = step.first_key
     if spec.context_input is None and first_key is not None and cache.done(first_key):
         source = cache.records[first_key]
-        record.update({k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s", "gold_position")})
+        record.update(
+            {k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s", "gold_position")}
+        )
         record["reused_from"] = source["context_type"]
         counters["reused_no_context"] += 1
         cache.add(record)
@@ -314,12 +316,19 @@ def run_compare(
         raise RuntimeError(f"{len(lost)} selected question(s) could not be read back from {dataset_path}: {lost[:5]}.")
     file_info = selection.file or {}
     if file_info.get("unknown"):
-        logger.warning("%s: %d question id(s) not in %s left out (e.g. %s)", file_info.get("path"), file_info["unknown"],
-                       dataset_path, file_info["unknown_examples"][:3])
+        logger.warning(
+            "%s: %d question id(s) not in %s left out (e.g. %s)",
+            file_info.get("path"),
+            file_info["unknown"],
+            dataset_path,
+            file_info["unknown_examples"][:3],
+        )
     excluded = selection.describe()["held_out"]["excluded_probed"]
     if excluded:
-        logger.warning("%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
-                       excluded)
+        logger.warning(
+            "%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
+            excluded,
+        )
     pool = answer_pool(dataset_path)
     contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus)
                 for q in questions}
@@ -353,11 +362,21 @@ def run_compare(
         answer_wall_seconds = time.perf_counter() - started
     by_hash = {s.hash: s for s in specs}
     by_id = {q.id: q for q in questions}
-    records = [r for r in cache if r["pipeline_hash"] in by_hash and r["question_id"] in contexts
-               and r["context_type"] in types
-               # a stale record not redone (report_only, or its context no longer built) stays out of the report
-               and reuse_decision(r, expected_context_sha(by_hash[r["pipeline_hash"]], by_id[r["question_id"]],
-                                                          contexts[r["question_id"]], r["context_type"])) != STALE_CONTEXT]
+    records = [
+        r
+        for r in cache
+        if r["pipeline_hash"] in by_hash
+        and r["question_id"] in contexts
+        and r["context_type"] in types
+        # a stale record not redone (report_only, or its context no longer built) stays out of the report
+        and reuse_decision(
+            r,
+            expected_context_sha(
+                by_hash[r["pipeline_hash"]], by_id[r["question_id"]], contexts[r["question_id"]], r["context_type"]
+            ),
+        )
+        != STALE_CONTEXT
+    ]
     partial = None
     if report_only:
         # keep only questions answered by every pipeline under every context type built for them, so each paired
