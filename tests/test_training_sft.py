@@ -191,7 +191,7 @@ def test_sft_resumes_from_its_last_checkpoint(train_file, tmp_path):
     assert resumed["global_steps"] == 3
     logged_steps = [entry["step"] for entry in resumed["log_history"] if "loss" in entry]
     assert logged_steps == [1, 2, 3]  # steps 1-2 restored from the checkpoint's state, step 3 trained now
-    with pytest.raises(FileNotFoundError, match="holds no checkpoint"):
+    with pytest.raises(FileNotFoundError, match="holds no complete checkpoint"):
         train_sft(
             sft_recipe("da", train_file, tmp_path / "empty", training={**training, "resume_from_checkpoint": True}),
             progress=False,

@@ -186,14 +186,15 @@ def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
                 f"resume_from_checkpoint={wanted!r} is not a Trainer checkpoint (no trainer_state.json)."
             )
         return path
-    from transformers.trainer_utils import get_last_checkpoint
-
     folder = Path(recipe.output_dir)
-    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
-    if last is None:
-        raise FileNotFoundError(f"resume_from_checkpoint is true but {folder} holds no checkpoint-*; set save_steps "
-                                "so the first run writes some, or start without resuming.")
-    return Path(last)
+    # Complete checkpoints only: Trainer writes trainer_state.json last, so a run killed while saving leaves a
+    # newest checkpoint-* without it (transformers' get_last_checkpoint would pick that one and fail to load).
+    complete = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+                and (p / "trainer_state.json").is_file()] if folder.is_dir() else []
+    if not complete:
+        raise FileNotFoundError(f"resume_from_checkpoint is true but {folder} holds no complete checkpoint-*; set "
+                                "save_steps so the first run writes some, or start without resuming.")
+    return max(complete, key=lambda p: int(p.name.split("-")[-1]))
 
 
 def checkpoint_step(checkpoint: Path) -> int:
