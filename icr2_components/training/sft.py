@@ -288,6 +288,11 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         import torch
 
         torch.set_num_threads(t.threads)
+    from transformers import set_seed
+
+    # Seeded before loading: resizing for the retrieval markers draws their rows at random (mean_resizing), and
+    # Trainer seeds only when it is built, so two runs of one recipe started with different new-token rows.
+    set_seed(t.seed)
     # Training needs its own trainable copy, not the shared inference one in MODEL_CACHE (model_loading.py).
     model, tokenizer = load_trainable(recipe.model, t.dtype, t.attn_implementation, t.rope_theta)
     new_ids = add_retrieval_tokens(tokenizer, model) if recipe.method != "da" else []
@@ -313,6 +318,8 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         data_collator=lambda features: pad_batch(features, tokenizer.pad_token_id),
         callbacks=callbacks,
     )
+    # read before training: save_total_limit may rotate the resumed checkpoint away during the run
+    resumed_at = checkpoint_step(checkpoint) if checkpoint else 0
     result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     final = mean_target_loss(trainer.model, loaded.examples[: min(4, len(loaded.examples))], tokenizer.pad_token_id)
     # one process writes the folder (DDP: every process holds the same weights)
@@ -327,7 +334,7 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
         "first_examples_loss_before": initial, "first_examples_loss_after": final,
         "best_checkpoint": trainer.state.best_model_checkpoint, "log_history": trainer.state.log_history,
         "resumed_from": str(checkpoint) if checkpoint else None,
-        "resumed_at_step": checkpoint_step(checkpoint) if checkpoint else 0, "training_ids": str(ids_file),
+        "resumed_at_step": resumed_at, "training_ids": str(ids_file),
         "seconds": time.perf_counter() - start, "recipe": recipe.as_dict(),
     }
     if main_process:
