@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 from haystack import Document, Pipeline
+from haystack.dataclasses import ChatMessage
 
 from icr2_components.backends import Backend, apply_backend
 from icr2_components.errors import ComponentLoadError
@@ -338,10 +339,9 @@ class PipelineSpec:
                                     f"{message}. Fix the component's settings in {self.path}; nothing was answered "
                                     "with it.") from error
 
-    def run(self, query: str, documents: list[Document] | None, controlled: bool,
-            max_new_tokens: int | None = None) -> dict[str, Any]:
-        """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
-        pipeline = self.pipeline(controlled)
+    def _data(self, pipeline: Pipeline, query: str, documents: list[Document] | None,
+              max_new_tokens: int | None) -> dict[str, dict[str, Any]]:
+        """The pipeline's run inputs for one question (components absent from ``pipeline`` get none)."""
         existing = {name for name, _ in pipeline.walk()}
         data: dict[str, dict[str, Any]] = {}
         for target in self.inputs["query"]:
@@ -350,21 +350,19 @@ class PipelineSpec:
                 data.setdefault(component, {})[socket] = query
         if documents is not None and self.context_input:
             component, socket = self.context_input.split(".", 1)
-            data.setdefault(component, {})[socket] = documents
+            if component in existing:
+                data.setdefault(component, {})[socket] = documents
         if max_new_tokens:
             # Any component that takes a max_new_tokens input gets the cap (whatever its class): an unconnected
             # input socket of that name is the contract, so a new reader needs no edit here.
             for name, sockets in pipeline.inputs(include_components_with_connected_inputs=True).items():
                 if "max_new_tokens" in sockets:
                     data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
-        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
-        self.warm_up(pipeline)
-        start = time.perf_counter()
-        result = pipeline.run(data, include_outputs_from=outputs_from)
-        latency = time.perf_counter() - start
-        reply_component, reply_socket = self.outputs["replies"].split(".", 1)
-        replies = result.get(reply_component, {}).get(reply_socket) or []
-        reply = replies[0] if replies else None
+        return data
+
+    def _record(self, result: dict, reply: ChatMessage | None, documents: list[Document] | None, controlled: bool,
+                latency: float) -> dict[str, Any]:
+        """What compare records of one answer: the reply's text, the passages shown, the prompt's tokens."""
         shown = None
         # given passages count as shown only when the pipeline has a context entry that puts them in its prompt
         if controlled and documents is not None and self.context_input:
@@ -382,6 +380,100 @@ class PipelineSpec:
             # "length": the answer was cut at its token budget (counted in reports, not logged per answer)
             "finish_reason": (reply.meta or {}).get("finish_reason") if reply is not None else None,
         }
+
+    def run(self, query: str, documents: list[Document] | None, controlled: bool,
+            max_new_tokens: int | None = None) -> dict[str, Any]:
+        """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
+        pipeline = self.pipeline(controlled)
+        data = self._data(pipeline, query, documents, max_new_tokens)
+        existing = {name for name, _ in pipeline.walk()}
+        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
+        self.warm_up(pipeline)
+        start = time.perf_counter()
+        result = pipeline.run(data, include_outputs_from=outputs_from)
+        latency = time.perf_counter() - start
+        reply_component, reply_socket = self.outputs["replies"].split(".", 1)
+        replies = result.get(reply_component, {}).get(reply_socket) or []
+        return self._record(result, replies[0] if replies else None, documents, controlled, latency)
+
+    # -- answering many questions in one generate call -------------------------------------------------------
+
+    def unbatched_because(self, controlled: bool) -> str | None:
+        """None when this pipeline's answers can be generated in batches (:meth:`run_batch`): its reader has a
+        ``run_batch`` (``LocalChatReader``) and is the last step (nothing reads its replies). Otherwise why not,
+        in words: the reader's own ``unbatched_because`` (white-box decoding that needs per-prompt state), or
+        the pipeline's shape."""
+        pipeline = self.pipeline(controlled)
+        reader_name = self.outputs["replies"].split(".", 1)[0]
+        reader = dict(pipeline.walk()).get(reader_name)
+        if reader is None:
+            return f"its replies come from {reader_name!r}, which is not in the pipeline"
+        if not callable(getattr(reader, "run_batch", None)):
+            reason = getattr(reader, "unbatched_because", None) or "it has no run_batch"
+            return f"its reader {type(reader).__name__} answers one prompt at a time: {reason}"
+        if any(True for _ in pipeline.graph.successors(reader_name)):
+            return f"its reader {reader_name!r} feeds other components"
+        edges = pipeline.graph.in_edges(reader_name, data="to_socket")
+        connected = {getattr(socket, "name", socket) for _, _, socket in edges}
+        if connected - {"messages"}:
+            return f"its reader {reader_name!r} takes connected inputs other than messages"
+        return None
+
+    def _prefix(self, controlled: bool) -> Pipeline:
+        """The pipeline without its reader: everything that builds the reader's messages."""
+        key = f"prefix:{'controlled' if controlled and self.context_input and not self.documents_input else 'open'}"
+        if key not in self._pipelines:
+            if key == "prefix:controlled":
+                base = controlled_variant(self.data, self.context_input)
+            else:
+                base = copy.deepcopy(self.data)
+            base.pop("inputs", None)
+            base.pop("outputs", None)
+            reader = self.outputs["replies"].split(".", 1)[0]
+            base["components"] = {k: v for k, v in base["components"].items() if k != reader}
+            base["connections"] = [
+                c
+                for c in base.get("connections") or []
+                if c["receiver"].split(".", 1)[0] != reader and c["sender"].split(".", 1)[0] != reader
+            ]
+            self._pipelines[key] = loads_pipeline(yaml.safe_dump(base), source=f"{self.path} (up to its reader)")
+        return self._pipelines[key]
+
+    def run_batch(self, items: list[tuple[str, list[Document] | None]], controlled: bool,
+                  max_new_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Answer several questions ``(query, documents)``: each runs the pipeline up to its reader on its own,
+        then the reader generates every reply in one call (``run_batch``). The records are :meth:`run`'s (greedy
+        replies are the same); ``latency_s`` is a question's own steps plus its share of the batch's generation.
+        Only for a pipeline whose :meth:`unbatched_because` is None."""
+        reason = self.unbatched_because(controlled)
+        if reason is not None:
+            raise PipelineSpecError(f"{self.path} cannot answer in batches: {reason}.")
+        full = self.pipeline(controlled)
+        prefix = self._prefix(controlled)
+        reader_name = self.outputs["replies"].split(".", 1)[0]
+        reader = full.get_component(reader_name)
+        edges = full.graph.in_edges(reader_name, data="from_socket")
+        feeds = [(sender, getattr(socket, "name", socket)) for sender, _, socket in edges]
+        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values()} | {sender for sender, _ in feeds}
+        outputs_from &= {name for name, _ in prefix.walk()}
+        prepared = []
+        for query, documents in items:
+            start = time.perf_counter()
+            result = prefix.run(self._data(prefix, query, documents, max_new_tokens), include_outputs_from=outputs_from)
+            messages = next((result[sender][socket] for sender, socket in feeds
+                             if socket in result.get(sender, {})), None)
+            if messages is None:
+                raise PipelineSpecError(
+                    f"{self.path}: no component produced the messages of its reader {reader_name!r}."
+                )
+            prepared.append((result, messages, time.perf_counter() - start))
+        self.warm_up(prefix)
+        self.warm_up(full)  # the reader (the rest is shared with the prefix through the model and index caches)
+        start = time.perf_counter()
+        replies = reader.run_batch([messages for _, messages, _ in prepared], max_new_tokens=max_new_tokens)
+        share = (time.perf_counter() - start) / len(prepared)
+        return [self._record(result, reply, documents, controlled, seconds + share)
+                for (result, _, seconds), reply, (_, documents) in zip(prepared, replies, items)]
 
 
 def controlled_variant(data: dict, context_input: str | None) -> dict:

@@ -59,6 +59,10 @@ def register(subparsers) -> None:
                         "(default: the first of --pipelines)")
     parser.add_argument("--stats-seed", type=int, default=0,
                         help="seed of the report's bootstrap intervals and permutation tests (default 0)")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="answers a pipeline generates together, in one generate call (default 1): for pipelines "
+                        "whose reader batches (LocalChatReader as the last step); the others, and white-box decoding "
+                        "readers, answer one at a time (logged). The cache and report are those of 1")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true",
                         help="run no model: report on the questions the cache already answers for every pipeline "
@@ -148,7 +152,8 @@ def _run(args) -> int:
                          out_dir=args.out, max_new_tokens=args.max_new_tokens, index=args.index,
                          progress=not args.no_progress, backend=backend, question_ids=args.question_ids, split=split,
                          split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
-                         seed=args.stats_seed, report_only=args.report_only, concurrency=args.concurrency)
+                         seed=args.stats_seed, report_only=args.report_only, concurrency=args.concurrency,
+                         batch_size=args.batch_size)
     print_report(report)
     print_questions(report["run"])
     return 0

@@ -153,6 +153,59 @@ class LocalChatModel:
         }
         return ChatMessage.from_assistant(text, meta=meta)
 
+    def reply_batch(
+        self, conversations: list[list[ChatMessage]], max_new_tokens: int, do_sample: bool = False,
+        temperature: float = 1.0,
+    ) -> list[ChatMessage]:
+        """One assistant reply per conversation, generated in one ``generate`` call: the prompts are padded on
+        the left (the pad token, masked out; position ids follow the attention mask), so every prompt's last
+        token sits at the same position and greedy decoding in float32 gives the replies :meth:`reply` gives one
+        at a time (a test compares them on real prompts). In bfloat16/float16 the rounding depends on the batch's
+        shape, so a near tie can go the other way (``bench/reader_batching.py`` counts how often). A reply ends at
+        its first end token; the batch runs until every reply has ended or the budget is spent. Each reply's meta
+        is :meth:`reply`'s, its own `prompt_tokens` (without padding), `latency_s` the whole batch's, and
+        `batch_size`.
+
+        Every prompt is checked against the context first (``ContextTooLongError`` names the first too long).
+        """
+        import torch
+
+        if not conversations:
+            return []
+        encoded = [self.encode(messages, max_new_tokens)["input_ids"][0] for messages in conversations]
+        width = max(int(ids.shape[0]) for ids in encoded)
+        pad = self.tokenizer.pad_token_id
+        # padded here rather than by the tokenizer: the shared tokenizer's padding side stays as it is
+        input_ids = torch.full((len(encoded), width), pad, dtype=encoded[0].dtype)
+        attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            input_ids[row, width - ids.shape[0]:] = ids
+            attention_mask[row, width - ids.shape[0]:] = 1
+        arguments: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pad,
+                                     **decoding_arguments(do_sample, temperature)}
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = self.model.generate(input_ids=input_ids.to(self.model.device),
+                                         attention_mask=attention_mask.to(self.model.device), **arguments)
+        latency = time.perf_counter() - start
+        eos = self.eos_token_ids()
+        replies = []
+        for row, ids in enumerate(encoded):
+            generated = output[row, width:].tolist()
+            # a finished row is filled with the pad token (often the end token itself) until the batch ends
+            end = next((i for i, token in enumerate(generated) if token in eos), None)
+            new_tokens = generated if end is None else generated[: end + 1]
+            meta = {
+                "model": self.name,
+                "prompt_tokens": int(ids.shape[0]),
+                "completion_tokens": len(new_tokens),
+                "finish_reason": "stop" if end is not None or len(new_tokens) < max_new_tokens else "length",
+                "latency_s": latency,
+                "batch_size": len(encoded),
+            }
+            replies.append(ChatMessage.from_assistant(reply_text(self.tokenizer, new_tokens), meta=meta))
+        return replies
+
 
 def reply_text(tokenizer, token_ids: list[int]) -> str:
     """The text of generated tokens as a reply: decoded without special tokens, surrounding whitespace removed."""

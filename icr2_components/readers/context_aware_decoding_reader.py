@@ -98,6 +98,13 @@ class ContextAwareDecodingReader:
     """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
     backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
+    unbatched_because: ClassVar[str] = (
+        "decodes in its own loop, one prompt at a time: every step combines that prompt's next-token logits with and "
+        "without its context (two KV caches, and the rule's own per-prompt state such as COIECD's entropy bounds), "
+        "and the batch dimension already carries those two passes (pass_mode='batched')"
+    )
+    """Why `icr2 compare --batch-size` answers with this reader one prompt at a time (no `run_batch`)."""
+
     def __init__(
         self,
         model: str = "smollm2-135m-instruct",

@@ -47,6 +47,13 @@ class HeadSuppressionReader:
     """What this component needs of the model: a backend kind that does not provide it (a served one) refuses it."""
     backend_role: ClassVar[str] = "white_box"  # on a local backend naming another model, it loads that model
 
+    unbatched_because: ClassVar[str] = (
+        "generates through an attention-kernel tap that scales chosen heads' outputs (models/head_suppression.py); "
+        "the scaling itself is per head, not per prompt, but the tap has only been checked on unpadded single prompts, "
+        "so padded batches are not run through it"
+    )
+    """Why `icr2 compare --batch-size` answers with this reader one prompt at a time (no `run_batch`)."""
+
     def __init__(
         self,
         model: str = "smollm2-135m-instruct",

@@ -33,6 +33,9 @@ class LocalChatReader:
     result = reader.run(messages=[ChatMessage.from_user("What is the capital of France?")])
     print(result["replies"][0].text)
 
+    # a batch of conversations in one generate call (left-padded): the same greedy replies as one at a time
+    replies = reader.run_batch([[ChatMessage.from_user("Capital of Peru?")], [ChatMessage.from_user("2 + 2?")]])
+
     # streamed: the callback gets the reply as it is generated (Haystack's StreamingChunk), then a last chunk
     # with no text and the `finish_reason`; the pieces concatenate to exactly the reply's text
     reader.run(messages=[ChatMessage.from_user("Name three colours.")],
@@ -115,3 +118,16 @@ class LocalChatReader:
             streaming_callback(StreamingChunk(content="", meta=usage, component_info=info,
                                               finish_reason=reply.meta["finish_reason"]))
         return {"replies": [reply]}
+
+    def run_batch(self, conversations: list[list[ChatMessage]], max_new_tokens: int | None = None) -> list[ChatMessage]:
+        """One reply per conversation, generated together in one ``generate`` call (``LocalChatModel.reply_batch``:
+        left padding with an attention mask); greedy replies equal :meth:`run`'s one at a time. ``icr2 compare
+        --batch-size`` uses it for pipelines whose reader is the last step. Not a pipeline socket: a pipeline
+        answers one query per run.
+
+        :raises ContextTooLongError: a prompt does not fit the context (the batch is not generated).
+        """
+        if not conversations or any(not messages for messages in conversations):
+            raise ValueError("LocalChatReader.run_batch needs conversations of at least one message each.")
+        return self.chat_model.reply_batch(list(conversations), max_new_tokens or self.max_new_tokens,
+                                           do_sample=self.do_sample, temperature=self.temperature)

@@ -77,6 +77,13 @@ class ServedChatReader:
     black_box: ClassVar[bool] = True
     """Marks a reader that sees only tokens: white-box components refuse to share a pipeline with it."""
 
+    unbatched_because: ClassVar[str] = (
+        "an OpenAI chat completion carries one conversation per request (`n` samples one prompt several times; the "
+        "Batch API answers files within hours), so a batch would be N requests anyway: a batching server (vLLM, "
+        "TGI, llama-server with --parallel) batches requests that arrive together, which concurrent requests give"
+    )
+    """Why `icr2 compare --batch-size` sends this reader's prompts one request each (no `run_batch`)."""
+
     def __init__(
         self,
         api_base_url: str,

@@ -40,6 +40,7 @@ from typing import Any, Sequence
 from icr2_components.backends import Backend, request_concurrency
 from icr2_components.concurrency import FailureStreak, Job, Outcome, ordered_calls, streak_limit
 from icr2_components.errors import ComponentLoadError, find_in_causes
+from icr2_components.evaluation.compare.batching import batched_jobs, check_batch_size
 from icr2_components.evaluation.compare.cache import (
     CONTEXT_UNCHECKED,
     STALE_CONTEXT,
@@ -278,6 +279,7 @@ def run_compare(
     seeds: dict[str, Any] | None = None,
     report_only: bool = False,
     concurrency: int | None = None,
+    batch_size: int = 1,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
@@ -287,7 +289,8 @@ def run_compare(
     the questions the cache answers for every pipeline and context type (a long run's partial results, still
     paired), and count the others in ``run.report_only``. ``concurrency``: answers requested at once (default:
     the backend's ``max_concurrency``, 1 without a served backend); the cache, its order and the report are those
-    of a sequential run (``icr2_components.concurrency``)."""
+    of a sequential run (``icr2_components.concurrency``). ``batch_size``: answers generated together by a
+    pipeline whose reader batches (``compare.batching``); the cache and report are again those of 1."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
@@ -299,6 +302,7 @@ def run_compare(
     if max_new_tokens is not None and max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be a positive integer.")
     slots = request_concurrency(backend, concurrency)
+    check_batch_size(batch_size)
     specs = load_specs(pipelines, backend)
     baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
     if not report_only:
@@ -349,6 +353,7 @@ def run_compare(
                 bucket[reason] = bucket.get(reason, 0) + 1
     total = len(questions) * len(specs) * len(types)
     steps = _plan_steps(questions, specs, types, contexts, cache, report_only, max_new_tokens)
+    steps = batched_jobs(steps, batch_size, max_new_tokens)  # the same steps; some calls answer N at once
     streak = FailureStreak(streak_limit(slots))
     with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
         started = time.perf_counter()
@@ -404,6 +409,7 @@ def run_compare(
         "context_types": types,
         "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
         "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "counters": counters,
         "concurrency": slots,
