@@ -40,9 +40,10 @@ def _epoch_means(history):
             statistics.fmean(step["retrieval"] for step in history[-TRAIN_EXAMPLES:]))
 
 
-def test_retrieval_loss_training_lowers_the_retrieval_loss(tmp_path):
-    """The head alone (reader frozen, retrieval loss only) learns the same 6 examples: one epoch later their mean
-    L_ret is lower (measured: 0.61 -> 0.22)."""
+def test_retrieval_loss_training_fits_its_training_examples(tmp_path):
+    """The head alone (reader frozen, retrieval loss only) fits the 6 examples it trains on: one epoch later their
+    mean L_ret is lower (measured: 0.61 -> 0.22). This is fitting, not generalisation: what the head does on
+    questions it did not train on is measured by ``bench/retrieval_head_heldapart.py``."""
     summary = _train(tmp_path, "retrieval")
     first, last = _epoch_means(summary["history"])
     assert last < first, (first, last)
