@@ -85,34 +85,18 @@ def cmd_ids(_args) -> None:
     )
 
 
-def build_records(path: Path, ids: set[str]) -> None:
-    """ICR2 records for the sample questions in ``ids`` (the library function behind `icr2 build-benchmark`)."""
-    from icr2_components.builders.benchmark import build_icr2_benchmark
-    from icr2_components.kilt import build_sample, read_kilt_tasks
-    from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
-    from icr2_components.stores import open_index
-    from icr2_components.stores.handle import corpus_path
-
-    handle = open_index(str(ROOT / "indexing" / "kilt-sample.yaml"))
-    tasks = [t for t in read_kilt_tasks(build_sample().tasks) if t.id in ids]
-    config = handle.config
-    lookup = GoldPassageLookup.from_knowledge_source(
-        corpus_path(config),
-        wikipedia_ids={p.wikipedia_id for t in tasks for p in t.provenance},
-        passage_words=config.corpus.passage_words,
-    )
-    retrieve = {m: (lambda query, k, m=m: handle.retrieve(query, method=m, top_k=k)) for m in RETRIEVERS.split(",")}
-    summary = build_icr2_benchmark(tasks, retrieve, None, lookup, path, budget_passages=BUDGET_PASSAGES,
-                                   confounding_ratio=1.0, seed=0, top_k=TOP_K, progress=True)
-    (path.parent / "all.summary.json").write_text(json.dumps(summary.as_dict(), indent=1, default=str))
-
-
 def cmd_data(args) -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     full = DATA / "all.jsonl"
     splits = {split: read_ids(f"{split}_ids.txt") for split in ("train", "dev", "eval")}
     if not full.exists() or args.rebuild:
-        build_records(Path(str(full) + ".part"), {i for ids in splits.values() for i in ids})
+        from icr2_components.training.sample_data import build_sample_benchmark
+
+        wanted = {i for ids in splits.values() for i in ids}
+        summary = build_sample_benchmark(str(full) + ".part", limit=len(wanted), budget_passages=BUDGET_PASSAGES,
+                                         retrievers=RETRIEVERS.split(","), top_k=TOP_K, progress=True,
+                                         question_ids=wanted)
+        (DATA / "all.summary.json").write_text(json.dumps(summary, indent=1, default=str))
         os.replace(str(full) + ".part", full)
     records = {}
     for line in full.read_text().splitlines():

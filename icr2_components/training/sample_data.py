@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Collection, Sequence
 
 if TYPE_CHECKING:
     from icr2_components.filters.probing.head_probing import CiCInstance
@@ -25,8 +25,12 @@ def build_sample_benchmark(
     index_config: str = "indexing/kilt-sample.yaml",
     seed: int = 0,
     progress: bool = False,
+    question_ids: Collection[str] | None = None,
+    top_k: int | None = None,
 ) -> dict:
-    """Write ICR2 records for sample questions ``offset .. offset+limit`` to ``out_path``; return the summary.
+    """Write ICR2 records for sample questions ``offset .. offset+limit`` (or, with ``question_ids``, exactly those
+    questions, in sample order) to ``out_path``; return the summary. ``top_k``: candidates per retriever (default
+    4 x the budget).
 
     Usage:
         >>> build_sample_benchmark("/tmp/train.jsonl", limit=16, budget_passages=3)
@@ -43,14 +47,18 @@ def build_sample_benchmark(
     if not index_path.exists():  # relative to the repository root when called from elsewhere
         index_path = Path(__file__).resolve().parents[2] / index_config
     handle = open_index(str(index_path))
-    tasks = list(itertools.islice(read_kilt_tasks(build_sample().tasks), offset, offset + limit))
+    if question_ids is not None:
+        wanted = set(question_ids)
+        tasks = [task for task in read_kilt_tasks(build_sample().tasks) if task.id in wanted]
+    else:
+        tasks = list(itertools.islice(read_kilt_tasks(build_sample().tasks), offset, offset + limit))
     needed = {p.wikipedia_id for task in tasks for p in task.provenance}
     config = handle.config
     lookup = GoldPassageLookup.from_knowledge_source(corpus_path(config), wikipedia_ids=needed,
                                                      passage_words=config.corpus.passage_words)
     retrieve = {m: (lambda query, k, m=m: handle.retrieve(query, method=m, top_k=k)) for m in retrievers}
     summary = build_icr2_benchmark(tasks, retrieve, None, lookup, out_path, budget_passages=budget_passages,
-                                   top_k=budget_passages * 4, seed=seed, progress=progress)
+                                   top_k=top_k or budget_passages * 4, seed=seed, progress=progress)
     return summary.as_dict()
 
 
