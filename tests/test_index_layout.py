@@ -202,7 +202,7 @@ def test_a_bm25_only_index_has_no_vector_field_and_answers_bm25(
     assert "embedding" not in properties
     hits = handle.retrieve(documents[5].content[:80], method="bm25", top_k=3)
     assert documents[5].id in [hit.id for hit in hits]
-    with pytest.raises(ValueError, match="built without embeddings"):
+    with pytest.raises(ValueError, match=r"turns embeddings off \(embedding.enabled: false\).*use method bm25"):
         handle.retrieve("anything", method="dense")
 
 
