@@ -193,7 +193,9 @@ llama_wheel_dir() {
     echo "$LLAMA_CACHE/wheels/llama-cpp-python-$version-$(printf '%s' "$args" | sha1sum | cut -c1-12)"
 }
 
-# Succeeds when .venv's llama-cpp-python was installed from a wheel in the folder (pip's direct_url.json).
+# Succeeds when .venv's llama-cpp-python was installed from a wheel in a folder of the same name (pip's
+# direct_url.json): the name carries the version and the flags' hash, so a build from another cache root (e.g.
+# ICR2_CACHE_DIR pointed elsewhere for a server's pid files) counts, and is not rebuilt.
 llama_build_installed() { # wheel-folder
     "$VENV_PYTHON" - "$1" <<'PY'
 import json
@@ -206,7 +208,7 @@ try:
     url = urlparse(json.loads(metadata.distribution("llama-cpp-python").read_text("direct_url.json") or "{}")["url"])
 except (metadata.PackageNotFoundError, ValueError, KeyError):
     sys.exit(1)
-sys.exit(0 if url.scheme == "file" and Path(unquote(url.path)).parent == Path(sys.argv[1]) else 1)
+sys.exit(0 if url.scheme == "file" and Path(unquote(url.path)).parent.name == Path(sys.argv[1]).name else 1)
 PY
 }
 

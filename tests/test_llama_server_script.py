@@ -4,18 +4,24 @@
 - a greedy chat completion answers a factual question with the right word;
 - ``status`` exits 0 while it runs, and a second ``start`` says it is already up and exits 0;
 - ``start`` on a file that is not a GGUF model fails with llama.cpp's own reason from the server's log;
-- a malformed setting is refused with one line naming the variable.
+- a malformed setting is refused with one line naming the variable;
+- a second server on another port starts, answers and stops by its own pid file; the first one is not touched.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from tests.llama_server_fixtures import run_script
+
+# where scripts/llama_server.sh keeps its pid and log files (ICR2_CACHE_DIR, else ~/.cache/icr2_components)
+CACHE_DIR = Path(os.environ.get("ICR2_CACHE_DIR") or Path.home() / ".cache" / "icr2_components") / "llama_server"
 
 
 def post_json(url: str, payload: dict, timeout: float = 120.0) -> dict:
@@ -79,3 +85,31 @@ def test_a_malformed_setting_is_refused_naming_the_variable():
     result = run_script("status", timeout=30, env={"ICR2_LLAMA_N_CTX": "8k"})
     assert result.returncode == 1
     assert result.stderr.strip() == "[llama_server.sh] ERROR: ICR2_LLAMA_N_CTX=8k is not a positive whole number"
+
+
+@pytest.mark.llama_server
+def test_a_second_port_starts_and_stops_its_own_server_only(llama_server_url, llama_model_alias):
+    """Before the pid and log files were per port, `stop` with another port would have stopped the first server."""
+    first_port = llama_server_url.rsplit(":", 1)[1].split("/", 1)[0]
+    first_pid = (CACHE_DIR / f"server-{first_port}.pid").read_text().strip() if (
+        CACHE_DIR / f"server-{first_port}.pid").exists() else None
+    port = free_port()
+    env = {"ICR2_LLAMA_PORT": str(port)}
+    try:
+        started = run_script("start", timeout=180, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        second_pid = (CACHE_DIR / f"server-{port}.pid").read_text().strip()
+        assert second_pid and second_pid != first_pid
+        status = run_script("status", timeout=60, env=env)
+        assert status.returncode == 0 and f"127.0.0.1:{port}" in status.stdout, status.stdout + status.stderr
+        stopped = run_script("stop", timeout=60, env=env)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not (CACHE_DIR / f"server-{port}.pid").exists()
+        assert run_script("status", timeout=60, env=env).returncode != 0
+    finally:
+        run_script("stop", timeout=60, env=env)
+    # the first server still answers, under the same pid when this script started it
+    with urllib.request.urlopen(f"{llama_server_url}/models", timeout=10) as response:
+        assert llama_model_alias in [entry["id"] for entry in json.loads(response.read())["data"]]
+    if first_pid is not None:
+        assert (CACHE_DIR / f"server-{first_port}.pid").read_text().strip() == first_pid

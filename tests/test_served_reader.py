@@ -170,6 +170,15 @@ def test_haystacks_own_openai_chat_generator_named_in_yaml_is_a_reader_too(llama
 
 
 def test_vanilla_rag_open_retrieves_from_the_sample_and_answers_through_the_server(backend, sample_files):
+    """The passages retrieved from the sample reach the served reader: the gold article is among the three shown, and
+    the prompt is longer than the closed-book prompt by at least the three passages (it passed for any answer)."""
+    question = "who sang the song with reba does he love you"  # nq-sample-00388; gold: "Does He Love You" (90000385)
     spec = PipelineSpec.from_file(str(REPO / "pipelines" / "vanilla_rag.yaml"), backend=backend)
-    result = spec.run("who sings does he love me with reba", None, controlled=False, max_new_tokens=16)
-    assert len(result["shown_ids"]) == 3 and result["answer"].strip()
+    result = spec.run(question, None, controlled=False, max_new_tokens=16)
+    closed = PipelineSpec.from_file(str(REPO / "pipelines" / "closed_book.yaml"), backend=backend).run(
+        question, None, controlled=False, max_new_tokens=16)
+    assert len(result["shown_ids"]) == 3 and len(set(result["shown_ids"])) == 3
+    assert any(passage.startswith("90000385-") for passage in result["shown_ids"]), result["shown_ids"]
+    # 100-word passages are over 100 tokens each with this tokenizer; the server counts the prompt it was sent
+    assert result["prompt_tokens"] - closed["prompt_tokens"] >= 3 * 100, (result["prompt_tokens"], closed)
+    assert result["answer"].strip()
