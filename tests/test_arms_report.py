@@ -57,3 +57,24 @@ def test_a_small_gain_does_not_make_the_claim_and_only_common_questions_count(tm
     path = tmp_path / "answers.jsonl"
     path.write_text("".join(json.dumps(dict(r, pipeline="p")) + "\n" for r in close.values()))
     assert set(load_arm(path, "corpus", "p")) == set(close) and load_arm(path, "gold") == {}
+
+
+def test_registered_pairs_are_one_holm_family_of_the_pairs_run():
+    n = 100
+    sft_da = arm([i < 30 for i in range(n)])                 # 0.30
+    sft_rta = arm([i < 10 or 30 <= i < 32 for i in range(n)])  # 0.12: 2 only-arm vs 20 only-baseline
+    sft_cci = arm([i < 34 for i in range(n)])                # 0.34: 4 vs 0
+    arms = {"vanilla_rag": sft_da, "untrained": sft_da, "sft_da": sft_da, "sft_rta": sft_rta, "sft_cci": sft_cci,
+            "sft_da_gold_only": {}}
+    pairs = [("sft_rta", "sft_da"), ("sft_cci", "sft_da"), ("sft_da", "sft_da_gold_only")]
+    report = arms_report(arms, ["vanilla_rag", "untrained"], ["sft_rta"], pairs=pairs)
+    rta, cci, gold_only = report["pairs"]
+    assert (rta["answer_match"]["only_arm"], rta["answer_match"]["only_reference"]) == (2, 20)
+    assert rta["answer_match"]["difference"] == pytest.approx(-0.18)
+    raw = [binomtest(2, 22, 0.5).pvalue, binomtest(4, 4, 0.5).pvalue]
+    adjusted = multipletests(raw, method="holm")[1]
+    assert rta["answer_match"]["p_holm_family"] == pytest.approx(adjusted[0])
+    assert cci["answer_match"]["p_holm_family"] == pytest.approx(adjusted[1])
+    assert "answer_match" not in gold_only  # the baseline was not run: listed, not tested
+    table = arms_markdown(report, ["vanilla_rag", "untrained"])
+    assert "| sft_da vs sft_da_gold_only | not run |" in table and "| sft_rta vs sft_da | -0.180 | 2 / 20 |" in table

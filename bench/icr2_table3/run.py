@@ -199,6 +199,9 @@ def cmd_eval(args) -> None:
 
 REFERENCES = ["vanilla_rag", "untrained"]
 CLAIM_ARMS = ["sft_da", "sft_rta", "sft_cci", "rethead", "sft_da_rap", "sft_rta_rap"]
+# the registered secondary comparisons (ICR2 5.1, each RAP arm against its reader, ICR2's gold-only ablation)
+PAIRS = [("sft_rta", "sft_da"), ("sft_cci", "sft_da"), ("sft_da_rap", "sft_da"), ("sft_rta_rap", "sft_rta"),
+         ("sft_da", "sft_da_gold_only")]
 # ICR2 Table 3, Mistral-7B, ICR2 NQ column (what each row is read against)
 PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60, "sft_cci": 0.63, "rethead": 0.48,
          "sft_da_rap": 0.64, "sft_rta_rap": 0.63, "oracle": 0.83}
@@ -216,7 +219,7 @@ def cmd_report(_args) -> None:
     for arm, (pipeline, context_type) in ARMS.items():
         answers = RESULTS / "arms" / arm / "answers.jsonl"
         arms[arm] = load_arm(answers, context_type, pipeline) if answers.exists() else {}
-    report = arms_report(arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"))
+    report = arms_report(arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"), pairs=PAIRS)
     report["paper_table3_icr2_nq"] = PAPER
     table = arms_markdown(report, REFERENCES)
     claim = report["claim"]

@@ -56,7 +56,8 @@ def _paired(a: Sequence[bool], b: Sequence[bool]) -> dict:
 
 
 def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str], claim_arms: Sequence[str],
-                min_difference: float = 0.10, question_ids: Sequence[str] | None = None) -> dict:
+                min_difference: float = 0.10, question_ids: Sequence[str] | None = None,
+                pairs: Sequence[tuple[str, str]] = ()) -> dict:
     """Score every arm on the questions every present arm answered and test the claim.
 
     :param arms: arm name -> question id -> answer record (``load_arm``); an arm with no records is "not run".
@@ -65,7 +66,10 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
     :param claim_arms: the arms of the claim: it holds for an arm beating every reference by ``>= min_difference``
         answer match with Holm-adjusted p < 0.05 (Holm over claim_arms x references; an arm not run counts p = 1).
     :param question_ids: restrict to these (e.g. the registered evaluation ids).
-    :returns: ``{"n", "arms": {name: {answer_match, exact_match, vs: {reference: ...}}}, "claim": {...}}``.
+    :param pairs: further registered (arm, baseline) comparisons (e.g. SFT-RTA against SFT-DA), one Holm family of
+        the pairs whose two arms were run; a pair with an arm not run is listed with ``p`` None.
+    :returns: ``{"n", "arms": {name: {answer_match, exact_match, vs: {reference: ...}}}, "pairs": [...],
+        "claim": {...}}``.
     """
     present = {name: records for name, records in arms.items() if records}
     common = set.intersection(*(set(r) for r in present.values())) if present else set()
@@ -89,6 +93,17 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
             adjusted = holm([out["arms"][n]["vs"][reference][metric]["p"] for n in names])
             for n, p in zip(names, adjusted):
                 out["arms"][n]["vs"][reference][metric]["p_holm_family"] = p
+    out["pairs"] = []
+    for arm, baseline in pairs:
+        entry: dict = {"arm": arm, "baseline": baseline}
+        if arm in scores and baseline in scores:
+            for index, metric in enumerate(("answer_match", "exact_match")):
+                entry[metric] = _paired([v[index] for v in scores[arm]], [v[index] for v in scores[baseline]])
+        out["pairs"].append(entry)
+    run_pairs = [entry for entry in out["pairs"] if "answer_match" in entry]
+    for metric in ("answer_match", "exact_match"):
+        for entry, p in zip(run_pairs, holm([entry[metric]["p"] for entry in run_pairs])):
+            entry[metric]["p_holm_family"] = p
     family = [(arm, ref) for arm in claim_arms for ref in references]
     raw = [out["arms"].get(arm, {}).get("vs", {}).get(ref, {}).get("answer_match", {}).get("p", 1.0)
            for arm, ref in family]
@@ -134,4 +149,15 @@ def arms_markdown(report: dict, references: Sequence[str]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if report["not_run"]:
         lines.append(f"\nNot run yet: {', '.join(report['not_run'])}.")
+    if report.get("pairs"):
+        lines += ["", "| comparison | answer match diff | only arm / only baseline | McNemar p | Holm p (pairs run) "
+                  "| exact match diff | McNemar p |", "|---|---|---|---|---|---|---|"]
+        for entry in report["pairs"]:
+            label = f"{entry['arm']} vs {entry['baseline']}"
+            if "answer_match" not in entry:
+                lines.append(f"| {label} | not run | | | | | |")
+                continue
+            am, em = entry["answer_match"], entry["exact_match"]
+            lines.append(f"| {label} | {am['difference']:+.3f} | {am['only_arm']} / {am['only_reference']} | "
+                         f"{am['p']:.2g} | {am['p_holm_family']:.2g} | {em['difference']:+.3f} | {em['p']:.2g} |")
     return "\n".join(lines)
