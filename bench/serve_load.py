@@ -15,6 +15,25 @@ latency p50/p99 (retries included) and peak memory growth, and the bounded/unbou
 bench/results/serve_load.json.
 
     .venv/bin/python bench/serve_load.py --requests 50 --concurrency 50 --max-new-tokens 8
+
+With ``--backend FILE`` (a served backend, e.g. backends/llama_cpp_server.yaml; ``--backend-url`` points it at
+another port) the pipeline's reader is the served model and the load comes from the official ``openai`` client:
+
+1. the pipeline's chat requests are recorded through a forwarding proxy while ``icr2 serve`` answers the questions
+   at the backend's own concurrency (its answers are the reference for the loaded runs);
+2. the ceiling: a plain httpx client sends those exact requests straight to the LLM server, --concurrency at once;
+3. ``icr2 serve PIPELINE --backend FILE`` (no --concurrency: it takes the file's ``max_concurrency``;
+   ``--serve-max-queue``, default 64, admits every client) gets the questions from --concurrency ``openai``
+   clients released together, once plain and once ``stream=True``: errors, p50/p99 latency, answers/s (and the
+   time to the first text when streaming), and answers equal to the reference;
+4. the ceiling again at the backend's concurrency (what icr2 serve sends the server) and at --concurrency.
+
+The ratio is answers/s over the best ceiling measured (the load of a shared machine drifts); llama-server's
+``/slots`` is sampled every 0.05 s to show how busy each client keeps its slots. Passes when no request failed;
+writes bench/results/serve_load-backend.json.
+
+    bash scripts/llama_server.sh start native    # llama-server, ICR2_LLAMA_PARALLEL=4 slots
+    .venv/bin/python bench/serve_load.py --backend backends/llama_cpp_server.yaml --requests 50 --concurrency 50
 """
 
 from __future__ import annotations
@@ -65,34 +84,52 @@ def server_rss_bytes(pid: int) -> int | None:
     return None
 
 
-def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) -> dict:
-    """Start a server with ``--max-queue max_queue``, send the load (retrying 429s after Retry-After), sample its
-    memory; returns the figures of this run."""
+def start_serve(pipeline: str, options: list[str]) -> tuple[subprocess.Popen, str, float]:
+    """``icr2 serve pipeline *options`` on a free loopback port, once its /status answers: (process, url, seconds
+    to ready). The caller stops it (``stop_serve``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    name = Path(args.pipeline).stem
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     started = time.perf_counter()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "icr2"), "serve", args.pipeline, "--port", str(port),
-                               "--max-new-tokens", str(args.max_new_tokens), "--max-query-chars",
-                               str(args.max_query_chars), "--max-queue", str(max_queue)], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    malformed: list[dict] = []
+    server = subprocess.Popen([str(Path(sys.executable).parent / "icr2"), "serve", pipeline, "--port", str(port),
+                               *options], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
     try:
         while True:
             if server.poll() is not None:
                 raise RuntimeError(f"server exited with {server.returncode}: {server.stderr.read()[-2000:]}")
             try:
                 if httpx.get(f"{url}/status", timeout=2).status_code == 200:
-                    break
+                    return server, url, time.perf_counter() - started
             except httpx.TransportError:
                 pass
             if time.perf_counter() - started > 300:
                 raise RuntimeError("server not ready in 300 s")
             time.sleep(0.5)
-        startup_s = time.perf_counter() - started
+    except BaseException:
+        stop_serve(server)
+        raise
+
+
+def stop_serve(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) -> dict:
+    """Start a server with ``--max-queue max_queue``, send the load (retrying 429s after Retry-After), sample its
+    memory; returns the figures of this run."""
+    name = Path(args.pipeline).stem
+    server, url, startup_s = start_serve(args.pipeline, ["--max-new-tokens", str(args.max_new_tokens),
+                                                         "--max-query-chars", str(args.max_query_chars),
+                                                         "--max-queue", str(max_queue)])
+    malformed: list[dict] = []
+    try:
         ready_rss = server_rss_bytes(server.pid) or 0
         peak = [ready_rss]
         sampling = threading.Event()
@@ -174,11 +211,7 @@ def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) 
                 )
         client.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_serve(server)
 
     errors = [r for r in results if not r["ok"]]
     latencies = [r["latency_s"] for r in results if r["ok"]]
@@ -197,6 +230,229 @@ def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) 
     }
 
 
+# ------------------------------------------------------------------------------------- --backend: a served model
+
+
+def backend_file(args, folder: Path) -> tuple[Path, dict]:
+    """The backend file the run uses (``--backend``, its ``api_base_url`` replaced by ``--backend-url`` if given, in
+    a copy under ``folder``) and its ``served_model`` mapping."""
+    import yaml
+
+    values = yaml.safe_load(Path(args.backend).read_text())
+    if values.get("kind") != "served":
+        raise SystemExit(f"--backend {args.backend} is kind {values.get('kind')!r}; this mode measures a served one")
+    if args.backend_url:
+        values["served_model"]["api_base_url"] = args.backend_url
+    file = folder / Path(args.backend).name
+    file.write_text(yaml.safe_dump(values, sort_keys=False))
+    return file, values
+
+
+class SlotSampler:
+    """Polls llama-server's ``/slots`` every 0.05 s: the most slots busy at once and their mean over the phase (how
+    busy a client keeps the server). Silent (None) for a server without that endpoint."""
+
+    def __init__(self, root: str) -> None:
+        self.url, self.samples, self._stop = f"{root}/slots", [], threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=2) as client:
+            while not self._stop.wait(0.05):
+                try:
+                    slots = client.get(self.url).json()
+                    self.samples.append(sum(1 for slot in slots if slot.get("is_processing")))
+                except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+                    return
+
+    def __enter__(self) -> SlotSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def figures(self) -> dict | None:
+        return {"peak": max(self.samples), "mean": round(statistics.fmean(self.samples), 2),
+                "samples": len(self.samples)} if self.samples else None
+
+
+def summary(latencies: list[float], wall: float) -> dict:
+    return {"answers_per_s": len(latencies) / wall if wall else None, "wall_s": wall,
+            "latency_s": {**dict(zip(("p50", "p90", "p99"), map(float, np.percentile(latencies, [50, 90, 99])))),
+                          "mean": statistics.fmean(latencies), "max": max(latencies)} if latencies else None}
+
+
+def ceiling(root: str, bodies: list[bytes], concurrency: int) -> dict:
+    """The backend server's own ceiling: a plain httpx client sending ``bodies`` (the chat requests the pipeline
+    sends) straight to it, ``concurrency`` in flight. Every request must succeed."""
+    latencies: list[float] = []
+    with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=concurrency + 2)) as client, \
+            SlotSampler(root) as slots:
+        def send(body: bytes) -> None:
+            t0 = time.perf_counter()
+            client.post(f"{root}/v1/chat/completions", content=body,
+                        headers={"Content-Type": "application/json"}).raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            list(pool.map(send, bodies))
+        wall = time.perf_counter() - start
+    return {**summary(latencies, wall), "slots_busy": slots.figures()}
+
+
+def openai_load(url: str, model: str, questions: list[str], concurrency: int, stream: bool, timeout: float) -> dict:
+    """``len(questions)`` chat requests through the official ``openai`` client (its defaults: 2 retries, honouring
+    Retry-After), ``concurrency`` threads at once, all released together; per request the answer, latency and (when
+    streaming) the time to the first text."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)
+    go = threading.Barrier(min(concurrency, len(questions)))
+
+    def ask(question: str) -> dict:
+        go.wait()  # every client sends at the same moment
+        t0 = time.perf_counter()
+        first = None
+        try:
+            messages = [{"role": "user", "content": question}]
+            if stream:
+                text = ""
+                for chunk in client.chat.completions.create(model=model, messages=messages, stream=True):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        first = first or time.perf_counter() - t0
+                        text += chunk.choices[0].delta.content
+            else:
+                text = client.chat.completions.create(model=model, messages=messages).choices[0].message.content
+            return {"ok": bool(text), "answer": text, "latency_s": time.perf_counter() - t0, "first_text_s": first}
+        except Exception as error:  # counted, never dropped
+            return {"ok": False, "answer": f"{type(error).__name__}: {error}", "latency_s": time.perf_counter() - t0,
+                    "first_text_s": first}
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(ask, questions))
+    wall = time.perf_counter() - start
+    client.close()
+    latencies = [r["latency_s"] for r in results if r["ok"]]
+    firsts = [r["first_text_s"] for r in results if r["ok"] and r["first_text_s"] is not None]
+    return {**summary(latencies, wall), "answered": len(latencies), "errors": len(results) - len(latencies),
+            "error_samples": [r["answer"] for r in results if not r["ok"]][:5],
+            "first_text_s": dict(zip(("p50", "p99"), map(float, np.percentile(firsts, [50, 99])))) if firsts else None,
+            "answers": [r["answer"] for r in results]}
+
+
+def backend_mode(args, questions: list[str]) -> int:
+    """The --backend run: record the pipeline's chat requests, the server's ceiling on them, then ``icr2 serve``
+    over the backend (its concurrency from the file) under ``--concurrency`` openai clients, plain and streaming,
+    then the ceiling again."""
+    import tempfile
+
+    from icr2_components.backends import load_backend
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from concurrency import RecordingProxy  # bench/concurrency.py: forwards to the server, keeps the chat bodies
+
+    questions = [questions[i % len(questions)] for i in range(args.requests)]
+    name = Path(args.pipeline).stem
+    serve_options = ["--max-new-tokens", str(args.max_new_tokens), "--max-queue", str(args.serve_max_queue)]
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        file, values = backend_file(args, Path(tmp))
+        backend = load_backend(file)
+        api = values["served_model"]["api_base_url"].rstrip("/")
+        root = api.removesuffix("/v1")
+        served_names = [m["id"] for m in httpx.get(f"{api}/models", timeout=10).json()["data"]]
+        native = httpx.get(f"{root}/props", timeout=10).status_code == 200
+        slots = len(httpx.get(f"{root}/slots", timeout=10).json()) if native else None
+        print(f"backend {args.backend} at {api}: {'llama-server, %s slots' % slots if native else 'not llama-server'}"
+              f", serves {served_names}; backend max_concurrency {backend.concurrency}", flush=True)
+
+        # 1. the pipeline's own chat requests, recorded through a forwarding proxy at the backend's concurrency (no
+        # queue in icr2 serve): the bodies the ceiling sends, and the answers the loaded ones are compared with
+        proxy = RecordingProxy(root)
+        recorded_file = Path(tmp) / "recording.yaml"
+        recorded_file.write_text(file.read_text().replace(api, proxy.url))
+        server, url, _ = start_serve(args.pipeline, [*serve_options, "--backend", str(recorded_file)])
+        try:
+            unloaded = openai_load(url, name, questions, backend.concurrency, False, args.request_timeout)
+        finally:
+            stop_serve(server)
+            proxy.close()
+        bodies, reference = proxy.bodies, unloaded.pop("answers")
+        if unloaded["errors"] or len(bodies) != len(questions):
+            raise RuntimeError(f"recording: {unloaded['errors']} errors {unloaded['error_samples']}, "
+                               f"{len(bodies)} chat requests for {len(questions)} questions")
+        print(f"recorded {len(bodies)} chat requests ({backend.concurrency} at a time)", flush=True)
+
+        # 2. the ceiling, 3. icr2 serve under the openai clients, 4. the ceiling again (the machine's load drifts),
+        # and at icr2 serve's own concurrency (what it sends the server)
+        ceilings = []
+
+        def measure_ceiling(concurrency: int) -> None:
+            ceilings.append({"concurrency": concurrency, **ceiling(root, bodies, concurrency)})
+            print(f"ceiling: {ceilings[-1]['answers_per_s']:.2f} answers/s at concurrency {concurrency}", flush=True)
+
+        measure_ceiling(args.concurrency)
+        server, url, startup_s = start_serve(args.pipeline, [*serve_options, "--backend", str(file)])
+        runs = {}
+        try:
+            for mode, stream in (("non-streaming", False), ("streaming", True)):
+                with SlotSampler(root) as busy:
+                    run = openai_load(url, name, questions, args.concurrency, stream, args.request_timeout)
+                run["slots_busy"] = busy.figures()
+                run["same_as_unloaded"] = sum(a == b for a, b in zip(run.pop("answers"), reference))
+                runs[mode] = run
+                print(f"icr2 serve, {mode}: {run['answered']}/{len(questions)} answered, {run['errors']} errors, "
+                      f"{run['answers_per_s']:.2f} answers/s", flush=True)
+        finally:
+            stop_serve(server)
+        measure_ceiling(backend.concurrency)
+        measure_ceiling(args.concurrency)
+
+    # the ratio is over the best ceiling measured (the lowest ratio); the range: over the best and over the worst
+    best = max(ceilings, key=lambda c: c["answers_per_s"])
+    worst = min(ceilings, key=lambda c: c["answers_per_s"])
+    for run in runs.values():
+        run["over_ceiling"] = {"answers_per_s": run["answers_per_s"] / best["answers_per_s"],
+                               "answers_per_s_range": [run["answers_per_s"] / c["answers_per_s"] for c in (best, worst)],
+                               "latency_p50": run["latency_s"]["p50"] / best["latency_s"]["p50"]
+                               if run["latency_s"] else None}
+    load_after = os.getloadavg()
+    figures = {
+        "mode": "backend", "pipeline": args.pipeline, "backend": args.backend,
+        "backend_url": api, "server": f"llama-server, {slots} slots" if native else "other",
+        "serve_concurrency_from_backend": backend.concurrency, "serve_max_queue": args.serve_max_queue,
+        "requests": len(questions), "clients": args.concurrency, "max_new_tokens": args.max_new_tokens,
+        "unloaded_run": unloaded,
+        "serve_startup_s": startup_s, "ceiling_runs": ceilings, "ceiling": best, "serve": runs,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "1"),
+                    "load_average_before": [round(x, 1) for x in load_before],
+                    "load_average_after": [round(x, 1) for x in load_after]},
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    out = Path(args.out or ROOT / "bench" / "results" / "serve_load-backend.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"{'client':<34} {'answered':>9} {'errors':>6} {'p50 s':>7} {'p99 s':>7} {'answers/s':>9} {'x ceiling':>9} "
+          f"{'slots busy (mean)':>17}")
+    rows = [(f"plain httpx -> server, {c['concurrency']} at once", c, None) for c in ceilings]
+    rows += [(f"openai -> icr2 serve, {mode}", run, run["over_ceiling"]["answers_per_s"]) for mode, run in runs.items()]
+    for label, run, ratio in rows:
+        lat, slot = run["latency_s"], run["slots_busy"] or {"mean": float("nan")}
+        answered = f"{run.get('answered', len(questions))}/{len(questions)}"
+        print(f"{label:<34} {answered:>9} {run.get('errors', 0):>6} {lat['p50']:>7.2f} {lat['p99']:>7.2f} "
+              f"{run['answers_per_s']:>9.2f} {'' if ratio is None else f'{ratio:.2f}':>9} {slot['mean']:>17.2f}")
+    for mode, run in runs.items():
+        print(f"{mode}: answers equal to the unloaded run's {run['same_as_unloaded']}/{len(questions)}"
+              + (f"; first text p50 {run['first_text_s']['p50']:.2f} s" if run["first_text_s"] else ""))
+    print(f"load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores; wrote {out}")
+    return 0 if all(not run["errors"] for run in runs.values()) else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", default="pipelines/closed_book.yaml")
@@ -210,7 +466,15 @@ def main() -> int:
     parser.add_argument("--request-timeout", type=float, default=900)
     parser.add_argument("--max-query-chars", type=int, default=60_000,
                         help="the server's limit; above the over-long question's length, so it reaches the reader")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "serve_load.json"))
+    parser.add_argument("--backend", help="served backend file, e.g. backends/llama_cpp_server.yaml: measure its "
+                        "server's ceiling, then icr2 serve over it under --concurrency openai clients (plain, "
+                        "streaming)")
+    parser.add_argument("--backend-url", help="the backend's api_base_url instead of the file's, e.g. "
+                        "http://127.0.0.1:8095/v1")
+    parser.add_argument("--serve-max-queue", type=int, default=64,
+                        help="--backend: icr2 serve's --max-queue (default 64: every client admitted at once)")
+    parser.add_argument("--out", help="results JSON (default bench/results/serve_load.json, serve_load-backend.json "
+                        "with --backend)")
     args = parser.parse_args()
     if args.requests < 1 or args.concurrency < 1 or args.max_queue < 0:
         parser.error("--requests and --concurrency must be >= 1, --max-queue >= 0")
@@ -218,6 +482,9 @@ def main() -> int:
     from icr2_components.kilt import build_sample, read_kilt_tasks
 
     questions = [t.input for t in read_kilt_tasks(build_sample().tasks) if t.input.strip()]
+    if args.backend:
+        return backend_mode(args, questions)
+    args.out = args.out or str(ROOT / "bench" / "results" / "serve_load.json")
     baseline = run_load(args, questions, args.baseline_max_queue, check_malformed=False)
     bounded = run_load(args, questions, args.max_queue, check_malformed=True)
     bad_4xx = [m for m in bounded["malformed"] if not (400 <= m["status"] < 500 and m["reason"])]

@@ -1,8 +1,9 @@
 """Concurrent requests give a sequential run's results, on real answers from the project's llama.cpp server.
 
 ``icr2 compare``, ``icr2 label-retrieval-need`` and ``icr2 eval-gate --labels`` send up to N requests at once to a
-served backend (``icr2_components.concurrency``). Here each runs once one request at a time and once with four at
-once, against the server ``scripts/llama_server.sh`` starts (the ``llama_server_url`` fixture), and the answer
+served backend (``icr2_components.concurrency``); ``icr2 serve`` over a served backend runs its ``max_concurrency``
+pipelines at once under many concurrent ``openai`` clients. Here each runs once one request at a time and once with
+four at once, against the server ``scripts/llama_server.sh`` starts (the ``llama_server_url`` fixture), and the answer
 cache (its lines in order), the label file and the reports are compared, leaving out only what times the run
 (latency, seconds, the concurrency itself). A run interrupted by a real KeyboardInterrupt (``interrupt_main``,
 what Ctrl-C raises) leaves an in-order prefix of the sequential cache, and resuming it gives the whole.
@@ -251,3 +252,92 @@ def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_s
                        concurrency=4)
     assert four["vanilla"]["scores"] is not None
     assert four == one
+
+
+class CountingProxy:
+    """A real HTTP proxy in front of the real server that counts the chat requests in flight through it (the most at
+    once); everything is forwarded."""
+
+    def __init__(self, target_root: str) -> None:
+        self.in_flight = self.peak = self.chats = 0
+        proxy, lock = self, threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self, method: str) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                chat = method == "POST" and self.path.endswith("/chat/completions")
+                with lock:
+                    proxy.in_flight += chat
+                    proxy.chats += chat
+                    proxy.peak = max(proxy.peak, proxy.in_flight)
+                try:
+                    response = httpx.request(method, target_root + self.path, content=body or None,
+                                             headers={"Content-Type": "application/json"}, timeout=300)
+                finally:
+                    with lock:
+                        proxy.in_flight -= chat
+                self.send_response(response.status_code)
+                # a streamed answer (read whole here) stays text/event-stream for the client that asked for it
+                self.send_header("Content-Type", response.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(response.content)))
+                self.end_headers()
+                self.wfile.write(response.content)
+
+            def do_GET(self):  # noqa: N802
+                self._forward("GET")
+
+            def do_POST(self):  # noqa: N802
+                self._forward("POST")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_openai_clients(llama_server_url,
+                                                                                              tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openai import OpenAI
+
+    from tests.test_serve_openai import serving
+
+    questions = ["What is the capital of France?", "Who wrote Hamlet?", "What is 2 + 2?", "Where is Berlin?",
+                 "Who painted the Mona Lisa?", "What is the largest ocean?", "Who wrote Faust?", "What is water?"]
+    proxy = CountingProxy(llama_server_url.rstrip("/").removesuffix("/v1"))
+    file = backend_file(tmp_path, proxy.url)
+    file.write_text(file.read_text().replace("max_concurrency: 4", "max_concurrency: 3"))
+    try:
+        # no concurrency given: the backend file's 3; a queue long enough to admit every client
+        with serving(REPO / "pipelines" / "closed_book.yaml", backend=load_backend(file), max_new_tokens=4,
+                     max_queue=len(questions)) as (url, app):
+            assert app.state.icr2_wrapper.concurrency == 3
+            client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)
+
+            def ask(question: str, stream: bool = False) -> str:
+                messages = [{"role": "user", "content": question}]
+                if not stream:
+                    reply = client.chat.completions.create(model="closed_book", messages=messages)
+                    return reply.choices[0].message.content
+                return "".join(chunk.choices[0].delta.content or "" for chunk in client.chat.completions.create(
+                    model="closed_book", messages=messages, stream=True) if chunk.choices)
+
+            one_at_a_time = [ask(q) for q in questions]
+            assert proxy.peak == 1 and all(one_at_a_time)
+            for stream in (False, True):
+                proxy.peak = 0
+                with ThreadPoolExecutor(len(questions)) as pool:  # every client at once
+                    answers = list(pool.map(lambda q: ask(q, stream), questions))
+                # the server saw the backend's 3 requests at once, never more; each client got its own answer
+                assert proxy.peak == 3, (stream, proxy.peak)
+                assert answers == one_at_a_time, stream
+            assert proxy.chats == 3 * len(questions)
+    finally:
+        proxy.close()
