@@ -417,7 +417,8 @@ def backend_mode(args, questions: list[str]) -> int:
     worst = min(ceilings, key=lambda c: c["answers_per_s"])
     for run in runs.values():
         run["over_ceiling"] = {"answers_per_s": run["answers_per_s"] / best["answers_per_s"],
-                               "answers_per_s_range": [run["answers_per_s"] / c["answers_per_s"] for c in (best, worst)],
+                               "answers_per_s_range": [run["answers_per_s"] / c["answers_per_s"]
+                                                       for c in (best, worst)],
                                "latency_p50": run["latency_s"]["p50"] / best["latency_s"]["p50"]
                                if run["latency_s"] else None}
     load_after = os.getloadavg()
