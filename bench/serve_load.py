@@ -312,8 +312,10 @@ def openai_load(url: str, model: str, questions: list[str], concurrency: int, st
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)
     go = threading.Barrier(min(concurrency, len(questions)))
 
-    def ask(question: str) -> dict:
-        go.wait()  # every client sends at the same moment
+    def ask(i: int) -> dict:
+        question = questions[i]
+        if i < go.parties:
+            go.wait()  # the first clients send at the same moment (the others as soon as a thread is free)
         t0 = time.perf_counter()
         first = None
         try:
@@ -333,7 +335,7 @@ def openai_load(url: str, model: str, questions: list[str], concurrency: int, st
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(ask, questions))
+        results = list(pool.map(ask, range(len(questions))))
     wall = time.perf_counter() - start
     client.close()
     latencies = [r["latency_s"] for r in results if r["ok"]]
