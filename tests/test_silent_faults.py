@@ -215,7 +215,7 @@ def test_a_recipe_device_torch_cannot_train_on_is_refused_when_the_recipe_is_rea
     recipe["training"]["device"] = "tpu"
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(recipe))
-    with pytest.raises(RecipeError, match=r"training.device is 'tpu'; expected cpu, cuda, cuda:N or mps"):
+    with pytest.raises(RecipeError, match=r"training.device is 'tpu'; choose cpu, cuda, cuda:N or mps"):
         load_recipe(path)
     recipe["training"]["device"] = "cuda:7"  # well-formed, but not on this machine (nor on CI's)
     path.write_text(yaml.safe_dump(recipe))

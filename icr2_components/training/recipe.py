@@ -261,7 +261,8 @@ _TRAINING_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps)$")
 def _check_device(device: str, where: str) -> None:
     """A device torch can train on here, checked before any model loads (``tpu`` failed after the model had loaded)."""
     if not _TRAINING_DEVICE.match(device):
-        raise RecipeError(f"{where} is {device!r}; expected cpu, cuda, cuda:N or mps (or null: the Trainer's choice).")
+        raise RecipeError(f"{where} is {device!r}; choose cpu, cuda, cuda:N or mps, or leave it unset (CUDA when "
+                          "present, else CPU).")  # the words of _device, which the recipe checker runs first
     import torch
 
     if device.startswith("cuda"):
