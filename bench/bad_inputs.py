@@ -423,13 +423,13 @@ def round_two(tmp: Path, good: Path, built: Path, never: Path) -> list[Case]:
     good_labels = tmp / "good_labels.jsonl"
     good_labels.write_text(labels.read_text().splitlines()[0] + "\n" + labels.read_text().splitlines()[1] + "\n")
     out.append(Case("a knn gate's `.npz` of random bytes (eval-gate learned=)",
-                    ["eval-gate", "--labels", str(good_labels), "--methods", f"learned={artifact}"],
+                    ["eval-gate", "--labels", str(good_labels), "--methods", f"always,learned={artifact}"],
                     says=(".npz", "Train the gate again"), not_says=("allow_pickle",)))
 
     tpu = tmp / "tpu.yaml"
     tpu.write_text((REPO / "training" / "smollm2_cpu_rta.yaml").read_text().replace("device: cpu", "device: tpu", 1))
     out.append(Case("training recipe with `device: tpu`", ["train", "--config", str(tpu)],
-                    says=("tpu", "expected cpu, cuda"), note="wall time: refused before the model loads?"))
+                    says=("tpu", "cpu, cuda, cuda:N or mps")))
     out.append(Case('`"stream": "yes"` to `icr2 serve` (OpenAI chat completions)', ["serve"],
                     says=("stream", "boolean"), runner=serve_stream_yes))
     return out
