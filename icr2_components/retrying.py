@@ -93,10 +93,12 @@ class RetryPolicy:
             return retrying(call)
         except tenacity.RetryError as exhausted:
             last = exhausted.last_attempt
-            error = last.exception()
-            if give_up is None:
-                raise error from None
-            raise give_up(last.attempt_number, time.monotonic() - start, error) from error
+        error = last.exception()
+        if give_up is None:
+            # raised as it is, outside the except block: its own cause chain (e.g. the ServedModelError under
+            # Haystack's PipelineRuntimeError, which callers look for) stays intact, with no RetryError context
+            raise error
+        raise give_up(last.attempt_number, time.monotonic() - start, error) from error
 
     def repeat_while(
         self, call: Callable[[], T], *, again: Callable[[T], bool], on_retry: RetryCallback | None = None

@@ -61,6 +61,21 @@ def test_the_final_failure_is_raised_from_the_last_error():
         recording_policy(max_retries=2)[0].call(Flaky(failures=10), retry_if=lambda e: True)
 
 
+def test_the_last_error_is_raised_with_its_own_cause():
+    """A wrapped error (Haystack's PipelineRuntimeError around the reader's ServedModelError) keeps its cause when
+    the retries run out: callers find what failed in that chain (compare records a failed request by it)."""
+
+    def wrapped() -> None:
+        try:
+            raise ServedModelError("The LLM server answered 503")
+        except ServedModelError as error:
+            raise RuntimeError("component 'reader' failed") from error
+
+    with pytest.raises(RuntimeError, match="component 'reader' failed") as raised:
+        recording_policy(max_retries=1)[0].call(wrapped, retry_if=lambda e: isinstance(e.__cause__, ServedModelError))
+    assert isinstance(raised.value.__cause__, ServedModelError)
+
+
 def test_an_error_not_worth_retrying_passes_at_once():
     policy, waits = recording_policy(max_retries=5)
     call = Flaky(failures=1, error=ValueError)
