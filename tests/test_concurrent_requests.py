@@ -6,7 +6,8 @@ pipelines at once under many concurrent ``openai`` clients. Here each runs once 
 four at once, against the server ``scripts/llama_server.sh`` starts (the ``llama_server_url`` fixture), and the answer
 cache (its lines in order), the label file and the reports are compared, leaving out only what times the run
 (latency, seconds, the concurrency itself). A run interrupted by a real KeyboardInterrupt (``interrupt_main``,
-what Ctrl-C raises) leaves an in-order prefix of the sequential cache, and resuming it gives the whole.
+what Ctrl-C raises) while requests are in flight (held at a forwarding proxy until then, so the run cannot end
+first) leaves an in-order prefix of the sequential cache, and resuming it gives the whole.
 
 Identical means identical given the server's answers: against a server that decodes one request at a time (CI's
 llama-cpp-python server, or ``ICR2_LLAMA_SERVER=native ICR2_LLAMA_PARALLEL=1``) every answer and log-probability is
@@ -100,28 +101,43 @@ def test_concurrent_compare_writes_the_sequential_cache_in_order_and_the_same_re
 def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resumes_to_the_whole(
         sequential, llama_server_url, tmp_path):
     reference_dir, reference = sequential
-    expected = lines(reference_dir / "answers.jsonl")
+    # through the proxy the key and pipeline hash cover its URL: compared without them
+    hashed = ("key", "pipeline_hash")
+    expected = lines(reference_dir / "answers.jsonl", hashed)
     cache = tmp_path / "run" / "answers.jsonl"
-    backend = load_backend(backend_file(tmp_path, llama_server_url))
+    # the second question's requests wait at the proxy until Ctrl-C is pressed: the run cannot end first, however
+    # slow or fast the server, and is interrupted with requests in flight (the first question's are answered)
+    released = threading.Event()
+    proxy = FailingProxy(llama_server_url.rstrip("/").removesuffix("/v1"), expected[-1]["query"], once=0,
+                         held=released)
+    done = threading.Event()
 
     def press_ctrl_c_after_three_answers():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if cache.exists() and len(cache.read_text().splitlines()) >= 3:
+        while not done.is_set():
+            if proxy.holding and cache.exists() and len(cache.read_text().splitlines()) >= 3:
                 _thread.interrupt_main()  # what Ctrl-C raises in the main thread
+                released.set()
                 return
             time.sleep(0.01)
 
     watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
-    watcher.start()
-    with pytest.raises(KeyboardInterrupt):
-        run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
-    watcher.join()
-    written = lines(cache)
-    assert 3 <= len(written) < len(expected)
-    assert written == expected[: len(written)]  # an in-order prefix: nothing later was written before it
-    report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
-    assert lines(cache) == expected
+    try:
+        backend = load_backend(backend_file(tmp_path, proxy.url))
+        watcher.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
+        finally:
+            done.set()
+            released.set()
+            watcher.join()
+        written = lines(cache, hashed)
+        assert 3 <= len(written) < len(expected)
+        assert written == expected[: len(written)]  # an in-order prefix: nothing later was written before it
+        report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
+    finally:
+        proxy.close()
+    assert lines(cache, hashed) == expected
     assert report["run"]["counters"]["cached"] == len(written)
     for part in ("summary", "paired"):  # the run's counters differ: this one found some answers cached
         assert json.dumps(untimed(report[part]), sort_keys=True) == json.dumps(untimed(reference[part]), sort_keys=True)
@@ -129,10 +145,12 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
 
 class FailingProxy:
     """A real HTTP proxy in front of the real server: chat requests whose body contains a marker get 503, the
-    first ``once`` such requests only, or all of them with ``once=None``; everything else is forwarded."""
+    first ``once`` such requests only, or all of them with ``once=None``; everything else is forwarded. With
+    ``held``, the marked requests it forwards wait until that event is set (``holding`` counts those waiting)."""
 
-    def __init__(self, target_root: str, marker: str, once: int | None) -> None:
+    def __init__(self, target_root: str, marker: str, once: int | None, held: threading.Event | None = None) -> None:
         self.target_root, self.marker, self.once, self.failed = target_root, marker, once, 0
+        self.held, self.holding = held, 0
         proxy = self
         lock = threading.Lock()
 
@@ -146,6 +164,12 @@ class FailingProxy:
                     if fail:
                         self._send(503, b'{"error": {"message": "injected by the test proxy"}}')
                         return
+                    if proxy.held is not None:
+                        with lock:
+                            proxy.holding += 1
+                        proxy.held.wait()
+                        with lock:
+                            proxy.holding -= 1
                 response = httpx.request(method, proxy.target_root + self.path, content=body or None,
                                          headers={"Content-Type": "application/json"}, timeout=120)
                 self._send(response.status_code, response.content)
@@ -200,16 +224,13 @@ def test_failed_requests_are_retried_then_recorded_as_failed_and_answered_by_the
     try:
         backend = load_backend(backend_file(tmp_path, proxy.url, max_retries=0))
         report = run_compare(PIPELINES, out_dir=tmp_path / "down", backend=backend, concurrency=4, **SETTINGS)
-    finally:
-        proxy.close()
-    failed = [r for r in lines(tmp_path / "down" / "answers.jsonl", hashed) if r.get("failed_request")]
-    assert failed and {r["query"] for r in failed} == {question}
-    assert all(r["attempts"] == 2 and "503" in r["error"] for r in failed)
-    assert report["run"]["counters"]["failed_requests"] == len(failed) == proxy.failed // 2
-    # the next run (the proxy forwarding everything again) answers exactly those, and ends with every answer
-    proxy = FailingProxy(root, question, once=0)
-    try:
-        backend = load_backend(backend_file(tmp_path, proxy.url, max_retries=0))
+        failed = [r for r in lines(tmp_path / "down" / "answers.jsonl", hashed) if r.get("failed_request")]
+        assert failed and {r["query"] for r in failed} == {question}
+        assert all(r["attempts"] == 2 and "503" in r["error"] for r in failed)
+        assert report["run"]["counters"]["failed_requests"] == len(failed) == proxy.failed // 2
+        # the next run, the same proxy forwarding everything again (the same URL: a pipeline's hash, so the cache
+        # key, covers the server's URL), answers exactly those, and ends with every answer
+        proxy.once = 0
         report = run_compare(PIPELINES, out_dir=tmp_path / "down", backend=backend, concurrency=4, **SETTINGS)
     finally:
         proxy.close()
