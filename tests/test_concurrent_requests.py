@@ -47,10 +47,11 @@ SETTINGS = {"limit": 2, "max_new_tokens": 4, "context_types": "open,gold", "prog
 TIMING = {"latency_s", "answer_seconds"}
 
 
-def backend_file(tmp_path: Path, url: str, max_retries: int = 2) -> Path:
+def backend_file(tmp_path: Path, url: str, max_retries: int = 2, timeout_s: int = 120) -> Path:
     text = (REPO / "backends" / "llama_cpp_server.yaml").read_text().replace("http://127.0.0.1:8089/v1", url)
-    file = tmp_path / f"llama-{abs(hash(url))}-{max_retries}.yaml"
-    file.write_text(text.replace("max_retries: 2", f"max_retries: {max_retries}"))
+    file = tmp_path / f"llama-{abs(hash(url))}-{max_retries}-{timeout_s}.yaml"
+    file.write_text(text.replace("max_retries: 2", f"max_retries: {max_retries}")
+                    .replace("timeout_s: 120", f"timeout_s: {timeout_s}"))
     return file
 
 
@@ -113,16 +114,20 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
     done = threading.Event()
 
     def press_ctrl_c_after_three_answers():
-        while not done.is_set():
+        # the deadline only stops a broken run from waiting on held requests for ever (it then ends uninterrupted
+        # and the test fails): a working one is interrupted as soon as the first question is answered
+        deadline = time.monotonic() + 900
+        while not done.is_set() and time.monotonic() < deadline:
             if proxy.holding and cache.exists() and len(cache.read_text().splitlines()) >= 3:
                 _thread.interrupt_main()  # what Ctrl-C raises in the main thread
-                released.set()
-                return
+                break
             time.sleep(0.01)
+        released.set()
 
     watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
     try:
-        backend = load_backend(backend_file(tmp_path, proxy.url))
+        # held from the start, the second question's first request must not time out while the first is answered
+        backend = load_backend(backend_file(tmp_path, proxy.url, timeout_s=900))
         watcher.start()
         try:
             with pytest.raises(KeyboardInterrupt):
