@@ -86,7 +86,8 @@ def test_a_new_kind_is_one_module(batch_kind):
     backend = backend_from_dict({"kind": "batch_api", "endpoint": "https://batch.example/v2"}, "backends/batch.yaml")
     assert backend.kind_name == "batch_api" and backend.settings.endpoint == "https://batch.example/v2"
     assert backend.describe() == "batch (batch API at https://batch.example/v2)"
-    assert type(backend.kind).max_concurrency == 64 and backend_kind_class("served").max_concurrency is None
+    assert type(backend.kind).max_concurrency == 64 and backend.concurrency == 64  # the kind's default
+    assert backend_kind_class("served").max_concurrency == 4 and backend_kind_class("local").max_concurrency is None
     with pytest.raises(BackendError, match="backends/batch.yaml: endpoint must be an https URL"):
         backend_from_dict({"kind": "batch_api", "endpoint": "http://x"}, "backends/batch.yaml")
     with pytest.raises(

@@ -168,7 +168,15 @@ def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs)
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             from icr2_components.training.target_logits import target_only_loss
 
-            return target_only_loss(model, inputs, num_items_in_batch, return_outputs)
+            result = target_only_loss(model, inputs, num_items_in_batch, return_outputs)
+            # As Trainer.compute_loss does: num_items_in_batch counts the targets of every process, and DDP averages
+            # the gradients, so each process's sum over that count is scaled back by the process count (without it
+            # two processes trained at half the loss; tests/test_training_multiprocess.py)
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None \
+                    and self.accelerator.num_processes > 1:
+                scale = self.accelerator.num_processes
+                result = (result[0] * scale, result[1]) if return_outputs else result * scale
+            return result
 
     return RecipeTrainer(**kwargs)
 
