@@ -208,6 +208,22 @@ def test_a_knn_vectors_file_of_random_bytes_is_named_not_a_pickle_question(tmp_p
         read_knn_vectors(cut)
 
 
+def test_eval_gate_refuses_a_knn_artifact_with_a_damaged_vectors_file_before_any_method_runs(tmp_path):
+    """The .npz was read when the learned method's turn came, after the methods before it had run."""
+    import numpy as np
+
+    from icr2_components.artifacts.gate_artifact import GateArtifact
+    from icr2_components.evaluation.gates.gate_methods import check_held_apart, parse_methods
+
+    artifact = GateArtifact(kind="knn", cut=0.5, objective={}, probed_ids=["nq-sample-00001"],
+                            embedding_model="all-minilm-l6-v2", knn_k=3, vectors_file="gate.vectors.npz")
+    (tmp_path / "gate.json").write_text(json.dumps(artifact.to_json()))
+    (tmp_path / "gate.vectors.npz").write_bytes(np.random.default_rng(0).bytes(4096))
+    specs = parse_methods(f"always,learned={tmp_path / 'gate.json'}")
+    with pytest.raises(ValueError, match=r"is not a \.npz archive"):
+        check_held_apart(specs, ["nq-sample-00002"])
+
+
 def test_a_recipe_device_torch_cannot_train_on_is_refused_when_the_recipe_is_read(tmp_path):
     from icr2_components.training.recipe import RecipeError, load_recipe
 

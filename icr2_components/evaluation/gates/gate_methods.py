@@ -62,7 +62,8 @@ def parse_methods(text: str | Sequence[str]) -> list[MethodSpec]:
 
 
 def check_held_apart(specs: Sequence[MethodSpec], question_ids: Sequence[str]) -> dict[str, int]:
-    """Refuse questions any method's artifact was trained on; returns each artifact's training-set size."""
+    """Refuse questions any method's artifact was trained on, and an artifact whose knn vectors cannot be read;
+    returns each artifact's training-set size."""
     from icr2_components.artifacts.gate_artifact import GateArtifact
 
     sizes = {}
@@ -71,6 +72,10 @@ def check_held_apart(specs: Sequence[MethodSpec], question_ids: Sequence[str]) -
         if spec.artifact is None:
             continue
         artifact = GateArtifact.load(spec.artifact)
+        if artifact.kind == "knn":  # its vectors file too, before any method runs (it was read after the first)
+            from icr2_components.gates.deciders.learned import read_knn_vectors
+
+            read_knn_vectors(artifact.vectors_path(spec.artifact))
         overlap = sorted(wanted & set(artifact.probed_ids))
         if overlap:
             raise HeldOutError(
