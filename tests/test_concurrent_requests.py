@@ -22,9 +22,9 @@ one; a question whose requests fail every time is recorded as failed, not lost, 
 
 from __future__ import annotations
 
-import _thread
 import http.server
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -119,9 +119,13 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         deadline = time.monotonic() + 900
         while not done.is_set() and time.monotonic() < deadline:
             if proxy.holding and cache.exists() and len(cache.read_text().splitlines()) >= 3:
-                _thread.interrupt_main()  # what Ctrl-C raises in the main thread
+                # a real SIGINT, as Ctrl-C sends: unlike _thread.interrupt_main it wakes a main thread blocked on a
+                # lock, while the held requests still keep the run from ending (interrupt_main's pending interrupt
+                # could run inside a finaliser, where Python drops it, and the run then ended uninterrupted)
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                 break
             time.sleep(0.01)
+        done.wait(1.0)
         released.set()
 
     watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
