@@ -129,6 +129,9 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         released.set()
 
     watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
+    # Python's own Ctrl-C handler: a server started in process by an earlier test (uvicorn) may have left its own,
+    # which records the signal instead of raising KeyboardInterrupt
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # held from the start, the second question's first request must not time out while the first is answered
         backend = load_backend(backend_file(tmp_path, proxy.url, timeout_s=900))
@@ -145,6 +148,7 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         assert written == expected[: len(written)]  # an in-order prefix: nothing later was written before it
         report = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=backend, concurrency=4, **SETTINGS)
     finally:
+        signal.signal(signal.SIGINT, previous_handler)
         proxy.close()
     assert lines(cache, hashed) == expected
     assert report["run"]["counters"]["cached"] == len(written)
