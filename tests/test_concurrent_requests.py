@@ -285,7 +285,13 @@ def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_s
     four = run_methods(specs, labelled, model=None, today="2025-01-01", progress=False, gate_options={"server": server},
                        concurrency=4)
     assert four["vanilla"]["scores"] is not None
-    assert four == one
+    # llama-server batches concurrent requests across its slots, and a batch of 4 is not bit-for-bit a batch of 1
+    # (llama.cpp issue 7052, PR 6950): the scores agree to rounding, the decisions exactly. An exact comparison of
+    # the scores failed once in five runs of this file.
+    assert four["vanilla"]["decisions"] == one["vanilla"]["decisions"]
+    assert four["vanilla"]["scores"] == pytest.approx(one["vanilla"]["scores"], abs=0.02)
+    assert {k: v for k, v in four["vanilla"].items() if k != "scores"} == \
+        {k: v for k, v in one["vanilla"].items() if k != "scores"}
 
 
 class CountingProxy:
