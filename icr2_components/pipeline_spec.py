@@ -419,6 +419,14 @@ class PipelineSpec:
             return f"its reader {reader_name!r} takes connected inputs other than messages"
         return None
 
+    def batch_caveat(self, controlled: bool) -> str | None:
+        """For a pipeline that batches: None when batched replies equal those one at a time, otherwise why they
+        may not (the reader's ``batch_caveat``: half precision)."""
+        pipeline = self.pipeline(controlled)
+        reader = dict(pipeline.walk()).get(self.outputs["replies"].split(".", 1)[0])
+        caveat = getattr(reader, "batch_caveat", None)
+        return caveat() if callable(caveat) else None
+
     def _prefix(self, controlled: bool) -> Pipeline:
         """The pipeline without its reader: everything that builds the reader's messages."""
         key = f"prefix:{'controlled' if controlled and self.context_input and not self.documents_input else 'open'}"

@@ -121,9 +121,10 @@ class LocalChatReader:
 
     def run_batch(self, conversations: list[list[ChatMessage]], max_new_tokens: int | None = None) -> list[ChatMessage]:
         """One reply per conversation, generated together in one ``generate`` call (``LocalChatModel.reply_batch``:
-        left padding with an attention mask); greedy replies equal :meth:`run`'s one at a time. ``icr2 compare
-        --batch-size`` uses it for pipelines whose reader is the last step. Not a pipeline socket: a pipeline
-        answers one query per run.
+        left padding with an attention mask). In float32 the greedy replies equal :meth:`run`'s one at a time; in
+        bfloat16 or float16 a padded batch rounds differently, and some replies differ (:meth:`batch_caveat`).
+        ``icr2 compare --batch-size`` uses it for pipelines whose reader is the last step. Not a pipeline socket: a
+        pipeline answers one query per run.
 
         :raises ContextTooLongError: a prompt does not fit the context (the batch is not generated).
         """
@@ -131,3 +132,16 @@ class LocalChatReader:
             raise ValueError("LocalChatReader.run_batch needs conversations of at least one message each.")
         return self.chat_model.reply_batch(list(conversations), max_new_tokens or self.max_new_tokens,
                                            do_sample=self.do_sample, temperature=self.temperature)
+
+    def batch_caveat(self) -> str | None:
+        """None when :meth:`run_batch` gives :meth:`run`'s greedy replies exactly (the model runs in float32);
+        otherwise why it may not. Half precision rounds a left-padded batch's matmuls differently from a single
+        prompt's, and greedy decoding amplifies a near tie: `bench/reader_batching.py` measured 6 to 10 of 32
+        bfloat16 replies different from batch size 1 (the same answer-match count), and 32 of 32 equal in float32.
+        """
+        dtype = self.chat_model.model.dtype
+        if dtype.is_floating_point and dtype.itemsize >= 4:
+            return None
+        return (f"the model runs in {str(dtype).removeprefix('torch.')}, where a padded batch rounds differently "
+                "from one prompt: some greedy replies may differ from batch size 1 (use dtype float32 for identical "
+                "replies)")

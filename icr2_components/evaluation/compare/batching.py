@@ -5,8 +5,8 @@ Compare plans its steps (questions x pipelines x context types) in a fixed order
 calls: a pipeline whose reader batches (``PipelineSpec.unbatched_because`` is None: ``LocalChatReader`` as the
 last step) has its model calls grouped per (pipeline, open/controlled) N at a time, and the first of a group's
 calls to run answers the whole group (``PipelineSpec.run_batch``: each question's steps up to the reader on
-their own, then one ``generate`` for the N prompts, left-padded, the same greedy replies); the others take their
-share. Every other call is left as it is. Since the steps and their order do not change, the cache file, resume
+their own, then one ``generate`` for the N prompts, left-padded: in float32 the same greedy replies; a reader in
+half precision is warned about, since some of its replies differ); the others take their share. Every other call is left as it is. Since the steps and their order do not change, the cache file, resume
 after an interruption (at most one unwritten group per pipeline is redone) and the report are those of N = 1. A
 batch that fails with a question's own error (a prompt too long for the reader) is answered again one question
 at a time, so each question gets its own error, as without batching.
@@ -90,6 +90,8 @@ def batched_jobs(jobs: Iterable[Job], batch_size: int, max_new_tokens: int | Non
                 reasons[group] = step.spec.unbatched_because(step.controlled)
                 if reasons[group] is not None:
                     logger.info("%s answers one question at a time: %s", step.spec.name, reasons[group])
+                elif (caveat := step.spec.batch_caveat(step.controlled)) is not None:
+                    logger.warning("%s answers %d questions at a time, but %s.", step.spec.name, batch_size, caveat)
             if reasons[group] is None:
                 batch = open_batches.get(group)
                 if batch is None:
