@@ -62,8 +62,8 @@ def register(subparsers) -> None:
     parser.add_argument("--batch-size", type=int, default=1,
                         help="answers a pipeline generates together, in one generate call (default 1): for pipelines "
                         "whose reader batches (LocalChatReader as the last step); the others, and white-box decoding "
-                        "readers, answer one at a time (logged). The cache and report are those of 1 with a float32 reader; "
-                        "in bfloat16/float16 some greedy replies differ (warned)")
+                        "readers, answer one at a time (logged). The cache and report are those of 1 with a float32 "
+                        "reader; in bfloat16/float16 some greedy replies differ (warned)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true",
                         help="run no model: report on the questions the cache already answers for every pipeline "

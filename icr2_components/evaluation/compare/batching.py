@@ -6,8 +6,9 @@ calls: a pipeline whose reader batches (``PipelineSpec.unbatched_because`` is No
 last step) has its model calls grouped per (pipeline, open/controlled) N at a time, and the first of a group's
 calls to run answers the whole group (``PipelineSpec.run_batch``: each question's steps up to the reader on
 their own, then one ``generate`` for the N prompts, left-padded: in float32 the same greedy replies; a reader in
-half precision is warned about, since some of its replies differ); the others take their share. Every other call is left as it is. Since the steps and their order do not change, the cache file, resume
-after an interruption (at most one unwritten group per pipeline is redone) and the report are those of N = 1. A
+half precision is warned about, since some of its replies differ); the others take their share. Every other
+call is left as it is. Since the steps and their order do not change, the cache file, resume after an
+interruption (at most one unwritten group per pipeline is redone) and the report are those of N = 1. A
 batch that fails with a question's own error (a prompt too long for the reader) is answered again one question
 at a time, so each question gets its own error, as without batching.
 
