@@ -68,6 +68,33 @@ def test_a_half_precision_reader_says_its_batched_replies_may_differ(smollm2):
     assert caveat is not None and "bfloat16" in caveat and "float32" in caveat
 
 
+def test_compare_warns_before_batching_a_half_precision_reader(tmp_path, smollm2, caplog):
+    """The closed-book pipeline in float32 batches silently; in bfloat16 compare's batching logs why its replies
+    may differ from one at a time (nothing is generated here: the jobs are only planned)."""
+    import logging
+    from types import SimpleNamespace
+
+    from icr2_components.concurrency import Job
+    from icr2_components.evaluation.compare.batching import batched_jobs
+
+    text = (ROOT / "pipelines" / "closed_book.yaml").read_text()
+    assert "dtype: float32" in text
+    for dtype in ("float32", "bfloat16"):
+        path = tmp_path / f"closed_book_{dtype}.yaml"
+        path.write_text(text.replace("dtype: float32", f"dtype: {dtype}"))
+        spec = PipelineSpec.from_file(str(path))
+        steps = [SimpleNamespace(spec=spec, controlled=False, question=SimpleNamespace(query=f"question {i}"),
+                                 documents=None) for i in range(2)]
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="icr2_components.evaluation.compare.batching"):
+            jobs = list(batched_jobs((Job(step, lambda: None) for step in steps), batch_size=2, max_new_tokens=8))
+        assert len(jobs) == 2
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        if dtype == "float32":
+            assert warned == [] and spec.batch_caveat(controlled=False) is None
+        else:
+            assert len(warned) == 1 and "bfloat16" in warned[0] and "2 questions at a time" in warned[0], warned
+
 def test_white_box_decoding_readers_say_why_they_do_not_batch():
     for path in ("pipelines/cmt_cad.yaml", "pipelines/cmt_ph3_context.yaml"):
         reason = PipelineSpec.from_file(str(ROOT / path)).unbatched_because(controlled=True)
