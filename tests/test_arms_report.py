@@ -78,3 +78,21 @@ def test_registered_pairs_are_one_holm_family_of_the_pairs_run():
     assert "answer_match" not in gold_only  # the baseline was not run: listed, not tested
     table = arms_markdown(report, ["vanilla_rag", "untrained"])
     assert "| sft_da vs sft_da_gold_only | not run |" in table and "| sft_rta vs sft_da | -0.180 | 2 / 20 |" in table
+
+
+def test_selection_recall_against_a_random_pick_of_as_many_passages():
+    from icr2_components.evaluation.reports.arms_report import selection_recall
+
+    contexts = {f"q{i:03d}": [f"q{i:03d}-p{j}" for j in range(6)] for i in range(60)}
+    records = {q: {"shown_ids": ids[:2], "gold_ids": [ids[0] if i < 30 else ids[5]]}  # 30 of 60 kept the gold
+               for i, (q, ids) in enumerate(contexts.items())}
+    result = selection_recall(records, contexts)
+    assert (result["n"], result["hits"], result["rate"]) == (60, 30, 0.5)
+    assert result["chance"] == pytest.approx(1 / 3)  # 2 of 6 passages, one gold: 1 - C(5,2)/C(6,2)
+    assert result["p"] == pytest.approx(binomtest(30, 60, 1 / 3, alternative="greater").pvalue)
+    # two gold passages of six raise that question's chance to 1 - C(4,2)/C(6,2) = 0.6
+    two_gold = dict(records, q000={"shown_ids": ["q000-p0", "q000-p1"], "gold_ids": ["q000-p4", "q000-p5"]})
+    assert selection_recall(two_gold, contexts)["chance"] == pytest.approx((59 / 3 + 0.6) / 60)
+    outside = dict(records, q001={"shown_ids": ["elsewhere"], "gold_ids": ["q001-p0"]})
+    with pytest.raises(ValueError, match="not in its corpus"):
+        selection_recall(outside, contexts)

@@ -202,6 +202,7 @@ CLAIM_ARMS = ["sft_da", "sft_rta", "sft_cci", "rethead", "sft_da_rap", "sft_rta_
 # the registered secondary comparisons (ICR2 5.1, each RAP arm against its reader, ICR2's gold-only ablation)
 PAIRS = [("sft_rta", "sft_da"), ("sft_cci", "sft_da"), ("sft_da_rap", "sft_da"), ("sft_rta_rap", "sft_rta"),
          ("sft_da", "sft_da_gold_only")]
+SELECTING_ARMS = ["rethead", "sft_da_rap", "sft_rta_rap"]  # arms that keep some passages of the corpus
 # ICR2 Table 3, Mistral-7B, ICR2 NQ column (what each row is read against)
 PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60, "sft_cci": 0.63, "rethead": 0.48,
          "sft_da_rap": 0.64, "sft_rta_rap": 0.63, "oracle": 0.83}
@@ -213,7 +214,7 @@ def cmd_report(_args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm
+    from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm, selection_recall
 
     arms = {}
     for arm, (pipeline, context_type) in ARMS.items():
@@ -222,6 +223,22 @@ def cmd_report(_args) -> None:
     report = arms_report(arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"), pairs=PAIRS)
     report["paper_table3_icr2_nq"] = PAPER
     table = arms_markdown(report, REFERENCES)
+    # the selecting arms' gold recall against a random pick of as many passages (registered secondary)
+    contexts = {}
+    if (DATA / "eval.jsonl").exists():
+        for line in (DATA / "eval.jsonl").read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                contexts[record["id"]] = [c["doc_id"] for c in record["context"]]
+    report["selection_recall"] = {arm: selection_recall(arms[arm], contexts, read_ids("eval_ids.txt"))
+                                  for arm in SELECTING_ARMS if arms.get(arm) and contexts}
+    if report["selection_recall"]:
+        table += ("\n\n| arm | kept a gold passage (95% Wilson) | chance (random pick of as many) | one-sided p |\n"
+                  "|---|---|---|---|\n")
+        for arm, result in report["selection_recall"].items():
+            low, high = result["ci95"]
+            table += (f"| {arm} | {result['hits']}/{result['n']} = {result['rate']:.3f} ({low:.2f}-{high:.2f}) | "
+                      f"{result['chance']:.3f} | {result['p']:.2g} |\n")
     claim = report["claim"]
     verdict = (f"claim ({'complete' if claim['complete'] else 'INCOMPLETE: arms not run count p = 1'}): "
                f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "

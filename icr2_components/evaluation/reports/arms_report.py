@@ -122,6 +122,40 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
     return out
 
 
+def selection_recall(records: Mapping[str, dict], contexts: Mapping[str, Sequence[str]],
+                     question_ids: Sequence[str] | None = None) -> dict:
+    """How often an arm that selects passages of the corpus in context (a retrieval head, RAP) kept a gold
+    passage, against chance: a uniformly random pick of as many passages from the same corpus.
+
+    :param records: question id -> answer record of the selecting arm (``shown_ids``: the passages it kept).
+    :param contexts: question id -> the passage ids of that question's corpus in context.
+    :param question_ids: restrict to these (default: every question with a record and a context).
+    :returns: ``{"n", "hits", "rate", "ci95", "chance", "p"}``: ``chance`` the mean chance hit probability,
+        ``p`` the one-sided exact probability of at least ``hits`` under chance (Poisson-binomial over the questions'
+        own chance probabilities, which differ with the number kept and of gold passages).
+    :raises ValueError: a record shows a passage that is not in its question's corpus.
+    """
+    from math import comb
+
+    from scipy.stats import poisson_binom
+
+    wanted = question_ids if question_ids is not None else sorted(records)
+    order = [q for q in wanted if q in records and q in contexts]
+    hits, chances = [], []
+    for question in order:
+        corpus, record = set(contexts[question]), records[question]
+        shown = set(record.get("shown_ids") or [])
+        if shown - corpus:
+            raise ValueError(f"{question}: the arm showed passages not in its corpus: {sorted(shown - corpus)[:3]}.")
+        gold = set(record.get("gold_ids") or []) & corpus
+        n, kept, golds = len(corpus), len(shown), len(gold)
+        hits.append(bool(gold & shown))
+        chances.append(1 - comb(n - golds, kept) / comb(n, kept) if n else 0.0)
+    rate = _rate(hits)
+    p = float(poisson_binom(chances).sf(rate["successes"] - 1)) if order else None
+    return {**rate, "hits": rate["successes"], "chance": sum(chances) / len(chances) if chances else None, "p": p}
+
+
 def _fmt_rate(rate: dict) -> str:
     low, high = rate["ci95"]
     return f"{rate['rate']:.3f} ({low:.2f}-{high:.2f})" if rate["rate"] is not None else "-"
