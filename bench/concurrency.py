@@ -17,56 +17,31 @@ Prints a table and writes ``bench/results/concurrency-<server>.json`` (with the 
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import os
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 
+from icr2_components.testing import ForwardingProxy
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-class RecordingProxy:
+class RecordingProxy(ForwardingProxy):
     """Forwards every request to the server and keeps the bodies of the chat completions, in arrival order."""
 
     def __init__(self, target_root: str) -> None:
         self.bodies: list[bytes] = []
-        proxy = self
+        super().__init__(target_root, timeout_s=600)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if method == "POST" and self.path.endswith("/chat/completions"):
-                    proxy.bodies.append(body)
-                response = httpx.request(method, target_root + self.path, content=body or None,
-                                         headers={"Content-Type": "application/json"}, timeout=600)
-                self.send_response(response.status_code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(response.content)))
-                self.end_headers()
-                self.wfile.write(response.content)
-
-            def do_GET(self):  # noqa: N802
-                self._forward("GET")
-
-            def do_POST(self):  # noqa: N802
-                self._forward("POST")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def exchange(self, method, path, body, forward):
+        if self.is_chat(method, path):
+            self.bodies.append(body)
+        return forward()
 
 
 def backend_for(url: str, folder: Path):

@@ -22,14 +22,12 @@ one; a question whose requests fail every time is recorded as failed, not lost, 
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from icr2_components.backends import load_backend
@@ -37,6 +35,7 @@ from icr2_components.evaluation.compare import run as compare_module
 from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.gates.need_labels import NeedQuestion, label_questions
 from icr2_components.readers import ServedChatReader
+from icr2_components.testing import ForwardingProxy, ProxyReply
 
 pytestmark = pytest.mark.llama_server
 
@@ -156,60 +155,30 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         assert json.dumps(untimed(report[part]), sort_keys=True) == json.dumps(untimed(reference[part]), sort_keys=True)
 
 
-class FailingProxy:
+class FailingProxy(ForwardingProxy):
     """A real HTTP proxy in front of the real server: chat requests whose body contains a marker get 503, the
     first ``once`` such requests only, or all of them with ``once=None``; everything else is forwarded. With
     ``held``, the marked requests it forwards wait until that event is set (``holding`` counts those waiting)."""
 
     def __init__(self, target_root: str, marker: str, once: int | None, held: threading.Event | None = None) -> None:
-        self.target_root, self.marker, self.once, self.failed = target_root, marker, once, 0
+        self.marker, self.once, self.failed = marker, once, 0
         self.held, self.holding = held, 0
-        proxy = self
-        lock = threading.Lock()
+        super().__init__(target_root, timeout_s=120)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if method == "POST" and self.path.endswith("/chat/completions") and proxy.marker.encode() in body:
-                    with lock:
-                        fail = proxy.once is None or proxy.failed < proxy.once
-                        proxy.failed += int(fail)
-                    if fail:
-                        self._send(503, b'{"error": {"message": "injected by the test proxy"}}')
-                        return
-                    if proxy.held is not None:
-                        with lock:
-                            proxy.holding += 1
-                        proxy.held.wait()
-                        with lock:
-                            proxy.holding -= 1
-                response = httpx.request(method, proxy.target_root + self.path, content=body or None,
-                                         headers={"Content-Type": "application/json"}, timeout=120)
-                self._send(response.status_code, response.content)
-
-            def _send(self, status: int, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):  # noqa: N802
-                self._forward("GET")
-
-            def do_POST(self):  # noqa: N802
-                self._forward("POST")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def exchange(self, method, path, body, forward):
+        if self.is_chat(method, path) and self.marker.encode() in body:
+            with self.lock:
+                fail = self.once is None or self.failed < self.once
+                self.failed += int(fail)
+            if fail:
+                return ProxyReply(503, b'{"error": {"message": "injected by the test proxy"}}')
+            if self.held is not None:
+                with self.lock:
+                    self.holding += 1
+                self.held.wait()
+                with self.lock:
+                    self.holding -= 1
+        return forward()
 
 
 def test_failed_requests_are_retried_then_recorded_as_failed_and_answered_by_the_next_run(
@@ -294,51 +263,25 @@ def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_s
         {k: v for k, v in one["vanilla"].items() if k != "scores"}
 
 
-class CountingProxy:
+class CountingProxy(ForwardingProxy):
     """A real HTTP proxy in front of the real server that counts the chat requests in flight through it (the most at
     once); everything is forwarded."""
 
     def __init__(self, target_root: str) -> None:
         self.in_flight = self.peak = self.chats = 0
-        proxy, lock = self, threading.Lock()
+        super().__init__(target_root, timeout_s=300)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _forward(self, method: str) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                chat = method == "POST" and self.path.endswith("/chat/completions")
-                with lock:
-                    proxy.in_flight += chat
-                    proxy.chats += chat
-                    proxy.peak = max(proxy.peak, proxy.in_flight)
-                try:
-                    response = httpx.request(method, target_root + self.path, content=body or None,
-                                             headers={"Content-Type": "application/json"}, timeout=300)
-                finally:
-                    with lock:
-                        proxy.in_flight -= chat
-                self.send_response(response.status_code)
-                # a streamed answer (read whole here) stays text/event-stream for the client that asked for it
-                self.send_header("Content-Type", response.headers.get("content-type", "application/json"))
-                self.send_header("Content-Length", str(len(response.content)))
-                self.end_headers()
-                self.wfile.write(response.content)
-
-            def do_GET(self):  # noqa: N802
-                self._forward("GET")
-
-            def do_POST(self):  # noqa: N802
-                self._forward("POST")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def exchange(self, method, path, body, forward):
+        chat = self.is_chat(method, path)
+        with self.lock:
+            self.in_flight += chat
+            self.chats += chat
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            return forward()
+        finally:
+            with self.lock:
+                self.in_flight -= chat
 
 
 def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_openai_clients(llama_server_url,
@@ -381,3 +324,4 @@ def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_o
             assert proxy.chats == 3 * len(questions)
     finally:
         proxy.close()
+

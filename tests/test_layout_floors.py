@@ -1,6 +1,7 @@
 """The package's floors (../shared/DESIGN.md, README "Layout"): every import points down or along the ground floor.
 
-1. Ground floor: models, kilt, stores, records, text, artifacts and the neutral top-level modules.
+1. Ground floor: models, kilt, stores, records, text, artifacts, testing (helpers for tests and benches) and the neutral
+   top-level modules.
 2. Components, all siblings: builders, gates, filters (head probing included), rankers, readers, reorderers,
    retrievers. None imports another component package, evaluation/, serving/ or anything above.
 3. training/, evaluation/: use components, never used by them, and not each other.
@@ -43,6 +44,7 @@ GROUND = {
     "pipeline_pairs",
     "registry",
     "backends",
+    "testing",
     "__init__",
 }
 COMPONENTS = {"builders", "gates", "filters", "rankers", "readers", "reorderers", "retrievers"}
