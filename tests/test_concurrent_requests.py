@@ -128,8 +128,10 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         released.set()
 
     watcher = threading.Thread(target=press_ctrl_c_after_three_answers, daemon=True)
-    # Python's own Ctrl-C handler: a server started in process by an earlier test (uvicorn) may have left its own,
-    # which records the signal instead of raising KeyboardInterrupt
+    # Python's own Ctrl-C handler for this run: a pytest started in the background by a non-interactive shell
+    # (`pytest &` in a script) inherits SIGINT ignored, which Python keeps (SIG_IGN), and the SIGINT would be lost.
+    # No test leaves a handler of its own behind (each test's before/after was checked; the one SIGINT handler the
+    # suite sets before this test is asyncio.run's, inside ragas' ROUGE-L scoring, and asyncio restores it).
     previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         # held from the start, the second question's first request must not time out while the first is answered
