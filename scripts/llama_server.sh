@@ -114,6 +114,10 @@ served_names() {
     http_get /v1/models 3 | grep -o '"id": *"[^"]*"' | sed 's/"id": *"//; s/"$//' | paste -sd, - || true
 }
 
+# Whether a served_names list holds our alias: under load serves_alias can time out and the next lookup
+# answer, so a list is checked for the alias before it is called someone else's server.
+names_have_alias() { [[ ",$1," == *",$ALIAS,"* ]]; }
+
 # --------------------------------------------------------------------------------------------- install
 
 # Succeeds when every requirement of the `llama` extra is installed in .venv at a version it accepts and the
@@ -419,6 +423,10 @@ cmd_start() {
     fi
     local names
     names="$(served_names)"
+    if names_have_alias "$names"; then
+        log "a llama.cpp server (not started by this script) already serves '$ALIAS' at $URL/v1; using it"
+        return 0
+    fi
     [ -z "$names" ] \
         || die "the server at $URL/v1 serves [$names], not '$ALIAS'; set ICR2_LLAMA_PORT (or ICR2_LLAMA_MODEL_ALIAS)"
     port_taken && die "port $PORT on $HOST is taken by something that is not a llama.cpp server; set ICR2_LLAMA_PORT"
@@ -500,6 +508,10 @@ wait_for_health() { # pid
             return 0
         fi
         names="$(served_names)"
+        if names_have_alias "$names"; then
+            log "the llama.cpp server is up at $URL/v1 (pid $pid, model '$ALIAS')"
+            return 0
+        fi
         if [ -n "$names" ]; then
             log "the server (pid $pid) is left running; \`bash scripts/llama_server.sh stop\` ends it"
             die "the llama.cpp server at $URL/v1 (pid $pid) serves [$names], not '$ALIAS'"
@@ -561,6 +573,10 @@ cmd_status() {
     fi
     local names
     names="$(served_names)"
+    if names_have_alias "$names"; then
+        echo "running (not started by this script): $URL/v1, model '$ALIAS'"
+        return 0
+    fi
     if [ -n "$names" ]; then
         echo "a server at $URL/v1 serves [$names], not '$ALIAS'"
         return 1
