@@ -98,3 +98,61 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights_an
     a, b = load_file(str(killed / "model.safetensors")), load_file(str(root / "whole" / "model.safetensors"))
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+JOINT_STEPS, JOINT_SAVE_EVERY = 6, 2
+
+
+def test_a_joint_retrieval_head_run_killed_after_a_checkpoint_resumes_to_the_same_head_and_curve_plumbing(
+        tmp_path):
+    """The retrieval head's own trainer (accelerate, ``training/joint.py``): killed after a checkpoint and resumed,
+    it ends with the uninterrupted run's head, bitwise, its whole loss curve (the steps before the kill included)
+    and the same best-by-validation choice; a checkpoint left without ``step.json`` is not resumed from."""
+    import torch
+    from safetensors.torch import load_file
+
+    from icr2_components.training.sample_data import build_sample_benchmark
+
+    assert build_sample_benchmark(tmp_path / "train.jsonl", limit=7, budget_passages=2)["written"] == 6
+    values = {"method": "retrieval_head", "model": "tiny-random-mistral", "output_dir": str(tmp_path / "killed"),
+              "data": {"train": str(tmp_path / "train.jsonl"), "validation_fraction": 0.34}, "max_seq_length": 512,
+              "training": {"max_steps": JOINT_STEPS, "gradient_accumulation_steps": 1, "device": "cpu",
+                           "eval_steps": JOINT_SAVE_EVERY, "save_steps": JOINT_SAVE_EVERY},
+              "retrieval_head": {"top_k": 1, "proj_dim": 16, "head_learning_rate": 1e-2, "loss": "joint"}}
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump(values))
+    killed = tmp_path / "killed"
+    whole_log = (tmp_path / "whole.log").open("w")
+    whole = subprocess.Popen(_command(recipe, "--set", f"output_dir={tmp_path / 'whole'}"), cwd=ROOT,
+                             env=_environment(), stdout=subprocess.DEVNULL, stderr=whole_log)
+    process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    first = killed / f"checkpoint-{JOINT_SAVE_EVERY}" / "step.json"
+    deadline = time.monotonic() + LIMIT_S
+    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    _, errors = process.communicate()
+    assert first.exists(), errors[-3000:]
+    assert process.returncode == -signal.SIGKILL and not (killed / "training_summary.json").exists()
+    saved = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*") if (p / "step.json").exists())
+    assert saved and max(saved) < JOINT_STEPS
+    (killed / f"checkpoint-{JOINT_STEPS - 1}").mkdir()  # what a kill during a save leaves: no step.json
+
+    resumed = subprocess.run(_command(recipe, "--set", "training.resume_from_checkpoint=true"), cwd=ROOT,
+                             env=_environment(), capture_output=True, text=True, timeout=LIMIT_S)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    whole.wait(timeout=LIMIT_S)
+    whole_log.close()
+    assert whole.returncode == 0, (tmp_path / "whole.log").read_text()[-3000:]
+
+    a = json.loads((killed / "training_summary.json").read_text())
+    b = json.loads((tmp_path / "whole" / "training_summary.json").read_text())
+    assert a["resumed_at_step"] in saved and b["resumed_at_step"] is None
+    assert [h["step"] for h in b["history"]] == list(range(1, JOINT_STEPS + 1))
+    assert a["history"] == b["history"]  # every step's losses and tau, the validation points included, bitwise
+    assert sum("eval_retrieval_loss" in h for h in b["history"]) == JOINT_STEPS // JOINT_SAVE_EVERY
+    assert a["validation"] == b["validation"]
+    head_a = load_file(str(killed / "retrieval_head" / "model.safetensors"))
+    head_b = load_file(str(tmp_path / "whole" / "retrieval_head" / "model.safetensors"))
+    assert head_a.keys() == head_b.keys() and all(torch.equal(head_a[k], head_b[k]) for k in head_a)

@@ -117,8 +117,33 @@ def head_recall(model, head, examples: list[JointExample], k: int) -> dict[str, 
 
 
 def latest_checkpoint(output_dir: str) -> Path | None:
-    found = sorted(Path(output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    """The newest complete checkpoint: ``step.json`` is written last, so a folder a kill left half-written (no
+    ``step.json``) is passed over."""
+    found = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
+                    and (p / "step.json").exists()), key=lambda p: int(p.name.split("-")[-1]))
     return found[-1] if found else None
+
+
+BEST_HEAD_FILE = "best_head.pt"
+
+
+def save_progress(checkpoint: Path, step: int, history: list[dict], best: float, bad_evals: int,
+                  best_state: dict | None) -> None:
+    """What a resumed run needs beyond accelerate's state: the loss curve so far and the early-stopping state (the
+    best head by validation L_ret). ``step.json`` last: it marks the checkpoint complete."""
+    if best_state is not None:
+        torch.save(best_state, checkpoint / BEST_HEAD_FILE)
+    (checkpoint / "step.json").write_text(json.dumps({"step": step, "history": history, "best": best,
+                                                      "bad_evals": bad_evals}))
+
+
+def load_progress(checkpoint: Path) -> tuple[int, list[dict], float, int, dict | None]:
+    saved = json.loads((checkpoint / "step.json").read_text())
+    best_file = checkpoint / BEST_HEAD_FILE
+    best_state = torch.load(best_file, weights_only=True) if best_file.exists() else None
+    # checkpoints written before the curve was kept hold the step alone
+    return (saved["step"], saved.get("history", []), saved.get("best", float("inf")), saved.get("bad_evals", 0),
+            best_state)
 
 
 def save_head(head, model, tokenizer, recipe: TrainingRecipe) -> Path:
@@ -169,7 +194,9 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         groups.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": t.learning_rate})
     optimizer = torch.optim.AdamW(groups, weight_decay=t.weight_decay)
     model, head, optimizer = accelerator.prepare(model, head, optimizer)
-    step = 0
+    step, resumed_at = 0, None
+    history: list[dict[str, float]] = []
+    best, best_state, bad_evals = float("inf"), None, 0
     if t.resume_from_checkpoint:
         checkpoint = (
             Path(t.resume_from_checkpoint)
@@ -179,10 +206,9 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         if checkpoint is None:
             raise FileNotFoundError(f"resume_from_checkpoint is set but {recipe.output_dir} holds no checkpoint-*.")
         accelerator.load_state(str(checkpoint))
-        step = json.loads((checkpoint / "step.json").read_text())["step"]
+        step, history, best, bad_evals, best_state = load_progress(checkpoint)
+        resumed_at = step
     total_steps = t.max_steps
-    history: list[dict[str, float]] = []
-    best, best_state, bad_evals = float("inf"), None, 0
     model.train(options.train_lm)
     bar = tqdm(total=total_steps, initial=step, desc="joint retrieval-head training", disable=not progress)
     while step < total_steps:
@@ -197,10 +223,6 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         step += 1
         bar.update(1)
         history.append({"step": step, "tau": tau, **{k: float(v.detach()) for k, v in losses.items()}})
-        if t.save_steps and step % t.save_steps == 0:
-            checkpoint = Path(recipe.output_dir) / f"checkpoint-{step}"
-            accelerator.save_state(str(checkpoint))
-            (checkpoint / "step.json").write_text(json.dumps({"step": step}))
         if held and t.eval_steps and step % t.eval_steps == 0:
             metrics = head_recall(model, head, held, options.top_k)
             history[-1].update({f"eval_{k}": v for k, v in metrics.items()})
@@ -209,8 +231,12 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
                 best_state = {k: v.detach().clone() for k, v in accelerator.unwrap_model(head).state_dict().items()}
             else:
                 bad_evals += 1
-                if t.early_stopping_patience and bad_evals >= t.early_stopping_patience:
-                    break
+        if t.save_steps and step % t.save_steps == 0:  # after the evaluation: a resumed run continues from both
+            checkpoint = Path(recipe.output_dir) / f"checkpoint-{step}"
+            accelerator.save_state(str(checkpoint))
+            save_progress(checkpoint, step, history, best, bad_evals, best_state)
+        if t.early_stopping_patience and bad_evals >= t.early_stopping_patience:
+            break
     bar.close()
     head = accelerator.unwrap_model(head)
     model = accelerator.unwrap_model(model)
@@ -223,6 +249,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         "model": recipe.model,
         "head": str(saved),
         "steps": step,
+        "resumed_at_step": resumed_at,
         "training_ids": str(ids_file),
         "train_examples": len(train),
         "validation_examples": len(held),
