@@ -38,6 +38,25 @@ def _curve(folder: Path) -> list[tuple[int, float]]:
     return [(h["step"], h["loss"]) for h in history if "loss" in h]
 
 
+def _start_whole_and_kill_after(recipe: Path, root: Path, marker: Path) -> tuple[subprocess.Popen, object]:
+    """Start the uninterrupted run (output ``root/whole``) and the one to kill (the recipe's ``output_dir``) side
+    by side; SIGKILL the second as soon as ``marker`` (a checkpoint's last-written file) exists. Returns the
+    uninterrupted run and its stderr log (a file, not a pipe nobody reads while it runs)."""
+    whole_log = (root / "whole.log").open("w")
+    whole = subprocess.Popen(_command(recipe, "--set", f"output_dir={root / 'whole'}"), cwd=ROOT, env=_environment(),
+                             stdout=subprocess.DEVNULL, stderr=whole_log)
+    process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + LIMIT_S
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    _, errors = process.communicate()
+    assert marker.exists(), errors[-3000:]
+    assert process.returncode == -signal.SIGKILL  # it was killed, not finished
+    return whole, whole_log
+
+
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
     from icr2_components.training.sample_data import build_sample_benchmark
@@ -60,19 +79,8 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights_an
 
     root = recipe.parent
     killed = root / "killed"
-    whole_log = (root / "whole.log").open("w")  # a file, not a pipe nobody reads while it runs
-    whole = subprocess.Popen(_command(recipe, "--set", f"output_dir={root / 'whole'}"), cwd=ROOT, env=_environment(),
-                             stdout=subprocess.DEVNULL, stderr=whole_log)
-    process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    first_checkpoint = killed / f"checkpoint-{SAVE_EVERY}" / "trainer_state.json"
-    deadline = time.monotonic() + LIMIT_S
-    while not first_checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    _, errors = process.communicate()
-    assert first_checkpoint.exists(), errors[-3000:]
-    assert process.returncode == -signal.SIGKILL  # it was killed, not finished
+    whole, whole_log = _start_whole_and_kill_after(recipe, root, killed / f"checkpoint-{SAVE_EVERY}" /
+                                                   "trainer_state.json")
     assert not (killed / "model.safetensors").exists() and not (killed / "training_summary.json").exists()
     saved = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*"))
     assert saved and max(saved) < STEPS
@@ -122,19 +130,9 @@ def test_a_joint_retrieval_head_run_killed_after_a_checkpoint_resumes_to_the_sam
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump(values))
     killed = tmp_path / "killed"
-    whole_log = (tmp_path / "whole.log").open("w")
-    whole = subprocess.Popen(_command(recipe, "--set", f"output_dir={tmp_path / 'whole'}"), cwd=ROOT,
-                             env=_environment(), stdout=subprocess.DEVNULL, stderr=whole_log)
-    process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    first = killed / f"checkpoint-{JOINT_SAVE_EVERY}" / "step.json"
-    deadline = time.monotonic() + LIMIT_S
-    while not first.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    _, errors = process.communicate()
-    assert first.exists(), errors[-3000:]
-    assert process.returncode == -signal.SIGKILL and not (killed / "training_summary.json").exists()
+    whole, whole_log = _start_whole_and_kill_after(recipe, tmp_path, killed / f"checkpoint-{JOINT_SAVE_EVERY}" /
+                                                   "step.json")
+    assert not (killed / "training_summary.json").exists()
     saved = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*") if (p / "step.json").exists())
     assert saved and max(saved) < JOINT_STEPS
     (killed / f"checkpoint-{JOINT_STEPS - 1}").mkdir()  # what a kill during a save leaves: no step.json
