@@ -139,7 +139,10 @@ class LocalChatReader:
         prompt's, and greedy decoding amplifies a near tie: `bench/reader_batching.py` measured 6 to 10 of 32
         bfloat16 replies different from batch size 1 (the same answer-match count), and 32 of 32 equal in float32.
         """
-        dtype = self.chat_model.model.dtype
+        from icr2_components.models.cache import default_device, resolve_torch_dtype
+
+        # the dtype the model loads in, without loading it (a model that cannot load fails in the batch itself)
+        dtype = resolve_torch_dtype(self.dtype, self.device or default_device())
         if dtype.is_floating_point and dtype.itemsize >= 4:
             return None
         return (f"the model runs in {str(dtype).removeprefix('torch.')}, where a padded batch rounds differently "
