@@ -1,7 +1,13 @@
-"""The ICR2 retrieval head on the real SmolLM2: joint training lowers the retrieval loss over several real
-NQ-sample examples, a head trained on some questions ranks the gold passage of other (held-apart) questions
-first more often than chance, and RetrievalHeadRanker loads the trained head by path and runs in the committed
-YAML pipeline, keeping the passage its head scores highest."""
+"""The ICR2 retrieval head on the real SmolLM2: what joint training does to the retrieval loss over several real
+NQ-sample examples (against the retrieval loss alone on the same examples), and RetrievalHeadRanker loads the
+trained head by path and runs in the committed YAML pipeline, keeping the passage its head scores highest.
+
+Whether a trained head ranks the gold passages of questions it never saw above chance is measured at the scale of
+the registered ICR2 Table 3 run, not here (BENCHMARKS.md, "The retrieval head at the registered scale"): over 1,000
+training questions neither the joint objective nor the retrieval loss alone takes the head above chance on the 100
+dev questions (recall@2 0.34 and 0.35 against 0.33), and the RetHead arm's selections on the 426 evaluation
+questions are tested against chance in `bench/results/icr2_table3/report.md`. The two strict xfails this file held
+(L_ret not lowered on 6 examples; 7/16 held-apart hits against 4 by chance) were resolved by those measurements."""
 
 import statistics
 from pathlib import Path
@@ -40,79 +46,37 @@ def _epoch_means(history):
             statistics.fmean(step["retrieval"] for step in history[-TRAIN_EXAMPLES:]))
 
 
-def test_retrieval_loss_training_fits_its_training_examples(tmp_path):
+@pytest.fixture(scope="module")
+def retrieval_only_head(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("retrieval-only"), "retrieval")
+
+
+def test_retrieval_loss_training_fits_its_training_examples(retrieval_only_head):
     """The head alone (reader frozen, retrieval loss only) fits the 6 examples it trains on: one epoch later their
     mean L_ret is lower (measured: 0.61 -> 0.22). This is fitting, not generalisation: what the head does on
-    questions it did not train on is measured by ``bench/retrieval_head_heldapart.py``."""
-    summary = _train(tmp_path, "retrieval")
-    first, last = _epoch_means(summary["history"])
+    questions it did not train on is measured at the registered scale (module docstring)."""
+    first, last = _epoch_means(retrieval_only_head["history"])
     assert last < first, (first, last)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Since the sample index's BM25 became the English-analyzer one (issue 16), the confounders of these 6 questions "
-    "changed and the joint objective no longer lowers L_ret on them: mean 0.63 -> 0.99 at head lr 1e-3 (also with "
-    "retrieval_weight 2 or 4, lr 3e-4, 4 epochs or 12 examples); the generation term, through the straight-through "
-    "top-1 mask, pulls one example's head choice to its confounder (L_ret 0.41 -> 2.8), while retrieval-only training "
-    "takes the same example to 0.02. Strict: a fix of the joint objective will show here."))
-def test_joint_training_lowers_the_retrieval_loss(trained_head):
-    """Over several examples (each seen once per epoch), not one example memorised in a few steps."""
+def test_the_generation_term_keeps_the_joint_heads_retrieval_loss_above_the_retrieval_only_heads(
+        trained_head, retrieval_only_head):
+    """Why joint training does not lower L_ret on these 6 examples (a strict xfail until this measurement): on the
+    same examples, steps and head learning rate, the retrieval loss alone takes their L_ret from 0.61 to 0.22,
+    while with the generation term (through the straight-through top-1 mask) it goes from 0.63 to 0.99 (measured
+    when this was an xfail): the generation gradient pulls an example's choice to a confounder. At the registered
+    scale (1,000 questions) the same holds: the joint head ends above a uniform head's L_ret (dev 2.13 against
+    ln 6 = 1.79), the retrieval-only head at it (1.75); BENCHMARKS.md, "The retrieval head at the registered
+    scale"."""
     summary, root = trained_head
     history = summary["history"]
     assert summary["train_examples"] == TRAIN_EXAMPLES
     assert len(history) == TRAIN_EXAMPLES * EPOCHS and all("generation" in step for step in history)
-    first, last = _epoch_means(history)
-    assert last < first, (first, last)  # the same examples, one epoch later
     assert history[-1]["tau"] < history[0]["tau"]
     assert (root / "out" / "retrieval_head" / "model.safetensors").exists()
-
-
-HELD_APART = 16
-HELD_PASSAGES = 4
-
-
-@pytest.fixture(scope="module")
-def held_apart_ranking(tmp_path_factory):
-    """A head trained (retrieval loss, reader frozen) on 24 sample questions, two epochs, then scored on 16 other
-    questions: (top-1 hits, chance hits), chance being the expected hits of a uniformly random pick."""
-    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
-    from icr2_components.rankers import RetrievalHeadRanker
-    from icr2_components.training.joint import train_retrieval_head
-    from icr2_components.training.sample_data import build_sample_benchmark
-
-    root = tmp_path_factory.mktemp("ranking")
-    build_sample_benchmark(root / "train.jsonl", limit=24, budget_passages=HELD_PASSAGES)
-    build_sample_benchmark(root / "held.jsonl", limit=HELD_APART, offset=24, budget_passages=HELD_PASSAGES)
-    recipe = recipe_from_dict({
-        "method": "retrieval_head", "model": "smollm2-135m-instruct", "output_dir": str(root / "out"),
-        "data": {"train": str(root / "train.jsonl")},
-        "training": {"max_steps": 48, "gradient_accumulation_steps": 1, "device": "cpu"},
-        "retrieval_head": {"top_k": 1, "loss": "retrieval", "head_learning_rate": 1e-3},
-    })
-    summary = train_retrieval_head(recipe, progress=False)
-    train_ids = {line for line in (root / "train.jsonl").read_text().splitlines()}
-    ranker = RetrievalHeadRanker(head=summary["head"], top_k=1)
-    hits, chance, held_ids = 0, 0.0, set()
-    for instance in read_icr2_benchmark(root / "held.jsonl"):
-        documents = instance.documents()
-        gold = set(instance.gold_passage_ids)
-        held_ids.add(instance.id)
-        top = ranker.run(documents=documents, query=instance.query)["documents"][0]
-        hits += top.meta["passage_id"] in gold
-        chance += sum(d.meta["passage_id"] in gold for d in documents) / len(documents)
-    assert len(held_ids) == HELD_APART and not any(f'"id": "{i}"' in line for i in held_ids for line in train_ids)
-    return hits, chance
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "On 2 CPU cores' worth of training (24 questions x 2 epochs, 4 passages each) the head does not rank held-apart "
-    "gold passages first clearly above chance: 7/16 against 4.0 expected by chance (needs >= 8, p < 0.05). Tried "
-    "also 64 questions x 1 epoch at lr 5e-3 (9/32, chance 9.25) and 48 x 2 at 3 passages (13/32, chance 12)."))
-def test_a_trained_head_ranks_held_apart_gold_passages_first_above_chance(held_apart_ranking):
-    hits, chance = held_apart_ranking
-    # binomial(16, 1/4): P(hits >= 8) = 0.027, so 8 of 16 is above chance at the 5% level
-    assert hits >= 8, (f"top-1 gold hits on {HELD_APART} held-apart questions: {hits}; chance (a uniformly random "
-                       f"pick among {HELD_PASSAGES} passages) expects {chance:.1f}, i.e. {chance / HELD_APART:.2f}")
+    joint_last = _epoch_means(history)[1]
+    retrieval_last = _epoch_means(retrieval_only_head["history"])[1]
+    assert joint_last > retrieval_last, (joint_last, retrieval_last)
 
 
 def test_ranker_round_trips_and_refuses_a_missing_head(trained_head, tmp_path):
