@@ -193,7 +193,13 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     if options.train_lm:
         groups.append({"params": [p for p in model.parameters() if p.requires_grad], "lr": t.learning_rate})
     optimizer = torch.optim.AdamW(groups, weight_decay=t.weight_decay)
-    model, head, optimizer = accelerator.prepare(model, head, optimizer)
+    if options.train_lm:
+        model, head, optimizer = accelerator.prepare(model, head, optimizer)
+    else:
+        # A frozen reader is not prepared, so that save_state does not write its weights into every checkpoint
+        # (538 MB each for SmolLM2-135M); its forward passes run under accelerator.autocast() below instead.
+        model = model.to(accelerator.device)
+        head, optimizer = accelerator.prepare(head, optimizer)
     step, resumed_at = 0, None
     history: list[dict[str, float]] = []
     best, best_state, bad_evals = float("inf"), None, 0
@@ -215,7 +221,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         example = train[step % len(train)]
         head.train()
         tau = temperature(step, total_steps, options.tau_start, options.tau_end, options.tau_schedule)
-        with accelerator.accumulate(head):
+        with accelerator.accumulate(head), accelerator.autocast():
             losses = head_step_losses(model, head, example, recipe, tau)
             accelerator.backward(losses["total"])
             optimizer.step()
@@ -224,7 +230,8 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         bar.update(1)
         history.append({"step": step, "tau": tau, **{k: float(v.detach()) for k, v in losses.items()}})
         if held and t.eval_steps and step % t.eval_steps == 0:
-            metrics = head_recall(model, head, held, options.top_k)
+            with accelerator.autocast():
+                metrics = head_recall(model, head, held, options.top_k)
             history[-1].update({f"eval_{k}": v for k, v in metrics.items()})
             if metrics["retrieval_loss"] < best:
                 best, bad_evals = metrics["retrieval_loss"], 0
@@ -239,9 +246,12 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
             break
     bar.close()
     head = accelerator.unwrap_model(head)
-    model = accelerator.unwrap_model(model)
+    model = accelerator.unwrap_model(model) if options.train_lm else model
     if best_state is not None:
         head.load_state_dict(best_state)
+    if held:
+        with accelerator.autocast():  # as the validations during training ran
+            validation = head_recall(model, head, held, options.top_k)
     saved = save_head(head, model, tokenizer, recipe)
     copy_training_ids(recipe, saved)
     summary = {
@@ -256,7 +266,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         "skips": skips,
         "dropped_distractor_passages": loaded.dropped_passages,
         "history": history,
-        "validation": head_recall(model, head, held, options.top_k) if held else None,
+        "validation": validation if held else None,
         "seconds": time.perf_counter() - start_time,
         "recipe": recipe.as_dict(),
     }
