@@ -364,12 +364,16 @@ class PipelineSpec:
                 latency: float) -> dict[str, Any]:
         """What compare records of one answer: the reply's text, the passages shown, the prompt's tokens."""
         shown = None
-        # given passages count as shown only when the pipeline has a context entry that puts them in its prompt
-        if controlled and documents is not None and self.context_input:
-            shown = [d.id for d in documents]
-        elif "documents" in self.outputs:
+        declared = None  # what the pipeline says it showed (its `documents` output), when it produced it
+        if "documents" in self.outputs:
             doc_component, doc_socket = self.outputs["documents"].split(".", 1)
-            shown = [d.id for d in result.get(doc_component, {}).get(doc_socket) or []]
+            declared = (result.get(doc_component) or {}).get(doc_socket)
+        # given passages count as shown only when the pipeline has a context entry that puts them in its prompt;
+        # a component there that keeps some of them (a retrieval head, RAP) or reorders them says what was shown
+        if controlled and documents is not None and self.context_input:
+            shown = [d.id for d in (declared if declared is not None else documents)]
+        elif "documents" in self.outputs:
+            shown = [d.id for d in declared or []]
         elif documents is not None and self.context_input:
             shown = [d.id for d in documents]
         return {

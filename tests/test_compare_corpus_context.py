@@ -46,3 +46,34 @@ def test_corpus_context_on_a_kilt_file_is_reported_missing(tmp_path):
     report = run_compare([READER_OVER_GIVEN_PASSAGES], context_types="corpus", out_dir=tmp_path, limit=1,
                          max_new_tokens=4, progress=False)
     assert "no corpus in context" in str(report["run"])
+
+
+@pytest.fixture(scope="module")
+def held_icr2_file(tmp_path_factory):
+    """2 of the registered Table 3 evaluation questions: the committed head never trained on them (compare refuses
+    an artifact's training questions)."""
+    from icr2_components.training.sample_data import build_sample_benchmark
+
+    ids = [line.strip() for line in (ROOT / "bench" / "data" / "icr2_table3" / "eval_ids.txt").read_text()
+           .splitlines() if line.strip() and not line.startswith("#")][:2]
+    path = tmp_path_factory.mktemp("corpus-context-held") / "bench.jsonl"
+    build_sample_benchmark(path, limit=2, budget_passages=3, retrievers=["bm25", "dense"], question_ids=ids)
+    return path
+
+
+def test_a_pipeline_that_keeps_some_of_the_corpus_records_what_it_kept(held_icr2_file, tmp_path):
+    """The registered RetHead arm's pipeline (its committed head keeps 2 of the corpus, in their order): the record
+    shows the 2 passages the reader read, not the 3 it was given, and its prompt is shorter than the reader's over
+    all 3 (a selector's records once listed every given passage, so its gold recall could not be told)."""
+    selecting = str(ROOT / "bench" / "icr2_table3" / "pipelines" / "rethead.yaml")
+    run_compare([READER_OVER_GIVEN_PASSAGES, selecting], dataset=str(held_icr2_file), context_types="corpus",
+                out_dir=tmp_path, max_new_tokens=4, progress=False)
+    records = read_answer_records(tmp_path / "answers.jsonl")
+    everything = {r["question_id"]: r for r in records if r["pipeline"] == "untrained"}
+    kept = {r["question_id"]: r for r in records if r["pipeline"] == "rethead"}
+    assert set(kept) == set(everything) and len(kept) == 2
+    for question, record in kept.items():
+        given = everything[question]["shown_ids"]
+        assert len(given) == 3 and len(record["shown_ids"]) == 2
+        assert [i for i in given if i in record["shown_ids"]] == record["shown_ids"]  # a subset, in the given order
+        assert record["prompt_tokens"] < everything[question]["prompt_tokens"]
