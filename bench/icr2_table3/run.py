@@ -238,7 +238,7 @@ def cmd_report(_args) -> None:
         for arm, result in report["selection_recall"].items():
             low, high = result["ci95"]
             table += (f"| {arm} | {result['hits']}/{result['n']} = {result['rate']:.3f} ({low:.2f}-{high:.2f}) | "
-                      f"{result['chance']:.3f} | {result['p']:.2g} |\n")
+                      f"{result['chance']:.3f} | {result['p']:.2g} |\n".replace("| 0 |", "| < 1e-300 |"))
     claim = report["claim"]
     verdict = (f"claim ({'complete' if claim['complete'] else 'INCOMPLETE: arms not run count p = 1'}): "
                f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "
