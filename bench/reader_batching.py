@@ -118,7 +118,9 @@ def main() -> int:
     load_start = os.getloadavg()[0]
     RESULTS.mkdir(parents=True, exist_ok=True)
     prompts = build_prompts(args.questions)
-    prompts_file = RESULTS / "reader_batching_prompts.json"
+    # the prompts hold sample passages (../shared/data): handed to the workers from runs/, never committed
+    prompts_file = ROOT / "runs" / "reader_batching_prompts.json"
+    prompts_file.parent.mkdir(parents=True, exist_ok=True)
     prompts_file.write_text(json.dumps(prompts))
     runs = {}
     for dtype in args.dtypes:
