@@ -409,7 +409,7 @@ class PipelineSpec:
         the pipeline's shape."""
         pipeline = self.pipeline(controlled)
         reader_name = self.outputs["replies"].split(".", 1)[0]
-        reader = dict(pipeline.walk()).get(reader_name)
+        reader = self._reader(controlled)
         if reader is None:
             return f"its replies come from {reader_name!r}, which is not in the pipeline"
         if not callable(getattr(reader, "run_batch", None)):
@@ -426,10 +426,12 @@ class PipelineSpec:
     def batch_caveat(self, controlled: bool) -> str | None:
         """For a pipeline that batches: None when batched replies equal those one at a time, otherwise why they
         may not (the reader's ``batch_caveat``: half precision)."""
-        pipeline = self.pipeline(controlled)
-        reader = dict(pipeline.walk()).get(self.outputs["replies"].split(".", 1)[0])
-        caveat = getattr(reader, "batch_caveat", None)
+        caveat = getattr(self._reader(controlled), "batch_caveat", None)
         return caveat() if callable(caveat) else None
+
+    def _reader(self, controlled: bool):
+        """The component whose replies the pipeline answers with (None if the pipeline lacks it)."""
+        return dict(self.pipeline(controlled).walk()).get(self.outputs["replies"].split(".", 1)[0])
 
     def _prefix(self, controlled: bool) -> Pipeline:
         """The pipeline without its reader: everything that builds the reader's messages."""
