@@ -96,3 +96,21 @@ def test_selection_recall_against_a_random_pick_of_as_many_passages():
     outside = dict(records, q001={"shown_ids": ["elsewhere"], "gold_ids": ["q001-p0"]})
     with pytest.raises(ValueError, match="not in its corpus"):
         selection_recall(outside, contexts)
+
+
+def test_selection_after_before_pairs_the_heads_hits_on_the_same_questions():
+    from icr2_components.evaluation.reports.arms_report import selection_after_before
+
+    contexts = {f"q{i:03d}": [f"q{i:03d}-p{j}" for j in range(6)] for i in range(40)}
+    gold = {q: [ids[0]] for q, ids in contexts.items()}
+    # after: the first 30 questions keep the gold passage; before: the first 10 and questions 35-39
+    after = {q: {"shown_ids": ids[:1] if i < 30 else ids[4:], "gold_ids": gold[q]}
+             for i, (q, ids) in enumerate(contexts.items())}
+    before = {q: {"shown_ids": ids[:2] if i < 10 or i >= 35 else ids[3:5], "gold_ids": gold[q]}
+              for i, (q, ids) in enumerate(contexts.items()) if i != 39}  # one question the before arm never answered
+    result = selection_after_before(after, before, contexts)
+    assert result["n"] == 39
+    assert (result["after"]["successes"], result["before"]["successes"]) == (30, 14)
+    assert (result["only_arm"], result["only_reference"]) == (20, 4)  # 10-29 after only; 35-38 before only
+    assert result["p"] == pytest.approx(binomtest(4, 24, 0.5).pvalue)
+    assert result["difference"] == pytest.approx(16 / 39)

@@ -19,7 +19,7 @@ from icr2_components.training.recipe import recipe_from_dict
 TRAIN_EXAMPLES, EPOCHS = 6, 2
 
 
-def _train(root, loss: str):
+def _train(root, loss: str, steps: int = TRAIN_EXAMPLES * EPOCHS, **head):
     from icr2_components.training.joint import train_retrieval_head
     from icr2_components.training.sample_data import build_sample_benchmark
 
@@ -28,8 +28,8 @@ def _train(root, loss: str):
     recipe = recipe_from_dict({
         "method": "retrieval_head", "model": "smollm2-135m-instruct", "output_dir": str(root / "out"),
         "data": {"train": str(root / "train.jsonl")},
-        "training": {"max_steps": TRAIN_EXAMPLES * EPOCHS, "gradient_accumulation_steps": 1, "device": "cpu"},
-        "retrieval_head": {"top_k": 1, "loss": loss, "head_learning_rate": 1e-3},
+        "training": {"max_steps": steps, "gradient_accumulation_steps": 1, "device": "cpu"},
+        "retrieval_head": {"top_k": 1, "loss": loss, "head_learning_rate": 1e-3, **head},
     })
     return train_retrieval_head(recipe, progress=False)
 
@@ -130,3 +130,47 @@ def test_ranker_runs_in_the_yaml_pipeline(trained_head):
     assert kept.id == best.id and kept.meta["retrieval_head_score"] == pytest.approx(best.meta["retrieval_head_score"])
     prompt = result["prompt"]["prompt"][-1].text
     assert [d.id for d in candidates if d.content in prompt] == [kept.id]
+
+
+def test_query_aware_joint_examples_name_the_question_before_the_corpus_and_keep_the_target(tmp_path):
+    """``retrieval_head.query_aware``: the head pools passages that come after a first mention of the question (so
+    their hidden states can attend to it), and the generation term reads that same prompt followed by the
+    example's unchanged target."""
+    from transformers import AutoTokenizer
+
+    from icr2_components.models.resolver import resolve_model
+    from icr2_components.training.dataset import load_sft_examples
+    from icr2_components.training.joint import joint_examples
+    from icr2_components.training.sample_data import build_sample_benchmark
+
+    build_sample_benchmark(tmp_path / "train.jsonl", limit=3, budget_passages=3)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
+    examples = load_sft_examples(tmp_path / "train.jsonl", tokenizer, "da", 2048).examples
+    plain, aware = joint_examples(examples, tokenizer), joint_examples(examples, tokenizer, query_aware=True)
+    for example, before, after in zip(examples, plain, aware):
+        assert before.full_ids[0].tolist() == example.input_ids and before.labels[0].tolist() == example.labels
+        target = example.input_ids[example.prompt_length:]
+        assert after.full_ids[0, -len(target):].tolist() == target
+        assert after.labels[0, -len(target):].tolist() == example.labels[example.prompt_length:]
+        assert set(after.labels[0, :-len(target)].tolist()) == {-100}
+        prompt = tokenizer.decode(after.head_input.input_ids[0])
+        first_passage = after.head_input.passage_spans[0][0]
+        assert example.query in tokenizer.decode(after.head_input.input_ids[0, :first_passage])
+        assert prompt.count(example.query) == 2 and after.gold.tolist() == before.gold.tolist()
+        start, end = after.head_input.query_span  # the head's query is its last mention, after the corpus
+        assert start > after.head_input.passage_spans[-1][1] and example.query in tokenizer.decode(
+            after.head_input.input_ids[0, start:end])
+
+
+def test_a_query_aware_head_is_saved_as_such_and_its_ranker_renders_the_query_aware_prompt(tmp_path):
+    """Plumbing (2 steps): the trained head's config says query_aware, so RetrievalHeadRanker scores the prompt
+    the head was trained on."""
+    import json
+
+    from icr2_components.rankers import RetrievalHeadRanker
+
+    summary = _train(tmp_path, "joint", steps=2, query_aware=True)
+    assert json.loads((Path(summary["head"]) / "config.json").read_text())["query_aware"] is True
+    ranker = RetrievalHeadRanker(head=str(tmp_path / "out"))
+    ranker.warm_up()
+    assert ranker._head.config.query_aware is True

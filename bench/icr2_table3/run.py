@@ -125,6 +125,7 @@ def cmd_train(args) -> None:
 
 
 PIPELINES = ROOT / "bench" / "icr2_table3" / "pipelines"
+BASE_READER = "smollm2-135m-instruct"  # the base of every fine-tuned arm (preregistration "Context every arm gets")
 ADAPTERS = RESULTS / "adapters"
 # arm -> (pipeline, context type): the registered arms (preregistration.md). `corpus` is the record's corpus in
 # context (gold + confounders), `gold` its gold passage, `open` the pipeline's own retrieval (or none).
@@ -140,6 +141,8 @@ ARMS = {
     "sft_rta_rap": ("sft_rta_rap", "corpus"),
     "oracle": ("untrained", "gold"),
     "sft_da_gold_only": ("sft_da_gold_only", "corpus"),
+    # the heads' hit rate before fine-tuning (registered secondary; not in the claim's family)
+    "untrained_rap": ("untrained_rap", "corpus"),
 }
 
 
@@ -162,10 +165,11 @@ def cmd_keep(args) -> None:
 
 
 def cmd_probe(args) -> None:
-    """RAP heads of a fine-tuned reader, probed on 100 training questions (never evaluation ones), as the project's
-    RAP bench found best for SmolLM2 (generated-token queries, mean over them; BENCHMARKS "Retrieval Attention
-    Probing")."""
-    subprocess.run(ICR2 + ["probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", str(ADAPTERS / args.arm),
+    """RAP heads of a fine-tuned reader (or of the untrained base reader: the hit rate before fine-tuning), probed on
+    100 training questions (never evaluation ones), as the project's RAP bench found best for SmolLM2
+    (generated-token queries, mean over them; BENCHMARKS "Retrieval Attention Probing")."""
+    model = BASE_READER if args.arm == "untrained" else str(ADAPTERS / args.arm)
+    subprocess.run(ICR2 + ["probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", model,
                            "--output", str(RESULTS / f"rap_heads_{args.arm}.json"), "--limit", "100", "--q", "4",
                            "--m", "1", "--query-position", "generated_tokens", "--aggregate", "mean",
                            "--dtype", "bfloat16"], check=True, cwd=ROOT)
@@ -202,7 +206,10 @@ CLAIM_ARMS = ["sft_da", "sft_rta", "sft_cci", "rethead", "sft_da_rap", "sft_rta_
 # the registered secondary comparisons (ICR2 5.1, each RAP arm against its reader, ICR2's gold-only ablation)
 PAIRS = [("sft_rta", "sft_da"), ("sft_cci", "sft_da"), ("sft_da_rap", "sft_da"), ("sft_rta_rap", "sft_rta"),
          ("sft_da", "sft_da_gold_only")]
-SELECTING_ARMS = ["rethead", "sft_da_rap", "sft_rta_rap"]  # arms that keep some passages of the corpus
+SELECTING_ARMS = ["rethead", "sft_da_rap", "sft_rta_rap", "untrained_rap"]  # arms that keep some passages
+# the heads' hit rate after fine-tuning against before (RAP heads of the untrained reader): one Holm family
+BEFORE_ONLY = ["untrained_rap"]
+HEADS_AFTER_BEFORE = [("sft_da_rap", "untrained_rap"), ("sft_rta_rap", "untrained_rap")]
 # ICR2 Table 3, Mistral-7B, ICR2 NQ column (what each row is read against)
 PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60, "sft_cci": 0.63, "rethead": 0.48,
          "sft_da_rap": 0.64, "sft_rta_rap": 0.63, "oracle": 0.83}
@@ -214,13 +221,26 @@ def cmd_report(_args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm, selection_recall
+    from icr2_components.evaluation.reports.arms_report import (
+        arms_markdown,
+        arms_report,
+        load_arm,
+        selection_after_before,
+        selection_recall,
+    )
+    from icr2_components.evaluation.statistics.paired_comparison import holm
+
+    def _fmt(rate: dict) -> str:
+        return f"{rate['successes']}/{rate['n']} = {rate['rate']:.3f} ({rate['ci95'][0]:.2f}-{rate['ci95'][1]:.2f})"
 
     arms = {}
     for arm, (pipeline, context_type) in ARMS.items():
         answers = RESULTS / "arms" / arm / "answers.jsonl"
         arms[arm] = load_arm(answers, context_type, pipeline) if answers.exists() else {}
-    report = arms_report(arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"), pairs=PAIRS)
+    # the table's rows and its secondary Holm families are the registered arms; untrained_rap only measures the
+    # heads before fine-tuning (preregistration Deviations) and is read in its own family below
+    table_arms = {arm: records for arm, records in arms.items() if arm not in BEFORE_ONLY}
+    report = arms_report(table_arms, REFERENCES, CLAIM_ARMS, question_ids=read_ids("eval_ids.txt"), pairs=PAIRS)
     report["paper_table3_icr2_nq"] = PAPER
     table = arms_markdown(report, REFERENCES)
     # the selecting arms' gold recall against a random pick of as many passages (registered secondary)
@@ -239,6 +259,20 @@ def cmd_report(_args) -> None:
             low, high = result["ci95"]
             table += (f"| {arm} | {result['hits']}/{result['n']} = {result['rate']:.3f} ({low:.2f}-{high:.2f}) | "
                       f"{result['chance']:.3f} | {result['p']:.2g} |\n".replace("| 0 |", "| < 1e-300 |"))
+    pairs = {f"{after} vs {before}": selection_after_before(arms[after], arms[before], contexts,
+                                                            read_ids("eval_ids.txt"))
+             for after, before in HEADS_AFTER_BEFORE if arms.get(after) and arms.get(before) and contexts}
+    if pairs:
+        for pair, adjusted in zip(pairs.values(), holm([pair["p"] for pair in pairs.values()])):
+            pair["p_holm"] = adjusted
+        report["heads_after_before"] = pairs
+        table += ("\n\nThe heads' hit rate after fine-tuning against before (kept a gold passage; exact McNemar, Holm "
+                  "over these rows)\n\n| after vs before | n | after (95% Wilson) | before (95% Wilson) | difference | "
+                  "discordant | Holm p |\n|---|---|---|---|---|---|---|\n")
+        for name, pair in pairs.items():
+            table += (f"| {name} | {pair['n']} | {_fmt(pair['after'])} | {_fmt(pair['before'])} | "
+                      f"{pair['difference']:+.3f} | {pair['only_arm']} / {pair['only_reference']} | "
+                      f"{pair['p_holm']:.2g} |\n")
     claim = report["claim"]
     verdict = (f"claim ({'complete' if claim['complete'] else 'INCOMPLETE: arms not run count p = 1'}): "
                f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "
@@ -274,7 +308,7 @@ def main() -> None:
     keep.add_argument("arm")
     keep.set_defaults(handler=cmd_keep)
     probe = sub.add_parser("probe")
-    probe.add_argument("arm", choices=["sft_da", "sft_rta"])
+    probe.add_argument("arm", choices=["sft_da", "sft_rta", "untrained"])
     probe.set_defaults(handler=cmd_probe)
     evaluate = sub.add_parser("eval")
     evaluate.add_argument("arms", nargs="*", choices=list(ARMS) + [[]], metavar="ARM")

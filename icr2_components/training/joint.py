@@ -47,17 +47,23 @@ class JointExample:
     gold: torch.Tensor  # (passages,) bool
 
 
-def joint_examples(examples, tokenizer) -> list[JointExample]:
-    """DA-encoded examples -> head inputs (passage and query spans) plus the generation target."""
+def joint_examples(examples, tokenizer, query_aware: bool = False) -> list[JointExample]:
+    """DA-encoded examples -> head inputs (passage and query spans) plus the generation target.
+
+    With ``query_aware`` the prompt also names the question before the corpus (Lost in the Middle 4.2), so that the
+    passages' hidden states, which the head pools, can attend to it; the generation term then reads that prompt
+    followed by the example's own target tokens, so the reader answers the prompt the head scored.
+    """
     out = []
     for example in examples:
-        head_input = encode_for_head(tokenizer, example.task_type, example.query, example.documents)
+        head_input = encode_for_head(tokenizer, example.task_type, example.query, example.documents, query_aware)
         prompt = head_input.input_ids[0].tolist()
-        if prompt != example.input_ids[: example.prompt_length]:
+        target_ids, target_labels = example.input_ids[example.prompt_length:], example.labels[example.prompt_length:]
+        if not query_aware and prompt != example.input_ids[: example.prompt_length]:
             raise RuntimeError(f"{example.id}: the head's prompt tokens differ from the training prompt tokens.")
         gold = torch.tensor([pid in set(example.gold_passage_ids) for pid in head_input.passage_ids])
-        out.append(JointExample(example.id, head_input, torch.tensor([example.input_ids]),
-                                torch.tensor([example.labels]), gold))
+        out.append(JointExample(example.id, head_input, torch.tensor([prompt + list(target_ids)]),
+                                torch.tensor([[-100] * len(prompt) + list(target_labels)]), gold))
     return out
 
 
@@ -101,8 +107,9 @@ def head_step_losses(model, head, example: JointExample, recipe: TrainingRecipe,
     return losses
 
 
-def head_recall(model, head, examples: list[JointExample], k: int) -> dict[str, float]:
-    """Mean share of gold passages in the head's top K, and mean L_ret, without gradients."""
+def head_recall(model, head, examples: list[JointExample], k: int, per_example: bool = False) -> dict[str, Any]:
+    """Mean share of gold passages in the head's top K, and mean L_ret, without gradients (with ``per_example``,
+    each example's recall too, for an interval over examples)."""
     recalls, losses = [], []
     head.eval()
     with torch.no_grad():
@@ -113,7 +120,8 @@ def head_recall(model, head, examples: list[JointExample], k: int) -> dict[str, 
             gold = example.gold.nonzero().flatten().tolist()
             recalls.append(sum(1 for g in gold if g in top) / len(gold))
             losses.append(float(retrieval_loss(scores, example.gold)))
-    return {"recall_at_k": sum(recalls) / len(recalls), "retrieval_loss": sum(losses) / len(losses)}
+    means = {"recall_at_k": sum(recalls) / len(recalls), "retrieval_loss": sum(losses) / len(losses)}
+    return {**means, "recall_at_k_per_example": recalls} if per_example else means
 
 
 def latest_checkpoint(output_dir: str) -> Path | None:
@@ -183,10 +191,11 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     model.requires_grad_(options.train_lm)
     max_length = effective_max_length(model.config, recipe.max_seq_length)
     loaded, validation, skips = load_split(recipe, tokenizer, max_length, "da")
-    train = joint_examples(loaded.examples, tokenizer)
-    held = joint_examples(validation, tokenizer)
+    train = joint_examples(loaded.examples, tokenizer, options.query_aware)
+    held = joint_examples(validation, tokenizer, options.query_aware)
     ids_file = record_training_ids(recipe, train, held)  # before training: checkpoints are covered
-    config = HeadConfig(hidden_size=int(model.config.hidden_size), proj_dim=options.proj_dim, top_k=options.top_k)
+    config = HeadConfig(hidden_size=int(model.config.hidden_size), proj_dim=options.proj_dim, top_k=options.top_k,
+                        query_aware=options.query_aware)
     torch.manual_seed(t.seed)
     head = RetrievalHead(config.hidden_size, config.proj_dim, config)
     groups = [{"params": head.parameters(), "lr": options.head_learning_rate}]
@@ -251,7 +260,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
         head.load_state_dict(best_state)
     if held:
         with accelerator.autocast():  # as the validations during training ran
-            validation = head_recall(model, head, held, options.top_k)
+            validation = head_recall(model, head, held, options.top_k, per_example=True)
     saved = save_head(head, model, tokenizer, recipe)
     copy_training_ids(recipe, saved)
     summary = {

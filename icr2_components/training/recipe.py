@@ -126,6 +126,7 @@ class HeadOptions:
     tau_end: float = 0.1
     tau_schedule: str = "exponential"
     train_lm: bool = False
+    query_aware: bool = False  # the prompt names the question before the corpus too (the head's passages see it)
 
 
 @dataclass

@@ -122,6 +122,24 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
     return out
 
 
+def _selection_hits(records: Mapping[str, dict], contexts: Mapping[str, Sequence[str]],
+                    question_ids: Sequence[str] | None) -> dict[str, tuple[bool, float]]:
+    """Question id -> (the arm kept a gold passage, the chance that a random pick of as many would)."""
+    from math import comb
+
+    wanted = question_ids if question_ids is not None else sorted(records)
+    hits = {}
+    for question in (q for q in wanted if q in records and q in contexts):
+        corpus, record = set(contexts[question]), records[question]
+        shown = set(record.get("shown_ids") or [])
+        if shown - corpus:
+            raise ValueError(f"{question}: the arm showed passages not in its corpus: {sorted(shown - corpus)[:3]}.")
+        gold = set(record.get("gold_ids") or []) & corpus
+        n, kept, golds = len(corpus), len(shown), len(gold)
+        hits[question] = (bool(gold & shown), 1 - comb(n - golds, kept) / comb(n, kept) if n else 0.0)
+    return hits
+
+
 def selection_recall(records: Mapping[str, dict], contexts: Mapping[str, Sequence[str]],
                      question_ids: Sequence[str] | None = None) -> dict:
     """How often an arm that selects passages of the corpus in context (a retrieval head, RAP) kept a gold
@@ -135,25 +153,33 @@ def selection_recall(records: Mapping[str, dict], contexts: Mapping[str, Sequenc
         own chance probabilities, which differ with the number kept and of gold passages).
     :raises ValueError: a record shows a passage that is not in its question's corpus.
     """
-    from math import comb
-
     from scipy.stats import poisson_binom
 
-    wanted = question_ids if question_ids is not None else sorted(records)
-    order = [q for q in wanted if q in records and q in contexts]
-    hits, chances = [], []
-    for question in order:
-        corpus, record = set(contexts[question]), records[question]
-        shown = set(record.get("shown_ids") or [])
-        if shown - corpus:
-            raise ValueError(f"{question}: the arm showed passages not in its corpus: {sorted(shown - corpus)[:3]}.")
-        gold = set(record.get("gold_ids") or []) & corpus
-        n, kept, golds = len(corpus), len(shown), len(gold)
-        hits.append(bool(gold & shown))
-        chances.append(1 - comb(n - golds, kept) / comb(n, kept) if n else 0.0)
+    selected = _selection_hits(records, contexts, question_ids)
+    hits = [hit for hit, _ in selected.values()]
+    chances = [chance for _, chance in selected.values()]
     rate = _rate(hits)
-    p = float(poisson_binom(chances).sf(rate["successes"] - 1)) if order else None
+    p = float(poisson_binom(chances).sf(rate["successes"] - 1)) if selected else None
     return {**rate, "hits": rate["successes"], "chance": sum(chances) / len(chances) if chances else None, "p": p}
+
+
+def selection_after_before(after: Mapping[str, dict], before: Mapping[str, dict],
+                           contexts: Mapping[str, Sequence[str]], question_ids: Sequence[str] | None = None) -> dict:
+    """The heads' hit rate after fine-tuning against before (ICR2 figure 4), paired on the questions both answered.
+
+    :param after: question id -> answer record of the arm whose heads were probed on the fine-tuned reader.
+    :param before: the same for heads probed on the untrained reader.
+    :param contexts: question id -> the passage ids of that question's corpus in context.
+    :param question_ids: restrict to these (default: every question both arms answered).
+    :returns: ``{"n", "after", "before", "difference", "only_arm", "only_reference", "p"}``: ``after``/``before``
+        rates with Wilson intervals; ``p`` the exact McNemar test on the per-question "kept a gold passage".
+    :raises ValueError: a record shows a passage that is not in its question's corpus.
+    """
+    hits_after = _selection_hits(after, contexts, question_ids)
+    hits_before = _selection_hits(before, contexts, question_ids)
+    both = [q for q in hits_after if q in hits_before]
+    a, b = [hits_after[q][0] for q in both], [hits_before[q][0] for q in both]
+    return {"n": len(both), "after": _rate(a), "before": _rate(b), **_paired(a, b)}
 
 
 def _fmt_rate(rate: dict) -> str:
