@@ -209,6 +209,7 @@ PAIRS = [("sft_rta", "sft_da"), ("sft_cci", "sft_da"), ("sft_da_rap", "sft_da"),
 SELECTING_ARMS = ["rethead", "sft_da_rap", "sft_rta_rap", "untrained_rap"]  # arms that keep some passages
 # the heads' hit rate after fine-tuning against before (RAP heads of the untrained reader): one Holm family
 BEFORE_ONLY = ["untrained_rap"]
+PROBED = ["untrained", "sft_da", "sft_rta"]  # readers whose heads were probed (bench/icr2_table3/run.py probe)
 HEADS_AFTER_BEFORE = [("sft_da_rap", "untrained_rap"), ("sft_rta_rap", "untrained_rap")]
 # ICR2 Table 3, Mistral-7B, ICR2 NQ column (what each row is read against)
 PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60, "sft_cci": 0.63, "rethead": 0.48,
@@ -228,6 +229,7 @@ def cmd_report(_args) -> None:
         selection_after_before,
         selection_recall,
     )
+    from icr2_components.evaluation.reports.head_hit_rates import heads_above_chance
     from icr2_components.evaluation.statistics.paired_comparison import holm
 
     def _fmt(rate: dict) -> str:
@@ -273,6 +275,22 @@ def cmd_report(_args) -> None:
             table += (f"| {name} | {pair['n']} | {_fmt(pair['after'])} | {_fmt(pair['before'])} | "
                       f"{pair['difference']:+.3f} | {pair['only_arm']} / {pair['only_reference']} | "
                       f"{pair['p_holm']:.2g} |\n")
+    # ICR2 figure 4 as numbers: the heads of each probed reader that retrieve above chance (on its probe questions)
+    probes = {name: json.loads((RESULTS / f"rap_heads_{name}.json").read_text()) for name in PROBED
+              if (RESULTS / f"rap_heads_{name}.json").exists()}
+    if probes:
+        report["heads_figure4"] = {name: {**heads_above_chance(artifact), "probed_ids_same_as_untrained":
+                                          artifact["probed_ids"] == probes.get("untrained", artifact)["probed_ids"]}
+                                   for name, artifact in probes.items()}
+        table += ("\n\nICR2 figure 4 as numbers: each probed reader's 270 heads at M = 1 on its 100 probe questions "
+                  "(training questions; exact one-sided binomial against chance, Holm over the heads)\n\n"
+                  "| reader | heads above chance (Holm 0.05) | mean hit rate | best head (layer, head): hit rate "
+                  "(95% Wilson) | chance |\n|---|---|---|---|---|\n")
+        for name, heads in report["heads_figure4"].items():
+            peak = heads["peak"]
+            table += (f"| {name} | {heads['heads_above_chance']} of {heads['heads']} | {heads['mean_hit_rate']:.3f} | "
+                      f"({peak['layer']}, {peak['head']}): {peak['rate']:.2f} ({peak['ci95'][0]:.2f}-"
+                      f"{peak['ci95'][1]:.2f}) | {heads['chance']:.3f} |\n")
     claim = report["claim"]
     verdict = (f"claim ({'complete' if claim['complete'] else 'INCOMPLETE: arms not run count p = 1'}): "
                f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "
