@@ -16,10 +16,17 @@ Variants:
 - ``bf16``: the same with bf16 autocast (AMX on CPUs that report amx_bf16 / avx512_bf16);
 - ``target_logits``: the same as plain, projecting only target positions (training/target_logits.py);
 - ``recipe``: the ICR2 recipes' settings: bf16 + target logits + length-grouped batches of 4 x 2 + 2 threads;
+- ``recipe_compile``: the same under ``torch.compile`` (inductor; ``training.torch_compile``): its first steps pay
+  for compilation, so ``steady examples/s`` (below) is what a long run approaches;
 - ``recipe_lora``: the same with LoRA r 16 on the attention projections (what training/icr2_table3 trains, lr 2e-4);
-- ``lora_bf16_weights``: LoRA whose frozen base weights are stored in bf16 (no per-step cast of them; the adapters
-  stay fp32, peft's default), at ``--lora-learning-rate`` (default ``FAST_LORA_LEARNING_RATE``: LoRA learns less per
-  step than full fine-tuning, so it needs a higher rate to reach the same dev loss in as many examples).
+- ``lora_bf16_weights``: the recipe's settings with LoRA r 16 on the attention projections whose frozen base
+  weights are stored in bf16 (no per-step cast of them; the adapters stay fp32, peft's default), at
+  ``--lora-learning-rate`` (default: its entry in ``FAST_LORA_LEARNING_RATES``: LoRA learns less per step than full
+  fine-tuning, so it needs a higher rate to reach the same dev loss in as many examples);
+- ``lora_all_bf16_weights``: the same with LoRA on every linear layer (attention and MLP projections).
+
+Besides examples/s over the whole run, each variant reports ``steady examples/s``: the rate after its first
+optimizer step (which carries warm-up, and for ``recipe_compile`` the compilation).
 
 Choosing that rate on the examples that then judge "equal dev loss" would flatter it, so it is chosen on a separate
 tuning slice of dev (``--dev-offset 32``: dev examples 32-63) and judged on the first ``--dev`` (``--dev-offset 0``).
@@ -40,13 +47,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "runs" / "icr2_table3" / "data"
 OUT = ROOT / "bench" / "results"
-VARIANTS = ("plain", "bf16", "target_logits", "recipe", "recipe_lora", "lora_bf16_weights")
+VARIANTS = ("plain", "bf16", "target_logits", "recipe", "recipe_compile", "recipe_lora", "lora_bf16_weights",
+            "lora_all_bf16_weights")
+LORA_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+LORA_ALL_LINEAR = LORA_ATTENTION + ["gate_proj", "up_proj", "down_proj"]
 LEARNING_RATE = 5e-5
-# chosen on the dev tuning slice (BENCHMARKS.md "Training throughput": 1e-3, 2e-3 and 4e-3 measured)
-FAST_LORA_LEARNING_RATE = 2e-3
+# each LoRA variant's rate, chosen on the dev tuning slice (bench/data/training_throughput_preregistration.md)
+FAST_LORA_LEARNING_RATES = {"lora_bf16_weights": 2e-3, "lora_all_bf16_weights": 1e-3}
 
 
-def recipe_for(variant: str, steps: int, lora_learning_rate: float = FAST_LORA_LEARNING_RATE):
+def recipe_for(variant: str, steps: int, lora_learning_rate: float | None = None):
     from icr2_components.training.recipe import recipe_from_dict
 
     training = {"learning_rate": LEARNING_RATE, "max_steps": steps, "device": "cpu", "seed": 0, "save_steps": None,
@@ -57,25 +67,38 @@ def recipe_for(variant: str, steps: int, lora_learning_rate: float = FAST_LORA_L
         training["bf16"] = True
     if variant == "target_logits":
         training["target_logits_only"] = True
-    if variant.startswith("recipe"):
+    if variant.startswith("recipe") or variant.startswith("lora_"):
         training.update(bf16=True, target_logits_only=True, group_by_length=True, threads=2,
                         per_device_train_batch_size=4, gradient_accumulation_steps=2)
-    if variant in ("recipe_lora", "lora_bf16_weights"):
+    if variant == "recipe_compile":
+        training["torch_compile"] = True
+    if "lora" in variant:
         values["finetuning"] = "lora"
-        values["lora"] = {
-            "r": 16,
-            "alpha": 32,
-            "dropout": 0.0,
-            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"],
-        }
+        modules = LORA_ALL_LINEAR if variant == "lora_all_bf16_weights" else LORA_ATTENTION
+        values["lora"] = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": modules}
         training["learning_rate"] = 2e-4
-    if variant == "lora_bf16_weights":
-        training.update(dtype="bfloat16", learning_rate=lora_learning_rate)
+    if variant in ("lora_bf16_weights", "lora_all_bf16_weights"):
+        training.update(dtype="bfloat16",
+                        learning_rate=lora_learning_rate or FAST_LORA_LEARNING_RATES[variant])
     return recipe_from_dict(values)
 
 
+def step_clock():
+    """A Trainer callback keeping the wall-clock time at the end of each optimizer step (in ``.times``)."""
+    from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.times: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.times.append(time.perf_counter())
+
+    return StepClock()
+
+
 def run_variant(variant: str, train_count: int, dev_count: int, dev_offset: int = 0,
-                lora_learning_rate: float = FAST_LORA_LEARNING_RATE) -> dict:
+                lora_learning_rate: float | None = None) -> dict:
     """Train one variant in this process and return its figures (called in a child process)."""
     import torch
 
@@ -96,14 +119,15 @@ def run_variant(variant: str, train_count: int, dev_count: int, dev_offset: int 
         torch.set_num_threads(recipe.training.threads)
     args = training_arguments(recipe, False)
     args.disable_tqdm = True
+    step_ends = step_clock()
     if variant == "plain":
         from transformers import Trainer
 
         trainer = Trainer(model=model, args=args, train_dataset=[e.as_features() for e in train],
-                          data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id))
+                          data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id), callbacks=[step_ends])
     else:
         trainer = make_trainer(recipe, [], model=model, args=args, train_dataset=[e.as_features() for e in train],
-                               data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id))
+                               data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id), callbacks=[step_ends])
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -117,8 +141,19 @@ def run_variant(variant: str, train_count: int, dev_count: int, dev_offset: int 
     return {"variant": variant, "learning_rate": recipe.training.learning_rate, "steps": steps, "examples": steps * 8,
             "seconds": seconds,
             "examples_per_s": steps * 8 / seconds, "tokens_per_s": tokens / seconds,
+            # after the first optimizer step (warm-up, and torch.compile's compilation): what a long run approaches
+            "steady_examples_per_s": (steps - 1) * 8 / (step_ends.times[-1] - step_ends.times[0]),
+            "first_step_seconds": step_ends.times[0] - start,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "dev_losses": losses, "dev_loss": sum(losses) / len(losses)}
+
+
+def cpu_description() -> str:
+    """The CPU's model name and the bf16 instructions it reports (the levers depend on them)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = sorted({f for f in info.split() if f in ("avx512_bf16", "amx_bf16", "amx_tile")})
+    return f"{name} ({', '.join(flags) or 'no bf16 instructions'})"
 
 
 def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
@@ -136,8 +171,8 @@ def main() -> None:
     parser.add_argument("--dev", type=int, default=32, help="dev examples for the final loss")
     parser.add_argument("--dev-offset", type=int, default=0,
                         help="skip this many dev examples first (32: the tuning slice the LoRA rate is chosen on)")
-    parser.add_argument("--lora-learning-rate", type=float, default=FAST_LORA_LEARNING_RATE,
-                        help="learning rate of the lora_bf16_weights variant")
+    parser.add_argument("--lora-learning-rate", type=float, default=None,
+                        help="learning rate of the *_bf16_weights LoRA variants (default: each one's tuned rate)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -150,9 +185,10 @@ def main() -> None:
     results = []
     for variant in args.variants:
         print(f"{variant}: training {args.train} examples ...", flush=True)
+        rate = ["--lora-learning-rate", str(args.lora_learning_rate)] if args.lora_learning_rate else []
         child = subprocess.run([sys.executable, __file__, "--child", variant, "--train", str(args.train), "--dev",
-                                str(args.dev), "--dev-offset", str(args.dev_offset), "--lora-learning-rate",
-                                str(args.lora_learning_rate)], capture_output=True, text=True, cwd=ROOT)
+                                str(args.dev), "--dev-offset", str(args.dev_offset), *rate],
+                               capture_output=True, text=True, cwd=ROOT)
         if child.returncode:
             sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
@@ -164,25 +200,34 @@ def main() -> None:
         )
     base = next((r for r in results if r["variant"] == "plain"), results[0])
     header = (
-        "| variant | examples/s | tokens/s | speed vs plain | peak RSS MiB | dev loss | dev loss - plain [95% CI] |"
+        "| variant | examples/s | tokens/s | speed vs plain | steady examples/s | steady vs plain | first step s "
+        "| peak RSS MiB | dev loss | dev loss - plain [95% CI] |"
     )
-    rows = [header, "|" + "---|" * 7]
+    rows = [header, "|" + "---|" * 10]
     for r in results:
-        diff, low, high = paired_interval(r["dev_losses"], base["dev_losses"])
-        r["dev_loss_vs_plain"] = {"difference": diff, "low": low, "high": high}
+        if r is base:  # a difference with itself has no interval
+            r["dev_loss_vs_plain"] = None
+            interval = "(baseline)"
+        else:
+            diff, low, high = paired_interval(r["dev_losses"], base["dev_losses"])
+            r["dev_loss_vs_plain"] = {"difference": diff, "low": low, "high": high}
+            interval = f"{diff:+.4f} [{low:+.4f}, {high:+.4f}]"
         r["speed_vs_plain"] = r["examples_per_s"] / base["examples_per_s"]
+        r["steady_vs_plain"] = r["steady_examples_per_s"] / base["steady_examples_per_s"]
         rows.append(
             f"| {r['variant']} | {r['examples_per_s']:.3f} | {r['tokens_per_s']:.0f} | **{r['speed_vs_plain']:.2f}x** "
-            "| "
-            f"{r['peak_rss_mib']:.0f} | {r['dev_loss']:.4f} | {diff:+.4f} [{low:+.4f}, {high:+.4f}] |"
+            f"| {r['steady_examples_per_s']:.3f} | {r['steady_vs_plain']:.2f}x | {r['first_step_seconds']:.0f} "
+            f"| {r['peak_rss_mib']:.0f} | {r['dev_loss']:.4f} | {interval} |"
         )
     table = "\n".join(rows)
     print(table)
     OUT.mkdir(parents=True, exist_ok=True)
-    meta = {"command": " ".join(sys.argv), "loadavg_at_start": load, "cpus": os.cpu_count(), "train": args.train,
+    meta = {"command": " ".join(sys.argv), "loadavg_at_start": load, "cpus": os.cpu_count(), "cpu": cpu_description(),
+            "train": args.train,
             "dev": args.dev, "dev_offset": args.dev_offset}
     # a tuning-slice run (the LoRA rate's choice) is kept apart from the judged figures, one file per rate
-    stem = "training_throughput" if not args.dev_offset else f"training_throughput_tuning_lr{args.lora_learning_rate:g}"
+    stem = ("training_throughput" if not args.dev_offset
+            else f"training_throughput_tuning_{'_'.join(args.variants)}_lr{args.lora_learning_rate:g}")
     (OUT / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (OUT / f"{stem}.md").write_text(f"{table}\n\nload average at start {load}\n")
 
