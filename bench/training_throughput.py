@@ -174,6 +174,7 @@ def main() -> None:
     parser.add_argument("--lora-learning-rate", type=float, default=None,
                         help="learning rate of the *_bf16_weights LoRA variants (default: each one's tuned rate)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--tag", help="write bench/results/training_throughput_TAG.* (a replicate) instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -228,6 +229,7 @@ def main() -> None:
     # a tuning-slice run (the LoRA rate's choice) is kept apart from the judged figures, one file per rate
     stem = ("training_throughput" if not args.dev_offset
             else f"training_throughput_tuning_{'_'.join(args.variants)}_lr{args.lora_learning_rate:g}")
+    stem = f"training_throughput_{args.tag}" if args.tag else stem
     (OUT / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (OUT / f"{stem}.md").write_text(f"{table}\n\nload average at start {load}\n")
 
