@@ -186,9 +186,9 @@ def main() -> None:
     results = []
     for variant in args.variants:
         print(f"{variant}: training {args.train} examples ...", flush=True)
-        rate = ["--lora-learning-rate", str(args.lora_learning_rate)] if args.lora_learning_rate else []
+        rate_args = ["--lora-learning-rate", str(args.lora_learning_rate)] if args.lora_learning_rate else []
         child = subprocess.run([sys.executable, __file__, "--child", variant, "--train", str(args.train), "--dev",
-                                str(args.dev), "--dev-offset", str(args.dev_offset), *rate],
+                                str(args.dev), "--dev-offset", str(args.dev_offset), *rate_args],
                                capture_output=True, text=True, cwd=ROOT)
         if child.returncode:
             sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
@@ -227,8 +227,9 @@ def main() -> None:
             "train": args.train,
             "dev": args.dev, "dev_offset": args.dev_offset}
     # a tuning-slice run (the LoRA rate's choice) is kept apart from the judged figures, one file per rate
+    rate = f"{args.lora_learning_rate:g}" if args.lora_learning_rate else "default"
     stem = ("training_throughput" if not args.dev_offset
-            else f"training_throughput_tuning_{'_'.join(args.variants)}_lr{args.lora_learning_rate:g}")
+            else f"training_throughput_tuning_{'_'.join(args.variants)}_lr{rate}")
     stem = f"training_throughput_{args.tag}" if args.tag else stem
     (OUT / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (OUT / f"{stem}.md").write_text(f"{table}\n\nload average at start {load}\n")
