@@ -77,7 +77,7 @@ def recipe_for(variant: str, steps: int, lora_learning_rate: float | None = None
         modules = LORA_ALL_LINEAR if variant == "lora_all_bf16_weights" else LORA_ATTENTION
         values["lora"] = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": modules}
         training["learning_rate"] = 2e-4
-    if variant in ("lora_bf16_weights", "lora_all_bf16_weights"):
+    if variant in FAST_LORA_LEARNING_RATES:  # the variants with bf16 frozen weights
         training.update(dtype="bfloat16",
                         learning_rate=lora_learning_rate or FAST_LORA_LEARNING_RATES[variant])
     return recipe_from_dict(values)
@@ -120,14 +120,14 @@ def run_variant(variant: str, train_count: int, dev_count: int, dev_offset: int 
     args = training_arguments(recipe, False)
     args.disable_tqdm = True
     step_ends = step_clock()
+    common = {"model": model, "args": args, "train_dataset": [e.as_features() for e in train],
+              "data_collator": lambda f: pad_batch(f, tokenizer.pad_token_id), "callbacks": [step_ends]}
     if variant == "plain":
         from transformers import Trainer
 
-        trainer = Trainer(model=model, args=args, train_dataset=[e.as_features() for e in train],
-                          data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id), callbacks=[step_ends])
+        trainer = Trainer(**common)
     else:
-        trainer = make_trainer(recipe, [], model=model, args=args, train_dataset=[e.as_features() for e in train],
-                               data_collator=lambda f: pad_batch(f, tokenizer.pad_token_id), callbacks=[step_ends])
+        trainer = make_trainer(recipe, [], **common)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -177,6 +177,10 @@ def main() -> None:
     parser.add_argument("--tag", help="write bench/results/training_throughput_TAG.* (a replicate) instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.train < 16:  # the steady rate needs a step after the first (batches of 8)
+        parser.error("--train must be at least 16 (two optimizer steps of 8 examples)")
+    if args.dev < 2:  # the paired bootstrap interval needs two differences
+        parser.error("--dev must be at least 2")
     if args.child:
         print(json.dumps(run_variant(args.child, args.train, args.dev, args.dev_offset, args.lora_learning_rate)))
         return
@@ -228,9 +232,12 @@ def main() -> None:
             "dev": args.dev, "dev_offset": args.dev_offset}
     # a tuning-slice run (the LoRA rate's choice) is kept apart from the judged figures, one file per rate
     rate = f"{args.lora_learning_rate:g}" if args.lora_learning_rate else "default"
-    stem = ("training_throughput" if not args.dev_offset
-            else f"training_throughput_tuning_{'_'.join(args.variants)}_lr{rate}")
-    stem = f"training_throughput_{args.tag}" if args.tag else stem
+    if args.tag:
+        stem = f"training_throughput_{args.tag}"
+    elif args.dev_offset:
+        stem = f"training_throughput_tuning_{'_'.join(args.variants)}_lr{rate}"
+    else:
+        stem = "training_throughput"
     (OUT / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (OUT / f"{stem}.md").write_text(f"{table}\n\nload average at start {load}\n")
 
