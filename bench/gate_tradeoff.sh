@@ -53,22 +53,22 @@ if [[ $which == label-confirm ]]; then
     --max-new-tokens 24 $CONTEXT
 fi
 if [[ $which == train || $which == all ]]; then
-  # the calibrated threshold goes beside the pipeline that will read it (pipelines/adaptive_rag.yaml, header)
+  # the calibrated threshold and the knn gate are shipped artifacts (adaptive_rag.yaml, header)
   .venv/bin/icr2 train-gate $TRAIN --kind threshold --cost "$COST" \
-    --out pipelines/adaptive_rag.threshold.json
+    --out icr2_components/resources/artifacts/adaptive_rag.threshold.json
   .venv/bin/icr2 train-gate $TRAIN --kind logistic --cost "$COST" \
-    --signals date_words,top_score,top_dense_score --index indexing/kilt-sample.yaml --out $GATES/logistic.json
+    --signals date_words,top_score,top_dense_score --index kilt-sample --out $GATES/logistic.json
   .venv/bin/icr2 train-gate $TRAIN --kind knn --cost "$COST" --knn-k 10 \
-    --out pipelines/adaptive_rag.learned.json   # the shipped gate (pipelines/adaptive_rag.yaml, header)
+    --out icr2_components/resources/artifacts/adaptive_rag.learned.json   # the shipped gate
 fi
 if [[ $which == eval || $which == all ]]; then
   .venv/bin/icr2 eval-gate --labels $LABELS/heldout200_gate_eval.jsonl --cost "$COST" --today 2025-12-01 \
-    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=$GATES/logistic.json,knn:learned=pipelines/adaptive_rag.learned.json" \
+    --methods "always,never,vanilla,ta_are,threshold=adaptive_rag.threshold,logistic:learned=$GATES/logistic.json,knn:learned=adaptive_rag.learned" \
     --out-dir bench/results/gate_tradeoff
 fi
 if [[ $which == eval-confirm ]]; then
   .venv/bin/icr2 eval-gate --labels $LABELS/confirm_nq201-400.jsonl $LABELS/confirm_nq401-600.jsonl \
     $LABELS/confirm_retrievalqa.jsonl --cost "$COST" --today 2025-12-01 --claim knn \
-    --methods "always,never,vanilla,ta_are,threshold=pipelines/adaptive_rag.threshold.json,logistic:learned=$GATES/logistic.json,knn:learned=pipelines/adaptive_rag.learned.json" \
+    --methods "always,never,vanilla,ta_are,threshold=adaptive_rag.threshold,logistic:learned=$GATES/logistic.json,knn:learned=adaptive_rag.learned" \
     --out-dir bench/results/gate_confirm
 fi

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import yaml
 from haystack import Pipeline
@@ -39,13 +38,24 @@ class PipelineLoadError(UserInputError):
 
 
 def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | None = None) -> Pipeline:
-    """Load ``pipelines/<name>.yaml`` allowing only Haystack's defaults, ``icr2_components`` and any extras.
+    """Load a technique pipeline, by shipped name or by path, allowing only Haystack's defaults, ``icr2_components``
+    and any extras.
 
     Usage:
-        >>> from icr2_components.pipeline_loading import load_pipeline
-        >>> pipeline = load_pipeline("pipelines/closed_book.yaml")
+        >>> from icr2_components import load_pipeline
+        >>> pipeline = load_pipeline("closed_book")                  # a shipped pipeline, from any folder
+        >>> pipeline = load_pipeline("my_pipelines/closed_book.yaml")  # a file of your own
+
+    :param path: A shipped pipeline's name (``icr2_components.resources.shipped_names("pipelines")``) or the path
+        of a pipeline YAML; a path that exists wins over a name.
+    :param extra_allowed_modules: Further module patterns Haystack may import components from.
+    :returns: The Haystack pipeline, not yet warmed up.
+    :raises FileNotFoundError: Neither a file nor a shipped name (the message lists the shipped names).
+    :raises PipelineLoadError: The YAML or a component's parameters are wrong; the message names the file and why.
     """
-    path = Path(path)
+    from icr2_components.resources import resolve_file
+
+    path = resolve_file("pipelines", path)
     if not path.exists():
         raise FileNotFoundError(f"Pipeline file not found: {path}")
     return loads_pipeline(path.read_text(), source=str(path), extra_allowed_modules=extra_allowed_modules)

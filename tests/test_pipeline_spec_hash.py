@@ -17,6 +17,7 @@ from icr2_components.pipeline_spec import (
     file_hash,
     index_configs,
 )
+from icr2_components.resources import shipped_file
 from icr2_components.stores import retrieval_version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +58,8 @@ def test_index_free_library_pipelines_keep_their_hash_and_index_readers_change(i
 def _adaptive_rag_with_artifact(tmp_path: Path, index: str | None = None) -> tuple[dict, Path]:
     """The shipped adaptive pipeline reading a copy of its learned gate's artifact (JSON + the .npz beside it)."""
     artifact = tmp_path / "gate.json"
-    shutil.copy(ROOT / "pipelines/adaptive_rag.learned.npz", tmp_path / "adaptive_rag.learned.npz")
-    payload = json.loads((ROOT / "pipelines/adaptive_rag.learned.json").read_text())
+    shutil.copy(shipped_file("artifacts", "adaptive_rag.learned.npz"), tmp_path / "adaptive_rag.learned.npz")
+    payload = json.loads(shipped_file("artifacts", "adaptive_rag.learned").read_text())
     if index is not None:
         payload["index"] = index
     artifact.write_text(json.dumps(payload))

@@ -18,6 +18,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
+from icr2_components.resources import resolve_file
+
 
 class ArtifactMismatchError(ValueError):
     """A head artifact made for another model than the reader it is used with."""
@@ -25,7 +27,7 @@ class ArtifactMismatchError(ValueError):
 
 def read_probed_ids(path: str | os.PathLike) -> tuple[list[str] | None, str]:
     """``(probed_ids, probed_ids_note)`` of any head artifact file, without building the artifact."""
-    path = Path(path)
+    path = resolve_file("artifacts", path)  # a path, or a shipped artifact's name
     if not path.exists():
         raise FileNotFoundError(f"Head artifact not found: {path}.")
     data = json.loads(path.read_text())
@@ -64,7 +66,7 @@ class HeadArtifactIO:
 
     @classmethod
     def load(cls, path: str | os.PathLike):
-        path = Path(path)
+        path = resolve_file("artifacts", path)  # a path, or a shipped artifact's name
         if not path.exists():
             raise FileNotFoundError(f"{cls.KIND} artifact not found: {path}. Make one with {cls.MAKE_WITH}.")
         data = json.loads(path.read_text())

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icr2_components.resources import resolve_file, shipped_names
 from icr2_components.strict_mapping import check_known_keys
 
 FORMAT = "icr2-gate/1"
@@ -90,9 +91,10 @@ class GateArtifact:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> GateArtifact:
-        path = Path(path)
+        path = artifact_file(path)
         if not path.is_file():
-            raise FileNotFoundError(f"Gate artifact not found: {path}. Make one with {MAKE_WITH}.")
+            raise FileNotFoundError(f"Gate artifact not found: {path}. Make one with {MAKE_WITH}, or name a shipped "
+                                    f"one ({', '.join(shipped_names('artifacts'))}).")
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as error:
@@ -109,10 +111,19 @@ class GateArtifact:
 
     def vectors_path(self, artifact_path: str | os.PathLike) -> Path:
         """The ``.npz`` of a knn artifact, relative to the JSON file's folder."""
-        return Path(artifact_path).parent / str(self.vectors_file)
+        return artifact_file(artifact_path).parent / str(self.vectors_file)
 
 
 
+
+
+def artifact_file(value: str | os.PathLike) -> Path:
+    """The file a gate's ``artifact`` reads: ``value`` when a file is there, else the shipped artifact of that name
+    (``adaptive_rag.learned``), else ``value`` as a path (whose absence the caller reports)."""
+    try:
+        return resolve_file("artifacts", value)
+    except FileNotFoundError:
+        return Path(value)
 
 
 def load_gate_artifact(path: str | os.PathLike, kinds: tuple[str, ...], method: str) -> GateArtifact:
@@ -122,4 +133,4 @@ def load_gate_artifact(path: str | os.PathLike, kinds: tuple[str, ...], method: 
         raise ValueError(f"{path} is a {artifact.kind} gate artifact; method {method!r} reads {' or '.join(kinds)} "
                          f"artifacts ({MAKE_WITH}).")
     return artifact
-__all__ = ["FORMAT", "GateArtifact", "KINDS", "LEARNED_KINDS", "MAKE_WITH", "load_gate_artifact"]
+__all__ = ["FORMAT", "GateArtifact", "artifact_file", "KINDS", "LEARNED_KINDS", "MAKE_WITH", "load_gate_artifact"]

@@ -95,14 +95,16 @@ def request_concurrency(backend: Backend | None, requested: int | None = None) -
 
 
 def load_backend(path: str | os.PathLike) -> Backend:
-    """Read ``backends/<name>.yaml`` (a bare name is looked up in ``backends/``)."""
-    file = Path(path)
-    if not file.exists() and not file.suffix and (Path("backends") / f"{file}.yaml").exists():
-        file = Path("backends") / f"{file}.yaml"
+    """Read a backend file: a path, or a shipped backend's name (``llama_cpp_server``, ``ollama``, ...)."""
+    from icr2_components.resources import resolve_file, shipped_names
+
+    try:
+        file = resolve_file("backends", path)
+    except FileNotFoundError as error:
+        raise BackendError(str(error)) from None
     if not file.exists():
-        available = sorted(p.stem for p in Path("backends").glob("*.yaml")) if Path("backends").is_dir() else []
-        raise BackendError(f"Backend file not found: {path}" + (f" (backends/ has {available})" if available else "")
-                           + ".")
+        shipped = ", ".join(shipped_names("backends"))
+        raise BackendError(f"Backend file not found: {path} (shipped backends: {shipped}).")
     try:
         values = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:

@@ -39,7 +39,7 @@ class IndexRetriever:
     """
 
     def __init__(
-        self, index: str = "indexing/kilt-sample.yaml", method: str = "hybrid", top_k: int = 10, name: str | None = None
+        self, index: str = "kilt-sample", method: str = "hybrid", top_k: int = 10, name: str | None = None
     ) -> None:
         """
         :param index: Path of an index config YAML; when `ICR2_INDEX_CONFIG` names another config, that one is

@@ -204,8 +204,11 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
 
 
 def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> IndexConfig:
-    """Load ``indexing/<name>.yaml``; ``overrides`` maps dotted keys (``store.index``) to values."""
-    path = Path(path)
+    """Load an index config, by path or by shipped name (``kilt-sample``, ``kilt-sample-elasticsearch``);
+    ``overrides`` maps dotted keys (``store.index``) to values."""
+    from icr2_components.resources import resolve_file
+
+    path = resolve_file("indexing", path)
     if not path.exists():
         raise FileNotFoundError(f"Index config not found: {path}")
     try:

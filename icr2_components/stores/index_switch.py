@@ -1,7 +1,7 @@
 """One switch that points the whole pipeline library at another index config, without editing a YAML file.
 
-Every pipeline in ``pipelines/`` names ``indexing/kilt-sample.yaml`` (the embedded store). Set the environment
-variable ``ICR2_INDEX_CONFIG`` to another index config (e.g. ``indexing/kilt-sample-elasticsearch.yaml``), or
+Every shipped pipeline names the shipped index config ``kilt-sample`` (the embedded store). Set the environment
+variable ``ICR2_INDEX_CONFIG`` to another index config, a path or a shipped name (``kilt-sample-elasticsearch``), or
 pass ``--index CONFIG`` to ``icr2 compare``, ``icr2 serve`` or ``icr2 quickstart`` (which set it for their run),
 and every :class:`~icr2_components.retrievers.index_retriever.IndexRetriever` reads that config instead of the
 one its YAML names:
@@ -12,15 +12,15 @@ one its YAML names:
   hashing it, so ``icr2 compare``'s answer cache never mixes answers retrieved from two indexes.
 
 Without the switch nothing changes: the pipeline, its serialisation and its hash are exactly those of the YAML
-file. A switch naming the same file as the YAML (``--index indexing/kilt-sample.yaml``) changes nothing either.
+file. A switch naming the same file as the YAML (``--index kilt-sample``) changes nothing either.
 
 Usage:
     >>> import os
-    >>> os.environ["ICR2_INDEX_CONFIG"] = "indexing/kilt-sample-elasticsearch.yaml"
-    >>> from icr2_components.pipeline_loading import load_pipeline
-    >>> pipeline = load_pipeline("pipelines/vanilla_rag.yaml")   # retrieves from Elasticsearch
+    >>> os.environ["ICR2_INDEX_CONFIG"] = "kilt-sample-elasticsearch"
+    >>> from icr2_components import load_pipeline
+    >>> pipeline = load_pipeline("vanilla_rag")   # retrieves from Elasticsearch
     >>> pipeline.get_component("retriever").index
-    'indexing/kilt-sample-elasticsearch.yaml'
+    'kilt-sample-elasticsearch'
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Iterator
 #: the environment variable every IndexRetriever honours
 INDEX_CONFIG_ENV = "ICR2_INDEX_CONFIG"
 #: the index config the library's pipelines name (and compare's gold passages come from) when nothing is switched
-DEFAULT_INDEX_CONFIG = "indexing/kilt-sample.yaml"
+DEFAULT_INDEX_CONFIG = "kilt-sample"
 # the component whose `index` init parameter the switch replaces (any import path of it inside the package)
 _RETRIEVER_CLASS = "IndexRetriever"
 
@@ -48,17 +48,35 @@ def index_switch() -> str | None:
     value = os.environ.get(INDEX_CONFIG_ENV, "").strip()
     if not value:
         return None
-    if not Path(value).expanduser().is_file():
+    if _index_config_file(value) is None:
         raise IndexSwitchError(
-            f"{INDEX_CONFIG_ENV}={value}: no such index config (from {Path.cwd()}); point it at an indexing/*.yaml "
-            "file, e.g. indexing/kilt-sample-elasticsearch.yaml, or unset it."
+            f"{INDEX_CONFIG_ENV}={value}: no such index config (from {Path.cwd()}); point it at an index config "
+            f"file or a shipped name ({', '.join(_shipped_index_names())}), or unset it."
         )
     return value
 
 
-def _same_file(a: str, b: str) -> bool:
+def _shipped_index_names() -> list[str]:
+    from icr2_components.resources import shipped_names
+
+    return [name for name in shipped_names("indexing") if name != "measured-figures"]
+
+
+def _index_config_file(value: str) -> Path | None:
+    """The file an index config path or shipped name reads, or None when there is none."""
+    from icr2_components.resources import resolve_file
+
     try:
-        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        path = resolve_file("indexing", Path(value).expanduser())
+    except FileNotFoundError:
+        return None
+    return path if path.is_file() else None
+
+
+def _same_file(a: str, b: str) -> bool:
+    file_a, file_b = _index_config_file(a), _index_config_file(b)
+    try:
+        return file_a is not None and file_b is not None and file_a.resolve() == file_b.resolve()
     except OSError:
         return a == b
 
@@ -110,10 +128,10 @@ def index_switch_set(index: str | None, flag: str = "--index") -> Iterator[str |
         return
     from icr2_components.stores.config import load_index_config
 
-    if not Path(index).expanduser().is_file():
+    if _index_config_file(index) is None:
         raise IndexSwitchError(
-            f"{flag} {index}: no such index config; pass an indexing/*.yaml file (e.g. "
-            "indexing/kilt-sample-elasticsearch.yaml)."
+            f"{flag} {index}: no such index config; pass an index config file or a shipped name "
+            f"({', '.join(_shipped_index_names())})."
         )
     load_index_config(index)  # a broken config fails here, naming the file, not at the first retrieval
     previous = os.environ.get(INDEX_CONFIG_ENV)

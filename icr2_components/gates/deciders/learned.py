@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icr2_components.artifacts.gate_artifact import LEARNED_KINDS, GateArtifact, load_gate_artifact
+from icr2_components.artifacts.gate_artifact import LEARNED_KINDS, GateArtifact, artifact_file, load_gate_artifact
 from icr2_components.gates.gate_decider import (
     GateDecider,
     GateDecision,
@@ -121,7 +121,7 @@ class LearnedDecider(GateDecider):
         if not artifact:
             raise ValueError("method='learned' needs artifact= (a gate artifact made by icr2 train-gate LABELS "
                              "--kind logistic --out ARTIFACT.json).")
-        if not Path(artifact).is_file():
+        if not artifact_file(artifact).is_file():
             raise ValueError(
                 f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind logistic "
                 f"--out {artifact}."

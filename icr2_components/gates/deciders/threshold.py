@@ -6,9 +6,8 @@ to an artifact the gate reads (`artifact=`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from icr2_components.artifacts.gate_artifact import GateArtifact, load_gate_artifact
+from icr2_components.artifacts.gate_artifact import GateArtifact, artifact_file, load_gate_artifact
 from icr2_components.gates.gate_decider import (
     GateDecider,
     GateDecision,
@@ -62,7 +61,7 @@ class ThresholdDecider(GateDecider):
 
     def check(self) -> None:
         artifact = self.parameters.artifact
-        if artifact is not None and not Path(artifact).is_file():
+        if artifact is not None and not artifact_file(artifact).is_file():
             raise ValueError(
                 f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind threshold "
                 f"--out {artifact}, or leave artifact unset to use the gate's threshold."
