@@ -89,18 +89,24 @@ def layout_for(index_type: str, shards: int) -> IndexLayout:
 
 
 def measure_type(client, url: str, documents: list, index_type: str, size: int, prefix: str, args) -> dict:
-    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, document_to_source
+    from icr2_components.stores.elasticsearch.writer import (
+        ElasticsearchStreamingWriter,
+        StreamingWriterSettings,
+        document_to_source,
+    )
 
     index = f"{prefix}-{index_type.replace('_', '-')}-{size}-{uuid.uuid4().hex[:6]}"
     stream = documents[:size] if index_type != "bm25_only" else [replace(d, embedding=None) for d in documents[:size]]
     writer = ElasticsearchStreamingWriter(
         url,
         index,
-        batch_size=args.batch_size,
-        thread_count=args.threads,
-        checkpoint_path=None,
-        layout=layout_for(index_type, args.shards),
-        progress=False,
+        StreamingWriterSettings(
+            batch_size=args.batch_size,
+            thread_count=args.threads,
+            checkpoint_path=None,
+            layout=layout_for(index_type, args.shards),
+            progress=False,
+        ),
     )
     try:
         started = time.perf_counter()

@@ -83,6 +83,7 @@ from icr2_components.paths import cache_dir  # noqa: E402
 from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
 from icr2_components.stores.elasticsearch.writer import (  # noqa: E402
     ElasticsearchStreamingWriter,
+    StreamingWriterSettings,
     _source_serializer,
     document_to_source,
 )
@@ -290,9 +291,16 @@ def run_writer(client, url: str, documents: list[Document], args, label: str, me
     process = psutil.Process()
     with tempfile.TemporaryDirectory() as tmp:
         writer = ElasticsearchStreamingWriter(
-            url, index, batch_size=args.batch_size, thread_count=args.threads,
-            checkpoint_path=Path(tmp) / "checkpoint.json", fingerprint=label, progress=False,
-        )  # fmt: skip
+            url,
+            index,
+            StreamingWriterSettings(
+                batch_size=args.batch_size,
+                thread_count=args.threads,
+                checkpoint_path=Path(tmp) / "checkpoint.json",
+                fingerprint=label,
+                progress=False,
+            ),
+        )
         rss_before = process.memory_info().rss / MIB
         try:
             with RssSampler() as sampler, Meter(client) as meter:
@@ -423,7 +431,8 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = Path(tmp) / "checkpoint.json"
         try:
-            first = InterruptedWriter(url, index, checkpoint_path=checkpoint, progress=False, stop_at=half, **options)
+            settings = StreamingWriterSettings(checkpoint_path=checkpoint, progress=False, **options)
+            first = InterruptedWriter(url, index, settings, stop_at=half)
             with Meter(client) as first_meter:
                 try:
                     first.write(progress(raw(half), half, f"first half ({method})"), prepare=embedder.embed_stream)
@@ -433,7 +442,9 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
             saved = json.loads(checkpoint.read_text())
             assert saved["position"] == half and not saved.get("completed"), saved
 
-            writer = ElasticsearchStreamingWriter(url, index, checkpoint_path=checkpoint, progress=True, **options)
+            writer = ElasticsearchStreamingWriter(
+                url, index, StreamingWriterSettings(checkpoint_path=checkpoint, progress=True, **options)
+            )
             if method == "new":
                 clocks: list[RequestClock] = []
 

@@ -12,7 +12,7 @@ import pytest
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.stores import IndexHandle, index_config_from_dict
 from icr2_components.stores.elasticsearch.backend import QueryTooLongError
-from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
+from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, StreamingWriterSettings
 from icr2_components.stores.embedding import PassageEmbedder
 from icr2_components.stores.errors import DocumentCountMismatchError, IndexNotBuiltError
 
@@ -74,7 +74,9 @@ def test_a_load_whose_count_check_fails_is_never_marked_complete(
     stream = documents + documents[:5]  # a stream that repeats ids (the writer is given it directly)
     checkpoint = tmp_path / "ckpt.json"
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(batch_size=10, checkpoint_path=checkpoint, progress=False),
     )
     with pytest.raises(DocumentCountMismatchError, match="holds 30 documents, but 35 passages were streamed"):
         writer.write(stream)
@@ -83,7 +85,9 @@ def test_a_load_whose_count_check_fails_is_never_marked_complete(
     assert state["count_check_failed"] == {"index_count": 30, "expected_count": 35}
     # the next run does not trust the failed load: it starts over rather than resuming after position 35
     again = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=10, checkpoint_path=checkpoint, progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(batch_size=10, checkpoint_path=checkpoint, progress=False),
     )
     report = again.write(documents)
     assert report.resumed_from == 0 and report.written == 30 and report.count_ok
@@ -94,8 +98,9 @@ def test_searching_an_index_that_was_never_built_is_an_error_and_creates_nothing
     elasticsearch_url, es_client, es_index_name, tmp_path
 ):
     handle = IndexHandle(index_config_from_dict(es_config(elasticsearch_url, es_index_name, "sample", tmp_path)))
-    with pytest.raises(IndexNotBuiltError,
-                       match=rf"index '{es_index_name}' at .* does not exist: build it first with `icr2 index"):
+    with pytest.raises(
+        IndexNotBuiltError, match=rf"index '{es_index_name}' at .* does not exist: build it first with `icr2 index"
+    ):
         handle.retrieve("who won the first nobel prize in physics", method="bm25")
     assert not es_client.indices.exists(index=es_index_name)
 
@@ -104,15 +109,16 @@ def test_a_query_over_the_clause_limit_is_refused_naming_the_limit(
     elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
 ):
     documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 20))
-    ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, checkpoint_path=None, progress=False).write(
-        documents
-    )
+    ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, StreamingWriterSettings(checkpoint_path=None, progress=False)
+    ).write(documents)
     handle = IndexHandle(index_config_from_dict(es_config(elasticsearch_url, es_index_name, "sample", tmp_path)))
     query = " ".join(f"w{i:05d}" for i in range(17_000))  # ~119,000 characters, 17,000 distinct words
     assert len(query) > 100_000
-    with pytest.raises(QueryTooLongError,
-                       match=r"more than the \d+ query clauses the node allows \(indices.query.bool.max_clause_count\)",
-                       ) as raised:
+    with pytest.raises(
+        QueryTooLongError,
+        match=r"more than the \d+ query clauses the node allows \(indices.query.bool.max_clause_count\)",
+    ) as raised:
         handle.retrieve(query, method="bm25")
     assert raised.value.limit and raised.value.limit >= 1024
     assert handle.retrieve("nobel prize physics", method="bm25", top_k=3)  # the index still answers

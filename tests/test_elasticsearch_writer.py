@@ -44,6 +44,7 @@ from icr2_components.stores.elasticsearch.writer import (
     BulkWriteError,
     CheckpointMismatchError,
     ElasticsearchStreamingWriter,
+    StreamingWriterSettings,
     document_to_source,
 )
 
@@ -183,7 +184,7 @@ KILLED_CHILD = textwrap.dedent(
     """
     import sys, time
     from icr2_components.kilt import KiltKnowledgeSource
-    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
+    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, StreamingWriterSettings
 
     url, index, checkpoint, corpus = sys.argv[1:5]
 
@@ -194,8 +195,8 @@ KILLED_CHILD = textwrap.dedent(
                 time.sleep(0.05)
             yield document
 
-    writer = ElasticsearchStreamingWriter(url, index, batch_size=100, thread_count=2, checkpoint_path=checkpoint,
-                                          checkpoint_every=1, fingerprint="sample-v1", progress=False)
+    writer = ElasticsearchStreamingWriter(url, index, StreamingWriterSettings(batch_size=100, thread_count=2,
+        checkpoint_path=checkpoint, checkpoint_every=1, fingerprint="sample-v1", progress=False))
     writer.write(slowed(KiltKnowledgeSource(corpus).documents()))
     print("FINISHED")
     """
@@ -258,7 +259,9 @@ def test_killed_load_resumes_to_exactly_the_passage_count(
     es_client.indices.refresh(index=es_index_name)
     count_before = es_client.count(index=es_index_name)["count"]
     other = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, checkpoint_path=checkpoint, fingerprint="sample-v2", progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(checkpoint_path=checkpoint, fingerprint="sample-v2", progress=False),
     )
     with pytest.raises(CheckpointMismatchError, match="fingerprint"):
         other.write(KiltKnowledgeSource(sample_files.corpus).documents())
@@ -269,10 +272,7 @@ def test_killed_load_resumes_to_exactly_the_passage_count(
     writer = ElasticsearchStreamingWriter(
         elasticsearch_url,
         es_index_name,
-        batch_size=100,
-        checkpoint_path=checkpoint,
-        fingerprint="sample-v1",
-        progress=False,
+        StreamingWriterSettings(batch_size=100, checkpoint_path=checkpoint, fingerprint="sample-v1", progress=False),
     )
     report = writer.write(KiltKnowledgeSource(sample_files.corpus).documents())
     print("\n" + report.summary())
@@ -294,7 +294,9 @@ def test_killed_load_resumes_to_exactly_the_passage_count(
 def test_unreachable_node_is_retried_then_named(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}"
     writer = ElasticsearchStreamingWriter(
-        url, "never-created", max_retries=2, retry_backoff=0.05, checkpoint_path=tmp_path / "c.json", progress=False
+        url,
+        "never-created",
+        StreamingWriterSettings(max_retries=2, retry_backoff=0.05, checkpoint_path=tmp_path / "c.json", progress=False),
     )
     started = time.monotonic()
     with pytest.raises(ElasticsearchUnreachableError) as raised:
@@ -324,11 +326,9 @@ def test_connection_lost_mid_load_is_retried_or_named(
     writer = ElasticsearchStreamingWriter(
         proxy.url,
         es_index_name,
-        batch_size=100,
-        max_retries=6,
-        retry_backoff=0.2,
-        checkpoint_path=tmp_path / "a.json",
-        progress=False,
+        StreamingWriterSettings(
+            batch_size=100, max_retries=6, retry_backoff=0.2, checkpoint_path=tmp_path / "a.json", progress=False
+        ),
     )
     with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.writer"):
         report = writer.write(broken_for_a_while(sample_documents(sample_files.corpus, limit=800)))
@@ -350,12 +350,14 @@ def test_connection_lost_mid_load_is_retried_or_named(
     writer = ElasticsearchStreamingWriter(
         proxy.url,
         es_index_name,
-        batch_size=100,
-        max_retries=2,
-        retry_backoff=0.05,
-        checkpoint_path=checkpoint,
-        fingerprint="f",
-        progress=False,
+        StreamingWriterSettings(
+            batch_size=100,
+            max_retries=2,
+            retry_backoff=0.05,
+            checkpoint_path=checkpoint,
+            fingerprint="f",
+            progress=False,
+        ),
     )
     with pytest.raises(ElasticsearchUnreachableError, match=proxy.url):
         writer.write(broken_for_good(sample_documents(sample_files.corpus, limit=1000)))
@@ -364,7 +366,9 @@ def test_connection_lost_mid_load_is_retried_or_named(
     # the settings could not be restored through the broken path; the next run (straight to the node) does it
     assert load_settings(es_client, es_index_name)["index.refresh_interval"] == "-1"
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, fingerprint="f", progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(batch_size=100, checkpoint_path=checkpoint, fingerprint="f", progress=False),
     )
     report = writer.write(sample_documents(sample_files.corpus, limit=1000))
     assert report.resumed_from == state["position"]
@@ -390,8 +394,16 @@ def test_documents_answered_429_are_resent_with_backoff_or_reported(
             yield document
 
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, thread_count=1, max_retries=6, retry_backoff=0.2,
-        checkpoint_path=tmp_path / "a.json", progress=False,
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(
+            batch_size=100,
+            thread_count=1,
+            max_retries=6,
+            retry_backoff=0.2,
+            checkpoint_path=tmp_path / "a.json",
+            progress=False,
+        ),
     )
     with caplog.at_level(logging.WARNING, logger="icr2_components.stores.elasticsearch.writer"):
         report = writer.write(blocked_for_a_while(sample_documents(sample_files.corpus, limit=800)))
@@ -410,8 +422,16 @@ def test_documents_answered_429_are_resent_with_backoff_or_reported(
             yield document
 
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, thread_count=1, max_retries=2, retry_backoff=0.05,
-        checkpoint_path=checkpoint, progress=False,
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(
+            batch_size=100,
+            thread_count=1,
+            max_retries=2,
+            retry_backoff=0.05,
+            checkpoint_path=checkpoint,
+            progress=False,
+        ),
     )
     try:
         with pytest.raises(BulkWriteError, match=r"kept answering 429 .* after 2 retries") as raised:
@@ -425,7 +445,9 @@ def test_documents_answered_429_are_resent_with_backoff_or_reported(
 
 @pytest.mark.elasticsearch
 def test_embedding_dimension_mismatch_is_a_clear_error(elasticsearch_url, es_client, es_index_name, sample_files):
-    writer = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, batch_size=50, progress=False)
+    writer = ElasticsearchStreamingWriter(
+        elasticsearch_url, es_index_name, StreamingWriterSettings(batch_size=50, progress=False)
+    )
     report = writer.write(sample_documents(sample_files.corpus, limit=120, dim=8))
     assert report.embedding_dim == 8 and report.count_ok and report.index_count == 120
     settings_after_first_load = load_settings(es_client, es_index_name)
@@ -475,11 +497,9 @@ def test_load_settings_are_switched_during_the_load_and_restored_after(
     writer = ElasticsearchStreamingWriter(
         elasticsearch_url,
         es_index_name,
-        batch_size=100,
-        checkpoint_path=checkpoint,
-        checkpoint_every=1,
-        fingerprint="f",
-        progress=False,
+        StreamingWriterSettings(
+            batch_size=100, checkpoint_path=checkpoint, checkpoint_every=1, fingerprint="f", progress=False
+        ),
     )
     # a load that fails part-way: settings restored, checkpoint kept for the re-run
     with pytest.raises(RuntimeError, match="corpus reader failed"):
@@ -510,7 +530,9 @@ def test_rejected_documents_are_counted_and_listed(elasticsearch_url, es_client,
 
     checkpoint = tmp_path / "c.json"
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, checkpoint_path=checkpoint, progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(batch_size=100, checkpoint_path=checkpoint, progress=False),
     )
     # the first document fixes passage_index as a number in the mapping; document 10 comes in a later request
     first = list(sample_documents(sample_files.corpus, limit=1))
@@ -537,7 +559,9 @@ def test_elasticsearch_document_store_and_retrievers_read_what_we_write(
 
     documents = list(sample_documents(sample_files.corpus, limit=400, dim=384))
     writer = ElasticsearchStreamingWriter(
-        elasticsearch_url, es_index_name, batch_size=100, bm25_k1=1.2, bm25_b=0.75, progress=False
+        elasticsearch_url,
+        es_index_name,
+        StreamingWriterSettings(batch_size=100, bm25_k1=1.2, bm25_b=0.75, progress=False),
     )
     report = writer.write(iter(documents))
     assert report.count_ok and report.index_count == 400 and report.embedding_dim == 384

@@ -94,7 +94,7 @@ def test_writer_load_replicas_is_validated_and_reaches_the_writer():
         },
         source="test config",
     )
-    assert ElasticsearchStreamingWriter.from_config(config, progress=False).load_replicas is None
+    assert ElasticsearchStreamingWriter.from_config(config, progress=False).settings.load_replicas is None
 
 
 def test_layout_from_config_and_what_it_does_to_a_new_index():

@@ -35,7 +35,8 @@ What it guarantees:
   429/502/503/504 are resent alone, with backoff; the report counts both kinds of retry.
 
 Usage:
-    >>> writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "icr2-kilt", checkpoint_path="kilt.ckpt.json")
+    >>> settings = StreamingWriterSettings(checkpoint_path="kilt.ckpt.json")
+    >>> writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "icr2-kilt", settings)
     >>> report = writer.write(KiltKnowledgeSource("kilt_knowledgesource.json").documents())
     >>> print(report.summary())
 """
@@ -49,7 +50,7 @@ import os
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,6 +58,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from haystack import Document
 
+from icr2_components.paths import output_file_problem
+from icr2_components.records.integrity import DamagedFileError, check_seal, open_for_append, write_sealed_json
 from icr2_components.retrying import RetryPolicy
 from icr2_components.stores.config import IndexConfig
 from icr2_components.stores.elasticsearch.connection import connection_options
@@ -81,13 +84,15 @@ __all__ = [
     "ElasticsearchStreamingWriter",
     "ElasticsearchUnreachableError",
     "EmbeddingDimensionError",
+    "StreamingWriterSettings",
     "WriteReport",
     "document_to_source",
 ]
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_VERSION = 1
+# 2: the checkpoint carries its content hash (records/integrity.py), checked with its counts on load
+CHECKPOINT_VERSION = 2
 # Kept in the index mapping's _meta while a load runs: the settings to restore.
 LOAD_META_KEY = "icr2_bulk_load"
 # Kept in the index mapping's _meta from the first load on: the fingerprint of the stream (corpus, chunking,
@@ -212,12 +217,23 @@ class _ChunkResult:
     requests: int = 1  # bulk requests sent for the chunk, retries included
 
 
-class ElasticsearchStreamingWriter:
-    """Stream haystack Documents into an Elasticsearch index that ElasticsearchDocumentStore can read.
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1
 
-    :param hosts: URL(s) of the cluster (a comma-separated string or a list).
-    :param index: index name; created with :func:`~icr2_components.stores.elasticsearch.store.index_mapping`
-        when missing.
+
+def _positive_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+
+
+@dataclass(frozen=True)
+class StreamingWriterSettings:
+    """How :class:`ElasticsearchStreamingWriter` loads an index: bulk sizes, checkpoints, retries, the settings of
+    a newly created index, and the checks at the end. Checked on construction (one line naming the field).
+
+    Usage:
+        >>> settings = StreamingWriterSettings(batch_size=200, checkpoint_path="kilt.ckpt.json", progress=False)
+        >>> writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "icr2-kilt", settings)
+
     :param batch_size: documents per bulk request.
     :param thread_count: bulk requests in flight at once (1: strictly sequential).
     :param max_chunk_bytes: a bulk request is split when its body would exceed this.
@@ -251,102 +267,102 @@ class ElasticsearchStreamingWriter:
         (bench/scale.py: 22 ms once merged to one); worth it for an index that is loaded once and then read.
     :param client_options: more keyword arguments for the client it builds (TLS CA, auth headers: see
         :func:`~icr2_components.stores.elasticsearch.connection.connection_options`).
+    """
+
+    batch_size: int = 500
+    thread_count: int = 2
+    max_chunk_bytes: int = 50 * 1024 * 1024
+    checkpoint_path: str | os.PathLike | None = None
+    checkpoint_every: int = 10
+    checkpoint_seconds: float = 5.0
+    fingerprint: str | Mapping[str, Any] | None = None
+    resume: bool = True
+    request_timeout: float = 60.0
+    max_retries: int = 3
+    retry_backoff: float = 1.0
+    max_backoff: float = 30.0
+    bm25_k1: float = 0.9
+    bm25_b: float = 0.4
+    analyzer: str = "english"
+    embedding_similarity: Similarity = "cosine"
+    number_of_shards: int = 1
+    layout: IndexLayout | None = None
+    verify_count: bool = True
+    max_failures: int | None = 1000
+    max_failure_examples: int = 20
+    progress: bool = True
+    load_replicas: int | None = 0
+    force_merge_segments: int | None = None
+    client_options: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "thread_count", "checkpoint_every", "max_chunk_bytes", "number_of_shards"):
+            if not _positive_int(getattr(self, name)):
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        for name in ("checkpoint_seconds", "request_timeout"):
+            if not _positive_number(getattr(self, name)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}.")
+        for name in ("retry_backoff", "max_backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}.")
+        for name in ("max_retries", "max_failure_examples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}.")
+        if self.max_failures is not None and (
+            isinstance(self.max_failures, bool) or not isinstance(self.max_failures, int) or self.max_failures < 0
+        ):
+            raise ValueError(
+                f"max_failures must be a non-negative integer or None (never stop), got {self.max_failures!r}."
+            )
+        if self.load_replicas is not None and (
+            isinstance(self.load_replicas, bool) or not isinstance(self.load_replicas, int) or self.load_replicas < 0
+        ):
+            raise ValueError(
+                "load_replicas must be a non-negative integer or None (keep the index's replicas), got "
+                f"{self.load_replicas!r}."
+            )
+        if self.force_merge_segments is not None and not _positive_int(self.force_merge_segments):
+            raise ValueError(
+                "force_merge_segments must be a positive integer or None (no merge), got "
+                f"{self.force_merge_segments!r}."
+            )
+
+
+class ElasticsearchStreamingWriter:
+    """Stream haystack Documents into an Elasticsearch index that ElasticsearchDocumentStore can read.
+
+    :param hosts: URL(s) of the cluster (a comma-separated string or a list).
+    :param index: index name; created with :func:`~icr2_components.stores.elasticsearch.store.index_mapping`
+        when missing.
+    :param settings: how to load (:class:`StreamingWriterSettings`; its defaults when None).
     :param client: an existing ``elasticsearch.Elasticsearch`` client (otherwise one is built).
+    :raises TypeError: when ``settings`` is not a :class:`StreamingWriterSettings`.
     """
 
     def __init__(
         self,
         hosts: str | list[str] = "http://127.0.0.1:9200",
         index: str = "icr2-kilt",
+        settings: StreamingWriterSettings | None = None,
         *,
-        batch_size: int = 500,
-        thread_count: int = 2,
-        max_chunk_bytes: int = 50 * 1024 * 1024,
-        checkpoint_path: str | os.PathLike | None = None,
-        checkpoint_every: int = 10,
-        checkpoint_seconds: float = 5.0,
-        fingerprint: str | Mapping[str, Any] | None = None,
-        resume: bool = True,
-        request_timeout: float = 60.0,
-        max_retries: int = 3,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        bm25_k1: float = 0.9,
-        bm25_b: float = 0.4,
-        analyzer: str = "english",
-        embedding_similarity: Similarity = "cosine",
-        number_of_shards: int = 1,
-        layout: IndexLayout | None = None,
-        verify_count: bool = True,
-        max_failures: int | None = 1000,
-        max_failure_examples: int = 20,
-        progress: bool = True,
-        load_replicas: int | None = 0,
-        force_merge_segments: int | None = None,
-        client_options: Mapping[str, Any] | None = None,
         client=None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if thread_count < 1:
-            raise ValueError(f"thread_count must be >= 1, got {thread_count}.")
-        if checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}.")
-        if (
-            isinstance(checkpoint_seconds, bool)
-            or not isinstance(checkpoint_seconds, (int, float))
-            or not checkpoint_seconds > 0
-        ):
-            raise ValueError(f"checkpoint_seconds must be a positive number of seconds, got {checkpoint_seconds!r}.")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
-        if load_replicas is not None and (
-            isinstance(load_replicas, bool) or not isinstance(load_replicas, int) or load_replicas < 0
-        ):
-            raise ValueError(
-                "load_replicas must be a non-negative integer or None (keep the index's replicas), got "
-                f"{load_replicas!r}."
-            )
-        if max_chunk_bytes < 1:
-            raise ValueError(f"max_chunk_bytes must be >= 1, got {max_chunk_bytes}.")
-        if force_merge_segments is not None and (
-            isinstance(force_merge_segments, bool)
-            or not isinstance(force_merge_segments, int)
-            or force_merge_segments < 1
-        ):
-            raise ValueError(
-                f"force_merge_segments must be a positive integer or None (no merge), got {force_merge_segments!r}."
-            )
-        self.force_merge_segments = force_merge_segments
+        if settings is None:
+            settings = StreamingWriterSettings()
+        if not isinstance(settings, StreamingWriterSettings):
+            raise TypeError(f"settings must be a StreamingWriterSettings, got {type(settings).__name__}.")
+        self.settings = settings
         self.hosts = hosts
         self.url = describe_hosts(hosts)
         self.index = index
-        self.batch_size = batch_size
-        self.thread_count = thread_count
-        self.max_chunk_bytes = max_chunk_bytes
-        self.checkpoint_path = Path(checkpoint_path).expanduser() if checkpoint_path else None
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_seconds = float(checkpoint_seconds)
-        self.fingerprint = self._fingerprint(index, fingerprint)
-        self.resume = resume
-        self.request_timeout = request_timeout
-        self.max_retries = max_retries
-        self.retry_backoff = retry_backoff
-        self.max_backoff = max_backoff
-        self.bm25_k1 = bm25_k1
-        self.bm25_b = bm25_b
-        self.analyzer = analyzer
-        self.embedding_similarity = embedding_similarity
-        self.number_of_shards = number_of_shards
-        self.layout = layout
-        self.verify_count = verify_count
-        self.max_failures = max_failures
-        self.max_failure_examples = max_failure_examples
-        self.progress = progress
-        self.load_replicas = load_replicas
-        self.client_options = dict(client_options or {})
+        self.checkpoint_path = Path(settings.checkpoint_path).expanduser() if settings.checkpoint_path else None
+        self.fingerprint = self._fingerprint(index, settings.fingerprint)
         self._client = client
-        self._policy = RetryPolicy(max_retries=max_retries, initial_backoff=retry_backoff, max_backoff=max_backoff)
+        self._policy = RetryPolicy(
+            max_retries=settings.max_retries, initial_backoff=settings.retry_backoff, max_backoff=settings.max_backoff
+        )
         self._retry_lock = threading.Lock()
         self._retried_requests = 0
         self._retried_documents = 0
@@ -358,6 +374,8 @@ class ElasticsearchStreamingWriter:
         cls, config: IndexConfig, *, fingerprint: str | Mapping[str, Any] | None = None, **overrides: Any
     ) -> "ElasticsearchStreamingWriter":
         """A writer for ``config.store`` with ``config.writer``'s batch size, threads and checkpoint.
+
+        ``overrides`` are :class:`StreamingWriterSettings` fields (and ``client``) that replace the config's.
 
         With ``writer.checkpoint_path: null`` the checkpoint is ``<cache>/checkpoints/<index>.json``. Without
         ``fingerprint`` the corpus and embedding sections of the config are the fingerprint.
@@ -390,7 +408,8 @@ class ElasticsearchStreamingWriter:
             force_merge_segments=writer.force_merge_segments,
         )
         options.update(overrides)
-        return cls(store.hosts, store.index, **options)
+        client = options.pop("client", None)
+        return cls(store.hosts, store.index, StreamingWriterSettings(**options), client=client)
 
     @staticmethod
     def _fingerprint(index: str, fingerprint: str | Mapping[str, Any] | None) -> str:
@@ -402,7 +421,10 @@ class ElasticsearchStreamingWriter:
         if self._client is None:
             # transport-level retries off: connection failures are retried here, with backoff
             self._client = build_elasticsearch_client(
-                self.hosts, request_timeout=self.request_timeout, max_retries=0, **self.client_options
+                self.hosts,
+                request_timeout=self.settings.request_timeout,
+                max_retries=0,
+                **dict(self.settings.client_options or {}),
             )
         return self._client
 
@@ -420,7 +442,7 @@ class ElasticsearchStreamingWriter:
                 self.url,
                 type(error).__name__,
                 attempt,
-                self.max_retries,
+                self.settings.max_retries,
                 delay,
             )
 
@@ -429,27 +451,50 @@ class ElasticsearchStreamingWriter:
     # -- checkpoint -----------------------------------------------------------------------------------------
 
     def read_checkpoint(self) -> dict | None:
+        """The checkpoint, checked whole: its content hash and its counts (``written + failed == position``, a
+        ``last_id`` once anything is confirmed). A checkpoint that is not whole is a
+        :class:`CheckpointMismatchError` naming the file and what disagrees."""
         if self.checkpoint_path is None or not self.checkpoint_path.exists():
             return None
         try:
-            data = json.loads(self.checkpoint_path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            data = json.loads(self.checkpoint_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise CheckpointMismatchError(
                 f"The checkpoint {self.checkpoint_path} cannot be read ({error}); delete it to start the load over."
             ) from error
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.checkpoint_path} is not a JSON object; delete it to start the load over."
+            )
+        if data.get("version") == CHECKPOINT_VERSION:
+            try:
+                check_seal(data, self.checkpoint_path, "checkpoint")
+            except DamagedFileError as error:
+                raise CheckpointMismatchError(f"{error} Delete it to start the load over.") from None
+            counts = {key: data.get(key) for key in ("position", "written", "failed")}
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()) or (
+                counts["written"] + counts["failed"] != counts["position"]
+            ):
+                raise CheckpointMismatchError(
+                    f"The checkpoint {self.checkpoint_path} disagrees with itself: position {counts['position']} "
+                    f"should be written {counts['written']} + failed {counts['failed']}; delete it to start the load "
+                    "over."
+                )
+            if counts["position"] and not data.get("last_id"):
+                raise CheckpointMismatchError(
+                    f"The checkpoint {self.checkpoint_path} confirms {counts['position']} passages but records no "
+                    "last_id; delete it to start the load over."
+                )
+        return data
 
     def _write_checkpoint(self, state: dict) -> None:
+        """Atomically (temporary file, fsync, rename), with its content hash: a kill at any moment leaves the
+        previous checkpoint or this one, whole."""
         if self.checkpoint_path is None:
             return
         state = dict(state, updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.checkpoint_path.with_name(self.checkpoint_path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(state, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.checkpoint_path)
+        write_sealed_json(self.checkpoint_path, state)
 
     def _failures_path(self) -> Path | None:
         if self.checkpoint_path is None:
@@ -461,7 +506,7 @@ class ElasticsearchStreamingWriter:
         checkpoint = self.read_checkpoint()
         if checkpoint is None:
             return None
-        if not self.resume:
+        if not self.settings.resume:
             logger.info("resume=False: ignoring the checkpoint %s", self.checkpoint_path)
             return None
         if checkpoint.get("count_check_failed"):
@@ -502,10 +547,10 @@ class ElasticsearchStreamingWriter:
 
     def _load_settings(self) -> dict[str, Any]:
         settings = dict(LOAD_SETTINGS)
-        if self.load_replicas is None:
+        if self.settings.load_replicas is None:
             settings.pop("index.number_of_replicas")
         else:
-            settings["index.number_of_replicas"] = self.load_replicas
+            settings["index.number_of_replicas"] = self.settings.load_replicas
         return settings
 
     def _current_load_settings(self) -> dict[str, Any]:
@@ -612,7 +657,7 @@ class ElasticsearchStreamingWriter:
         """
         from tqdm.auto import tqdm
 
-        show_progress = self.progress if progress is None else progress
+        show_progress = self.settings.progress if progress is None else progress
         started = time.perf_counter()
         with self._retry_lock:
             self._retried_requests = self._retried_documents = 0
@@ -621,6 +666,12 @@ class ElasticsearchStreamingWriter:
         )
         failures_path = self._failures_path()
         report.failures_path = str(failures_path) if failures_path else None
+        if self.checkpoint_path is not None:
+            # before the node is touched or anything is embedded: a path that cannot be written fails now
+            problem = output_file_problem(self.checkpoint_path)
+            if problem:
+                raise ValueError(f"The checkpoint cannot be written: {problem}. Nothing was loaded; set "
+                                 "writer.checkpoint_path to a file path.")
 
         wait_until_reachable(self.client, self.url, policy=self._policy)
 
@@ -632,7 +683,7 @@ class ElasticsearchStreamingWriter:
         failed_before = int(checkpoint.get("failed", 0)) if checkpoint else 0
         report.failed = failed_before
         if checkpoint:
-            report.failure_examples = list(checkpoint.get("failure_examples", []))[: self.max_failure_examples]
+            report.failure_examples = list(checkpoint.get("failure_examples", []))[: self.settings.max_failure_examples]
 
         stream = iter(documents)
         if position:
@@ -650,12 +701,12 @@ class ElasticsearchStreamingWriter:
                 self.client,
                 self.index,
                 embedding_dim=embedding_dim,
-                similarity=self.embedding_similarity,
-                bm25_k1=self.bm25_k1,
-                bm25_b=self.bm25_b,
-                analyzer=self.analyzer,
-                number_of_shards=self.number_of_shards,
-                layout=self.layout,
+                similarity=self.settings.embedding_similarity,
+                bm25_k1=self.settings.bm25_k1,
+                bm25_b=self.settings.bm25_b,
+                analyzer=self.settings.analyzer,
+                number_of_shards=self.settings.number_of_shards,
+                layout=self.settings.layout,
             ),
             "creating the index",
         )
@@ -686,7 +737,8 @@ class ElasticsearchStreamingWriter:
             disable=not show_progress,
             smoothing=0.05,
         )
-        failures_file = open(failures_path, "a", encoding="utf-8") if failures_path is not None else None
+        # its folder made first (a fresh cache has no checkpoints/ folder); a line cut by a kill is ended first
+        failures_file = open_for_append(failures_path) if failures_path is not None else None
         try:
             chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
             stream_started = time.perf_counter()
@@ -725,12 +777,12 @@ class ElasticsearchStreamingWriter:
             # never recorded as complete: the next run starts over instead of trusting this load
             state["count_check_failed"] = {"index_count": report.index_count, "expected_count": report.expected_count}
         self._write_checkpoint(state)
-        if report.count_ok and self.force_merge_segments is not None:
+        if report.count_ok and self.settings.force_merge_segments is not None:
             merge_started = time.perf_counter()
             # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
             self._retrying(
                 lambda: self.client.options(request_timeout=None).indices.forcemerge(
-                    index=self.index, max_num_segments=self.force_merge_segments, wait_for_completion=True
+                    index=self.index, max_num_segments=self.settings.force_merge_segments, wait_for_completion=True
                 ),
                 "force-merging the index",
             )
@@ -757,7 +809,7 @@ class ElasticsearchStreamingWriter:
                     else "Fewer documents than streamed: the stream repeats ids, or documents were deleted meanwhile."
                 )
             )
-            if self.verify_count:
+            if self.settings.verify_count:
                 raise DocumentCountMismatchError(message, report)
             logger.error(message)
         return report
@@ -823,28 +875,37 @@ class ElasticsearchStreamingWriter:
             )
 
     def _chunks(self, stream: Iterator[Document], position: int, embedding_dim: int | None) -> Iterator[_Chunk]:
-        """Chunks of ``batch_size`` documents (fewer when the body would pass ``max_chunk_bytes``), each
-        document serialised once, here, into its two NDJSON lines: the sender only joins and posts them."""
+        """Chunks of ``batch_size`` documents (fewer when the body would pass ``max_chunk_bytes``, or when the
+        chunk's first document came ``checkpoint_seconds`` ago: a slow stream, such as one embedded on the way, is
+        sent and confirmed every few seconds instead of once per ``batch_size``), each document serialised once,
+        here, into its two NDJSON lines: the sender only joins and posts them."""
         dumps = _source_serializer()
         ids: list[str] = []
         lines: list[bytes] = []
         size = 0
         first_position = position
+        chunk_started = time.monotonic()
         for document in stream:
+            if ids and time.monotonic() - chunk_started >= self.settings.checkpoint_seconds:
+                yield _Chunk(ids, lines, first_position)
+                first_position += len(ids)
+                ids, lines, size = [], [], 0
+            if not ids:
+                chunk_started = time.monotonic()
             if document.embedding is not None:
                 if embedding_dim is None:
                     embedding_dim = len(document.embedding)
                 elif len(document.embedding) != embedding_dim:
                     raise EmbeddingDimensionError(self.index, embedding_dim, len(document.embedding), document.id)
             line = b'{"index":{"_id":' + dumps(document.id) + b"}}\n" + dumps(document_to_source(document)) + b"\n"
-            if ids and size + len(line) > self.max_chunk_bytes:
+            if ids and size + len(line) > self.settings.max_chunk_bytes:
                 yield _Chunk(ids, lines, first_position)
                 first_position += len(ids)
                 ids, lines, size = [], [], 0
             ids.append(document.id)
             lines.append(line)
             size += len(line)
-            if len(ids) >= self.batch_size:
+            if len(ids) >= self.settings.batch_size:
                 yield _Chunk(ids, lines, first_position)
                 first_position += len(ids)
                 ids, lines, size = [], [], 0
@@ -899,7 +960,7 @@ class ElasticsearchStreamingWriter:
             self._count_retry(documents=len(pending))
             logger.warning(
                 "bulk request at passage %d: %d document(s) answered %s; resending them (%d/%d) in %.1fs",
-                chunk.first_position, len(pending), first_status[0], attempt, self.max_retries, delay,
+                chunk.first_position, len(pending), first_status[0], attempt, self.settings.max_retries, delay,
             )
 
         transient = self._policy.repeat_while(send_pending, again=bool, on_retry=log_resend)
@@ -925,20 +986,37 @@ class ElasticsearchStreamingWriter:
         return statuses
 
     def _stream(self, chunks: Iterator[_Chunk], state: dict, report: WriteReport, bar, failures_file) -> None:
+        """Send the chunks from ``thread_count`` threads and confirm their answers in stream order.
+
+        Answers are confirmed, and the checkpoint written when due, by a watcher thread as soon as they arrive, not
+        only when the stream yields its next chunk: a stream that is slow to yield (embedding on the way) would
+        otherwise leave written chunks unrecorded for as long as it takes, and a kill would redo them."""
         in_flight: deque[tuple[Future, _Chunk]] = deque()
-        max_in_flight = self.thread_count * 2
+        max_in_flight = self.settings.thread_count * 2
         batches = 0
         last_checkpoint = time.monotonic()
+        unrecorded = False  # confirmed chunks that no checkpoint records yet
+        lock = threading.Lock()  # in_flight, state, report, bar and failures_file: the loop's and the watcher's
+        finished = threading.Event()
+        watcher_errors: list[BaseException] = []
+
+        def record() -> None:
+            nonlocal last_checkpoint, unrecorded
+            if failures_file is not None:
+                os.fsync(failures_file.fileno())
+            self._write_checkpoint(state)
+            last_checkpoint = time.monotonic()
+            unrecorded = False
 
         def confirm(future: Future, chunk: _Chunk) -> None:
-            nonlocal batches, last_checkpoint
+            nonlocal batches, unrecorded
             result: _ChunkResult = future.result()
             transient = [f for f in result.failures if f.get("status") in RETRY_STATUSES]
             if transient:
                 raise BulkWriteError(
                     f"Elasticsearch at {self.url} kept answering {transient[0]['status']} for {len(transient)} "
                     "document(s) of the chunk "
-                    f"starting at passage {chunk.first_position}, after {self.max_retries} retries (e.g. "
+                    f"starting at passage {chunk.first_position}, after {self.settings.max_retries} retries (e.g. "
                     f"{transient[0]}). "
                     "The checkpoint stops before this chunk; re-run to resume.",
                     report,
@@ -950,7 +1028,7 @@ class ElasticsearchStreamingWriter:
             report.bulk_requests += result.requests
             if result.failures:
                 state["failed"] += len(result.failures)
-                room = self.max_failure_examples - len(state["failure_examples"])
+                room = self.settings.max_failure_examples - len(state["failure_examples"])
                 if room > 0:
                     state["failure_examples"].extend(result.failures[:room])
                 if failures_file is not None:
@@ -959,32 +1037,59 @@ class ElasticsearchStreamingWriter:
                     failures_file.flush()
             bar.update(len(chunk))
             batches += 1
-            if batches % self.checkpoint_every == 0 or time.monotonic() - last_checkpoint >= self.checkpoint_seconds:
-                if failures_file is not None:
-                    os.fsync(failures_file.fileno())
-                self._write_checkpoint(state)
-                last_checkpoint = time.monotonic()
-            if self.max_failures is not None and state["failed"] > self.max_failures:
+            unrecorded = True
+            due_by_time = time.monotonic() - last_checkpoint >= self.settings.checkpoint_seconds
+            if batches % self.settings.checkpoint_every == 0 or due_by_time:
+                record()
+            if self.settings.max_failures is not None and state["failed"] > self.settings.max_failures:
                 report.failed = state["failed"]
                 report.failure_examples = state["failure_examples"]
                 raise BulkWriteError(
                     f"Stopping: {state['failed']} documents were rejected by Elasticsearch (more than "
-                    f"max_failures={self.max_failures}); "
+                    f"max_failures={self.settings.max_failures}); "
                     f"examples: {state['failure_examples'][:3]}",
                     report,
                 )
 
-        pool = ThreadPoolExecutor(max_workers=self.thread_count, thread_name_prefix="es-bulk")
+        def confirm_answered(room: int) -> None:
+            """Confirm the answered chunks at the head of the queue, then wait (lock released) until fewer than
+            ``room`` chunks are in flight; raises what the watcher met."""
+            while True:
+                with lock:
+                    if watcher_errors:
+                        raise watcher_errors[0]
+                    while in_flight and in_flight[0][0].done():
+                        confirm(*in_flight.popleft())
+                    if len(in_flight) < room:
+                        return
+                    head = in_flight[0][0]
+                wait([head])
+
+        def watch() -> None:
+            tick = min(1.0, self.settings.checkpoint_seconds)
+            while not finished.wait(tick):
+                with lock:
+                    try:
+                        while in_flight and in_flight[0][0].done():
+                            confirm(*in_flight.popleft())
+                        if unrecorded and time.monotonic() - last_checkpoint >= self.settings.checkpoint_seconds:
+                            record()
+                    except BaseException as error:  # noqa: BLE001 - handed to the loop, which raises it
+                        watcher_errors.append(error)
+                        return
+
+        pool = ThreadPoolExecutor(max_workers=self.settings.thread_count, thread_name_prefix="es-bulk")
+        watcher = threading.Thread(target=watch, name="es-bulk-confirm", daemon=True)
+        watcher.start()
         try:
             for chunk in chunks:
-                in_flight.append((pool.submit(self._send, chunk), chunk))
-                # confirm answered chunks at once, not only when the queue is full: when the stream is slower than
-                # the node (embedding), unconfirmed but written chunks would be redone after a kill
-                while len(in_flight) >= max_in_flight or (in_flight and in_flight[0][0].done()):
-                    confirm(*in_flight.popleft())
-            while in_flight:
-                confirm(*in_flight.popleft())
+                with lock:
+                    in_flight.append((pool.submit(self._send, chunk), chunk))
+                confirm_answered(max_in_flight)
+            confirm_answered(1)
         finally:
+            finished.set()
+            watcher.join()
             # on an error: drop what has not started, let running requests end (they are bounded by the timeout);
             # their results are not confirmed, so a re-run sends them again (overwriting by id)
             for future, _ in in_flight:
