@@ -14,15 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
 from haystack import Document
 
+from icr2_components.extras import extra_import
 from icr2_components.models.attention import (
     generation_passage_scores,
     passage_attention_scores,
     token_spans_from_char_spans,
 )
 from icr2_components.models.introspection import check_fits, context_limit
+
+with extra_import("local") as torch_import:
+    import torch
 
 QUERY_POSITION_MODES = ("last_prompt_token", "generated_tokens")
 

@@ -34,9 +34,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-import torch
-
+from icr2_components.extras import extra_import
 from icr2_components.models.generation_settings import decoding_arguments
+
+with extra_import("local") as torch_import:
+    import torch
 
 AGGREGATIONS = ("sum", "mean", "max")
 """How a passage's attention is summarised over its tokens (the paper sums; mean and max are options)."""

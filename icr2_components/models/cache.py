@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from icr2_components.extras import require_extra
 from icr2_components.models.resolver import resolve_model
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16"}
@@ -55,6 +56,7 @@ class ModelCache:
         self._sentence_models: dict[tuple[str, str], Any] = {}
 
     def tokenizer(self, model: str):
+        require_extra("local", f"The tokenizer of {model!r}", ("transformers",))
         from transformers import AutoTokenizer
 
         path = resolve_model(model, check_available=True)
@@ -75,6 +77,7 @@ class ModelCache:
         attn_implementation: str | None = "sdpa",
     ):
         """Return ``(model, tokenizer)`` for a causal LM, loading it on first use."""
+        require_extra("local", f"The in-process model {model!r}", ("torch", "transformers"))
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}.")
         device = device or default_device()
@@ -96,6 +99,7 @@ class ModelCache:
             return self._causal_lms[key], self.tokenizer(model)
 
     def sentence_transformer(self, model: str, *, device: str | None = None):
+        require_extra("local", f"The embedding model {model!r}", ("torch", "sentence_transformers"))
         from sentence_transformers import SentenceTransformer
 
         device = device or default_device()

@@ -10,6 +10,7 @@ from typing import Any
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import ContextTooLongError
+from icr2_components.extras import require_extra
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.generation_settings import decoding_arguments
@@ -61,6 +62,7 @@ class LocalChatModel:
         """
         # a local path that does not exist (a fine-tuned model not trained yet) fails here, at pipeline load,
         # naming the `icr2 train` recipe that writes it; a hub id is checked when the model is loaded
+        require_extra("local", f"The in-process model {name!r}", ("torch", "transformers"))
         check_model_name(name)
         if max_input_tokens is not None and max_input_tokens < 1:
             raise ValueError(f"max_input_tokens must be a positive integer or None, got {max_input_tokens!r}.")

@@ -27,8 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-from torch import nn
+from icr2_components.extras import extra_import
+
+with extra_import("local") as torch_import:
+    import torch
+    from torch import nn
+
 
 HEAD_FORMAT = "icr2-retrieval-head/1"
 HEAD_FOLDER = "retrieval_head"
@@ -59,10 +63,16 @@ def mean_pool(hidden: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.T
     return torch.stack(pooled)
 
 
-class RetrievalHead(nn.Module):
+# without torch (the core install) the class still exists, so that importing this module works; building it fails
+# with one line naming the extra
+_TorchModule = nn.Module if torch_import.is_successful() else object
+
+
+class RetrievalHead(_TorchModule):
     """Query and passage encoders over pooled final hidden states, and a linear scorer (see module docstring)."""
 
     def __init__(self, hidden_size: int, proj_dim: int = 256, config: HeadConfig | None = None) -> None:
+        torch_import.check()
         super().__init__()
         if hidden_size < 1 or proj_dim < 1:
             raise ValueError(f"hidden_size and proj_dim must be >= 1, got {hidden_size} and {proj_dim}.")

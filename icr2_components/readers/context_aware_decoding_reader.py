@@ -9,15 +9,18 @@ import time
 import typing
 from typing import Any, ClassVar
 
-import torch
 from haystack import component, default_to_dict
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import MissingContextError
+from icr2_components.extras import extra_import
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 from icr2_components.readers.decoding_rules import DecodingRule, decoding_rule_class, decoding_rule_names
 from icr2_components.strict_mapping import check_known_keys
+
+with extra_import("local") as torch_import:
+    import torch
 
 PASS_MODES = ("separate", "batched")
 

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from haystack import Document
 
+from icr2_components.extras import require_extra
 from icr2_components.stores.text_analysis import CONTENT_FIELD, DEFAULT_ANALYZER, TITLE_FIELD, TextAnalyzer
 
 
@@ -57,6 +58,7 @@ class FieldedBM25:
     ) -> None:
         import logging
 
+        require_extra("index", "The in-memory BM25 index", ("bm25s",))
         import bm25s
 
         # bm25s sets its own logger to DEBUG at import, so every index build would print through the application's

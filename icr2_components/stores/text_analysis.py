@@ -39,6 +39,7 @@ from typing import Any
 
 import regex
 
+from icr2_components.extras import require_extra
 from icr2_components.stores.config import ConfigError
 
 #: the analyzers a config may name (``store.analyzer``)
@@ -166,6 +167,7 @@ class TextAnalyzer:
         self._english = name == "english"
         self._stemmer = None
         if self._english:
+            require_extra("index", "The 'english' analyzer", ("Stemmer",))
             import Stemmer  # PyStemmer: Snowball's C stemmers
 
             self._stemmer = Stemmer.Stemmer("porter")

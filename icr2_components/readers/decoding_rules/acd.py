@@ -9,10 +9,12 @@ paper's: it interpolates between plain decoding (0) and the paper's rule (1), ``
 
 from __future__ import annotations
 
-import torch
-
+from icr2_components.extras import extra_import
 from icr2_components.readers.decoding_rules.base import DecodingRule, check_logit_pair, entropy
 from icr2_components.readers.decoding_rules.registry import register_decoding_rule
+
+with extra_import("local") as torch_import:
+    import torch
 
 
 def acd_mixing_weight(context_logits: torch.Tensor, memory_logits: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch
+from icr2_components.extras import extra_import
+
+with extra_import("local") as torch_import:
+    import torch
 
 
 @dataclass(frozen=True)

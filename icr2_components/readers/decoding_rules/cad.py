@@ -7,10 +7,12 @@ is ``a``.
 
 from __future__ import annotations
 
-import torch
-
+from icr2_components.extras import extra_import
 from icr2_components.readers.decoding_rules.base import DecodingRule, check_logit_pair
 from icr2_components.readers.decoding_rules.registry import register_decoding_rule
+
+with extra_import("local") as torch_import:
+    import torch
 
 
 def cad_logits(context_logits: torch.Tensor, memory_logits: torch.Tensor, alpha: float) -> torch.Tensor:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
+from icr2_components.extras import extra_import
 from icr2_components.readers.decoding_rules.base import DecodingRule, check_logit_pair, entropy
 from icr2_components.readers.decoding_rules.registry import register_decoding_rule
+
+with extra_import("local") as torch_import:
+    import torch
 
 COIECD_ALPHA = 1.0
 """COIECD's alpha (weight of the contextual contrastive term) in the authors' released code."""

@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from icr2_components.extras import require_extra
 from icr2_components.retrying import RetryPolicy
 from icr2_components.stores import text_analysis
 from icr2_components.stores.config import IndexConfig
@@ -120,6 +121,7 @@ def build_elasticsearch_client(
     ``max_retries`` is the transport's own immediate retry count (no backoff); the writer sets it to 0 and
     retries with backoff itself.
     """
+    require_extra("elasticsearch", "An Elasticsearch client", ("elasticsearch",))
     import elasticsearch
 
     options: dict[str, Any] = {
@@ -319,6 +321,7 @@ def build_elasticsearch_store(
     write) has the same layout the streaming writer creates. Authentication, as in elasticsearch-haystack,
     comes from ``ELASTIC_API_KEY`` / ``ELASTIC_API_KEY_ID`` when set.
     """
+    require_extra("elasticsearch", "The Elasticsearch document store")
     from haystack_integrations.document_stores.elasticsearch import ElasticsearchDocumentStore
 
 
