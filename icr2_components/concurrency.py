@@ -2,8 +2,11 @@
 
 A continuous-batching server (vLLM, TGI, llama.cpp's ``llama-server --parallel N``) answers N requests in about
 the time of one; a client that waits for each answer leaves it mostly idle. :func:`ordered_calls` keeps up to
-``concurrency`` calls running in a thread pool (``concurrent.futures``: the calls are blocking HTTP requests)
-and yields each job's outcome in submission order, so a caller that writes results as they come (``icr2
+``concurrency`` calls running on one asyncio event loop (an ``asyncio.Semaphore`` over the calls): a job whose
+``call`` is an ``async def`` function (a component's or a pipeline's ``run_async``, e.g.
+``functools.partial(pipeline.run_async, data)``) is awaited there, so its requests overlap on the loop; a plain
+blocking function (an in-process reader) runs in one of ``concurrency`` worker threads (``asyncio.to_thread``).
+It yields each job's outcome in submission order, so a caller that writes results as they come (``icr2
 compare``'s answer cache, ``icr2 label-retrieval-need``'s labels) writes exactly the lines, in exactly the order,
 of a sequential run, and an interrupted run leaves an in-order prefix that a re-run resumes from.
 
@@ -22,10 +25,12 @@ Usage:
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -50,8 +55,9 @@ def check_concurrency(value: object, source: str = "concurrency") -> int:
 
 @dataclass
 class Job(Generic[K]):
-    """One unit of work: ``key`` identifies it to the caller; ``call`` (no arguments) is the request, or None
-    for work that needs none (a cached answer): it is handed back in its place, in order, without a thread."""
+    """One unit of work: ``key`` identifies it to the caller; ``call`` (no arguments) is the request: a plain
+    function, or an ``async def`` function (or a ``functools.partial`` of one) whose coroutine is awaited; None
+    for work that needs none (a cached answer): it is handed back in its place, in order, without a call."""
 
     key: K
     call: Callable[[], Any] | None = None
@@ -73,23 +79,68 @@ class Outcome(Generic[K]):
         return self.error is not None
 
 
-def _attempt(call: Callable[[], Any], retry_if: Callable[[BaseException], bool], attempts: int,
-             backoff_s: tuple[float, float]) -> tuple[Any, BaseException | None, int, float]:
-    """(value, error, tries, seconds) of ``call`` under the package's one retry policy (``retrying``)."""
+def is_async_call(call: Callable[[], Any]) -> bool:
+    """Whether ``call`` is an ``async def`` function (``inspect`` sees through ``functools.partial``)."""
+    return inspect.iscoroutinefunction(call)
+
+
+def _not_awaited(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: closed, so Python does not warn about it at exit
+        raise TypeError("A job's call returned an awaitable: give the async function itself (or a functools.partial "
+                        "of it) as the call, not a function that returns its coroutine.")
+    return value
+
+
+class _Tries:
+    """Counts a call's tries for its outcome (the policy's on_retry sees each failed try)."""
+
+    def __init__(self) -> None:
+        self.count = 1
+
+    def __call__(self, attempt: int, error: BaseException | None, wait: float) -> None:
+        self.count = attempt + 1
+
+
+def _policy(attempts: int, backoff_s: tuple[float, float]):
     from icr2_components.retrying import RetryPolicy
 
-    tries = [1]
+    return RetryPolicy(max_retries=attempts - 1, initial_backoff=backoff_s[0], max_backoff=backoff_s[1])
 
-    def count(attempt: int, error: BaseException | None, wait: float) -> None:
-        tries[0] = attempt + 1
 
-    start = time.perf_counter()
-    policy = RetryPolicy(max_retries=attempts - 1, initial_backoff=backoff_s[0], max_backoff=backoff_s[1])
+def _outcome(job: Job[K], value: Any, error: BaseException | None, tries: _Tries, start: float) -> Outcome[K]:
+    return Outcome(job.key, value, error, tries.count, time.perf_counter() - start, ran=True)
+
+
+def _attempt(job: Job[K], retry_if: Callable[[BaseException], bool], attempts: int,
+             backoff_s: tuple[float, float]) -> Outcome[K]:
+    """The outcome of a plain ``call`` under the package's one retry policy (``retrying``), in this thread."""
+    tries, start = _Tries(), time.perf_counter()
     try:
-        value = policy.call(call, retry_if=retry_if, on_retry=count)
-        return value, None, tries[0], time.perf_counter() - start
+        value = _policy(attempts, backoff_s).call(lambda: _not_awaited(job.call()), retry_if=retry_if,
+                                                  on_retry=tries)
     except Exception as error:  # the last try's error (retryable or not): the caller records or raises it
-        return None, error, tries[0], time.perf_counter() - start
+        return _outcome(job, None, error, tries, start)
+    return _outcome(job, value, None, tries, start)
+
+
+async def _attempt_async(job: Job[K], retry_if: Callable[[BaseException], bool], attempts: int,
+                         backoff_s: tuple[float, float], slots: asyncio.Semaphore) -> Outcome[K]:
+    """The outcome of ``call`` on the event loop, holding one of the ``slots`` through its tries (the same
+    policy, its waits awaited): an async call awaited, a plain one in a worker thread."""
+    async with slots:
+        tries, start = _Tries(), time.perf_counter()
+        if is_async_call(job.call):
+            one_try = job.call
+        else:
+            async def one_try() -> Any:
+                return _not_awaited(await asyncio.to_thread(job.call))
+        try:
+            value = await _policy(attempts, backoff_s).call_async(one_try, retry_if=retry_if, on_retry=tries)
+        except Exception as error:  # as in _attempt
+            return _outcome(job, None, error, tries, start)
+        return _outcome(job, value, None, tries, start)
 
 
 def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
@@ -100,27 +151,29 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
 
     ``jobs`` is read lazily, at most ``WINDOW_PER_SLOT * concurrency`` ahead of the outcome last yielded, so its
     planning may read state that the caller updates as outcomes arrive only for jobs that far behind. With
-    ``concurrency=1`` no thread is started: each call runs when its outcome is due (a sequential run). Closing the
-    generator (an exception in the caller, Ctrl-C) cancels the calls not started and waits for those running.
+    ``concurrency=1`` each call runs when its outcome is due (a sequential run): a plain function in this thread,
+    an async one on an event loop of this generator's. Closing the generator (an exception in the caller, Ctrl-C)
+    cancels the calls not started and waits for those running.
     """
     check_concurrency(concurrency)
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}.")
-
-    def run(job: Job[K]) -> Outcome[K]:
-        if job.call is None:
-            return Outcome(job.key)
-        value, error, tries, seconds = _attempt(job.call, retry_if, attempts, backoff_s)
-        return Outcome(job.key, value, error, tries, seconds, ran=True)
-
-    if concurrency == 1:
-        for job in jobs:
-            yield run(job)
-        return
-    window: deque[tuple[Job[K], Future | None]] = deque()
-    source = iter(jobs)
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="icr2-request")
+    loop = asyncio.new_event_loop()
+    # blocking calls get as many threads as there are slots, named for what they do
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="icr2-request"))
+    slots = asyncio.Semaphore(concurrency)
+    window: deque[tuple[Job[K], asyncio.Task | None]] = deque()
     try:
+        if concurrency == 1:
+            for job in jobs:
+                if job.call is None:
+                    yield Outcome(job.key)
+                elif is_async_call(job.call):
+                    yield loop.run_until_complete(_attempt_async(job, retry_if, attempts, backoff_s, slots))
+                else:
+                    yield _attempt(job, retry_if, attempts, backoff_s)
+            return
+        source = iter(jobs)
         exhausted = False
         while True:
             while not exhausted and len(window) < WINDOW_PER_SLOT * concurrency:
@@ -128,13 +181,22 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
                 if job is None:
                     exhausted = True
                     break
-                window.append((job, pool.submit(run, job) if job.call is not None else None))
+                task = None
+                if job.call is not None:
+                    task = loop.create_task(_attempt_async(job, retry_if, attempts, backoff_s, slots))
+                window.append((job, task))
             if not window:
                 return
-            job, future = window.popleft()
-            yield future.result() if future is not None else Outcome(job.key)
+            job, task = window.popleft()
+            yield loop.run_until_complete(task) if task is not None else Outcome(job.key)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pending = [task for _, task in window if task is not None and not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:  # the cancelled tasks end; a blocking call already in a thread finishes first
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
 
 
 class FailureStreak:
@@ -158,5 +220,5 @@ def streak_limit(concurrency: int) -> int:
     return max(4, 2 * concurrency)
 
 
-__all__ = ["BACKOFF_S", "DEFAULT_ATTEMPTS", "FailureStreak", "Job", "Outcome", "check_concurrency", "ordered_calls",
-           "streak_limit"]
+__all__ = ["BACKOFF_S", "DEFAULT_ATTEMPTS", "FailureStreak", "Job", "Outcome", "check_concurrency", "is_async_call",
+           "ordered_calls", "streak_limit"]

@@ -20,9 +20,10 @@ answer = policy.call(
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 import tenacity
 
@@ -41,12 +42,14 @@ class RetryPolicy:
     :param initial_backoff: seconds before the first retry.
     :param max_backoff: the longest wait between two attempts.
     :param sleep: how to wait (``time.sleep``; a test may record the waits instead).
+    :param async_sleep: how :meth:`call_async` waits (``asyncio.sleep``).
     """
 
     max_retries: int = 3
     initial_backoff: float = 1.0
     max_backoff: float = 30.0
     sleep: Callable[[float], None] = time.sleep
+    async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     def __post_init__(self) -> None:
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
@@ -58,21 +61,24 @@ class RetryPolicy:
         """Seconds before retry number ``retry`` (1-based)."""
         return min(self.max_backoff, self.initial_backoff * 2 ** (retry - 1))
 
-    def _retrying(self, retry: tenacity.retry_base, on_retry: RetryCallback | None, **options) -> tenacity.Retrying:
+    def _retrying(self, retry: tenacity.retry_base, on_retry: RetryCallback | None, async_mode: bool = False,
+                  **options) -> tenacity.BaseRetrying:
         def before_sleep(state: tenacity.RetryCallState) -> None:
             if on_retry is not None:
                 error = state.outcome.exception() if state.outcome is not None and state.outcome.failed else None
                 on_retry(state.attempt_number, error, state.next_action.sleep if state.next_action else 0.0)
 
-        return tenacity.Retrying(
+        settings = dict(
             stop=tenacity.stop_after_attempt(self.max_retries + 1),
             # tenacity's n-th wait is multiplier * 2 ** (n - 1), capped: the formula of delay()
             wait=tenacity.wait_exponential(multiplier=self.initial_backoff, max=self.max_backoff),
             retry=retry,
             before_sleep=before_sleep,
-            sleep=self.sleep,
             **options,
         )
+        if async_mode:  # the waits are awaited, not slept: the event loop serves other requests meanwhile
+            return tenacity.AsyncRetrying(sleep=self.async_sleep, **settings)
+        return tenacity.Retrying(sleep=self.sleep, **settings)
 
     def call(
         self,
@@ -97,6 +103,27 @@ class RetryPolicy:
         if give_up is None:
             # raised as it is, outside the except block: its own cause chain (e.g. the ServedModelError under
             # Haystack's PipelineRuntimeError, which callers look for) stays intact, with no RetryError context
+            raise error
+        raise give_up(last.attempt_number, time.monotonic() - start, error) from error
+
+    async def call_async(
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        retry_if: Callable[[BaseException], bool],
+        give_up: Callable[[int, float, BaseException], BaseException] | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> T:
+        """:meth:`call` for a coroutine: ``await call()``, attempted again on the same terms, the waits awaited
+        (``asyncio.sleep``) so other requests go on meanwhile. The same attempts, waits and final error."""
+        start = time.monotonic()
+        retrying = self._retrying(tenacity.retry_if_exception(retry_if), on_retry, async_mode=True)
+        try:
+            return await retrying(call)
+        except tenacity.RetryError as exhausted:
+            last = exhausted.last_attempt
+        error = last.exception()
+        if give_up is None:
             raise error
         raise give_up(last.attempt_number, time.monotonic() - start, error) from error
 

@@ -1,9 +1,12 @@
 """Plumbing of ``icr2_components.concurrency`` and the backends' ``max_concurrency`` (no model, no server: the
-calls here are plain functions that sleep, so ordering, overlap, retries and interruption are what is tested).
+calls here are plain functions and coroutines that sleep, so ordering, overlap, retries and interruption are what
+is tested).
 The same machinery on real answers from the llama.cpp server: tests/test_concurrent_requests.py."""
 
+import asyncio
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -86,6 +89,82 @@ def test_closing_the_generator_cancels_what_has_not_started():
     assert next(outcomes).value == 0
     outcomes.close()
     assert len(started) < 20  # the window, not the 100 jobs
+
+
+async def _sleep_then(delay: float, value, record: list | None = None):
+    if record is not None:
+        record.append((value, threading.current_thread().name))
+    await asyncio.sleep(delay)
+    return value
+
+
+def test_async_calls_overlap_on_the_event_loop_and_come_back_in_order():
+    delays = [0.3, 0.0, 0.2, 0.0, 0.1, 0.0, 0.3, 0.0]
+    seen: list = []
+    jobs = [Job(i, partial(_sleep_then, d, i, seen)) for i, d in enumerate(delays)]
+    start = time.perf_counter()
+    got = [o.value for o in ordered_calls(jobs, concurrency=4)]
+    assert got == list(range(len(delays)))
+    assert time.perf_counter() - start < sum(delays) * 0.6  # awaited together, not one after another
+    assert {thread for _, thread in seen} == {threading.current_thread().name}  # on the loop: no worker thread
+
+
+def test_async_and_blocking_calls_share_the_slots():
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def enter():
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+
+    def leave():
+        with lock:
+            running[0] -= 1
+
+    async def coroutine_call():
+        enter()
+        await asyncio.sleep(0.02)
+        leave()
+        return "async"
+
+    def blocking_call():
+        enter()
+        time.sleep(0.02)
+        leave()
+        return "blocking"
+
+    jobs = [Job(i, coroutine_call if i % 2 else blocking_call) for i in range(24)]
+    outcomes = list(ordered_calls(jobs, concurrency=3))
+    assert [o.value for o in outcomes] == ["async" if i % 2 else "blocking" for i in range(24)]
+    assert peak[0] == 3
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_an_async_call_is_retried_with_the_same_policy(concurrency):
+    tries = [0]
+
+    async def flaky():
+        tries[0] += 1
+        if tries[0] < 3:
+            raise ConnectionError("not yet")
+        return "ok"
+
+    (outcome,) = ordered_calls([Job("flaky", flaky)], concurrency=concurrency,
+                               retry_if=lambda e: isinstance(e, ConnectionError), attempts=3, backoff_s=(0.01, 0.02))
+    assert (outcome.value, outcome.attempts, outcome.failed) == ("ok", 3, False)
+
+
+def test_closing_the_generator_cancels_async_calls_not_started():
+    started: list = []
+    outcomes = ordered_calls((Job(i, partial(_sleep_then, 0.05, i, started)) for i in range(100)), concurrency=2)
+    assert next(outcomes).value == 0
+    outcomes.close()
+    assert len(started) < 20
+
+
+def test_a_call_returning_a_coroutine_instead_of_being_async_is_a_clear_error():
+    (outcome,) = ordered_calls([Job(0, lambda: _sleep_then(0, 0))], concurrency=2)
+    assert isinstance(outcome.error, TypeError) and "async function itself" in str(outcome.error)
 
 
 def test_a_streak_of_failures_stops_the_run_with_the_last_error():
