@@ -24,6 +24,7 @@ from haystack.dataclasses import ChatMessage
 from icr2_components.backends import Backend, apply_backend
 from icr2_components.errors import ComponentLoadError
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
+from icr2_components.resources import is_shipped_name, resolve_file
 from icr2_components.stores import retrieval_version
 from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 
@@ -98,9 +99,23 @@ BEHAVIOUR_KEYS = ("components", "connections", "inputs", "outputs")
 
 
 # The init parameter through which components name the index config they read (IndexRetriever's `index`, the
-# need-features gates' `index`); a value ending in .yaml/.yml is a config path (an Elasticsearch index *name*,
-# e.g. the writer's `index: icr2-kilt`, is not).
+# need-features gates' `index`); a value ending in .yaml/.yml is a config path and a shipped config's name
+# (`kilt-sample`) is one too (an Elasticsearch index *name*, e.g. the writer's `index: icr2-kilt`, is not).
 INDEX_PARAMETER = "index"
+
+
+def _file_of(kind: str, value: str) -> Path:
+    """The file a parameter naming a ``kind`` file reads (a path that exists, else a shipped name); a value that
+    is neither comes back as a path, whose absence the fingerprint records."""
+    try:
+        return resolve_file(kind, Path(value).expanduser())
+    except FileNotFoundError:
+        return Path(value).expanduser()
+
+
+def is_index_config(value: str) -> bool:
+    """Whether an ``index`` parameter's value names an index config: a .yaml/.yml path or a shipped config's name."""
+    return value.lower().endswith((".yaml", ".yml")) or is_shipped_name("indexing", value)
 
 
 def _string_parameters(value: Any, name: str, found: set[str], accept) -> None:
@@ -118,8 +133,9 @@ def _string_parameters(value: Any, name: str, found: set[str], accept) -> None:
 
 
 def index_configs(data: dict) -> list[str]:
-    """The index config paths a parsed pipeline's components read, sorted: every ``index`` init parameter (at any
-    depth) naming a .yaml/.yml file, and the default config of an IndexRetriever that names none."""
+    """The index configs a parsed pipeline's components read, sorted: every ``index`` init parameter (at any
+    depth) naming a .yaml/.yml file or a shipped config, and the default config of an IndexRetriever that names
+    none."""
     found: set[str] = set()
     for component in (data.get("components") or {}).values():
         if not isinstance(component, dict):
@@ -128,18 +144,18 @@ def index_configs(data: dict) -> list[str]:
         if str(component.get("type", "")).rsplit(".", 1)[-1] == "IndexRetriever" and (
                 not isinstance(parameters, dict) or INDEX_PARAMETER not in parameters):
             found.add(DEFAULT_INDEX_CONFIG)  # IndexRetriever's default `index`
-        _string_parameters(parameters, INDEX_PARAMETER, found, lambda v: v.lower().endswith((".yaml", ".yml")))
+        _string_parameters(parameters, INDEX_PARAMETER, found, is_index_config)
     return sorted(found)
 
 
 def index_fingerprint(paths: list[str]) -> dict[str, Any]:
     """What decides the passages the configs ``paths`` retrieve: each config's parsed contents (read as the
-    components read it, relative to the working directory) and
+    components read it: a path relative to the working directory, or a shipped config's name) and
     ``icr2_components.stores.retrieval_version.RETRIEVAL_BEHAVIOUR_VERSION``. A missing or
     unreadable config contributes its path (or its raw text): loading the pipeline fails later with a clear error."""
     configs: dict[str, Any] = {}
     for path in paths:
-        file = Path(path).expanduser()
+        file = _file_of("indexing", path)
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -171,13 +187,13 @@ def artifact_fingerprint(paths: list[str]) -> dict[str, Any]:
     """What decides what the artifacts ``paths`` make a pipeline do: each file's bytes, and for a gate artifact
     (``artifacts.gate_artifact``) the vector file it names beside itself (``vectors_file``, a knn gate's neighbours)
     and the index config its features read (``index``: ``index_fingerprint``). So a retrained gate or re-probed heads
-    change the pipeline's hash even when the path stays. A missing file contributes its path: loading fails later
-    with a clear error."""
+    change the pipeline's hash even when the path stays; a shipped artifact's name is fingerprinted by the file it
+    names. A missing file contributes its path: loading fails later with a clear error."""
     import json
 
     fingerprints: dict[str, Any] = {}
     for path in paths:
-        file = Path(path).expanduser()
+        file = _file_of("artifacts", path)
         try:
             raw = file.read_bytes()
         except OSError:
@@ -196,7 +212,7 @@ def artifact_fingerprint(paths: list[str]) -> dict[str, Any]:
                 except OSError:
                     entry["vectors_sha256"] = {"unreadable": str(file.parent / vectors)}
             index = parsed.get("index")
-            if isinstance(index, str) and index.lower().endswith((".yaml", ".yml")):
+            if isinstance(index, str) and is_index_config(index):
                 entry["index"] = index_fingerprint([index])
         fingerprints[path] = entry
     return fingerprints
@@ -278,9 +294,10 @@ class PipelineSpec:
 
     @classmethod
     def from_file(cls, path: str, backend: Backend | None = None) -> "PipelineSpec":
-        """Load and check ``path``; with ``backend`` (``icr2_components.backends``) its model-using components
-        follow that backend (a served reader, served token counts), and the hash covers the backend."""
-        file = Path(path)
+        """Load and check ``path`` (a pipeline YAML, or a shipped pipeline's name); with ``backend``
+        (``icr2_components.backends``) its model-using components follow that backend (a served reader, served token
+        counts), and the hash covers the backend."""
+        file = resolve_file("pipelines", path)
         if not file.exists():
             raise FileNotFoundError(f"Pipeline file not found: {path}")
         text = file.read_text()

@@ -12,6 +12,7 @@ import yaml
 from icr2_components.cli import main
 from icr2_components.pipeline_loading import PipelineLoadError, load_pipeline
 from icr2_components.pipeline_spec import PipelineSpec, behaviour_hash
+from icr2_components.resources import shipped_file
 from icr2_components.stores.index_switch import (
     INDEX_CONFIG_ENV,
     IndexSwitchError,
@@ -65,7 +66,9 @@ def test_every_library_pipeline_names_the_sample_index_and_loads_unchanged_witho
     assert switched_somewhere >= 20  # the library's retrieving pipelines (22 today)
 
 
-@pytest.mark.parametrize("same", ["indexing/kilt-sample.yaml", str(REPO_ROOT / "indexing" / "kilt-sample.yaml")])
+@pytest.mark.parametrize(
+    "same", ["kilt-sample", "indexing/kilt-sample.yaml", str(shipped_file("indexing", "kilt-sample"))]
+)
 def test_a_switch_to_the_same_file_changes_nothing(monkeypatch, same):
     path = REPO_ROOT / "pipelines" / "corpus_in_context.yaml"
     before = PipelineSpec.from_file(str(path))
@@ -83,7 +86,7 @@ def test_the_switch_points_every_retriever_at_the_other_config_and_changes_the_h
     spec = PipelineSpec.from_file(str(path))
     assert set(retriever_indexes(spec.pipeline(controlled=False)).values()) == {ES_CONFIG}
     assert spec.hash != before.hash  # answers from the two indexes never share a cache entry
-    assert ES_CONFIG in spec.text and "kilt-sample.yaml" not in spec.text
+    assert ES_CONFIG in spec.text and "index: kilt-sample\n" not in spec.text
     # a pipeline loaded anywhere else follows the variable too (the component honours it)
     assert set(retriever_indexes(load_pipeline(path)).values()) == {ES_CONFIG}
     # and the pipeline serialises with the index it runs on
@@ -96,14 +99,16 @@ def test_the_switch_points_every_retriever_at_the_other_config_and_changes_the_h
 def test_apply_index_switch_reports_each_change_and_leaves_other_components_alone():
     data = yaml.safe_load((REPO_ROOT / "pipelines" / "corpus_in_context.yaml").read_text())
     switched, changes = apply_index_switch(data, ES_CONFIG)
-    assert changes == [f"bm25_retriever.index indexing/kilt-sample.yaml -> {ES_CONFIG}",
-                       f"dense_retriever.index indexing/kilt-sample.yaml -> {ES_CONFIG}"]
+    assert changes == [f"bm25_retriever.index kilt-sample -> {ES_CONFIG}",
+                       f"dense_retriever.index kilt-sample -> {ES_CONFIG}"]
     assert switched["components"]["corpus"] == data["components"]["corpus"]
-    assert data["components"]["bm25_retriever"]["init_parameters"]["index"] == "indexing/kilt-sample.yaml"  # a copy
+    assert data["components"]["bm25_retriever"]["init_parameters"]["index"] == "kilt-sample"  # a copy
     closed_book = yaml.safe_load((REPO_ROOT / "pipelines" / "closed_book.yaml").read_text())
     assert apply_index_switch(closed_book, ES_CONFIG) == (closed_book, [])
     assert apply_index_switch(data) == (data, [])  # no switch set
     assert switched_index("indexing/kilt-sample.yaml") == "indexing/kilt-sample.yaml"
+    assert switched_index("kilt-sample", "indexing/kilt-sample.yaml") == "kilt-sample"  # a name and its file: the same
+    assert switched_index("kilt-sample", "kilt-sample-elasticsearch") == "kilt-sample-elasticsearch"
 
 
 def test_a_switch_naming_no_file_is_a_one_line_error(monkeypatch):
@@ -135,8 +140,8 @@ def test_index_switch_set_restores_the_variable(monkeypatch):
 def test_compare_serve_and_quickstart_take_index_and_refuse_a_missing_config_in_one_line(command, capsys):
     assert main([*command, "--index", "indexing/nope.yaml"]) == 1
     error = capsys.readouterr().err.strip()
-    assert error.endswith("--index indexing/nope.yaml: no such index config; pass an indexing/*.yaml file "
-                          "(e.g. indexing/kilt-sample-elasticsearch.yaml).")
+    assert error.endswith("--index indexing/nope.yaml: no such index config; pass an index config file or a shipped "
+                          "name (kilt-full-elasticsearch, kilt-sample, kilt-sample-elasticsearch).")
     assert "\n" not in error
     assert INDEX_CONFIG_ENV not in os.environ
 
@@ -147,6 +152,6 @@ def test_quickstart_writes_its_pipeline_copies_with_the_switched_index(monkeypat
     monkeypatch.setenv(INDEX_CONFIG_ENV, ES_CONFIG)
     [vanilla, closed] = write_variants(["vanilla_rag", "closed_book"], REPO_ROOT / "pipelines", tmp_path, top_k=3)
     text = Path(vanilla).read_text()
-    assert f"retriever.index indexing/kilt-sample.yaml -> {ES_CONFIG}" in text.splitlines()[0]
+    assert f"retriever.index kilt-sample -> {ES_CONFIG}" in text.splitlines()[0]
     assert yaml.safe_load(text)["components"]["retriever"]["init_parameters"]["index"] == ES_CONFIG
     assert "index" not in Path(closed).read_text().splitlines()[0]

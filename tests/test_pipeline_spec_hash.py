@@ -167,7 +167,7 @@ def test_an_index_retriever_without_an_index_parameter_reads_the_default_config(
     for component in data["components"].values():
         if component["type"].endswith("IndexRetriever"):
             del component["init_parameters"]["index"]
-    assert index_configs(data) == ["indexing/kilt-sample.yaml"]
+    assert index_configs(data) == ["kilt-sample"]  # IndexRetriever's default: the shipped config, by name
     assert behaviour_hash(data) != keys_only_hash(data)
 
 
