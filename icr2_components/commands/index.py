@@ -68,7 +68,8 @@ def run(args) -> int:
     make_console().print(table)
     if report.skips.get("total"):
         make_console().print(
-            f"skipped: {json.dumps(report.skips['counts'])}; examples: {json.dumps(report.skips['examples'])}"
+            f"skipped in {report.skips.get('source')}: {json.dumps(report.skips['counts'])}; "
+            f"examples: {json.dumps(report.skips['examples'])}"
         )
     if args.report:
         with open(args.report, "w") as handle:

@@ -14,7 +14,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from icr2_components.records.skips import SkipReport
 
@@ -89,9 +89,32 @@ def iter_lines(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int
             ) from error
 
 
+def lone_surrogate_path(value: Any, where: str = "") -> str | None:
+    """Where ``value`` (a decoded JSON value) holds a string with a lone UTF-16 surrogate (``"\\ud800"`` in
+    JSON): the key path such as ``text[3]``, or None. Such a string is not valid Unicode: a tokenizer, an UTF-8
+    encoder or Elasticsearch's client refuses it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "the value"
+        return None
+    if isinstance(value, dict):
+        items = ((f"{where}.{key}" if where else str(key), item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{i}]", item) for i, item in enumerate(value))
+    else:
+        return None
+    for item_where, item in items:
+        found = lone_surrogate_path(item, item_where)
+        if found is not None:
+            return found
+    return None
+
+
 def iter_jsonl(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int, dict]]:
     """Yield ``(line_number, record)`` for every valid JSON object line; count the rest (bad UTF-8, bad JSON,
-    JSON that is not an object) in ``skips``."""
+    JSON that is not an object, a string holding a lone surrogate escape such as ``"\\ud800"``) in ``skips``."""
     for line_number, line in iter_lines(path, skips):
         try:
             record = json.loads(line)
@@ -101,4 +124,11 @@ def iter_jsonl(path: str | os.PathLike, skips: SkipReport) -> Iterator[tuple[int
         if not isinstance(record, dict):
             skips.skip("not a JSON object", line_number)
             continue
+        # only a \u escape can decode to a surrogate (iter_lines' UTF-8 decoding refuses encoded ones): the walk
+        # over the record is paid only by lines that hold one
+        if "\\u" in line:
+            where = lone_surrogate_path(record)
+            if where is not None:
+                skips.skip("lone surrogate escape (not valid Unicode)", line_number, f"in {where}")
+                continue
         yield line_number, record

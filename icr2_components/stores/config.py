@@ -13,6 +13,7 @@ import yaml
 
 from icr2_components.kilt.sample import build_sample
 from icr2_components.models.resolver import SMOLLM2_ALIAS
+from icr2_components.paths import output_file_problem
 from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
 from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
@@ -47,6 +48,11 @@ class CorpusConfig:
             raise ConfigError(f"corpus.count_tokens_for repeats a tokenizer: {self.count_tokens_for}.")
         if self.max_articles is not None and self.max_articles < 1:
             raise ConfigError("corpus.max_articles must be a positive integer or null.")
+        # a folder fails at once; a missing file is reported when the corpus is opened (it may be made meanwhile)
+        if isinstance(self.path, str) and self.path != "sample" and Path(self.path).expanduser().is_dir():
+            raise ConfigError(
+                f"corpus.path {self.path} is a directory; give the KILT knowledge-source file (JSON lines) in it."
+            )
 
 
 @dataclass
@@ -114,6 +120,9 @@ class WriterConfig:
             raise ConfigError(
                 f"writer.force_merge_segments must be >= 1, or null for no merge; got {self.force_merge_segments}."
             )
+        problem = output_file_problem(self.checkpoint_path) if self.checkpoint_path else None
+        if problem:
+            raise ConfigError(f"writer.checkpoint_path cannot be written: {problem}.")
 
 
 def default_store_settings() -> StoreSettings:

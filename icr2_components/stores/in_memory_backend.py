@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import tempfile
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
 
-from icr2_components.paths import cache_dir
+from icr2_components.paths import cache_dir, output_file_problem
 from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
 from icr2_components.stores.config import ConfigError
 from icr2_components.stores.errors import (
@@ -69,6 +70,10 @@ class InMemoryStoreSettings(StoreSettings):
             raise ConfigError(
                 f"store.bm25_k1 must be >= 0 and store.bm25_b in [0, 1], got {self.bm25_k1} and {self.bm25_b}."
             )
+        # checked with the config, not after the corpus was read and embedded
+        problem = output_file_problem(self.persist_path) if self.persist_path else None
+        if problem:
+            raise ConfigError(f"store.persist_path cannot be written: {problem}.")
 
 
 @register_store_backend("in_memory")
@@ -183,9 +188,18 @@ class InMemoryStoreBackend(StoreBackend):
         result.count_ok = True
         path = self.persist_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        store.save_to_disk(str(tmp))
-        os.replace(tmp, path)
+        # a temporary file in the same folder, renamed over the index: never a half-written index, and never a stray
+        # temporary file (removed on any failure)
+        handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(handle)
+        try:
+            store.save_to_disk(tmp)
+            with open(tmp, "rb") as saved:
+                os.fsync(saved.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         with self._lock:
             self._dense_matrix = None
             self._bm25 = None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icr2_components.paths import output_folder_problem
 from icr2_components.strict_mapping import check_known_keys, check_type, dataclass_from_mapping, field_types
 from icr2_components.text.retrieval_replies import SFT_METHODS
 from icr2_components.training.examples import TRUNCATION_POLICIES
@@ -254,6 +255,10 @@ def check_recipe(recipe: TrainingRecipe) -> None:
         _check_device(t.device, f"{s}: training.device")
     if t.bf16 and t.dtype == "float16":
         raise RecipeError(f"{s}: bf16 mixed precision with float16 weights; use dtype float32 or bfloat16.")
+    # before the model loads and the data is built: an output_dir that is a file fails in a line, not at the save
+    problem = output_folder_problem(recipe.output_dir)
+    if problem:
+        raise RecipeError(f"{s}: output_dir cannot be used: {problem}.")
 
 
 _TRAINING_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps)$")
