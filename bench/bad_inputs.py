@@ -23,9 +23,15 @@ elsewhere). Exits 1 when any input gets a traceback, a silent wrong result or an
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import gzip
 import json
-import os
 import re
 import socket
 import subprocess

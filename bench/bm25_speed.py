@@ -12,9 +12,15 @@ reported for both. Figures for BENCHMARKS.md are taken on idle cores; on busy on
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import replace

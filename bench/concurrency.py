@@ -16,9 +16,15 @@ Prints a table and writes ``bench/results/concurrency-<server>.json`` (with the 
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import json
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor

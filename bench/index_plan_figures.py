@@ -20,8 +20,14 @@ the machine's: take the ones you publish on idle cores.
 
 from __future__ import annotations
 
-import argparse
 import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
+import argparse
 import platform
 import sys
 import time

@@ -13,10 +13,16 @@ default: english; see icr2_components/stores/text_analysis.py). The last line co
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import csv
 import json
-import os
 import sys
 import tempfile
 import time

@@ -49,10 +49,16 @@ Figures mean something only on idle cores: on 2 cores the node and the client sh
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import contextlib
 import json
-import os
 import platform
 import subprocess
 import sys

@@ -23,9 +23,15 @@ costs the same at every size (its own p50 is printed once).
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import contextlib
 import math
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace

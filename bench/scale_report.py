@@ -11,6 +11,13 @@ linearly in time, so the projected indexing hours are a lower bound.
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import math
 from collections.abc import Sequence
 from pathlib import Path

