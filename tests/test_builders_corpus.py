@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from haystack import Document
+from haystack import Document, Pipeline
 from haystack.core.serialization import component_from_dict, component_to_dict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -195,7 +195,9 @@ def test_run_time_overrides_and_to_dict_round_trip():
     assert data["init_parameters"]["confounding_ratio"] == 0.5 and data["init_parameters"]["seed"] == 3
     clone = component_from_dict(ConfounderAwareCorpusBuilder, data, "builder")
     assert component_to_dict(clone, "builder") == data
-    assert {"bm25", "dense", "query", "confounding_ratio"} <= set(clone.__haystack_input__._sockets_dict)
+    alone = Pipeline()
+    alone.add_component("builder", clone)
+    assert {"bm25", "dense", "query", "confounding_ratio"} <= set(alone.inputs()["builder"])  # Haystack's public view
     documents = [
         Document(id=f"d{i}", content=f"passage number {i} about rivers and lakes in place {i * 7}", meta={"title": "T"})
         for i in range(12)

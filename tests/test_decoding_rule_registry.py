@@ -73,7 +73,9 @@ def test_a_rule_defined_in_a_test_decodes_in_the_reader_as_the_plain_reader(cont
 def test_the_rule_parameter_is_a_keyword_a_socket_and_a_yaml_key(context_only):
     reader = ContextAwareDecodingReader(technique=context_only, context_only_scale=2.0)
     assert reader.rule_parameters == {"context_only_scale": 2.0}
-    assert "context_only_scale" in reader.__haystack_input__._sockets_dict
+    alone = Pipeline()  # Haystack's public view of the input sockets (a component joins one pipeline: a fresh one)
+    alone.add_component("reader", ContextAwareDecodingReader(technique=context_only, context_only_scale=2.0))
+    assert "context_only_scale" in alone.inputs()["reader"]
     data = component_to_dict(reader, "reader")
     assert data["init_parameters"]["context_only_scale"] == 2.0
     assert component_to_dict(component_from_dict(ContextAwareDecodingReader, data, "reader"), "reader") == data

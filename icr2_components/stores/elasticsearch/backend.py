@@ -214,10 +214,9 @@ def _bm25_search(document_store, index: str, query: str, top_k: int, filters: di
         raise ValueError("query must be a non-empty string")
     search: dict = elasticsearch_bm25_query(query)
     if filters:
-        # the integration's own translation of Haystack filters (as its BM25 retriever uses it)
-        from haystack_integrations.document_stores.elasticsearch.filters import _normalize_filters
+        from icr2_components.stores.elasticsearch.filters import filters_to_query
 
-        search = {"bool": {"must": [search], "filter": _normalize_filters(filters)}}
+        search = {"bool": {"must": [search], "filter": filters_to_query(filters)}}
     response = document_store.client.search(index=index, size=top_k, query=search)
     return [Document.from_dict({**hit["_source"], "score": hit["_score"]}) for hit in response["hits"]["hits"]]
 
