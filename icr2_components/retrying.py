@@ -118,8 +118,11 @@ class RetryPolicy:
         (``asyncio.sleep``) so other requests go on meanwhile. The same attempts, waits and final error."""
         start = time.monotonic()
         retrying = self._retrying(tenacity.retry_if_exception(retry_if), on_retry, async_mode=True)
+        async def attempt() -> T:  # tenacity awaits only a coroutine function's result, not a lambda's
+            return await call()
+
         try:
-            return await retrying(call)
+            return await retrying(attempt)
         except tenacity.RetryError as exhausted:
             last = exhausted.last_attempt
         error = last.exception()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import datetime as _dt
 import inspect
@@ -50,6 +52,27 @@ class _ExpectedTruncation(logging.Filter):
 
 
 _TRUNCATION_FILTER = _ExpectedTruncation()
+
+
+class _Unanswered(Exception):
+    """A decider asked a prompt that `run_async` has not answered yet (raised through the decider to the gate)."""
+
+    def __init__(self, prompt: str) -> None:
+        super().__init__(prompt)
+        self.prompt = prompt
+
+
+class _AnsweredPrompts:
+    """The model a decider sees in `run_async`: the answers awaited so far, by prompt; any other prompt is
+    `_Unanswered`, so the gate awaits its answer and lets the decider decide again."""
+
+    def __init__(self, answers: dict[str, YesNoAnswer]) -> None:
+        self.answers = answers
+
+    def ask(self, prompt: str) -> YesNoAnswer:
+        if prompt not in self.answers:
+            raise _Unanswered(prompt)
+        return self.answers[prompt]
 
 
 def asks_for_logprobs(chat_generator: Any) -> bool:
@@ -306,20 +329,31 @@ class TimeAwareRetrievalGate:
     def _server(self):
         """Haystack's OpenAIChatGenerator for `server`, asking for greedy tokens with their top log-probabilities."""
         if self._server_generator is None:
-            from haystack.components.generators.chat import OpenAIChatGenerator
-            from haystack.utils import Secret
-
-            generator_logger = logging.getLogger(OpenAIChatGenerator.__module__)
-            if _TRUNCATION_FILTER not in generator_logger.filters:
-                generator_logger.addFilter(_TRUNCATION_FILTER)
-            served = self._served
-            self._server_generator = OpenAIChatGenerator(
-                api_key=Secret.from_token(served.api_key()), model=served.model, api_base_url=served.api_base_url,
-                timeout=float(served.timeout_s), max_retries=int(served.max_retries),
-                generation_kwargs={"logprobs": True, "top_logprobs": self.top_logprobs,
-                                   "max_tokens": self.max_new_tokens, "temperature": 0.0},
-            )
+            self._server_generator = self._new_server_generator()
         return self._server_generator
+
+    def _server_for_this_loop(self):
+        """`_server` for `run_async`: an async HTTP client's connections belong to the event loop that opened
+        them (each `asyncio.run` starts one), so another loop gets its own generator."""
+        loop = asyncio.get_running_loop()
+        if getattr(self, "_async_server", None) is None or self._async_server[0] is not loop:
+            self._async_server = (loop, self._new_server_generator())
+        return self._async_server[1]
+
+    def _new_server_generator(self):
+        from haystack.components.generators.chat import OpenAIChatGenerator
+        from haystack.utils import Secret
+
+        generator_logger = logging.getLogger(OpenAIChatGenerator.__module__)
+        if _TRUNCATION_FILTER not in generator_logger.filters:
+            generator_logger.addFilter(_TRUNCATION_FILTER)
+        served = self._served
+        return OpenAIChatGenerator(
+            api_key=Secret.from_token(served.api_key()), model=served.model, api_base_url=served.api_base_url,
+            timeout=float(served.timeout_s), max_retries=int(served.max_retries),
+            generation_kwargs={"logprobs": True, "top_logprobs": self.top_logprobs,
+                               "max_tokens": self.max_new_tokens, "temperature": 0.0},
+        )
 
     @property
     def gives_probabilities(self) -> bool:
@@ -383,20 +417,48 @@ class TimeAwareRetrievalGate:
         return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
                            rendered_prompt=rendered, reused_prefix_tokens=score.reused_prefix_tokens)
 
+    async def ask_async(self, prompt: str) -> YesNoAnswer:
+        """`ask` awaited: a server's (or an async chat generator's) request goes through its async client; a local
+        model, or a chat generator without `run_async`, answers in a worker thread."""
+        if self._served is not None:
+            messages = [ChatMessage.from_user(prompt)]
+            generator = self._server_for_this_loop()
+            with self._asking_server():
+                result = await generator.run_async(messages=messages)
+            return self._answer_from_chat(self._first_served_reply(result))
+        if self.chat_generator is not None and inspect.iscoroutinefunction(
+                getattr(self.chat_generator, "run_async", None)):
+            result = await self.chat_generator.run_async(messages=[ChatMessage.from_user(prompt)])
+            replies = result.get("replies") or []
+            return self._answer_from_chat(replies[0] if replies else None)
+        return await asyncio.to_thread(self.ask, prompt)
+
     def _chat_reply(self, prompt: str) -> ChatMessage | None:
         """The first reply of the server (errors as one `ServedModelError` line) or of the chat generator."""
         messages = [ChatMessage.from_user(prompt)]
         if self._served is None:
             replies = self.chat_generator.run(messages=messages).get("replies") or []
             return replies[0] if replies else None
-        served, generator = self._served, self._server()
+        generator = self._server()
+        with self._asking_server():
+            result = generator.run(messages=messages)
+        return self._first_served_reply(result)
+
+    @contextlib.contextmanager
+    def _asking_server(self):
+        """Around one request to the server: its errors as one `ServedModelError` line, and the generator's
+        truncation warning (expected: the gate asks for a few tokens) dropped."""
         asking = _ASKING_SERVER.set(True)
         try:
-            with served_chat_errors(served, hint=f"The gate asks for logprobs with top_logprobs={self.top_logprobs}; "
-                                                 "a server allowing fewer needs a lower top_logprobs."):
-                result = generator.run(messages=messages)
+            with served_chat_errors(self._served, hint=f"The gate asks for logprobs with top_logprobs="
+                                                       f"{self.top_logprobs}; a server allowing fewer needs a lower "
+                                                       "top_logprobs."):
+                yield
         finally:
             _ASKING_SERVER.reset(asking)
+
+    def _first_served_reply(self, result: Any) -> ChatMessage:
+        served = self._served
         replies = result.get("replies") if isinstance(result, dict) else None
         if not replies:
             raise ServedModelError(f"The LLM server at {served.api_base_url} returned no choices for {served.model}; "
@@ -467,6 +529,45 @@ class TimeAwareRetrievalGate:
         :param n_no: [No] demonstrations for this call (overrides TA-ARE's `n_no`).
         :returns: `retrieve` or `no_retrieval` (the query, on the chosen output only) and `decision`.
         """
+        decider, question, method = self._question(query, today, method, threshold, n_yes, n_no)
+        start = time.perf_counter()
+        decided = decider.decide(question, self if decider.needs_model else None)
+        return self._routed(decided, question, method, start)
+
+    @component.output_types(retrieve=str, no_retrieval=str, decision=dict)
+    async def run_async(
+        self,
+        query: str,
+        today: str | None = None,
+        method: str | None = None,
+        threshold: float | None = None,
+        n_yes: int | None = None,
+        n_no: int | None = None,
+    ) -> dict[str, Any]:
+        """
+        `run` awaited: a served gate's request goes through OpenAI's async client (`OpenAIChatGenerator.run_async`),
+        so `Pipeline.run_async` calls overlap on a batching server; a local model answers in a worker thread. The
+        same inputs, checks and output as `run`.
+        """
+        decider, question, method = self._question(query, today, method, threshold, n_yes, n_no)
+        start = time.perf_counter()
+        if not decider.needs_model:
+            decided = decider.decide(question, None)
+        else:
+            # the decider writes its prompt and asks synchronously: each prompt it asks is answered here, awaited,
+            # and the decision made again with the answers at hand (writing a prompt is cheap; asking is not)
+            answers: dict[str, YesNoAnswer] = {}
+            while True:
+                try:
+                    decided = decider.decide(question, _AnsweredPrompts(answers))
+                    break
+                except _Unanswered as unanswered:
+                    answers[unanswered.prompt] = await self.ask_async(unanswered.prompt)
+        return self._routed(decided, question, method, start)
+
+    def _question(self, query: Any, today: str | None, method: str | None, threshold: float | None,
+                  n_yes: int | None, n_no: int | None) -> tuple[GateDecider, GateQuestion, str]:
+        """The run's checks; the decider, the question with this run's overrides, and the method."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("TimeAwareRetrievalGate.run needs a non-empty query string; got an empty question.")
         method = method or self.method
@@ -487,9 +588,11 @@ class TimeAwareRetrievalGate:
         overrides = {name: value for name, value in (("n_yes", n_yes), ("n_no", n_no)) if value is not None}
         day = parse_today(today) or parse_today(self.today) or _dt.date.today()
         query = query.strip()
-        start = time.perf_counter()
         question = GateQuestion(query=query, today=day, cut=threshold, overrides=overrides)
-        decided = decider.decide(question, self if decider.needs_model else None)
+        return decider, question, method
+
+    def _routed(self, decided: Any, question: GateQuestion, method: str, start: float) -> dict[str, Any]:
+        """The output of a decision: the query on its route, the decision record, the counts updated."""
         decision = decided.as_record(method)
         decision["retrieve"] = decided.retrieve
         decision["latency_s"] = time.perf_counter() - start
@@ -498,7 +601,7 @@ class TimeAwareRetrievalGate:
             self.stats["decisions"] += 1
             self.stats["retrieve"] += int(decided.retrieve)
         route = "retrieve" if decided.retrieve else "no_retrieval"
-        return {route: query, "decision": decision}
+        return {route: question.query, "decision": decision}
 
     # -- serialization -----------------------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ from icr2_components.strict_mapping import check_known_keys
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_RETRIES = 2
+# what a backend file may set: beyond these a value is a typo (an hour per request, 20 retries, 10M tokens)
+MAX_TIMEOUT_S = 3600.0
+MAX_RETRIES = 20
+MAX_CONTEXT_LENGTH = 10_000_000
 # backoff between retries of a request to the server: 0.5 s, 1 s, 2 s... (a restarting server needs seconds)
 RETRY_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
@@ -137,17 +141,38 @@ def check_server_settings(api_base_url: object, model: object, timeout_s: object
         raise UserInputError(
             f"api_base_url must be an http(s) URL such as http://127.0.0.1:8089/v1, got {api_base_url!r}."
         )
+    check_url_host_and_port(api_base_url, "api_base_url")
     if not isinstance(model, str) or not model.strip():
         raise UserInputError(f"model must name the served model (as the server's /v1/models lists it), got {model!r}.")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise UserInputError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}.")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise UserInputError(f"max_retries must be a non-negative integer, got {max_retries!r}.")
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= MAX_TIMEOUT_S
+            or timeout_s != timeout_s):
+        raise UserInputError(f"timeout_s must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g} (one "
+                             f"request's wait), got {timeout_s!r}.")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= MAX_RETRIES:
+        raise UserInputError(f"max_retries must be a whole number from 0 to {MAX_RETRIES}, got {max_retries!r}.")
     if context_length is not None and (isinstance(context_length, bool) or not isinstance(context_length, int)
-                                       or context_length < 1):
+                                       or not 1 <= context_length <= MAX_CONTEXT_LENGTH):
         raise UserInputError(
-            f"context_length must be a positive integer or null (ask the server), got {context_length!r}."
+            f"context_length must be a whole number of tokens from 1 to {MAX_CONTEXT_LENGTH:,} or null (ask the "
+            f"server), got {context_length!r}."
         )
+
+
+def check_url_host_and_port(url: str, name: str) -> None:
+    """An http(s) URL with a host and, if it names one, a port from 1 to 65535 (checked before any request, so a
+    mistyped port fails now instead of after every retry)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise UserInputError(f"{name} must name a host, as in http://127.0.0.1:8089/v1, got {url!r}.")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise UserInputError(f"{name}'s port must be from 1 to 65535, got {parts.netloc.rpartition(':')[2]!r} in "
+                             f"{url!r}.")
 
 
 def server_root(api_base_url: str) -> str:
@@ -174,10 +199,8 @@ def parse_served_tokenizer(spec: str) -> tuple[str, str | None]:
 _FAILURE_HINT = "Start the server (llama.cpp here: bash scripts/llama_server.sh start) or fix api_base_url."
 
 
-def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int) -> tuple[int, Any]:
-    """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times
-    with backoff (:class:`~icr2_components.retrying.RetryPolicy`); then a :class:`ServedModelError` naming the
-    server and the last error."""
+def _request_give_up(method: str, url: str, timeout_s: float):
+    """The error a request raises once its retries are spent: one line naming the server and what to do."""
     import httpx
 
     def give_up(attempts: int, _seconds: float, last: BaseException) -> ServedModelError:
@@ -187,14 +210,50 @@ def _request_json(client, method: str, url: str, body: dict | None, timeout_s: f
         return ServedModelError(f"The LLM server at {url} is not reachable ({_one_line(last)}; "
                                 f"{_attempts(attempts - 1)}). {_FAILURE_HINT}")
 
-    policy = RetryPolicy(max_retries=retries, initial_backoff=RETRY_BACKOFF_S, max_backoff=MAX_BACKOFF_S)
-    # httpx.TimeoutException is a TransportError: both are failures to get an answer, worth another attempt
-    response = policy.call(lambda: client.request(method, url, json=body, timeout=timeout_s),
-                           retry_if=lambda error: isinstance(error, httpx.TransportError), give_up=give_up)
+    return give_up
+
+
+def _request_policy(retries: int) -> RetryPolicy:
+    return RetryPolicy(max_retries=retries, initial_backoff=RETRY_BACKOFF_S, max_backoff=MAX_BACKOFF_S)
+
+
+def _transport_failure(error: BaseException) -> bool:
+    """httpx.TimeoutException is a TransportError: both are failures to get an answer, worth another attempt."""
+    import httpx
+
+    return isinstance(error, httpx.TransportError)
+
+
+def _status_and_json(response) -> tuple[int, Any]:
     try:
         return response.status_code, response.json()
     except ValueError:
         return response.status_code, None
+
+
+def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int) -> tuple[int, Any]:
+    """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times
+    with backoff (:class:`~icr2_components.retrying.RetryPolicy`); then a :class:`ServedModelError` naming the
+    server and the last error."""
+    response = _request_policy(retries).call(
+        lambda: client.request(method, url, json=body, timeout=timeout_s),
+        retry_if=_transport_failure, give_up=_request_give_up(method, url, timeout_s))
+    return _status_and_json(response)
+
+
+async def _request_json_async(client, method: str, url: str, body: dict | None, timeout_s: float,
+                              retries: int) -> tuple[int, Any]:
+    """:func:`_request_json` on an ``httpx.AsyncClient``: the same retries, time-out and errors, awaited."""
+    response = await _request_policy(retries).call_async(
+        lambda: client.request(method, url, json=body, timeout=timeout_s),
+        retry_if=_transport_failure, give_up=_request_give_up(method, url, timeout_s))
+    return _status_and_json(response)
+
+
+def _tried(style: tuple, status: int, body: Any) -> str:
+    """One tokenize attempt for a message: the endpoint, the status and, when it answered, what it said."""
+    said = "no JSON" if body is None else repr(_one_line(body)[:60])
+    return f"{style[0]} -> {status}" + (f" {said}" if status == 200 else "")
 
 
 def _count_from(body: Any) -> int | None:
@@ -238,33 +297,50 @@ class ServedTokenizer:
         self._style: tuple | None = None
         self._lock = threading.Lock()
 
+    def _request(self, style: tuple, text: str) -> tuple[str, dict]:
+        """The URL and body of one tokenize request in ``style``."""
+        return self._root + style[0], style[1](text, self.model)
+
+    def _no_endpoint(self, tried: list[str]) -> ServedModelError:
+        if any(" -> 200 " in attempt for attempt in tried):  # something answered, but not a tokenizer
+            return ServedModelError(
+                f"The server at {self._root} answered its tokenize endpoints with something that is not a token "
+                f"list ({'; '.join(tried)}): it is not an LLM server this library knows. Check that api_base_url "
+                "points at the LLM server, or name a local tokenizer (tokenizer: <HF id, path or alias>).")
+        return ServedModelError(
+            f"The server at {self._root} has no tokenize endpoint this library knows ({', '.join(tried)}). "
+            "Name a local tokenizer instead (tokenizer: <HF id, path or alias> in the backend file)."
+        )
+
+    @staticmethod
+    def _counted(style: tuple, status: int, body: Any) -> int:
+        """The count in a tokenize answer of the endpoint style already chosen, or one line saying what came."""
+        count = _count_from(body) if status == 200 else None
+        if count is None:
+            raise ServedModelError(f"The server's {style[0]} answered {status} with {_one_line(body)[:120]!r}, not a "
+                                   "token list; check that api_base_url points at the LLM server.")
+        return count
+
     def _pick_style(self, text: str) -> int:
         tried = []
         for style in self.STYLES:
-            status, body = _request_json(self._client, "POST", self._root + style[0], style[1](text, self.model),
-                                         self.timeout_s, self.max_retries)
+            status, body = _request_json(self._client, "POST", *self._request(style, text), self.timeout_s,
+                                         self.max_retries)
             count = _count_from(body) if status == 200 else None
             if count is not None:
                 self._style = style
                 return count
-            tried.append(f"{style[0]} -> {status}")
-        raise ServedModelError(
-            f"The server at {self._root} has no tokenize endpoint this library knows ({', '.join(tried)}). "
-            "Name a local tokenizer instead (tokenizer: <HF id, path or alias> in the backend file)."
-        )
+            tried.append(_tried(style, status, body))
+        raise self._no_endpoint(tried)
 
     def count(self, text: str) -> int:
         with self._lock:
             style = self._style
             if style is None:
                 return self._pick_style(text)
-        status, body = _request_json(self._client, "POST", self._root + style[0], style[1](text, self.model),
-                                     self.timeout_s, self.max_retries)
-        count = _count_from(body) if status == 200 else None
-        if count is None:
-            raise ServedModelError(f"The server's {style[0]} answered {status} with {_one_line(body)[:120]!r}, not a "
-                                   "token list; check that api_base_url points at the LLM server.")
-        return count
+        status, body = _request_json(self._client, "POST", *self._request(style, text), self.timeout_s,
+                                     self.max_retries)
+        return self._counted(style, status, body)
 
     def count_many(self, texts: list[str]) -> list[int]:
         if not texts:
@@ -274,6 +350,40 @@ class ServedTokenizer:
             return [first]
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return [first, *pool.map(self.count, texts[1:])]
+
+    async def count_many_async(self, texts: list[str]) -> list[int]:
+        """:meth:`count_many` awaited: the requests go together (at most ``workers`` at once) on an
+        ``httpx.AsyncClient``, with the same retries, time-out and errors."""
+        import asyncio
+
+        import httpx
+
+        if not texts:
+            return []
+        slots = asyncio.Semaphore(self.workers)
+        async with httpx.AsyncClient() as client:
+
+            async def count(style: tuple, text: str) -> tuple[int, Any]:
+                async with slots:
+                    return await _request_json_async(client, "POST", *self._request(style, text), self.timeout_s,
+                                                     self.max_retries)
+
+            counts: list[int] = []
+            if self._style is None:  # settles the endpoint style before the concurrent requests
+                tried = []
+                for style in self.STYLES:
+                    status, body = await count(style, texts[0])
+                    first = _count_from(body) if status == 200 else None
+                    if first is not None:
+                        self._style = style
+                        counts.append(first)
+                        break
+                    tried.append(_tried(style, status, body))
+                else:
+                    raise self._no_endpoint(tried)
+            style = self._style
+            answers = await asyncio.gather(*(count(style, text) for text in texts[len(counts):]))
+            return counts + [self._counted(style, status, body) for status, body in answers]
 
     def __call__(self, texts: str | list[str], add_special_tokens: bool = False) -> dict[str, list]:
         single = isinstance(texts, str)

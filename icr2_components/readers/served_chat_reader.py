@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Callable, ClassVar
@@ -137,16 +138,12 @@ class ServedChatReader:
         self.generation_kwargs = dict(generation_kwargs or {})
         self._generator = None
         self._counter: PassageTokenCounter | None = None
+        self._async_generator = None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
 
     def warm_up(self) -> None:
         if self._generator is None:
-            from haystack.components.generators.chat import OpenAIChatGenerator
-            from haystack.utils import Secret
-
-            self._generator = OpenAIChatGenerator(
-                api_key=Secret.from_token(self.served.api_key()), model=self.model, api_base_url=self.api_base_url,
-                timeout=float(self.timeout_s), max_retries=int(self.max_retries),
-            )
+            self._generator = self._new_generator()
         if self._counter is None and self.tokenizer:
             self._counter = PassageTokenCounter.for_model(self.served.tokenizer_spec())
 
@@ -156,16 +153,40 @@ class ServedChatReader:
         self.warm_up()
         assert self._counter is not None
         texts = [m.text or "" for m in messages]
-        return (sum(self._counter.count_many_texts(texts)) + PER_MESSAGE_TOKENS * len(texts)
-                + TEMPLATE_MARGIN_TOKENS)
+        return self._prompt_total(self._counter.count_many_texts(texts))
+
+    async def prompt_tokens_async(self, messages: list[ChatMessage]) -> int:
+        """`prompt_tokens`, the server's tokenize requests awaited together (a local tokenizer counts in place)."""
+        from icr2_components.models.served_model import ServedTokenizer
+
+        self.warm_up()
+        assert self._counter is not None
+        texts = [m.text or "" for m in messages]
+        tokenizer = self._counter.tokenizer
+        if isinstance(tokenizer, ServedTokenizer):
+            return self._prompt_total(await tokenizer.count_many_async(texts))
+        return self._prompt_total(self._counter.count_many_texts(texts))
+
+    @staticmethod
+    def _prompt_total(counts: list[int]) -> int:
+        return sum(counts) + PER_MESSAGE_TOKENS * len(counts) + TEMPLATE_MARGIN_TOKENS
 
     def _check_fits(self, messages: list[ChatMessage], max_new_tokens: int) -> None:
         if not self.tokenizer:
             return
         context = self.served.resolved_context_length()
-        if not context:
+        if context:
+            self._refuse_past(context, self.prompt_tokens(messages), max_new_tokens)
+
+    async def _check_fits_async(self, messages: list[ChatMessage], max_new_tokens: int) -> None:
+        if not self.tokenizer:
             return
-        length = self.prompt_tokens(messages)
+        # stated, or asked of the server once per process (cached): a thread for that one request
+        context = self.context_length or await asyncio.to_thread(self.served.resolved_context_length)
+        if context:
+            self._refuse_past(context, await self.prompt_tokens_async(messages), max_new_tokens)
+
+    def _refuse_past(self, context: int, length: int, max_new_tokens: int) -> None:
         limit = context - max_new_tokens
         if length > limit:
             raise ContextTooLongError(
@@ -174,6 +195,27 @@ class ServedChatReader:
                 "Shorten the context (a smaller budget in the corpus builder).",
                 prompt_tokens=length, limit=limit,
             )
+
+    def _request(self, messages: list[ChatMessage], max_new_tokens: int | None) -> tuple[int, dict[str, Any]]:
+        """The checked token budget and the chat-completion arguments of one call (sync and async alike)."""
+        if not messages:
+            raise ValueError("ServedChatReader.run needs at least one message.")
+        # 0 is a value given (and refused), not "use the init value"
+        budget = check_max_new_tokens(self.max_new_tokens if max_new_tokens is None else max_new_tokens)
+        return budget, {**self.generation_kwargs, "max_tokens": budget, "temperature": self.temperature}
+
+    def _reply(self, result: Any, latency: float) -> dict[str, Any]:
+        """The component's output from the generator's: one reply, its token counts and latency in the meta."""
+        replies = result.get("replies") if isinstance(result, dict) else None
+        if not replies:
+            raise ServedModelError(f"The LLM server at {self.api_base_url} returned no choices for {self.model}; "
+                                   "check that it serves chat completions for that model.")
+        reply = replies[0]
+        meta = dict(reply.meta or {})
+        usage = meta.get("usage") or {}
+        meta.update(model=meta.get("model") or self.model, prompt_tokens=usage.get("prompt_tokens"),
+                    completion_tokens=usage.get("completion_tokens"), latency_s=latency)
+        return {"replies": [ChatMessage.from_assistant((reply.text or "").strip(), meta=meta)]}
 
     @component.output_types(replies=list[ChatMessage])
     def run(self, messages: list[ChatMessage], max_new_tokens: int | None = None,
@@ -187,26 +229,55 @@ class ServedChatReader:
         :raises ContextTooLongError: the prompt does not fit the served model's context.
         :raises ServedModelError: the server is down, timed out, or answered something that is not a completion.
         """
-        if not messages:
-            raise ValueError("ServedChatReader.run needs at least one message.")
-        budget = max_new_tokens or self.max_new_tokens
-        check_max_new_tokens(budget)
+        budget, kwargs = self._request(messages, max_new_tokens)
         self.warm_up()
         self._check_fits(messages, budget)
-        kwargs = {**self.generation_kwargs, "max_tokens": budget, "temperature": self.temperature}
         start = time.perf_counter()
         result = self._call(messages, kwargs, streaming_callback)
-        latency = time.perf_counter() - start
-        replies = result.get("replies") if isinstance(result, dict) else None
-        if not replies:
-            raise ServedModelError(f"The LLM server at {self.api_base_url} returned no choices for {self.model}; "
-                                   "check that it serves chat completions for that model.")
-        reply = replies[0]
-        meta = dict(reply.meta or {})
-        usage = meta.get("usage") or {}
-        meta.update(model=meta.get("model") or self.model, prompt_tokens=usage.get("prompt_tokens"),
-                    completion_tokens=usage.get("completion_tokens"), latency_s=latency)
-        return {"replies": [ChatMessage.from_assistant((reply.text or "").strip(), meta=meta)]}
+        return self._reply(result, time.perf_counter() - start)
+
+    @component.output_types(replies=list[ChatMessage])
+    async def run_async(self, messages: list[ChatMessage], max_new_tokens: int | None = None,
+                        streaming_callback: Callable | None = None) -> dict[str, Any]:
+        """
+        `run` awaited: the request goes through OpenAI's async client (Haystack's `OpenAIChatGenerator.run_async`),
+        so `Pipeline.run_async` calls overlap on a batching server (vLLM, TGI, `llama-server --parallel N`). The
+        same checks, retries, time-out, errors and output as `run`.
+
+        :param messages: The conversation; the last message is usually the user's prompt.
+        :param max_new_tokens: Overrides the init value for this call.
+        :param streaming_callback: Called with each `StreamingChunk` (an async callback; a sync one runs on the
+            event loop).
+        :returns: `replies`: one assistant message, with the same meta as `run`.
+        :raises ContextTooLongError: the prompt does not fit the served model's context.
+        :raises ServedModelError: the server is down, timed out, or answered something that is not a completion.
+        """
+        budget, kwargs = self._request(messages, max_new_tokens)
+        self.warm_up()
+        await self._check_fits_async(messages, budget)
+        generator = self._generator_for_this_loop()
+        start = time.perf_counter()
+        with served_chat_errors(self.served):
+            result = await generator.run_async(messages=messages, generation_kwargs=kwargs,
+                                               streaming_callback=streaming_callback)
+        return self._reply(result, time.perf_counter() - start)
+
+    def _generator_for_this_loop(self):
+        """An `OpenAIChatGenerator` whose async client belongs to the running event loop: an async HTTP client's
+        connections cannot move to another loop (each `asyncio.run` starts one), so another loop gets its own."""
+        loop = asyncio.get_running_loop()
+        if self._async_generator is None or self._async_loop is not loop:
+            self._async_generator, self._async_loop = self._new_generator(), loop
+        return self._async_generator
+
+    def _new_generator(self):
+        from haystack.components.generators.chat import OpenAIChatGenerator
+        from haystack.utils import Secret
+
+        return OpenAIChatGenerator(
+            api_key=Secret.from_token(self.served.api_key()), model=self.model, api_base_url=self.api_base_url,
+            timeout=float(self.timeout_s), max_retries=int(self.max_retries),
+        )
 
     def _call(self, messages: list[ChatMessage], kwargs: dict[str, Any], streaming_callback: Callable | None) -> dict:
         with served_chat_errors(self.served):
