@@ -130,7 +130,8 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
         gate.warm_up()
         decisions, scores, cuts = [], [], set()
         slots = concurrency if options.get("server") else 1
-        jobs = (Job(question.id, partial(gate.run, query=question.question)) for question in labelled)
+        ask = gate.run_async if slots > 1 else gate.run  # a served gate's requests overlap on the event loop
+        jobs = (Job(question.id, partial(ask, query=question.question)) for question in labelled)
         outcomes = ordered_calls(jobs, slots, retry_if=lambda e: find_in_causes(e, ServedModelError) is not None)
         for outcome in tqdm(outcomes, total=len(labelled), desc=f"gate {spec.name}", unit="q", disable=not progress):
             if outcome.failed:
