@@ -1,4 +1,5 @@
-"""Serving library pipelines over HTTP through hayhooks (``icr2 serve``), loaded with our allowlisted loader: at
+"""Serving library pipelines over HTTP (``icr2 serve``; FastAPI, and a hayhooks pipeline wrapper), loaded with our
+allowlisted loader: at
 ``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
 
 from icr2_components.serving.app import (

@@ -1,8 +1,8 @@
-"""``icr2 serve``: one library pipeline behind hayhooks' FastAPI app, loopback by default, JSON errors.
+"""``icr2 serve``: one library pipeline behind a FastAPI app, loopback by default, JSON errors.
 
-The pipeline is loaded by ``PipelineSpec`` (our allowlisted loader), wrapped in ``DeclaredPipelineWrapper`` and
-committed to hayhooks' registry and app programmatically (``commit_prepared_pipeline``), so hayhooks builds the
-``POST /<name>/run`` handler. Around it:
+The pipeline is loaded by ``PipelineSpec`` (our allowlisted loader, a shipped name or a path) and wrapped in
+``DeclaredPipelineWrapper`` (a hayhooks ``BasePipelineWrapper``, so hayhooks itself can deploy it too); the app is
+plain FastAPI with exactly the routes below, built from public APIs only. Around ``POST /<name>/run``:
 
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
@@ -27,8 +27,8 @@ committed to hayhooks' registry and app programmatically (``commit_prepared_pipe
   ``OpenAI(base_url="http://127.0.0.1:1416/v1", api_key="unused")``;
 * only the run route, the OpenAI routes, ``GET /status`` and ``GET /openapi.json`` are served
   (``PUBLIC_PATHS``); any other path is a JSON 404 and a method a path does not list a JSON 405 (OpenAI-shaped
-  under ``/v1/``). hayhooks' deploy/undeploy, draw, Responses and Files routes are removed from the app, so
-  nobody can deploy another (non-allowlisted) pipeline into a running server. There is no ``/docs`` or
+  under ``/v1/``). There are no deploy/undeploy, draw, Responses or Files routes, so nobody can deploy another
+  (non-allowlisted) pipeline into a running server. There is no ``/docs`` or
   ``/redoc`` page: FastAPI's pages load Swagger UI / ReDoc from a CDN (blank offline) and no dependency of ours
   ships the assets; load ``/openapi.json`` into a local OpenAPI viewer instead;
 * ``/openapi.json`` describes exactly that: those paths, the request models, the 200 bodies (``result``
@@ -45,13 +45,14 @@ import logging
 import math
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from icr2_components.backends import Backend, request_concurrency
@@ -254,14 +255,32 @@ def _validation_reason(errors: list[dict], content_type: str | None = None) -> t
     return 422, "invalid_request", "; ".join(parts)
 
 
-def _configure_hayhooks() -> None:
-    from hayhooks.settings import settings
+class StatusResponse(BaseModel):
+    """``GET /status``: the server is up, and the one pipeline it serves."""
 
-    settings.pipelines_dir = ""          # deploy nothing from a folder: only the pipeline we load ourselves
-    settings.tracing_enabled = False     # no local trace buffer, no dashboard credentials written
-    settings.monitoring_enabled = False
-    settings.cors_allow_origins = []     # no browser page on another origin may call the loopback server
-    settings.show_tracebacks = False
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["Up!"] = Field(..., description="'Up!' while the server answers")
+    pipelines: list[str] = Field(..., description="the served pipeline's name (one)")
+
+
+def run_endpoint(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_model: type[BaseModel],
+                 response_model: type[BaseModel]):
+    """The ``POST /<name>/run`` handler: the validated request's fields to ``wrapper.run_api`` (in a worker thread,
+    so the event loop keeps answering), its declared outputs back as ``{"result": ...}``. A refusal the request
+    caused keeps its status; any other failure is a 500 ``pipeline_failed`` naming the error."""
+
+    async def run(body: request_model) -> response_model:  # type: ignore[valid-type]
+        try:
+            result = await run_in_threadpool(wrapper.run_api, **body.model_dump())
+        except StarletteHTTPException:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever the pipeline raised, the answer is a JSON 500
+            logger.exception("pipeline %s failed", spec.name)
+            raise StarletteHTTPException(500, f"Pipeline execution failed: {error}") from error
+        return response_model(result=result)
+
+    run.__annotations__ = {"body": request_model, "return": response_model}
+    return run
 
 
 def create_serving_app(
@@ -275,7 +294,8 @@ def create_serving_app(
     max_queue: int = DEFAULT_MAX_QUEUE,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> FastAPI:
-    """Build hayhooks' app serving ``pipeline_path`` at ``POST /<file stem>/run``; models are loaded now.
+    """Build the app serving ``pipeline_path`` (a shipped pipeline's name or a YAML path) at ``POST /<name>/run``;
+    models are loaded now.
     ``concurrency``: pipeline runs at once (None: the backend's ``max_concurrency``, its kind's default without
     one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many requests.
 
@@ -308,18 +328,8 @@ def create_serving_app(
     wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)
     wrapper.setup()
 
-    _configure_hayhooks()
-    from hayhooks.server.app import create_app
-    from hayhooks.server.utils.deploy_utils import commit_prepared_pipeline
-    from hayhooks.server.utils.models import PreparedPipeline
-
-    app = create_app()
+    app = FastAPI(title=f"icr2 serve: {spec.name}", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH)
     description = (spec.data.get("metadata") or {}).get("technique") or spec.name
-    commit_prepared_pipeline(
-        PreparedPipeline(name=spec.name, wrapper=wrapper,
-                         extra_metadata={"request_model": request_model, "description": description}),
-        app=app, overwrite=True,
-    )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -363,30 +373,24 @@ def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | 
 
 def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: str,
                 wrapper: DeclaredPipelineWrapper, request_model) -> None:
-    """Keep only the routes the server answers, with their real error responses, and describe exactly those.
-
-    hayhooks' app carries its deploy/undeploy, draw, per-pipeline status and OpenAI routes and FastAPI's docs
-    pages; the middleware would 404 them, so they are removed here, from the routing and from the schema alike.
-    Its OpenAI routes are replaced by ours (``openai_routes``): one model, OpenAI-shaped errors, real streaming.
-    """
-    from hayhooks.server.routers.status import StatusResponse, status_all
-
-    hayhooks_run = next(route for route in app.router.routes
-                        if isinstance(route, APIRoute) and route.path == run_path)
-    app.docs_url = app.redoc_url = app.swagger_ui_oauth2_redirect_url = None
-    app.openapi_url = OPENAPI_PATH
-    app.router.routes[:] = []
-    if hasattr(app.router, "_mark_routes_changed"):  # FastAPI >= 0.16x caches included routers by version
-        app.router._mark_routes_changed()
-    app.setup()  # adds GET /openapi.json only (docs_url and redoc_url are None)
-    for route in app.router.routes:  # Starlette adds HEAD to a GET route; /status (an APIRoute) has none either
+    """Add the routes the server answers, with their real error responses, and describe exactly those: the run
+    route, ``GET /status``, ``GET /openapi.json`` (FastAPI's, added at construction; no docs pages) and the OpenAI
+    routes (``openai_routes``: one model, OpenAI-shaped errors, real streaming)."""
+    for route in app.router.routes:  # Starlette adds HEAD to a GET route: /openapi.json answers GET only
         route.methods = {"GET"}
-    app.add_api_route("/status", status_all, methods=["GET"], response_model=StatusResponse, tags=["status"],
+
+    async def status() -> StatusResponse:
+        return StatusResponse(status="Up!", pipelines=[spec.name])
+
+    app.add_api_route("/status", status, methods=["GET"], response_model=StatusResponse, tags=["status"],
                       operation_id="status_all", summary="Server status and the served pipeline",
                       responses=_responses("Status", STATUS_ERRORS))
-    app.add_api_route(run_path, hayhooks_run.endpoint, methods=["POST"], response_model=hayhooks_run.response_model,
-                      name=hayhooks_run.name, tags=["pipelines"], operation_id=f"{spec.name}_run",
-                      summary=f"Run {spec.name}", description=hayhooks_run.description,
+    response_model = create_model(f"{spec.name}RunResponse", __config__=ConfigDict(extra="forbid"),
+                                  result=(wrapper.result_model, Field(..., description="the declared outputs")))
+    app.add_api_route(run_path, run_endpoint(spec, wrapper, request_model, response_model), methods=["POST"],
+                      response_model=response_model, name=f"{spec.name}_run", tags=["pipelines"],
+                      operation_id=f"{spec.name}_run", summary=f"Run {spec.name}",
+                      description=(wrapper.run_api.__doc__ or "").strip().splitlines()[0] or None,
                       responses=_responses("Run", RUN_ERRORS))
     extra_schemas = add_openai_routes(app, spec, wrapper, request_model)
     app.openapi_schema = None

@@ -13,7 +13,7 @@ from typing import Any
 
 import networkx
 import numpy
-from hayhooks.server.utils.base_pipeline_wrapper import BasePipelineWrapper
+from hayhooks import BasePipelineWrapper
 from haystack import Document
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
@@ -70,12 +70,12 @@ class _Finished:
 
 
 class DeclaredPipelineWrapper(BasePipelineWrapper):
-    """Serves one ``pipelines/<name>.yaml`` through hayhooks at ``POST /<name>/run``.
+    """Serves one technique pipeline at ``POST /<name>/run``: in ``icr2 serve``'s app, or deployed by hayhooks.
 
     Hayhooks' own ``YAMLPipelineWrapper`` loads YAML with a plain ``Pipeline.loads``, which refuses our modules;
     this wrapper takes the pipeline from ``PipelineSpec`` (our ``load_pipeline``: the ``icr2_components.*``
     allowlist, never unsafe), maps each declared input to its sockets and returns the declared outputs as JSON,
-    shaped as ``result_model`` (``build_result_model``: typed from the output sockets), which hayhooks makes the
+    shaped as ``result_model`` (``build_result_model``: typed from the output sockets), which the server makes the
     ``result`` of the route's 200 schema and checks every answer against.
 
     It also answers as an OpenAI chat model, hayhooks' way (``run_chat_completion``: the last user message is
@@ -89,7 +89,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.serving import DeclaredPipelineWrapper
 
-    wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("pipelines/closed_book.yaml"), max_new_tokens=8)
+    wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("closed_book"), max_new_tokens=8)
     wrapper.setup()
     print(wrapper.run_api(query="What is the capital of France?")["replies"][0])
     messages = [{"role": "user", "content": "What is the capital of France?"}]
@@ -111,7 +111,8 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         """
         super().__init__()
         if not isinstance(spec, PipelineSpec):
-            raise TypeError("spec must be a PipelineSpec; build it with PipelineSpec.from_file('pipelines/x.yaml').")
+            raise TypeError("spec must be a PipelineSpec; build it with PipelineSpec.from_file('closed_book') "
+                            "(a shipped name or a YAML path).")
         if max_new_tokens is not None and max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1 or None, got {max_new_tokens}.")
         if concurrency < 1:
@@ -120,12 +121,10 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self.max_new_tokens = max_new_tokens
         self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
-        self._is_run_api_implemented = True
-        self._is_run_chat_completion_implemented = True
         self.streaming_components: list[str] = []
         parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
                       for name in spec.inputs]
-        # the declared outputs, typed from their sockets: hayhooks makes it the `result` of the 200 schema and
+        # the declared outputs, typed from their sockets: the server makes it the `result` of the 200 schema and
         # validates every answer against it (an answer that does not fit is a 500, never an undocumented 200)
         self.result_model = build_result_model(spec)
         run_api = type(self).run_api
@@ -280,14 +279,13 @@ def _output(result: dict, path: str) -> Any:
 
 
 def reply_streamers(pipeline, replies_path: str) -> list[str]:
-    """The components whose ``streaming_callback`` streams the answer: those taking one (hayhooks'
-    ``is_streaming_component``) among the ``replies`` component and its ancestors, less any that feeds another
+    """The components whose ``streaming_callback`` streams the answer: those with a ``streaming_callback`` input
+    (Haystack's ``Pipeline.inputs``) among the ``replies`` component and its ancestors, less any that feeds another
     (a judge before the answering reader); two branches' readers behind a joiner both stream (one runs)."""
-    from hayhooks.server.pipelines.streaming import is_streaming_component
-
     target = replies_path.split(".", 1)[0]
     upstream = networkx.ancestors(pipeline.graph, target) | {target}
-    capable = {name for name in upstream if is_streaming_component(pipeline.get_component(name))}
+    sockets = pipeline.inputs(include_components_with_connected_inputs=True)
+    capable = {name for name in upstream if "streaming_callback" in sockets.get(name, {})}
     return sorted(name for name in capable if not networkx.descendants(pipeline.graph, name) & capable)
 
 def _with_signature(bound, parameters, result_model):

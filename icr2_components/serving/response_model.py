@@ -66,10 +66,11 @@ def build_result_model(spec: PipelineSpec, pipeline: Pipeline | None = None) -> 
     """The model of ``result`` in a 200 answer: one required key per declared output, typed from its socket."""
     pipeline = pipeline if pipeline is not None else spec.pipeline(controlled=False)
     branching = branching_components(pipeline)
+    sockets = pipeline.outputs(include_components_with_connected_outputs=True)  # every output socket, typed
     fields: dict[str, Any] = {}
     for name, path in spec.outputs.items():
         component, socket = path.split(".", 1)
-        annotation = json_annotation(pipeline.get_component(component).__haystack_output__._sockets_dict[socket].type)
+        annotation = json_annotation(sockets[component][socket]["type"])
         description = f"{path}"
         if branching & (networkx.ancestors(pipeline.graph, component) | {component}):
             annotation = annotation | None if annotation is not Any else Any
