@@ -1,17 +1,20 @@
-"""Answer metrics computed by Haystack's and ragas' offline (non-LLM) evaluators, beside our own.
+"""Answer metrics computed by Haystack's evaluator and Google's rouge-score, beside our own.
 
 The compare report takes ``exact_match`` from Haystack's ``AnswerExactMatchEvaluator`` and adds
-``rouge_l_ragas``, ragas' ``RougeScore`` (ROUGE-L F-measure), next to our ``rouge_l``. Both compare raw strings
+``rouge_l_ragas``, ragas' ``RougeScore`` definition of ROUGE-L (F-measure), next to our ``rouge_l``. ragas'
+``RougeScore(rouge_type="rougeL", mode="fmeasure")`` is ``rouge_score.rouge_scorer.RougeScorer(["rougeL"],
+use_stemmer=True).score(reference, response).fmeasure``; that call is made here directly, so the figures are ragas'
+without installing ragas and its LangChain dependencies (the column keeps its name). Both compare raw strings
 with one reference, so both are fed text normalised the official SQuAD/KILT way
 (``text.normalization.normalize_answer``: punctuation removed, articles dropped, accents kept) with the gold
 answers filtered as ``answer_match.normalized_gold_answers`` does, and keep the best score over the gold
 answers. Haystack's exact match is given the reply's answer span (``short_answer.short_answer``), as the report's
-``exact_match`` is defined, so it equals ``text_metrics.short_answer_exact_match`` by construction; ragas'
+``exact_match`` is defined, so it equals ``text_metrics.short_answer_exact_match`` by construction; the stemmed
 ROUGE-L gets the whole reply and differs from our ``rouge_l`` only by its Porter stemming ("towers" = "tower")
 and its ASCII-only tokenizer.
 
-Each function returns None when its library cannot be imported (ragas 0.4.3 needs ``langchain-community<0.4``
-and ``rouge-score``), and ``implementations`` says which code produced each metric and why a fallback was used.
+Each function returns None when its library cannot be imported (rouge-score comes with the ``eval`` extra), and
+``implementations`` says which code produced each metric and why a fallback was used.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ HAYSTACK_EXACT_MATCH = (
     "(evaluation.metrics.short_answer), both sides normalised the official SQuAD v1.1/KILT way, best "
     "over gold answers"
 )
-RAGAS_ROUGE_L = ("ragas.metrics.collections.RougeScore(rouge_type='rougeL', mode='fmeasure') on the whole reply, "
-                 "both sides normalised the official SQuAD v1.1/KILT way, best over gold answers (Porter stemming)")
+RAGAS_ROUGE_L = ("rouge_score.rouge_scorer.RougeScorer(['rougeL'], use_stemmer=True) F-measure, what ragas' "
+                 "RougeScore(rouge_type='rougeL', mode='fmeasure') computes, on the whole reply, both sides "
+                 "normalised the official SQuAD v1.1/KILT way, best over gold answers (Porter stemming)")
 
 
 def _pairs(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[str], list[int]]:
@@ -70,13 +74,12 @@ def _best_per_answer(scores: Sequence[float], owner: Sequence[int], count: int) 
 
 
 @functools.lru_cache(maxsize=1)
-def ragas_import_error() -> str | None:
-    """None when ragas' RougeScore can run here, else why not (the import error, once per process)."""
+def rouge_score_import_error() -> str | None:
+    """None when rouge-score can run here, else why not (the import error, once per process)."""
     try:
-        import rouge_score  # noqa: F401  (RougeScore imports it only when scoring)
-        from ragas.metrics.collections import RougeScore  # noqa: F401
-    except Exception as error:  # ragas fails with whatever its langchain imports raise
-        return f"{type(error).__name__}: {error}"
+        from rouge_score import rouge_scorer  # noqa: F401
+    except ImportError as error:
+        return f"{type(error).__name__}: {error} (the 'eval' extra installs it)"
     return None
 
 
@@ -94,18 +97,19 @@ def haystack_exact_match(predictions: Sequence[str], gold_lists: Sequence[Sequen
     return _best_per_answer(scores["individual_scores"], owner, len(predictions))
 
 
-def ragas_rouge_l(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> list[float] | None:
-    """ROUGE-L F-measure per answer by ragas' ``RougeScore`` (None when ragas cannot be imported)."""
-    if ragas_import_error() is not None:
+def stemmed_rouge_l(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> list[float] | None:
+    """ROUGE-L F-measure per answer as ragas' ``RougeScore`` defines it (rouge-score with Porter stemming); None
+    when rouge-score cannot be imported."""
+    if rouge_score_import_error() is not None:
         return None
-    from ragas.metrics.collections import RougeScore
+    from rouge_score import rouge_scorer
 
     golds, predicted, owner = _pairs(predictions, gold_lists)
     if not golds:
         return [0.0] * len(predictions)
-    results = RougeScore(rouge_type="rougeL", mode="fmeasure").batch_score(
-        [{"reference": g, "response": p} for g, p in zip(golds, predicted)])
-    return _best_per_answer([r.value for r in results], owner, len(predictions))
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    scores = [scorer.score(g, p)["rougeL"].fmeasure for g, p in zip(golds, predicted)]
+    return _best_per_answer(scores, owner, len(predictions))
 
 
 def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], dict[str, str]]:
@@ -125,9 +129,10 @@ def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], di
         implementations["exact_match"] = HAYSTACK_EXACT_MATCH
         for scores, value in zip(per_record, exact):
             scores["exact_match"] = value
-    rouge = ragas_rouge_l(predictions, gold_lists)
+    rouge = stemmed_rouge_l(predictions, gold_lists)
     if rouge is None:
-        implementations["rouge_l_ragas"] = f"not computed: ragas cannot be imported ({ragas_import_error()})"
+        why = rouge_score_import_error()
+        implementations["rouge_l_ragas"] = f"not computed: rouge-score cannot be imported ({why})"
     else:
         implementations["rouge_l_ragas"] = RAGAS_ROUGE_L
         for scores, value in zip(per_record, rouge):
@@ -135,4 +140,4 @@ def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], di
     return per_record, implementations
 
 
-__all__ = ["external_scores", "haystack_exact_match", "ragas_import_error", "ragas_rouge_l"]
+__all__ = ["external_scores", "haystack_exact_match", "rouge_score_import_error", "stemmed_rouge_l"]
