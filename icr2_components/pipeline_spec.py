@@ -405,14 +405,32 @@ class PipelineSpec:
     def run(self, query: str, documents: list[Document] | None, controlled: bool,
             max_new_tokens: int | None = None) -> dict[str, Any]:
         """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
+        pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
+        start = time.perf_counter()
+        result = pipeline.run(data, include_outputs_from=outputs_from)
+        return self._answered(result, documents, controlled, time.perf_counter() - start)
+
+    async def run_async(self, query: str, documents: list[Document] | None, controlled: bool,
+                        max_new_tokens: int | None = None) -> dict[str, Any]:
+        """:meth:`run` through Haystack's ``Pipeline.run_async``: components with ``run_async`` (the served reader,
+        the served gate) are awaited, so several questions' requests overlap; the same record as :meth:`run`."""
+        pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
+        start = time.perf_counter()
+        result = await pipeline.run_async(data, include_outputs_from=outputs_from)
+        return self._answered(result, documents, controlled, time.perf_counter() - start)
+
+    def _prepared(self, query: str, documents: list[Document] | None, controlled: bool,
+                  max_new_tokens: int | None) -> tuple[Pipeline, dict, set[str]]:
+        """The warmed-up pipeline, its run data and the components whose outputs the record reads."""
         pipeline = self.pipeline(controlled)
         data = self._data(pipeline, query, documents, max_new_tokens)
         existing = {name for name, _ in pipeline.walk()}
         outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
         self.warm_up(pipeline)
-        start = time.perf_counter()
-        result = pipeline.run(data, include_outputs_from=outputs_from)
-        latency = time.perf_counter() - start
+        return pipeline, data, outputs_from
+
+    def _answered(self, result: dict, documents: list[Document] | None, controlled: bool,
+                  latency: float) -> dict[str, Any]:
         reply_component, reply_socket = self.outputs["replies"].split(".", 1)
         replies = result.get(reply_component, {}).get(reply_socket) or []
         return self._record(result, replies[0] if replies else None, documents, controlled, latency)

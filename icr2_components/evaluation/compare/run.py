@@ -175,10 +175,12 @@ class _Step:
 
 
 def _plan_steps(questions, specs, types, contexts, cache: AnswerCache, report_only: bool,
-                max_new_tokens: int | None) -> Iterator[Job[_Step]]:
+                max_new_tokens: int | None, concurrent: bool = False) -> Iterator[Job[_Step]]:
     """Every step in the order of a sequential run; a step gets a ``call`` when, as far as the cache and the
     steps planned before it tell, it will need the model. What is still in flight (not yet in the cache) is
-    foreseen: a pipeline reading no passages reuses its first context type's answer once that one is written."""
+    foreseen: a pipeline reading no passages reuses its first context type's answer once that one is written.
+    ``concurrent``: the call is the pipeline's ``run_async`` (awaited beside the others on ``ordered_calls``'
+    event loop: a served reader's requests overlap), else its ``run``."""
     pending: set[str] = set()
     for question in questions:
         for spec in specs:
@@ -196,7 +198,8 @@ def _plan_steps(questions, specs, types, contexts, cache: AnswerCache, report_on
                 call = None
                 if not (cached or key in pending or report_only or missing or reusable):
                     pending.add(key)
-                    call = partial(spec.run, question.query, documents, controlled, max_new_tokens=max_new_tokens)
+                    call = partial(spec.run_async if concurrent else spec.run, question.query, documents,
+                                   controlled, max_new_tokens=max_new_tokens)
                 if cached or not (report_only or missing):
                     first_key = first_key or key
                 yield Job(step, call)
@@ -352,7 +355,7 @@ def run_compare(
                 bucket = missing_contexts.setdefault(context_type, {})
                 bucket[reason] = bucket.get(reason, 0) + 1
     total = len(questions) * len(specs) * len(types)
-    steps = _plan_steps(questions, specs, types, contexts, cache, report_only, max_new_tokens)
+    steps = _plan_steps(questions, specs, types, contexts, cache, report_only, max_new_tokens, concurrent=slots > 1)
     steps = batched_jobs(steps, batch_size, max_new_tokens)  # the same steps; some calls answer N at once
     streak = FailureStreak(streak_limit(slots))
     with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
