@@ -9,7 +9,7 @@ import json
 from haystack import Document
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision
+from icr2_components.evaluation.compare.cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision, seal
 from icr2_components.evaluation.compare.run import expected_context_sha, run_compare
 from icr2_components.kilt.context_types import ContextSet, build_context_set
 from icr2_components.kilt.questions import CompareQuestion
@@ -57,8 +57,9 @@ def test_expected_context_sha_per_pipeline_and_context_type():
 
 
 def _rewrite(path, change):
+    """Each record changed and sealed again, as a writer that built it so would have (edits are refused)."""
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(change(r), ensure_ascii=False) + "\n" for r in records))
+    path.write_text("".join(json.dumps(seal(change(r)), ensure_ascii=False) + "\n" for r in records))
 
 
 def test_a_changed_gold_context_is_reanswered_and_report_only_leaves_it_out(tmp_path, smollm2, monkeypatch, capsys):

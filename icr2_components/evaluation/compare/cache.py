@@ -3,6 +3,16 @@
 Lines are appended and flushed as each answer arrives, so an interrupted run loses at most the answer being
 generated; a re-run reads the file and skips every key already answered (records with an ``error`` are retried).
 
+Every line proves it is whole (``seal``): it carries ``record_sha``, a SHA-256 of its own content, so a line
+edited by hand (an answer changed, a field dropped) is refused, naming the file and the line. A key is written once;
+a record that replaces an earlier one of its key (a failed request answered again, a stale context redone) says
+so in ``replaces`` (the earlier line's ``record_sha``), so a line copied or a line removed by hand is refused too,
+and no reader ever picks one of two lines of a key on its own. An unterminated last line (a run killed while
+writing it) is left out and counted (``cut_tail_lines``); a cache opened for writing first cuts it off (or
+terminates it, when it is a whole record), so the next answer starts on a fresh line. Files written before lines
+carried ``record_sha`` are read by the report readers (``read_answer_records``) as they are, counted as
+``unsealed_lines``, and refused for writing: ``icr2 seal-cache FILE`` seals such a file once its answers are checked.
+
 What a key covers, so that a resumed run never mixes answers to different inputs:
 
 - the pipeline hash (``icr2_components.pipeline_spec.behaviour_hash``): the YAML's components, connections,
@@ -30,6 +40,8 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+
+from icr2_components.errors import UserInputError
 
 #: ``context_sha`` of a controlled context type that could not be built for a question (no passages given)
 NO_CONTEXT = "none"
@@ -61,38 +73,191 @@ def reuse_decision(record: dict[str, Any], expected_sha: str | None) -> str:
     return REUSE if record["context_sha"] == expected_sha else STALE_CONTEXT
 
 
-class AnswerCache:
-    """Append-only JSONL of answer records keyed by ``cache_key``; the last record of a key wins."""
 
-    def __init__(self, path: str | Path) -> None:
+#: the field holding a line's own content hash (``seal``), and the one naming the record a line replaces
+SEAL_FIELD, REPLACES_FIELD = "record_sha", "replaces"
+SEAL_COMMAND = "icr2 seal-cache {path}"
+
+
+class AnswerCacheError(UserInputError):
+    """A cache file that does not prove it is whole: an edited or unreadable line, a key written twice, a record
+    that replaces one not in the file, or (for writing) lines written before records were sealed."""
+
+
+def record_sha(record: dict[str, Any]) -> str:
+    """A short SHA-256 of a record's content (every field but ``record_sha``; keys sorted, ASCII escapes, so the
+    same record always hashes alike)."""
+    body = {k: v for k, v in record.items() if k != SEAL_FIELD}
+    material = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+    return hashlib.sha256(material.encode("ascii")).hexdigest()[:16]
+
+
+def seal(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its ``record_sha``."""
+    body = {k: v for k, v in record.items() if k != SEAL_FIELD}
+    return {**body, SEAL_FIELD: record_sha(body)}
+
+
+def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise AnswerCacheError(f"{path} line {number} is not a JSON record ({error}): the file was damaged or edited. "
+                               "Delete that line to answer its question again.") from None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise AnswerCacheError(f"{path} line {number} is not an answer record (a JSON object with a string key). "
+                               "Delete that line to answer its question again.")
+    return record
+
+
+class AnswerCache:
+    """Append-only JSONL of sealed answer records keyed by ``cache_key`` (module docstring).
+
+    :param path: The cache file (created by the first ``add``).
+    :param writable: True (default) for a run that appends: a cut last line is cut off (counted in
+        ``cut_tail_lines``) and a file of unsealed lines is refused. False for readers: the file is not touched,
+        unsealed lines are read and counted in ``unsealed_lines``.
+    :raises AnswerCacheError: a line edited or unreadable (file and line named), a key written twice without
+        ``replaces``, a ``replaces`` naming no earlier line of its key; for writing, a file of unsealed lines.
+    """
+
+    def __init__(self, path: str | Path, writable: bool = True) -> None:
         self.path = Path(path)
         self.records: dict[str, dict[str, Any]] = {}
-        self.unreadable_lines = 0
+        self.cut_tail_lines = 0
+        self.unsealed_lines = 0
+        self.replaced_lines = 0
+        if self.path.is_dir():
+            raise AnswerCacheError(f"{self.path} is a folder; the answer cache is a file (answers.jsonl).")
         if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                    self.records[record["key"]] = record
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    self.unreadable_lines += 1  # a line cut by an interruption: its answer is simply redone
+            self._read(writable)
+
+    @property
+    def unreadable_lines(self) -> int:
+        """Lines left out on reading: a cut last line (every other unreadable line is refused)."""
+        return self.cut_tail_lines
+
+    def _read(self, writable: bool) -> None:
+        raw = self.path.read_bytes()
+        lines = raw.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        parsed = [(number, _parse_line(self.path, number, line)) for number, line in enumerate(lines, 1)
+                  if line.strip()]
+        repair = None  # what a writer does to the tail once the lines are checked
+        if tail.strip():
+            tail_record = self._whole_tail(tail)
+            if tail_record is not None:  # a whole record whose newline was never written
+                parsed.append((len(lines) + 1, tail_record))
+                repair = "terminate"
+            else:  # cut while being written: left out (its answer is redone), and cut off before appending
+                self.cut_tail_lines = 1
+                repair = "cut"
+        sealed = any(SEAL_FIELD in record for _, record in parsed)
+        if not sealed and parsed:
+            self.unsealed_lines = len(parsed)
+            if writable:
+                raise AnswerCacheError(
+                    f"{self.path} holds {len(parsed)} record(s) written before answer records were sealed (no "
+                    f"{SEAL_FIELD}), so an edited answer there cannot be told from a real one. Check the file and "
+                    f"seal it ({SEAL_COMMAND.format(path=self.path)}), or write to a fresh --out folder.")
+        lines_of: dict[str, int] = {}
+        for number, record in parsed:
+            key = record["key"]
+            if sealed:
+                written = record.get(SEAL_FIELD)
+                if written is None:
+                    raise AnswerCacheError(f"{self.path} line {number} has no {SEAL_FIELD} while the file's other "
+                                           "lines do: it was added or edited by hand. Delete that line to answer "
+                                           "its question again.")
+                if written != record_sha(record):
+                    raise AnswerCacheError(f"{self.path} line {number} ({key}) does not match its {SEAL_FIELD}: the "
+                                           "record was edited after it was written. Delete that line to answer its "
+                                           "question again.")
+            earlier = self.records.get(key)
+            replaces = record.get(REPLACES_FIELD)
+            if earlier is not None and (replaces is None or replaces != earlier.get(SEAL_FIELD)):
+                how = ("Delete the line that is wrong." if sealed else
+                       f"Check them; {SEAL_COMMAND.format(path=self.path)} keeps the later one and seals the file.")
+                raise AnswerCacheError(f"{self.path} has key {key} on lines {lines_of[key]} and {number}, and line "
+                                       f"{number} does not say it replaces line {lines_of[key]}: a line was copied "
+                                       f"or edited. {how}")
+            if earlier is None and replaces is not None:
+                raise AnswerCacheError(f"{self.path} line {number} ({key}) replaces a record that is not in the file "
+                                       "before it: a line was removed or moved. Delete that line to answer its "
+                                       "question again.")
+            self.replaced_lines += earlier is not None
+            self.records[key] = record
+            lines_of[key] = number
+        if writable and repair == "terminate":
+            with self.path.open("ab") as handle:
+                handle.write(b"\n")
+        elif writable and repair == "cut":
+            with self.path.open("r+b") as handle:
+                handle.truncate(len(raw) - len(tail))
+
+    def _whole_tail(self, tail: bytes) -> dict[str, Any] | None:
+        try:
+            record = json.loads(tail.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        # a cut JSON object never parses; one that does is checked below like every other line
+        return record if isinstance(record, dict) and isinstance(record.get("key"), str) else None
 
     def done(self, key: str) -> bool:
         record = self.records.get(key)
         return record is not None and not record.get("error")
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Append ``record`` sealed (naming the record of its key it replaces, if any) and return what was written."""
+        body = {k: v for k, v in record.items() if k not in (SEAL_FIELD, REPLACES_FIELD)}
+        earlier = self.records.get(body["key"])
+        if earlier is not None:
+            body[REPLACES_FIELD] = earlier[SEAL_FIELD]
+        sealed = seal(body)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(sealed, ensure_ascii=False) + "\n")
             handle.flush()
-        self.records[record["key"]] = record
+        self.records[body["key"]] = sealed
+        return sealed
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.records.values())
 
 
 def read_answer_records(path: str | Path) -> list[dict[str, Any]]:
-    """All current records of a cache file (for recomputing a report's numbers)."""
-    return list(AnswerCache(path))
+    """All current records of a cache file (for recomputing a report's numbers); the file is only read."""
+    return list(AnswerCache(path, writable=False))
+
+
+def seal_cache(path: str | Path) -> dict[str, Any]:
+    """Seal a cache written before records were sealed, in place: each readable line gets its ``record_sha``; of a
+    key written twice, the later line replaces the earlier (what readers of unsealed files took); lines that are
+    not records (a cut line, text glued onto one) are dropped. Returns the counts; the old file is kept as
+    ``<file>.unsealed``.
+
+    :raises AnswerCacheError: the file is sealed already, or missing.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AnswerCacheError(f"No cache file at {path}.")
+    kept: list[dict[str, Any]] = []
+    dropped: list[int] = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = _parse_line(path, number, line)
+        except AnswerCacheError:
+            dropped.append(number)
+            continue
+        if SEAL_FIELD in record:
+            raise AnswerCacheError(f"{path} is sealed already (line {number} has {SEAL_FIELD}); nothing to do.")
+        kept.append(record)
+    backup = path.with_name(path.name + ".unsealed")
+    path.replace(backup)
+    cache = AnswerCache(path)
+    for record in kept:
+        cache.add(record)
+    return {"file": str(path), "records": len(kept), "keys": len(cache.records),
+            "replaced": len(kept) - len(cache.records), "dropped_lines": dropped, "unsealed_copy": str(backup)}
