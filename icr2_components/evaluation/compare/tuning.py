@@ -92,7 +92,9 @@ def tune_pipeline(
     unknown = [t for t in context_types if t not in CONTROLLED_CONTEXT_TYPES]
     if unknown:
         raise ValueError(f"Tuning uses CUB's controlled context types {list(CONTROLLED_CONTEXT_TYPES)}; got {unknown}.")
-    source = Path(path)
+    from icr2_components.resources import resolve_file
+
+    source = resolve_file("pipelines", path)  # a YAML path or a shipped pipeline's name
     data = yaml.safe_load(source.read_text())
     grid = tunable_grid(data, str(path))
     earlier = tuned_dev_ids(data, str(path)) or []  # re-tuning a tuned pipeline: it has seen those too
