@@ -21,7 +21,9 @@ def register(subparsers) -> None:
         "other passages than this run builds is redone (counted as stale_context; left out by --report-only). "
         "Answers cached before context_sha existed are reused and counted as context_unchecked.",
     )
-    parser.add_argument("--pipelines", nargs="+", required=True, help="pipeline YAMLs with declared inputs/outputs")
+    parser.add_argument("--pipelines", nargs="+", required=True,
+                        help="shipped pipeline names (e.g. closed_book vanilla_rag) or pipeline YAMLs with declared "
+                        "inputs/outputs")
     parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
     parser.add_argument(
         "--context-types",
@@ -45,11 +47,11 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="override every reader's answer budget")
     parser.add_argument("--index", metavar="CONFIG",
                         help="index config every pipeline's IndexRetriever reads instead of the one its YAML names "
-                        "(e.g. indexing/kilt-sample-elasticsearch.yaml; the answer cache keeps the two apart), and "
-                        "the source of gold passages and irrelevant candidates of a KILT task file (default: "
-                        "ICR2_INDEX_CONFIG, else indexing/kilt-sample.yaml with the pipelines as written)")
-    parser.add_argument("--backend", help="backend file (backends/*.yaml) every pipeline's model follows, e.g. "
-                        "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipelines' own local models)")
+                        "(a shipped name such as kilt-sample-elasticsearch, or a file; the answer cache keeps the two "
+                        "apart), and the source of gold passages and irrelevant candidates of a KILT task file "
+                        "(default: ICR2_INDEX_CONFIG, else kilt-sample with the pipelines as written)")
+    parser.add_argument("--backend", help="backend every pipeline's model follows: a shipped name (e.g. "
+                        "llama_cpp_server) or a backend file (default: ICR2_BACKEND, else the pipelines' own models)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="answers requested at once from a served backend (default: the backend file's "
                         "max_concurrency, else its kind's default: 4 served, 1 in-process); results, cache and "

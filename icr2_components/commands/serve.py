@@ -1,4 +1,5 @@
-"""``icr2 serve pipelines/<name>.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (hayhooks), at
+"""``icr2 serve NAME|FILE.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (a shipped pipeline's
+name, e.g. ``closed_book``, or a YAML path), at
 ``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def register(subparsers) -> None:
         "chat model at /v1",
         description="Loads the pipeline with the icr2_components allowlist (never unsafe), validates requests "
         "from its declared inputs and answers errors as JSON with a reason. Binds to loopback by default.")
-    parser.add_argument("pipeline", help="pipeline YAML, e.g. pipelines/closed_book.yaml")
+    parser.add_argument("pipeline", help="a shipped pipeline's name (e.g. closed_book, vanilla_rag, adaptive_rag) or "
+                        "a pipeline YAML's path")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST}, loopback)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument("--allow-remote", action="store_true",
@@ -30,11 +32,12 @@ def register(subparsers) -> None:
                         help=f"longest accepted query (default {DEFAULT_MAX_QUERY_CHARS})")
     parser.add_argument("--max-new-tokens", type=int,
                         help="override every reader's answer budget (an OpenAI request's max_tokens may only lower it)")
-    parser.add_argument("--backend", help="backend file (backends/*.yaml) the pipeline's model follows, e.g. "
-                        "backends/llama_cpp_server.yaml (default: ICR2_BACKEND, else the pipeline's own local model)")
+    parser.add_argument("--backend", help="backend the pipeline's model follows: a shipped name (e.g. "
+                        "llama_cpp_server) or a backend file (default: ICR2_BACKEND, else the pipeline's own model)")
     parser.add_argument("--index", metavar="CONFIG",
                         help="index config the pipeline's IndexRetrievers read instead of the one the YAML names, e.g. "
-                        "indexing/kilt-sample-elasticsearch.yaml (default: ICR2_INDEX_CONFIG, else the YAML's own)")
+                        "kilt-sample-elasticsearch (a shipped name or a file; default: ICR2_INDEX_CONFIG, else the "
+                        "YAML's own)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="pipeline runs at once; other requests wait (default: a served --backend's "
                         "max_concurrency, else its kind's default; 1 for in-process models)")
