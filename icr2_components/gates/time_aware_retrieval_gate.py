@@ -551,18 +551,17 @@ class TimeAwareRetrievalGate:
         """
         decider, question, method = self._question(query, today, method, threshold, n_yes, n_no)
         start = time.perf_counter()
-        if not decider.needs_model:
-            decided = decider.decide(question, None)
-        else:
-            # the decider writes its prompt and asks synchronously: each prompt it asks is answered here, awaited,
-            # and the decision made again with the answers at hand (writing a prompt is cheap; asking is not)
-            answers: dict[str, YesNoAnswer] = {}
-            while True:
-                try:
-                    decided = decider.decide(question, _AnsweredPrompts(answers))
-                    break
-                except _Unanswered as unanswered:
-                    answers[unanswered.prompt] = await self.ask_async(unanswered.prompt)
+        # a decider writes its prompt and asks synchronously: it decides in a worker thread (TA-ARE embeds the
+        # query there, off the event loop), each prompt it asks is answered here, awaited, and it decides again with
+        # the answers at hand (writing a prompt is cheap beside asking the model)
+        answers: dict[str, YesNoAnswer] = {}
+        while True:
+            model = _AnsweredPrompts(answers) if decider.needs_model else None
+            try:
+                decided = await asyncio.to_thread(decider.decide, question, model)
+                break
+            except _Unanswered as unanswered:
+                answers[unanswered.prompt] = await self.ask_async(unanswered.prompt)
         return self._routed(decided, question, method, start)
 
     def _question(self, query: Any, today: str | None, method: str | None, threshold: float | None,
