@@ -33,6 +33,7 @@ GROUND = {
     "text",
     "artifacts",
     "_environment",
+    "extras",
     "errors",
     "paths",
     "plotting",
@@ -56,6 +57,8 @@ SIBLINGS_APART = {2, 3}  # floors whose packages may not import each other
 
 # Loads whose module name comes from data, not code: file (relative to the package) -> why it is allowed.
 LOADS_BY_DATA = {
+    "__init__.py": "the package's lazy exports (load_pipeline, resolve_model...): each name's module, written in "
+    "_EXPORTS beside it, is imported on first use so that `import icr2_components` stays light",
     "backends/pipelines.py": "imports the component class a pipeline file names (under icr2_components. or haystack "
     "only) to ask what it needs, as Haystack's own loader does when it builds that pipeline",
 }
