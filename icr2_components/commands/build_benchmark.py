@@ -13,7 +13,7 @@ def register(subparsers) -> None:
         help="build an ICR2 corpus-in-context benchmark (gold passages among retrieved confounders)",
     )
     parser.add_argument("--tasks", help="KILT task file (default: the bundled NQ sample)")
-    parser.add_argument("--index", default="indexing/kilt-sample.yaml", help="index config YAML (indexing/*.yaml)")
+    parser.add_argument("--index", default="kilt-sample", help="index config: a shipped name or a YAML path")
     parser.add_argument(
         "--retrievers",
         default="bm25,dense,hybrid",

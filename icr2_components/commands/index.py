@@ -15,7 +15,7 @@ def register(subparsers) -> None:
     parser.add_argument("--plan", metavar="CONFIG",
                         help="build nothing: project passages, disk, vector memory and indexing time for this index "
                         "config from the figures measured on this machine, and where one node stops being enough")
-    parser.add_argument("--figures", default="indexing/measured-figures.yaml",
+    parser.add_argument("--figures", default="measured-figures",
                         help="measured figures for --plan (bench/index_plan_figures.py writes them)")
     parser.add_argument("--passages", type=int, help="--plan for this many passages instead of the corpus's")
     parser.add_argument("--json", action="store_true", help="--plan: print the plan as JSON")

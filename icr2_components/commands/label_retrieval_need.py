@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--context", default="gold", choices=("gold", "retrieved"),
                         help="NQ passages: the gold ones (default) or the index's top passages")
-    parser.add_argument("--index", default="indexing/kilt-sample.yaml",
+    parser.add_argument("--index", default="kilt-sample",
                         help="index config: NQ gold passages, retrieved passages, and the passages of RetrievalQA "
                         "questions without context ('none' to skip those, counted)")
     parser.add_argument("--retrieval-method", default="bm25", help="retrieval method of --context retrieved")

@@ -9,7 +9,7 @@ def register(subparsers) -> None:
     from icr2_components.stores.retrieval_methods import retrieval_method_names
 
     parser = subparsers.add_parser("search", help="query an index (BM25, dense or hybrid)")
-    parser.add_argument("--config", default="indexing/kilt-sample.yaml", help="index config YAML")
+    parser.add_argument("--config", default="kilt-sample", help="index config: a shipped name or a YAML path")
     parser.add_argument("--query", "-q", required=True)
     parser.add_argument("--method", choices=retrieval_method_names(), default="hybrid")
     parser.add_argument("--top-k", type=int, default=5)

@@ -89,7 +89,7 @@ def read_kilt_questions(
     path: str | os.PathLike,
     skips: SkipReport,
     limit: int | None = None,
-    index: str = "indexing/kilt-sample.yaml",
+    index: str = "kilt-sample",
     retrieve: Callable[[str], list[Document]] | None = None,
     irrelevant_top_k: int = 10,
     ids: Sequence[str] | None = None,
@@ -152,7 +152,7 @@ def resolve_dataset(path: str | os.PathLike | None) -> str:
 
 
 def read_compare_questions(
-    path: str | os.PathLike | None, limit: int | None = None, index: str = "indexing/kilt-sample.yaml",
+    path: str | os.PathLike | None, limit: int | None = None, index: str = "kilt-sample",
     ids: Sequence[str] | None = None,
 ) -> tuple[list[CompareQuestion], SkipReport, str]:
     """Read either format; returns the questions, the skips and the path read (the bundled NQ sample by default).

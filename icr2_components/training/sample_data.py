@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Sequence
 
 if TYPE_CHECKING:
@@ -22,7 +21,7 @@ def build_sample_benchmark(
     budget_passages: int = 4,
     offset: int = 0,
     retrievers: Sequence[str] = ("bm25",),
-    index_config: str = "indexing/kilt-sample.yaml",
+    index_config: str = "kilt-sample",
     seed: int = 0,
     progress: bool = False,
     question_ids: Collection[str] | None = None,
@@ -43,10 +42,7 @@ def build_sample_benchmark(
 
     if limit < 1 or offset < 0 or budget_passages < 2:
         raise ValueError("build_sample_benchmark needs limit >= 1, offset >= 0 and budget_passages >= 2.")
-    index_path = Path(index_config)
-    if not index_path.exists():  # relative to the repository root when called from elsewhere
-        index_path = Path(__file__).resolve().parents[2] / index_config
-    handle = open_index(str(index_path))
+    handle = open_index(index_config)  # a path, or a shipped config's name
     if question_ids is not None:
         wanted = set(question_ids)
         tasks = [task for task in read_kilt_tasks(build_sample().tasks) if task.id in wanted]

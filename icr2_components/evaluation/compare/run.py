@@ -270,7 +270,7 @@ def run_compare(
     limit: int | None = None,
     out_dir: str | Path = "runs/compare",
     max_new_tokens: int | None = None,
-    index: str = "indexing/kilt-sample.yaml",
+    index: str = "kilt-sample",
     progress: bool = True,
     backend: Backend | None = None,
     baseline: str | None = None,

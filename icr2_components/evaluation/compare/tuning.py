@@ -70,7 +70,7 @@ def tune_pipeline(
     dev_offset: int = 0,
     out_dir: str | Path = "runs/tune",
     max_new_tokens: int | None = None,
-    index: str = "indexing/kilt-sample.yaml",
+    index: str = "kilt-sample",
     context_types: Sequence[str] = CONTROLLED_CONTEXT_TYPES,
     backend: Backend | None = None,
     question_ids: Sequence[str] | None = None,

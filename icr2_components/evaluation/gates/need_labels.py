@@ -146,7 +146,7 @@ def nq_question_ids(ids_files: Sequence[str] = (), ranges: Sequence[str] = (), e
     return resolved.found, described
 
 
-def nq_questions(ids: Sequence[str], dataset: str | None = None, index: str = "indexing/kilt-sample.yaml",
+def nq_questions(ids: Sequence[str], dataset: str | None = None, index: str = "kilt-sample",
                  context: str = "gold", max_passages: int = DEFAULT_MAX_PASSAGES,
                  retrieval_method: str = "bm25") -> tuple[list[NeedQuestion], SkipReport]:
     """NQ-sample questions with their gold passages (as ``icr2 compare`` builds them) or retrieved ones; questions

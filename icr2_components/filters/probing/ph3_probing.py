@@ -45,7 +45,7 @@ class PH3Instance:
 
 
 def ph3_instances(dataset: str | None = None, limit: int | None = None, offset: int = 0,
-                  index: str = "indexing/kilt-sample.yaml") -> tuple[list[PH3Instance], SkipReport]:
+                  index: str = "kilt-sample") -> tuple[list[PH3Instance], SkipReport]:
     """Conflicting-context instances (CUB's construction, ``kilt.context_types``) of a KILT/ICR2 file."""
     from icr2_components.kilt.context_types import build_context_set
     from icr2_components.kilt.questions import answer_pool, read_compare_questions

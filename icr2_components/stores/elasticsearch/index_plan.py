@@ -50,7 +50,7 @@ KILT_FULL_ARTICLES = 5_900_000
 KILT_FULL_PASSAGES = 36_000_000
 KILT_PASSAGE_WORDS = 100
 #: the default measured-figures file, written by bench/index_plan_figures.py
-DEFAULT_FIGURES = Path("indexing") / "measured-figures.yaml"
+DEFAULT_FIGURES = "measured-figures"  # the shipped file (icr2_components.resources), or a path
 #: Elasticsearch stops allocating shards to a node whose disk is fuller than this
 #: (cluster.routing.allocation.disk.watermark.low)
 DISK_LOW_WATERMARK = 0.85
@@ -91,8 +91,14 @@ class MeasuredFigures:
 
 
 def load_measured_figures(path: str | Path = DEFAULT_FIGURES) -> MeasuredFigures:
-    """Read and check the measured-figures file; a missing file or key is a one-line error saying how to make it."""
-    path = Path(path)
+    """Read and check the measured-figures file (a path, or the shipped ``measured-figures``); a missing file or key
+    is a one-line error saying how to make it."""
+    from icr2_components.resources import resolve_file
+
+    try:
+        path = resolve_file("indexing", path)
+    except FileNotFoundError:
+        path = Path(path)
     if not path.exists():
         raise PlanError(
             f"No measured figures at {path}: measure them on this machine with "
