@@ -693,8 +693,10 @@ class ElasticsearchStreamingWriter:
             failures_path.unlink()
 
         if prepare is not None:
-            stream = iter(prepare(stream))
-        first = next(stream, None)
+            # a costly stream (embedding) runs in its own thread, so that what it has yielded is sent and
+            # confirmed every few seconds even while it works on its next batch
+            stream = _prefetched(prepare(stream), self.settings.checkpoint_seconds)
+        first = next(_documents_only(stream), None)
         embedding_dim = len(first.embedding) if first is not None and first.embedding is not None else None
         report.index_created = self._retrying(
             lambda: ensure_index(
@@ -890,6 +892,8 @@ class ElasticsearchStreamingWriter:
                 yield _Chunk(ids, lines, first_position)
                 first_position += len(ids)
                 ids, lines, size = [], [], 0
+            if document is _STREAM_IDLE:  # a prefetched stream at work on its next documents
+                continue
             if not ids:
                 chunk_started = time.monotonic()
             if document.embedding is not None:
@@ -1141,3 +1145,54 @@ def _prepend(first: Document | None, rest: Iterator[Document]) -> Iterator[Docum
     if first is not None:
         yield first
     yield from rest
+
+
+# yielded by _prefetched when its stream produced nothing for a while (the chunker may send what it holds)
+_STREAM_IDLE = object()
+_STREAM_END = object()
+
+
+def _documents_only(stream: Iterator[Any]) -> Iterator[Document]:
+    return (item for item in stream if item is not _STREAM_IDLE)
+
+
+def _prefetched(documents: Iterable[Document], idle_seconds: float, capacity: int = 1024) -> Iterator[Any]:
+    """``documents``, produced by a thread of their own into a bounded queue; :data:`_STREAM_IDLE` is yielded
+    whenever nothing arrived for ``idle_seconds``. The producer's error is raised here, in stream order; closing
+    this generator stops the producer at its next document."""
+    import queue
+
+    items: queue.Queue = queue.Queue(maxsize=capacity)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for document in documents:
+                while not stop.is_set():
+                    try:
+                        items.put((document, None), timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((_STREAM_END, None))
+        except BaseException as error:  # noqa: BLE001 - raised by the consumer
+            items.put((_STREAM_END, error))
+
+    producer = threading.Thread(target=produce, name="es-bulk-stream", daemon=True)
+    producer.start()
+    try:
+        while True:
+            try:
+                item, error = items.get(timeout=idle_seconds)
+            except queue.Empty:
+                yield _STREAM_IDLE
+                continue
+            if item is _STREAM_END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()

@@ -1,0 +1,114 @@
+"""The shipped Elasticsearch config as a user runs it: ``icr2 index --config indexing/kilt-sample-elasticsearch.yaml``
+with its default settings (embeddings on, the checkpoint in the cache, time-based checkpoints) on an empty cache
+folder, killed with SIGKILL a few seconds into the load, then run again.
+
+- on an empty cache (no ``checkpoints/`` folder) the load starts and records its checkpoint there;
+- what the index held a few seconds before the kill is in the checkpoint, so the re-run skips it: it is neither
+  embedded nor sent again (the report's ``resumed_from`` and ``written``);
+- the re-run ends with exactly the passages of the corpus, each once, each with its embedding.
+
+Only ``store.index`` (a fresh index per test) and ``corpus.max_articles`` (300 of the sample's 1,000 articles, so
+that two loads fit a test on 2 shared cores) are overridden.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.kilt.sample import build_sample
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTICLES = 300
+CONFIRMED_FOR_S = 7.0  # the index has held passages this long before the kill (checkpoint_seconds is 5)
+LIMIT_S = 1800
+
+
+def _command(index: str, report: Path) -> list[str]:
+    return [sys.executable, "-m", "icr2_components.cli", "index", "--config", "indexing/kilt-sample-elasticsearch.yaml",
+            "--set", f"store.index={index}", "--set", f"corpus.max_articles={ARTICLES}", "--no-progress",
+            "--report", str(report)]
+
+
+def _environment(cache: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False",
+                ICR2_CACHE_DIR=str(cache))
+
+
+def _count(es_client, index: str) -> int:
+    if not es_client.indices.exists(index=index):
+        return 0
+    es_client.indices.refresh(index=index)
+    return int(es_client.count(index=index)["count"])
+
+
+@pytest.mark.elasticsearch
+@pytest.mark.slow
+def test_shipped_config_on_an_empty_cache_killed_with_sigkill_resumes_without_redoing_what_the_index_confirmed(
+    es_client, es_index_name, tmp_path
+):
+    cache = tmp_path / "cache"  # does not exist: the fresh machine's cache
+    expected_ids = [d.id for d in KiltKnowledgeSource(build_sample().corpus, max_articles=ARTICLES).documents()]
+    total = len(expected_ids)
+    log = (tmp_path / "killed.log").open("w")
+    child = subprocess.Popen(_command(es_index_name, tmp_path / "killed.json"), cwd=ROOT, env=_environment(cache),
+                             stdout=log, stderr=subprocess.STDOUT)
+    first_seen = None  # (time, count) when the index first held passages
+    deadline = time.monotonic() + LIMIT_S
+    try:
+        while child.poll() is None and time.monotonic() < deadline:
+            count = _count(es_client, es_index_name)
+            if first_seen is None and count > 0:
+                first_seen = (time.monotonic(), count)
+            if first_seen is not None and time.monotonic() - first_seen[0] >= CONFIRMED_FOR_S:
+                break
+            time.sleep(0.5)
+        assert child.poll() is None, "the load ended before the kill:\n" + (tmp_path / "killed.log").read_text()[-3000:]
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        log.close()
+    assert child.returncode == -signal.SIGKILL
+    held_at_kill = _count(es_client, es_index_name)
+
+    checkpoint_path = cache / "checkpoints" / f"{es_index_name}.json"
+    checkpoint = json.loads(checkpoint_path.read_text())
+    assert not checkpoint["completed"] and checkpoint["written"] == checkpoint["position"] < total
+    # everything the index held CONFIRMED_FOR_S before the kill is recorded (at most the last seconds are not)
+    assert checkpoint["position"] >= first_seen[1] > 0
+    assert checkpoint["position"] <= held_at_kill
+
+    rerun = subprocess.run(_command(es_index_name, tmp_path / "rerun.json"), cwd=ROOT, env=_environment(cache),
+                           capture_output=True, text=True, timeout=LIMIT_S)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-3000:]
+    report = json.loads((tmp_path / "rerun.json").read_text())
+    print(f"\nkilled after {first_seen[1]} passages were in the index ({held_at_kill} at the kill); checkpoint "
+          f"{checkpoint['position']}; re-run: {report['resumed_from']} skipped, {report['details']['written']} sent")
+    assert report["resumed_from"] == checkpoint["position"]  # the recorded prefix is skipped...
+    assert report["details"]["written"] == total - checkpoint["position"]  # ...not embedded and sent again
+    assert report["passages_streamed"] == report["documents_in_store"] == total and report["count_ok"] is True
+    assert report["rejected"] == 0 and report["skips"]["total"] == 0
+
+    ids, embedded = [], 0
+    for hit in _scan(es_client, es_index_name):
+        ids.append(hit["_id"])
+        embedded += len(hit["_source"].get("embedding") or []) == 384
+    assert sorted(ids) == sorted(expected_ids) and embedded == total  # each passage once, each with its vector
+    final = json.loads(checkpoint_path.read_text())
+    assert final["completed"] is True and final["position"] == total
+
+
+def _scan(es_client, index: str):
+    from elasticsearch.helpers import scan
+
+    return scan(es_client, index=index, query={"query": {"match_all": {}}}, _source=["embedding"])
