@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from icr2_components.records.integrity import atomic_write_bytes
+
 TRAINING_IDS_FILE = "training_ids.json"
 TRAINING_SUMMARY_FILE = "training_summary.json"
 TRAINING_IDS_FORMAT = "icr2-training-ids/1"
@@ -71,7 +73,9 @@ def write_training_ids(folder: str | os.PathLike, train_ids: Sequence[str], vali
         "validation_ids": validation, "validation_ids_sha256": ids_sha256(validation), **(extra or {}),
     }
     path = folder / TRAINING_IDS_FILE
-    path.write_text(json.dumps(record, indent=1))
+    # atomically: a run killed while writing leaves the previous file or this one, never half of one
+    text = json.dumps(record, indent=1)
+    atomic_write_bytes(path, lambda stream: stream.write(text.encode("utf-8")))
     return path
 
 
@@ -91,6 +95,13 @@ def read_training_ids(path: str | os.PathLike) -> TrainedArtifact:
         if not isinstance(value, list) or not all(isinstance(i, str) for i in value):
             raise TrainingIdsError(f"{path}: {key} must be a list of question id strings.")
         lists[key] = tuple(value)
+        # the ids are whole: the hash written with them (files written before it was recorded carry none)
+        recorded = data.get(f"{key}_sha256")
+        if recorded is not None and recorded != ids_sha256(value):
+            raise TrainingIdsError(
+                f"{path}: {key} ({len(value)} ids) do not match the {key}_sha256 written with them: the file was "
+                "edited or damaged; write it again (icr2 train writes it)."
+            )
     return TrainedArtifact(str(path.parent), lists["train_ids"], lists["validation_ids"], str(data.get("run_id", "")),
                            hashlib.sha256(raw).hexdigest())
 

@@ -2,7 +2,8 @@
 
 The embedding settings are the config's ``embedding:`` section (``backend: fp32|onnx|onnx-int8|openvino``,
 ``devices``, ``processes``, ``threads``, ``batch_size``). Run it again after a kill: finished shards are read past,
-not recomputed. Then index with ``--set embedding.vectors_dir=DIR`` to write the vectors from the shards.
+not recomputed, and a shard is closed at least every ``--shard-seconds`` (10), so a kill loses at most that much
+work. Then index with ``--set embedding.vectors_dir=DIR`` to write the vectors from the shards.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def register(subparsers) -> None:
     )
     parser.add_argument(
         "--shard-size", type=int, default=10_000, help="passages per shard (default 10000; fixed for a folder)"
+    )
+    parser.add_argument(
+        "--shard-seconds", type=float, default=10.0,
+        help="also close a shard this many seconds after it was begun (default 10): a kill loses at most that much",
     )
     parser.add_argument(
         "--max-shards",
@@ -50,7 +55,8 @@ def run(args) -> int:
         raise ValueError(f"--max-shards must be >= 0, got {args.max_shards}.")
     config = load_index_config(args.config, overrides=parse_overrides(args.set))
     report = embed_to_shards(
-        config, args.out, shard_size=args.shard_size, max_shards=args.max_shards, progress=not args.no_progress
+        config, args.out, shard_size=args.shard_size, max_shards=args.max_shards, progress=not args.no_progress,
+        shard_seconds=args.shard_seconds,
     )
     table = Table(title=f"icr2 embed: {config.name} ({report.backend})")
     for column in (

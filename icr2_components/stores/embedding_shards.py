@@ -7,15 +7,20 @@ vectors are added when they are ready.
 The folder::
 
     DIR/manifest.json          what the shards hold (corpus fingerprint, model, backend, shard size, dimension)
-                               and the finished shards, in order; rewritten atomically after each shard
+                               and the finished shards, in order, each with its count, first and last id and the
+                               SHA-256 of its two files; sealed with its own content hash; rewritten atomically
+                               after each shard
     DIR/shard-00000.npy        float32 [n, dim], unit-norm, row i the passage on line i of the ids file
     DIR/shard-00000.ids.txt    the n passage ids, one a line
 
-Shard ``k`` holds passages ``k * shard_size`` to ``(k + 1) * shard_size - 1`` of the corpus stream, in order. A
+The shards hold the corpus stream in order, at most ``shard_size`` passages each; a shard is also closed once
+``shard_seconds`` passed since it was begun, so that a slow pass (a CPU) records its work every few seconds. A
 shard counts once it is in the manifest (its two files are written first, each through a temporary file and a
-rename), so a run killed at any moment leaves whole shards only; a re-run reads past the finished shards'
-passages without embedding them (checking their ids against the manifest), rewrites the unfinished shard and
-goes on. No passage is embedded twice and none is written twice.
+rename), so a run killed at any moment (SIGKILL included) leaves whole shards only and loses at most the last
+``shard_seconds`` of work; a re-run reads past the finished shards' passages without embedding them (checking
+their ids against the manifest and the last one's files against their hashes), rewrites the unfinished shard and
+goes on. No passage is embedded twice and none is written twice. A shard file that does not match its hash, or
+a manifest that does not match its own, is a :class:`ShardsMismatchError` naming the file.
 
 Usage:
     >>> from icr2_components.stores import load_index_config
@@ -32,9 +37,8 @@ model, with the same backend.
 from __future__ import annotations
 
 import dataclasses
-import json
+import hashlib
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
@@ -46,11 +50,20 @@ import numpy as np
 from haystack import Document
 
 from icr2_components.errors import UserInputError
+from icr2_components.paths import output_folder_problem
+from icr2_components.records.integrity import (
+    DamagedFileError,
+    atomic_write_bytes,
+    read_sealed_json,
+    write_sealed_json,
+)
 from icr2_components.stores.embedding import PassageEmbedder, text_to_embed
 
 MANIFEST = "manifest.json"
-SHARDS_VERSION = 1
+# 2: the manifest is sealed and records each shard's file hashes
+SHARDS_VERSION = 2
 DEFAULT_SHARD_SIZE = 10_000
+DEFAULT_SHARD_SECONDS = 10.0
 
 
 class ShardsMismatchError(UserInputError):
@@ -85,22 +98,49 @@ class EmbedReport:
         return dataclasses.asdict(self)
 
 
-def _atomic_write(path: Path, write) -> None:
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            write(stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _atomic_write(path: Path, write) -> str:
+    """Write ``path`` atomically (records/integrity.py); returns the SHA-256 of what was written."""
+    digest = hashlib.sha256()
+
+    def write_hashed(stream) -> None:
+        class Hashing:
+            def write(self, data) -> int:
+                digest.update(data)
+                return stream.write(data)
+
+        write(Hashing())
+
+    atomic_write_bytes(path, write_hashed)
+    return digest.hexdigest()
 
 
 def _write_json(path: Path, data: dict) -> None:
-    _atomic_write(path, lambda stream: stream.write(json.dumps(data, indent=1).encode()))
+    write_sealed_json(path, data)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_shard_files(folder: Path, shard: dict) -> None:
+    """The shard's two files are those the manifest recorded (their SHA-256); :class:`ShardsMismatchError`
+    names the file otherwise."""
+    for name_key, hash_key in (("file", "file_sha256"), ("ids", "ids_sha256")):
+        path = folder / shard[name_key]
+        if not path.is_file():
+            raise ShardsMismatchError(f"{path} is missing (the manifest lists it in shard {shard['index']}); delete "
+                                      f"{folder} and run `icr2 embed` again.")
+        actual = _file_sha256(path)
+        if actual != shard.get(hash_key):
+            raise ShardsMismatchError(
+                f"{path} does not match the SHA-256 the manifest recorded for shard {shard['index']} "
+                f"({str(shard.get(hash_key))[:12]}..., file {actual[:12]}...): it was changed or damaged after it was "
+                f"written; delete {folder} and run `icr2 embed` again."
+            )
 
 
 def shard_names(index: int) -> tuple[str, str]:
@@ -113,7 +153,10 @@ def read_manifest(folder: str | os.PathLike) -> dict:
         raise FileNotFoundError(
             f"{folder} holds no {MANIFEST}: it is not a folder written by `icr2 embed CONFIG --out {folder}`."
         )
-    return json.loads(path.read_text())
+    try:
+        return read_sealed_json(path, "embedding manifest")
+    except DamagedFileError as error:
+        raise ShardsMismatchError(f"{error} Delete {folder} and run `icr2 embed` again.") from None
 
 
 def _identity(config, dimension: int, shard_size: int) -> dict:
@@ -138,6 +181,7 @@ def embed_to_shards(
     max_shards: int | None = None,
     progress: bool = True,
     embedder: PassageEmbedder | None = None,
+    shard_seconds: float = DEFAULT_SHARD_SECONDS,
 ) -> EmbedReport:
     """Embed the config's corpus into vector shards in ``out_dir``, resuming a previous run there.
 
@@ -146,6 +190,8 @@ def embed_to_shards(
     :param shard_size: passages per shard (fixed for a folder: a resume with another size is an error).
     :param max_shards: stop after writing this many new shards (a partial run; the next run resumes there).
     :param embedder: the passage embedder (default: built from ``config.embedding``).
+    :param shard_seconds: close a shard once this many seconds passed since it was begun (at the end of the batch
+        being embedded), so a kill loses at most about this much work.
     """
     from tqdm.auto import tqdm
 
@@ -153,6 +199,11 @@ def embed_to_shards(
         raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
     if max_shards is not None and max_shards < 0:
         raise ValueError(f"max_shards must be >= 0 or None, got {max_shards}.")
+    if isinstance(shard_seconds, bool) or not isinstance(shard_seconds, (int, float)) or not shard_seconds > 0:
+        raise ValueError(f"shard_seconds must be a positive number of seconds, got {shard_seconds!r}.")
+    problem = output_folder_problem(out_dir)
+    if problem:
+        raise UserInputError(f"--out cannot hold the shards: {problem}.")
     if not config.embedding.enabled:
         raise UserInputError(
             f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus."
@@ -169,7 +220,7 @@ def embed_to_shards(
     identity = _identity(config, embedder.dimension, shard_size)
     manifest_path = out / MANIFEST
     if manifest_path.exists():
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_manifest(out)
         different = {key: (manifest.get(key), value) for key, value in identity.items() if manifest.get(key) != value}
         if different:
             detail = "; ".join(f"{key}: folder {old!r}, config {new!r}" for key, (old, new) in different.items())
@@ -184,6 +235,8 @@ def embed_to_shards(
     stream = source.documents()
     report = EmbedReport(out_dir=str(out), backend=config.embedding.backend)
     finished = list(manifest["shards"])
+    if finished:  # the shard a kill was most likely to reach (the others were checked when they were last)
+        check_shard_files(out, finished[-1])
     bar = tqdm(unit=" passages", desc=f"embedding into {out}", disable=not progress, smoothing=0.05)
     try:
         # the finished shards: read past their passages, checking the ids the manifest recorded
@@ -204,16 +257,30 @@ def embed_to_shards(
         while True:
             if max_shards is not None and report.shards_written >= max_shards:
                 break  # a partial run: the next one resumes here
-            batch: list[Document] = list(islice(stream, shard_size))
+            batch: list[Document] = []
+            parts: list[np.ndarray] = []
+            begun = time.monotonic()
+            ended = False
+            # embedded a few batches at a time; the shard closes when full or after shard_seconds
+            while len(batch) < shard_size and time.monotonic() - begun < shard_seconds:
+                wanted = min(shard_size - len(batch), embedder.batch_size * 4)
+                step = list(islice(stream, wanted))
+                if step:
+                    texts = [text_to_embed(doc, embedder.meta_fields) for doc in step]
+                    parts.append(np.asarray(embedder.embed_array(texts), dtype=np.float32))
+                    batch.extend(step)
+                if len(step) < wanted:
+                    ended = True
+                    break
             if not batch:
                 exhausted = True
                 break
-            vectors = np.asarray(
-                embedder.embed_array([text_to_embed(doc, embedder.meta_fields) for doc in batch]), dtype=np.float32
-            )
+            vectors = np.concatenate(parts)
             vector_name, ids_name = shard_names(index)
-            _atomic_write(out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode()))
-            _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
+            ids_sha256 = _atomic_write(
+                out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode())
+            )
+            file_sha256 = _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
             entry = {
                 "index": index,
                 "file": vector_name,
@@ -221,6 +288,8 @@ def embed_to_shards(
                 "count": len(batch),
                 "first_id": batch[0].id,
                 "last_id": batch[-1].id,
+                "file_sha256": file_sha256,
+                "ids_sha256": ids_sha256,
             }
             manifest["shards"].append(entry)
             manifest["passages"] = sum(shard["count"] for shard in manifest["shards"])
@@ -230,7 +299,7 @@ def embed_to_shards(
             report.passages_embedded += len(batch)
             bar.update(len(batch))
             bar.set_postfix(resumed=report.resumed_passages, skipped=_skip_total(source))
-            if len(batch) < shard_size:
+            if ended:
                 exhausted = True
                 break
         if exhausted and not manifest["complete"]:
@@ -299,6 +368,7 @@ class ShardVectors:
 
     def _load(self, index: int) -> None:
         shard = self.shards[index]
+        check_shard_files(self.folder, shard)
         self._vectors = np.load(self.folder / shard["file"], mmap_mode="r")
         self._ids = (self.folder / shard["ids"]).read_text().splitlines()
         if len(self._ids) != self._vectors.shape[0] or len(self._ids) != shard["count"]:
