@@ -126,16 +126,26 @@ def test_bad_inputs_are_one_clear_line(memory_store):
         IndexRetriever(index="kilt-sample", method="bm25").run(query=QUERY, query_embedding=[0.0] * 384)
 
 
-def test_filters_reach_the_index_configs_store(sample_files):
-    """The shipped sample index (in-memory store): a title filter keeps only that article's passages."""
-    retriever = IndexRetriever(index="kilt-sample", method="bm25", top_k=5)
-    unfiltered = retriever.run(query="who got the first nobel prize in physics")["documents"]
+def test_filters_reach_the_index_configs_store(sample_files, tmp_path):
+    """The shipped sample config (in-memory store; BM25 only here, saved in tmp_path): a title filter keeps only
+    that article's passages, run and run_async alike."""
+    import yaml
+
+    from icr2_components.resources import shipped_file
+
+    config = yaml.safe_load(shipped_file("indexing", "kilt-sample").read_text())
+    config["embedding"]["enabled"] = False
+    config["store"]["persist_path"] = str(tmp_path / "kilt-sample-bm25.json")
+    path = tmp_path / "kilt-sample-bm25.yaml"
+    path.write_text(yaml.safe_dump(config))
+    retriever = IndexRetriever(index=str(path), method="bm25", top_k=5)
+    query = "who got the first nobel prize in physics"
+    unfiltered = retriever.run(query=query)["documents"]
     title = unfiltered[1].meta["title"]
-    filtered = retriever.run(query="who got the first nobel prize in physics",
-                             filters={"field": "meta.title", "operator": "==", "value": title})["documents"]
+    filters = {"field": "meta.title", "operator": "==", "value": title}
+    filtered = retriever.run(query=query, filters=filters)["documents"]
     assert filtered and {d.meta["title"] for d in filtered} == {title}
-    awaited = asyncio.run(retriever.run_async(query="who got the first nobel prize in physics",
-                                              filters={"field": "meta.title", "operator": "==", "value": title}))
+    awaited = asyncio.run(retriever.run_async(query=query, filters=filters))
     assert [d.id for d in awaited["documents"]] == [d.id for d in filtered]
 
 
