@@ -42,6 +42,34 @@ def test_retries_with_exponential_backoff_then_answers():
     assert seen == [(1, "failure 1", 0.5), (2, "failure 2", 1.0), (3, "failure 3", 2.0)]
 
 
+def test_call_async_awaits_the_same_attempts_and_waits_and_gives_up_the_same_way():
+    import asyncio
+
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+
+    policy = RetryPolicy(max_retries=2, initial_backoff=0.5, max_backoff=30.0, async_sleep=record)
+    flaky = Flaky(failures=2)
+
+    async def flaky_call() -> str:
+        return flaky()
+
+    retry = {"retry_if": lambda e: isinstance(e, ConnectionError)}
+    assert asyncio.run(policy.call_async(lambda: flaky_call(), **retry)) == "ok" and flaky.calls == 3
+    assert waits == [0.5, 1.0]
+    dead = Flaky(failures=10)
+
+    async def dead_call() -> str:
+        return dead()
+
+    with pytest.raises(RuntimeError, match="gave up after 3 attempts") as caught:
+        asyncio.run(policy.call_async(dead_call, give_up=lambda n, s, e: RuntimeError(f"gave up after {n} attempts"),
+                                      **retry))
+    assert isinstance(caught.value.__cause__, ConnectionError) and dead.calls == 3
+
+
 def test_backoff_is_capped():
     policy, waits = recording_policy(max_retries=6, initial_backoff=1.0, max_backoff=5.0)
     policy.call(Flaky(failures=6), retry_if=lambda e: True)
