@@ -95,7 +95,7 @@ def test_the_same_config_with_connection_keys_writes_and_reads_on_the_real_node(
     try:
         documents = list(KiltKnowledgeSource(sample_files.corpus).documents())[:300]
         writer = ElasticsearchStreamingWriter.from_config(config, progress=False)
-        assert writer.client_options["headers"]["authorization"].startswith("Basic ")
+        assert writer.settings.client_options["headers"]["authorization"].startswith("Basic ")
         report = writer.write(documents)
         assert report.count_ok and report.index_count == 300
         store = build_elasticsearch_store(config)

@@ -7,6 +7,8 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.builders.passage_count import passages_meta
+from icr2_components.parameters import override
 from icr2_components.text.templates import render_cic_prompt
 
 CONTEXT_USE_INSTRUCTIONS: dict[str, str] = {
@@ -58,19 +60,21 @@ class ContextUsePromptBuilder:
                 f"Unknown context-use instruction {name!r}; choose one of {list(CONTEXT_USE_INSTRUCTIONS)}."
             )
 
-    @component.output_types(prompt=list[ChatMessage])
+    @component.output_types(prompt=list[ChatMessage], meta=dict)
     def run(self, query: str, documents: list[Document], instruction: str | None = None) -> dict[str, Any]:
         """
         :param query: The question.
         :param documents: The passages, in prompt order.
         :param instruction: Overrides the init value for this call.
-        :returns: `prompt`: chat messages for a reader.
+        :returns: `prompt`: chat messages for a reader; `meta`: `passages` shown and `no_passages` (True, with a
+            logged warning, when there are none).
         """
-        name = instruction or self.instruction
+        name = override(instruction, self.instruction)
         self._check(name)
         rendered = render_cic_prompt("qa", query, documents, query_aware=self.query_aware)
+        meta = passages_meta(documents, "ContextUsePromptBuilder")
         text = CONTEXT_USE_INSTRUCTIONS[name]
         if not text:
-            return {"prompt": rendered.messages}
+            return {"prompt": rendered.messages, "meta": meta}
         content = f"{text}\n\n{rendered.messages[-1].text}"
-        return {"prompt": [*rendered.messages[:-1], ChatMessage.from_user(content)]}
+        return {"prompt": [*rendered.messages[:-1], ChatMessage.from_user(content)], "meta": meta}

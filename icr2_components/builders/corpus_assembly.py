@@ -33,6 +33,7 @@ from haystack import Document
 from icr2_components.builders.near_duplicates import NearDuplicateIndex, shingle_prefix, word_shingles
 from icr2_components.kilt.chunking import spans_overlap
 from icr2_components.kilt.tasks import Provenance
+from icr2_components.parameters import positive_int
 
 # the builder's own, looser normalisation (punctuation to spaces, accents folded) for answer-string exclusion;
 # replies are scored with the official one (text.normalization.normalize_answer)
@@ -165,9 +166,8 @@ def validate_ratio(confounding_ratio: float) -> float:
 def validate_budget(budget_tokens: int | None, budget_passages: int | None) -> None:
     if budget_tokens is None and budget_passages is None:
         raise ValueError("Set budget_tokens (reader tokens for the corpus) or budget_passages (a passage count).")
-    for name, value in (("budget_tokens", budget_tokens), ("budget_passages", budget_passages)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValueError(f"{name} must be a positive integer or None, got {value!r}.")
+    positive_int(budget_tokens, "budget_tokens", optional=True)
+    positive_int(budget_passages, "budget_passages", optional=True)
 
 
 class CorpusAssembler:

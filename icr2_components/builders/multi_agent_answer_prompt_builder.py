@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.builders.passage_count import passages_meta
 from icr2_components.text.templates import render_cic_prompt
 
 FAITHFUL_INSTRUCTION = (
@@ -67,13 +68,15 @@ class MultiAgentAnswerPromptBuilder:
         self.memory_prompt = memory_prompt
         self.on_unclear = on_unclear
 
-    @component.output_types(prompt=list[ChatMessage], verdict=str)
+    @component.output_types(prompt=list[ChatMessage], verdict=str, meta=dict)
     def run(self, query: str, documents: list[Document], judge_replies: list[ChatMessage]) -> dict[str, Any]:
         """
         :param query: The question.
         :param documents: The context the judge saw.
         :param judge_replies: The judge reader's replies (the first is read).
-        :returns: `prompt` for the answering reader and `verdict` (`relevant`, `irrelevant` or `unclear`).
+        :returns: `prompt` for the answering reader, `verdict` (`relevant`, `irrelevant` or `unclear`) and `meta`:
+            `passages` in the prompt and `no_passages` (True, with a logged warning, when a context judged relevant
+            has none; the memory prompt shows none by design and is not flagged).
         """
         if not judge_replies:
             raise ValueError("No judge reply was given; connect the judge reader's replies.")
@@ -83,6 +86,8 @@ class MultiAgentAnswerPromptBuilder:
             rendered = render_cic_prompt("qa", query, documents)
             content = f"{self.faithful_instruction}\n\n{rendered.messages[-1].text}"
             prompt = [*rendered.messages[:-1], ChatMessage.from_user(content)]
+            meta = passages_meta(documents, "MultiAgentAnswerPromptBuilder")
         else:
             prompt = [ChatMessage.from_user(self.memory_prompt.format(query=query))]
-        return {"prompt": prompt, "verdict": verdict}
+            meta = {"passages": 0, "no_passages": False}
+        return {"prompt": prompt, "verdict": verdict, "meta": meta}

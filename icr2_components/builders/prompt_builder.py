@@ -7,6 +7,8 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.builders.passage_count import passages_meta
+from icr2_components.parameters import one_of, override
 from icr2_components.text.templates import TASK_TYPES, get_answer_instruction, get_template, render_cic_prompt
 
 
@@ -60,7 +62,7 @@ class CorpusInContextPromptBuilder:
         self.system_prompt = system_prompt
         self.answer_instruction = answer_instruction
 
-    @component.output_types(prompt=list[ChatMessage], passage_ids=list[str])
+    @component.output_types(prompt=list[ChatMessage], passage_ids=list[str], meta=dict)
     def run(
         self,
         query: str,
@@ -73,11 +75,12 @@ class CorpusInContextPromptBuilder:
         :param documents: the corpus, in prompt order; documents without text are an error.
         :param task_type: overrides the init value (one of `qa`, `fact_verification`, `dialogue`).
         :param query_aware: overrides the init value.
-        :returns: `prompt` (chat messages) and `passage_ids` (the ids shown, in order).
+        :returns: `prompt` (chat messages), `passage_ids` (the ids shown, in order) and `meta`: `passages` (how
+            many the prompt shows) and `no_passages` (True, with a logged warning, when there are none: the reader
+            then answers from its own knowledge).
+        :raises ValueError: an unknown `task_type`, or a document without text.
         """
-        chosen = task_type or self.task_type
-        if chosen not in TASK_TYPES:
-            raise ValueError(f"Unknown task_type {chosen!r}; choose one of {list(TASK_TYPES)}.")
+        chosen = one_of(override(task_type, self.task_type), "task_type", TASK_TYPES)
         rendered = render_cic_prompt(
             chosen,
             query,
@@ -86,4 +89,5 @@ class CorpusInContextPromptBuilder:
             system_prompt=self.system_prompt,
             answer_instruction=self.answer_instruction,
         )
-        return {"prompt": rendered.messages, "passage_ids": rendered.passage_ids}
+        meta = passages_meta(documents, "CorpusInContextPromptBuilder")
+        return {"prompt": rendered.messages, "passage_ids": rendered.passage_ids, "meta": meta}

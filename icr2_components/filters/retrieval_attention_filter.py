@@ -21,6 +21,7 @@ from icr2_components.filters.passage_scoring import (
 )
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import model_signature
+from icr2_components.parameters import override, positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,12 @@ def union_of_top_m(head_scores: dict[str, list[float]], m: int) -> tuple[list[in
         for index in top_m_indices(torch.tensor(scores), m).tolist():
             chosen.setdefault(int(index), []).append(name)
     return sorted(chosen), chosen
+
+
+def check_selection(top_m: int | None, num_heads: int | None) -> None:
+    """M and Q, at init and per call: positive integers, or None for the artifact's."""
+    positive_int(top_m, "top_m (M)", optional=True, hint=" (the artifact's M)")
+    positive_int(num_heads, "num_heads (Q)", optional=True, hint=" (the artifact's Q)")
 
 
 @component
@@ -98,14 +105,9 @@ class RetrievalAttentionFilter:
         :param generation_tokens: Tokens generated first in the `generated_tokens` query-position
             mode (defaults to the artifact's, the number the heads were probed with).
         """
-        if top_m is not None and top_m < 1:
-            raise ValueError(f"top_m (M) must be >= 1, got {top_m}.")
-        if num_heads is not None and num_heads < 1:
-            raise ValueError(f"num_heads (Q) must be >= 1, got {num_heads}.")
-        if max_context_tokens is not None and max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be a positive integer or None, got {max_context_tokens!r}.")
-        if generation_tokens is not None and generation_tokens < 1:
-            raise ValueError(f"generation_tokens must be >= 1, got {generation_tokens}.")
+        check_selection(top_m, num_heads)
+        positive_int(max_context_tokens, "max_context_tokens", optional=True, hint=" (the model's context length)")
+        positive_int(generation_tokens, "generation_tokens", optional=True, hint=" (the artifact's)")
         self.artifact = artifact
         self.model = model
         self.top_m = top_m
@@ -153,14 +155,17 @@ class RetrievalAttentionFilter:
         :param documents: The corpus in context, in prompt order (meta `passage_id` as set by the corpus builder,
             else ids by position).
         :param query: The question the reader will answer.
-        :param top_m: Overrides M for this call.
-        :param num_heads: Overrides Q for this call.
+        :param top_m: Overrides M for this call (checked as at init: a positive integer).
+        :param num_heads: Overrides Q for this call (checked as at init: a positive integer).
         :returns: `documents`: the kept passages; `report`: counts in and out, M and Q used, the prompt length,
             whether M was clamped to the number of passages.
+        :raises ValueError: `top_m` or `num_heads` not a positive integer, or more heads than the artifact ranks.
+        :raises ContextTooLongError: the corpus prompt does not fit the model's context.
         """
+        check_selection(top_m, num_heads)
         artifact = self._load_artifact()
-        m = top_m or self.top_m or artifact.m
-        heads = artifact.top_heads(num_heads or self.num_heads or artifact.q)
+        m = override(top_m, override(self.top_m, artifact.m))
+        heads = artifact.top_heads(override(num_heads, override(self.num_heads, artifact.q)))
         report: dict[str, Any] = {"passages_in": len(documents), "top_m": m, "heads": [head_name(*h) for h in heads],
                                   "m_clamped": False, "prompt_tokens": 0}
         if not documents:

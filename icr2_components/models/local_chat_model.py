@@ -16,14 +16,14 @@ from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.introspection import context_limit
 from icr2_components.models.resolver import check_model_name
+from icr2_components.parameters import positive_int
 
 logger = logging.getLogger(__name__)
 
 
-def check_max_new_tokens(max_new_tokens: int) -> None:
-    """Refuse a generation budget below one token."""
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens!r}.")
+def check_max_new_tokens(max_new_tokens: int) -> int:
+    """A generation budget, at init and per call: a positive integer (0 is refused, never read as "not given")."""
+    return positive_int(max_new_tokens, "max_new_tokens")
 
 
 class LocalChatModel:

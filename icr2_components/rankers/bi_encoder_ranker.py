@@ -8,6 +8,7 @@ from typing import Any
 from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.parameters import override, positive_int
 
 
 @component
@@ -47,8 +48,7 @@ class BiEncoderRanker:
         """
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must name a sentence-transformers bi-encoder (alias, path or Hugging Face id).")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k must be a positive integer or None (keep all), got {top_k!r}.")
+        positive_int(top_k, "top_k", optional=True, hint=" (keep all)")
         if cross_encoder is not None and (not isinstance(cross_encoder, str) or not cross_encoder.strip()):
             raise ValueError("cross_encoder must be a cross-encoder's local path or Hugging Face id, or None.")
         if batch_size < 1:
@@ -82,14 +82,12 @@ class BiEncoderRanker:
         """
         :param query: The question.
         :param documents: Candidates (any order).
-        :param top_k: Overrides the init value for this call.
+        :param top_k: Overrides the init value for this call (checked as at init: a positive integer).
         :returns: `documents`: the top K by score, best first, each a copy with `score` set.
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError("BiEncoderRanker.run needs a non-empty query.")
-        k = top_k if top_k is not None else self.top_k
-        if k is not None and k < 1:
-            raise ValueError(f"top_k must be >= 1, got {k}.")
+        k = override(positive_int(top_k, "top_k", optional=True, hint=" (keep all)"), self.top_k)
         if not documents:
             return {"documents": []}
         self.warm_up()

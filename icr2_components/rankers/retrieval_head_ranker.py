@@ -14,6 +14,7 @@ from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.introspection import check_fits, context_limit, model_signature
+from icr2_components.parameters import override, positive_int
 from icr2_components.rankers.retrieval_head import RetrievalHead, find_head_folder
 
 logger = logging.getLogger(__name__)
@@ -69,10 +70,8 @@ class RetrievalHeadRanker:
         :param device: As for `LocalChatReader`.
         :param max_context_tokens: Refuse prompts longer than this (default: the model's context length).
         """
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k (K) must be >= 1, got {top_k}.")
-        if max_context_tokens is not None and max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be a positive integer or None, got {max_context_tokens!r}.")
+        positive_int(top_k, "top_k (K)", optional=True, hint=" (the head's K)")
+        positive_int(max_context_tokens, "max_context_tokens", optional=True, hint=" (the model's context length)")
         self.head = head
         self.model = model
         self.top_k = top_k
@@ -108,7 +107,7 @@ class RetrievalHeadRanker:
         """
         :param documents: The corpus in context, in prompt order (meta `passage_id` as set by the corpus builder).
         :param query: The question.
-        :param top_k: Overrides K for this call.
+        :param top_k: Overrides K for this call (checked as at init: a positive integer).
         :returns: `documents`: the kept passages, with meta `retrieval_head_score`; `report`: counts in and
             out, K, prompt tokens, and whether K was clamped to the number of passages.
         """
@@ -116,8 +115,9 @@ class RetrievalHeadRanker:
 
         from icr2_components.rankers.head_inputs import encode_for_head, final_hidden_states
 
+        positive_int(top_k, "top_k (K)", optional=True, hint=" (the head's K)")
         self.warm_up()
-        k = top_k or self.top_k or self._head.config.top_k
+        k = override(top_k, override(self.top_k, self._head.config.top_k))
         report: dict[str, Any] = {"passages_in": len(documents), "top_k": k, "k_clamped": False, "prompt_tokens": 0}
         if not documents:
             logger.warning("RetrievalHeadRanker got no documents; nothing to rank.")

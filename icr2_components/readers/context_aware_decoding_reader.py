@@ -16,6 +16,7 @@ from icr2_components.errors import MissingContextError
 from icr2_components.extras import extra_import
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
+from icr2_components.parameters import override
 from icr2_components.readers.decoding_rules import DecodingRule, decoding_rule_class, decoding_rule_names
 from icr2_components.strict_mapping import check_known_keys
 
@@ -270,7 +271,7 @@ class ContextAwareDecodingReader:
         :param memory_messages: The same question without the context; required by every technique but `none`.
         :param technique: Overrides the init value for this call.
         :param alpha: Overrides the init value for this call.
-        :param max_new_tokens: Overrides the init value for this call.
+        :param max_new_tokens: Overrides the init value for this call (each override is checked as at init).
         :param rule_parameters: `<rule>_<parameter>` values overriding the init ones for this call (None: keep).
         :returns: `replies`: one assistant message; its meta has `model`, `technique`, `alpha`, `prompt_tokens`,
             `memory_prompt_tokens`, `completion_tokens`, `latency_s`, the rule's mean step diagnostics
@@ -286,8 +287,7 @@ class ContextAwareDecodingReader:
         overrides = self._checked_rule_parameters(rule_parameters)
         if not messages:
             raise ValueError("ContextAwareDecodingReader.run needs at least one message.")
-        budget = max_new_tokens or self.max_new_tokens
-        check_max_new_tokens(budget)
+        budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
         if technique == PLAIN_DECODING:
             reply = self.chat_model.reply(messages, budget)
             reply.meta.update(technique=PLAIN_DECODING, alpha=0.0)

@@ -9,6 +9,7 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.models.introspection import model_signature
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
+from icr2_components.parameters import non_negative_int, one_of, override
 
 DIRECTIONS = ("context", "memory")
 
@@ -82,10 +83,8 @@ class HeadSuppressionReader:
         :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
         """
         check_max_new_tokens(max_new_tokens)
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
-        if not isinstance(num_heads, int) or num_heads < 0:
-            raise ValueError(f"num_heads must be an integer >= 0, got {num_heads!r}.")
+        one_of(direction, "direction", DIRECTIONS)
+        non_negative_int(num_heads, "num_heads")
         if artifact is None and heads is None and num_heads:
             raise ValueError(
                 f"num_heads={num_heads} heads to suppress, but no PH3 artifact (artifact=...json) or explicit "
@@ -124,10 +123,8 @@ class HeadSuppressionReader:
         from icr2_components.models.head_suppression import check_heads
 
         self.warm_up()
-        direction = direction or self.direction
-        count = self.num_heads if num_heads is None else num_heads
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {list(DIRECTIONS)}, got {direction!r}.")
+        direction = one_of(override(direction, self.direction), "direction", DIRECTIONS)
+        count = non_negative_int(override(num_heads, self.num_heads), "num_heads")
         if self.heads is not None:
             return check_heads(self.chat_model.model, self.heads[:count] if num_heads is not None else self.heads)
         if count == 0:
@@ -139,7 +136,7 @@ class HeadSuppressionReader:
             max_new_tokens: int | None = None) -> dict[str, Any]:
         """
         :param messages: The conversation (the prompt with its context).
-        :param direction: Overrides the init value for this call.
+        :param direction: Overrides the init value for this call (each override is checked as at init).
         :param num_heads: Overrides the init value for this call.
         :param max_new_tokens: Overrides the init value for this call.
         :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens`,
@@ -149,8 +146,9 @@ class HeadSuppressionReader:
 
         if not messages:
             raise ValueError("HeadSuppressionReader.run needs at least one message.")
+        budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
         heads = self.chosen_heads(direction, num_heads)
         with suppress_heads(self.chat_model.model, heads, self.scale):
-            reply = self.chat_model.reply(messages, max_new_tokens or self.max_new_tokens)
-        reply.meta.update(suppressed_heads=[list(h) for h in heads], direction=direction or self.direction)
+            reply = self.chat_model.reply(messages, budget)
+        reply.meta.update(suppressed_heads=[list(h) for h in heads], direction=override(direction, self.direction))
         return {"replies": [reply]}

@@ -8,6 +8,7 @@ from haystack import component
 from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingChunk, SyncStreamingCallbackT
 
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
+from icr2_components.parameters import override
 
 
 @component
@@ -90,12 +91,14 @@ class LocalChatReader:
             streaming_callback: SyncStreamingCallbackT | None = None) -> dict[str, Any]:
         """
         :param messages: The conversation; the last message is usually the user's prompt.
-        :param max_new_tokens: Overrides the init value for this call.
+        :param max_new_tokens: Overrides the init value for this call (checked as it is: a positive integer).
         :param streaming_callback: Called with each piece of the reply as it is generated (a `StreamingChunk`,
             `index` 0, `start` on the first), then once with empty content, the `finish_reason` and the usage in
             its meta. Only at run time: a callable is no init parameter, so the component serialises as before.
         :returns: `replies`: one assistant message, with `model`, `prompt_tokens`, `completion_tokens`,
             `finish_reason` and `latency_s` in its meta.
+        :raises ValueError: no messages, or `max_new_tokens` not a positive integer.
+        :raises ContextTooLongError: the prompt does not fit the model's context.
         """
         if not messages:
             raise ValueError("LocalChatReader.run needs at least one message.")
@@ -111,7 +114,8 @@ class LocalChatReader:
                 streaming_callback(StreamingChunk(content=piece, index=0, start=not started, component_info=info))
                 started = True
 
-        reply = self.chat_model.reply(messages, max_new_tokens or self.max_new_tokens, do_sample=self.do_sample,
+        budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
+        reply = self.chat_model.reply(messages, budget, do_sample=self.do_sample,
                                       temperature=self.temperature, on_text=on_text)
         if streaming_callback is not None:
             usage = {key: reply.meta[key] for key in ("model", "prompt_tokens", "completion_tokens")}
@@ -130,7 +134,8 @@ class LocalChatReader:
         """
         if not conversations or any(not messages for messages in conversations):
             raise ValueError("LocalChatReader.run_batch needs conversations of at least one message each.")
-        return self.chat_model.reply_batch(list(conversations), max_new_tokens or self.max_new_tokens,
+        budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
+        return self.chat_model.reply_batch(list(conversations), budget,
                                            do_sample=self.do_sample, temperature=self.temperature)
 
     def batch_caveat(self) -> str | None:

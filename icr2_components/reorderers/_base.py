@@ -7,7 +7,14 @@ from typing import Any, ClassVar
 from haystack import Document, component
 
 from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.parameters import one_of, override, positive_int
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
+
+
+def check_budget(budget_tokens: int | None, budget_passages: int | None) -> None:
+    """A reorderer's budgets, at init and per call: each a positive integer, or None for no limit."""
+    positive_int(budget_tokens, "budget_tokens", optional=True, hint=" (no limit)")
+    positive_int(budget_passages, "budget_passages", optional=True, hint=" (no limit)")
 
 
 class BudgetedReorderer:
@@ -32,13 +39,10 @@ class BudgetedReorderer:
         tokenizer: str | None = None,
         relevance: str = "input_order",
     ) -> None:
-        for name, value in (("budget_tokens", budget_tokens), ("budget_passages", budget_passages)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None (no limit), got {value!r}.")
+        check_budget(budget_tokens, budget_passages)
         if budget_tokens is not None and not tokenizer:
             raise ValueError("budget_tokens counts the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct').")
-        if relevance not in RELEVANCE_SOURCES:
-            raise ValueError(f"relevance must be one of {RELEVANCE_SOURCES}, got {relevance!r}.")
+        one_of(relevance, "relevance", RELEVANCE_SOURCES)
         self.budget_tokens = budget_tokens
         self.budget_passages = budget_passages
         self.tokenizer = tokenizer
@@ -55,9 +59,10 @@ class BudgetedReorderer:
     ) -> dict[str, Any]:
         """
         :param documents: the passages to order.
-        :param budget_tokens: overrides the init value.
-        :param budget_passages: overrides the init value.
+        :param budget_tokens: overrides the init value (checked as it is).
+        :param budget_passages: overrides the init value (checked as it is).
         :returns: `documents` in this reorderer's order (see its `convention`) and `report`.
+        :raises ValueError: a budget that is not a positive integer.
         """
         kept, report = self._select(documents, budget_tokens, budget_passages)
         return {"documents": self._place(kept, documents), "report": report}
@@ -81,8 +86,9 @@ class BudgetedReorderer:
         if len(set(ids)) != len(ids):
             repeated = sorted({i for i in ids if ids.count(i) > 1})
             raise ValueError(f"Document ids repeat ({repeated[:3]}); de-duplicate upstream (the corpus builder does).")
-        tokens = self.budget_tokens if budget_tokens is None else budget_tokens
-        passages = self.budget_passages if budget_passages is None else budget_passages
+        check_budget(budget_tokens, budget_passages)
+        tokens = override(budget_tokens, self.budget_tokens)
+        passages = override(budget_passages, self.budget_passages)
         if tokens is not None and not self.tokenizer:
             raise ValueError("budget_tokens needs the reorderer's tokenizer; set tokenizer in __init__.")
         self.warm_up()

@@ -6,7 +6,16 @@ from typing import Any
 
 from haystack import Document, component
 
+from icr2_components.errors import UserInputError
+from icr2_components.parameters import override
 from icr2_components.reorderers._base import BudgetedReorderer
+
+
+def check_position(position: Any) -> int:
+    """A gold position, at init and per call: a non-zero integer (1-based; negative counts from the end)."""
+    if not isinstance(position, int) or isinstance(position, bool) or position == 0:
+        raise UserInputError(f"position is 1-based (1 first, -1 last) and cannot be 0; got {position!r}.")
+    return position
 
 
 def gold_insertion_index(position: int, others: int) -> int:
@@ -66,8 +75,7 @@ class GoldAtPositionReorderer(BudgetedReorderer):
         :param tokenizer: the reader's tokenizer; needed for `budget_tokens`.
         :param relevance: order of the other passages: `input_order` or `score`.
         """
-        if not isinstance(position, int) or isinstance(position, bool) or position == 0:
-            raise ValueError(f"position is 1-based (1 first, -1 last) and cannot be 0; got {position!r}.")
+        check_position(position)
         BudgetedReorderer.__init__(self, budget_tokens, budget_passages, tokenizer, relevance)
         self.position = position
 
@@ -82,15 +90,13 @@ class GoldAtPositionReorderer(BudgetedReorderer):
     ) -> dict[str, Any]:
         """
         :param documents: the corpus.
-        :param position: overrides the init value.
+        :param position: overrides the init value (checked as it is).
         :param gold_ids: ids (document id or meta passage_id) of the gold passages; default: meta origin "gold".
         :param budget_tokens: overrides the init value.
         :param budget_passages: overrides the init value.
         :returns: `documents` with the gold block at the position, and `report`.
         """
-        position = self.position if position is None else position
-        if position == 0:
-            raise ValueError("position is 1-based (1 first, -1 last) and cannot be 0.")
+        position = check_position(override(position, self.position))
         if gold_ids is not None:
             wanted = set(gold_ids)
             gold = [d for d in documents if d.id in wanted or (d.meta or {}).get("passage_id") in wanted]

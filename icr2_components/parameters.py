@@ -1,0 +1,126 @@
+"""Checks of a component's parameters, shared by its ``__init__`` and its ``run``'s per-call overrides.
+
+A value a component refuses at construction is refused the same way when ``run`` is given it for one call: a
+run-time ``budget_passages=0`` or ``max_new_tokens=0`` is an error naming the parameter, never a silent fallback
+to the init value (``x or self.x`` reads 0 as "not given") nor an empty answer. Each check returns the value, so
+a component writes ``self.top_m = positive_int(top_m, "top_m", optional=True)`` once and the same call on the
+override in ``run``; :func:`override` then picks the call's value when one was given (``None`` means not given).
+
+Errors are :class:`~icr2_components.errors.UserInputError` (a ``ValueError``), one line naming the parameter,
+what it must be and the value given.
+
+Usage:
+    >>> positive_int(3, "top_m")
+    3
+    >>> positive_int(0, "budget_passages", optional=True)
+    UserInputError: budget_passages must be a positive integer or None, got 0.
+    >>> override(None, 5), override(2, 5)
+    (5, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from icr2_components.errors import UserInputError
+
+T = TypeVar("T")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _refuse(name: str, what: str, value: Any, optional: bool, hint: str) -> UserInputError:
+    return UserInputError(
+        f"{name} must be {what}{' or None' if optional else ''}{hint}, got {value!r}."
+    )
+
+
+def positive_int(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is an integer >= 1 (or None with ``optional``); else a one-line error naming ``name``.
+
+    :param hint: text after "or None", e.g. ``" (no limit)"``.
+    """
+    if value is None and optional:
+        return None
+    if not _is_int(value) or value < 1:
+        raise _refuse(name, "a positive integer", value, optional, hint)
+    return value
+
+
+def non_negative_int(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is an integer >= 0 (or None with ``optional``)."""
+    if value is None and optional:
+        return None
+    if not _is_int(value) or value < 0:
+        raise _refuse(name, "a non-negative integer", value, optional, hint)
+    return value
+
+
+def int_between(value: Any, name: str, low: int, high: int, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is an integer in ``[low, high]`` (or None with ``optional``)."""
+    if value is None and optional:
+        return None
+    if not _is_int(value) or not low <= value <= high:
+        raise _refuse(name, f"an integer from {low} to {high}", value, optional, hint)
+    return value
+
+
+def positive_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is a number > 0 (or None with ``optional``)."""
+    if value is None and optional:
+        return None
+    if not _is_number(value) or not value > 0:
+        raise _refuse(name, "a number > 0", value, optional, hint)
+    return value
+
+
+def number_between(value: Any, name: str, low: float, high: float, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is a number in ``[low, high]`` (or None with ``optional``)."""
+    if value is None and optional:
+        return None
+    if not _is_number(value) or not low <= value <= high:
+        raise _refuse(name, f"a number in [{low}, {high}]", value, optional, hint)
+    return value
+
+
+def one_of(value: Any, name: str, choices: Iterable[Any], *, optional: bool = False) -> Any:
+    """``value`` when it is one of ``choices`` (or None with ``optional``)."""
+    choices = tuple(choices)
+    if value is None and optional:
+        return None
+    if value not in choices:
+        raise _refuse(name, f"one of {', '.join(repr(c) for c in choices)}", value, optional, "")
+    return value
+
+
+def non_empty_text(value: Any, name: str, *, optional: bool = False) -> Any:
+    """``value`` when it is a string with some non-space text (or None with ``optional``)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse(name, "a non-empty string", value, optional, "")
+    return value
+
+
+def override(call_value: T | None, init_value: T) -> T:
+    """The value a run uses: the call's when given (not None; 0 and "" are given values), else the init value."""
+    return init_value if call_value is None else call_value
+
+
+__all__ = [
+    "int_between",
+    "non_empty_text",
+    "non_negative_int",
+    "number_between",
+    "one_of",
+    "override",
+    "positive_int",
+    "positive_number",
+]
