@@ -40,6 +40,7 @@ GROUND = {
     "retrying",
     "concurrency",
     "strict_mapping",
+    "parameters",
     "pipeline_loading",
     "pipeline_spec",
     "pipeline_pairs",
@@ -203,6 +204,102 @@ def test_the_walk_sees_lazy_relative_and_by_name_imports():
               "    __import__(name)\n")
     found = {t for t, _ in imported_units(PACKAGE / "readers" / "any.py", source)}
     assert found == {"filters", "evaluation", "training", "serving", "readers", "?"}
+
+
+# --- no import circles, inside a floor either --------------------------------------------------------------------
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    return _own_module(path, package)
+
+
+def imported_modules(path: Path, package: Path = PACKAGE, known: set[str] | None = None) -> set[str]:
+    """The package's modules a file imports (lazy and ``TYPE_CHECKING`` imports too): ``from a.b import c`` counts
+    as an import of ``a.b.c`` when that is a module, else of ``a.b``. A package's own ``__init__`` is not counted
+    as imported by the modules inside it (Python runs it first anyway)."""
+    known = known if known is not None else {module_name(p, package) for p in all_modules(package)}
+    own = module_name(path, package)
+    own_parts = path.relative_to(package).parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(own_parts[: len(own_parts) - (node.level - 1)])
+                module = ".".join([ROOT_NAME, *base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            submodules = [f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in known]
+            names = submodules if len(submodules) == len(node.names) else [module, *submodules]
+        for name in names:
+            if name in known and name != own and not own.startswith(name + "."):
+                found.add(name)
+    return found
+
+
+def import_cycles(package: Path = PACKAGE) -> list[list[str]]:
+    """Every group of the package's modules that import each other round in a circle (strongly connected)."""
+    paths = all_modules(package)
+    known = {module_name(p, package) for p in paths}
+    graph = {module_name(p, package): sorted(imported_modules(p, package, known)) for p in paths}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+    for root in sorted(graph):  # Tarjan's algorithm, iteratively (no recursion limit on a deep package)
+        if root in order:
+            continue
+        work = [(root, iter(graph[root]))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in order:
+                    order[target] = low[target] = len(order)
+                    stack.append(target)
+                    work.append((target, iter(graph[target])))
+                elif target in stack:
+                    low[node] = min(low[node], order[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == order[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return sorted(cycles)
+
+
+def test_no_import_circles_inside_the_package():
+    """Two modules that import each other (lazily or for type hints too) cannot be read, tested or moved apart:
+    what both need belongs in a lower module (``models/file_lock.py``, ``stores/store_types.py``,
+    ``stores/elasticsearch/settings.py``, a ``Protocol`` of what one asks of the other)."""
+    cycles = import_cycles()
+    assert not cycles, "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_a_planted_import_circle_is_found(package_copy: Path):
+    planted = package_copy / "kilt" / "planted_circle.py"
+    planted.write_text("def f():\n    from icr2_components.kilt import planted_other\n")
+    other = package_copy / "kilt" / "planted_other.py"
+    other.write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                     "    from icr2_components.kilt.planted_circle import f\n")
+    try:
+        found = import_cycles(package_copy)
+    finally:
+        planted.unlink()
+        other.unlink()
+    assert ["icr2_components.kilt.planted_circle", "icr2_components.kilt.planted_other"] in found, found
 
 
 # --- planted violations: each kind, in a copy of the real package, makes the check fail -------------------------

@@ -43,7 +43,7 @@ def merged_adapter_folder(path: str | os.PathLike, resolve) -> str:
     :param resolve: ``resolve_model``, to turn the adapter's base model name into a folder.
     :raises ValueError: when the adapter config names no base model.
     """
-    from icr2_components.models.resolver import _file_lock
+    from icr2_components.models.file_lock import file_lock
     from icr2_components.paths import cache_dir
 
     path = Path(path)
@@ -52,7 +52,7 @@ def merged_adapter_folder(path: str | os.PathLike, resolve) -> str:
     if not base:
         raise ValueError(f"{path / ADAPTER_CONFIG} names no base_model_name_or_path; the adapter cannot be merged.")
     target = cache_dir() / "merged_adapters" / f"{path.resolve().name}-{adapter_digest(path)[:16]}"
-    with _file_lock(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if (target / "config.json").is_file():
             return str(target)
         import torch

@@ -24,16 +24,15 @@ ships, used where it is installed, never copied) or a path to a ``.gguf`` file.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from icr2_components.errors import UserInputError
+from icr2_components.models.file_lock import file_lock
 from icr2_components.paths import cache_dir
 
 SMOLLM2_ALIAS = "smollm2-135m-instruct"
@@ -44,18 +43,6 @@ TINY_MISTRAL_ALIAS = "tiny-random-mistral"
 
 class ModelResolutionError(UserInputError):
     """A model name could not be turned into something loadable; the message says what to use instead."""
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    # Two processes (pytest workers, a CLI run beside a test run) may convert the same model at once.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _distribution_file(distribution: str, suffix: str) -> Path:
@@ -103,7 +90,7 @@ def _smollm2_path() -> Path:
     if (target / "config.json").exists() and any(target.glob("*.safetensors")):
         return target
     gguf_path = bundled_gguf_path()
-    with _file_lock(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if (target / "config.json").exists():
             return target
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -148,7 +135,7 @@ def _tiny_random_mistral_path() -> Path:
     if (target / "config.json").exists() and any(target.glob("*.safetensors")):
         return target
     tokenizer_folder = _smollm2_path()
-    with _file_lock(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if (target / "config.json").exists():
             return target
         import torch

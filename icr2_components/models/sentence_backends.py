@@ -48,7 +48,8 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from icr2_components.errors import UserInputError
-from icr2_components.models.resolver import _file_lock, resolve_model
+from icr2_components.models.file_lock import file_lock
+from icr2_components.models.resolver import resolve_model
 from icr2_components.paths import cache_dir
 
 BACKENDS = ("fp32", "onnx", "onnx-int8", "openvino")
@@ -232,7 +233,7 @@ def ensure_onnx_export(model: str = "all-minilm-l6-v2") -> Path:
     if (target / "export.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(target.with_suffix(".lock")):
+    with file_lock(target.with_suffix(".lock")):
         if not (target / "export.json").exists():
             _export(model, target)
     return target

@@ -55,25 +55,17 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
 
 from haystack import Document
 
-from icr2_components.registry import Registry
+from icr2_components.stores.store_types import (
+    _STORE_BACKENDS,
+    StoreSettings,
+    UnknownStoreBackendError,
+    store_backend,
+    store_backend_names,
+)
 
 if TYPE_CHECKING:
     from icr2_components.stores.config import IndexConfig
     from icr2_components.stores.embedding import PassageEmbedder
-
-
-@dataclass
-class StoreSettings:
-    """The ``store:`` section of an index config; each backend declares a subclass with its own keys.
-
-    ``type`` names the backend; a subclass gives it that name as its default. Keys are type-checked when the
-    config is read (an unknown key is an error listing the allowed ones), then :meth:`validate` checks values.
-    """
-
-    type: str
-
-    def validate(self) -> None:
-        """Raise :class:`~icr2_components.stores.config.ConfigError` naming the key for a value out of range."""
 
 
 @dataclass
@@ -201,23 +193,6 @@ class StoreBackend(ABC):
         """Up to ``n`` documents sampled with ``seed`` (the same seed, the same sample), none in ``exclude_ids``."""
 
 
-class UnknownStoreBackendError(ValueError):
-    """No store backend is registered under the name; the message lists the registered ones."""
-
-
-_STORE_BACKENDS: Registry[type[StoreBackend]] = Registry(
-    "store type",
-    UnknownStoreBackendError,
-    unknown_message=lambda name, names: f"Unknown store type {name!r}; registered store types: {', '.join(names)}.",
-    taken_message=lambda name, holder, newcomer: (
-        f"Store type {name!r} is already served by {holder.__module__}.{holder.__name__}; "  # type: ignore[attr-defined]
-        f"register {newcomer.__name__} under another name."  # type: ignore[attr-defined]
-    ),
-    how_to_add="A new store is a StoreBackend subclass decorated with @register_store_backend "
-    "(icr2_components.stores.backend).",
-)
-
-
 def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[StoreBackend]]:
     """Class decorator: serve ``store.type: <name>`` with the decorated :class:`StoreBackend` subclass."""
     if not isinstance(name, str) or not name.strip():
@@ -247,11 +222,12 @@ def register_store_backend(name: str) -> Callable[[type[StoreBackend]], type[Sto
     return register
 
 
-def store_backend(name: str) -> type[StoreBackend]:
-    """The backend class registered as ``name``; :class:`UnknownStoreBackendError` lists the registered names."""
-    return _STORE_BACKENDS.get(name)
-
-
-def store_backend_names() -> tuple[str, ...]:
-    """The registered store types, sorted."""
-    return _STORE_BACKENDS.names()
+__all__ = [
+    "StoreBackend",
+    "StoreSettings",
+    "StoreWrite",
+    "UnknownStoreBackendError",
+    "register_store_backend",
+    "store_backend",
+    "store_backend_names",
+]

@@ -14,7 +14,12 @@ import yaml
 from icr2_components.kilt.sample import build_sample
 from icr2_components.models.resolver import SMOLLM2_ALIAS
 from icr2_components.paths import output_file_problem
-from icr2_components.stores.backend import StoreSettings, UnknownStoreBackendError, store_backend, store_backend_names
+from icr2_components.stores.store_types import (
+    StoreSettings,
+    UnknownStoreBackendError,
+    store_backend,
+    store_backend_names,
+)
 from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
 # The store a config gets when its store section does not say `type` (the embedded one, nothing to start).

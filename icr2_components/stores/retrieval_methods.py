@@ -17,17 +17,24 @@ Usage:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from haystack import Document
 from haystack.components.joiners import DocumentJoiner
 
 from icr2_components.registry import Registry
 
-if TYPE_CHECKING:
-    from icr2_components.stores.handle import IndexHandle
 
-RetrievalFunction = Callable[["IndexHandle", str, int, "dict | None"], list[Document]]
+class SearchableIndex(Protocol):
+    """What a retrieval method asks of an index (:class:`~icr2_components.stores.handle.IndexHandle` offers it):
+    the store's BM25 ranking and its dense ranking of the query's embedding."""
+
+    def search_bm25(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]: ...
+
+    def search_dense(self, query: str, top_k: int, filters: dict | None = None) -> list[Document]: ...
+
+
+RetrievalFunction = Callable[[SearchableIndex, str, int, "dict | None"], list[Document]]
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class RetrievalMethod:
     function: RetrievalFunction
     needs_embeddings: bool = False
 
-    def retrieve(self, index: "IndexHandle", query: str, top_k: int, filters: dict | None = None) -> list[Document]:
+    def retrieve(self, index: SearchableIndex, query: str, top_k: int, filters: dict | None = None) -> list[Document]:
         return self.function(index, query, top_k, filters)
 
 
@@ -96,19 +103,19 @@ def reciprocal_rank_fusion(ranked_lists: list[list[Document]], top_k: int) -> li
 
 
 @register_retrieval_method("bm25")
-def bm25(index: "IndexHandle", query: str, top_k: int, filters: dict | None) -> list[Document]:
+def bm25(index: SearchableIndex, query: str, top_k: int, filters: dict | None) -> list[Document]:
     """The store's BM25 ranking."""
     return index.search_bm25(query, top_k, filters)
 
 
 @register_retrieval_method("dense", needs_embeddings=True)
-def dense(index: "IndexHandle", query: str, top_k: int, filters: dict | None) -> list[Document]:
+def dense(index: SearchableIndex, query: str, top_k: int, filters: dict | None) -> list[Document]:
     """Cosine similarity of the query's embedding to the passages' (the index's embedding model)."""
     return index.search_dense(query, top_k, filters)
 
 
 @register_retrieval_method("hybrid", needs_embeddings=True)
-def hybrid(index: "IndexHandle", query: str, top_k: int, filters: dict | None) -> list[Document]:
+def hybrid(index: SearchableIndex, query: str, top_k: int, filters: dict | None) -> list[Document]:
     """BM25 and dense lists fused by reciprocal rank."""
     # Fuse deeper lists than asked for, so that documents ranked just below top_k in one list can rise.
     depth = max(top_k * 2, 20)

@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from haystack import Document
 
 from icr2_components.retrying import RetryPolicy
-from icr2_components.stores.backend import StoreBackend, StoreSettings, StoreWrite, register_store_backend
-from icr2_components.stores.config import ConfigError
-from icr2_components.stores.elasticsearch.connection import connection_options, validate_connection_settings
-from icr2_components.stores.elasticsearch.index_layout import (
-    VectorIndexSettings,
-    validate_layout_against_config,
-    validate_store_layout,
-)
+from icr2_components.stores.backend import StoreBackend, StoreWrite, register_store_backend
+from icr2_components.stores.elasticsearch.connection import connection_options
+from icr2_components.stores.elasticsearch.settings import ElasticsearchStoreSettings
 from icr2_components.stores.elasticsearch.store import (
     build_elasticsearch_client,
     build_elasticsearch_store,
@@ -38,53 +32,9 @@ from icr2_components.stores.elasticsearch.store import (
 )
 from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.errors import IndexNotBuiltError
-from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, elasticsearch_bm25_query, validate_analyzer
+from icr2_components.stores.text_analysis import elasticsearch_bm25_query
 
-
-@dataclass
-class ElasticsearchStoreSettings(StoreSettings):
-    """``store:`` keys of an Elasticsearch index."""
-
-    type: str = "elasticsearch"
-    hosts: str | list[str] = "http://127.0.0.1:9200"
-    index: str = "icr2-kilt"
-    request_timeout: float = 60.0
-    max_retries: int = 3
-    # BM25's analyzer of a newly created index: english (stemming, stop words) or standard; the content and the
-    # title (title.text) are searched as fields. See stores/text_analysis.py.
-    analyzer: str = DEFAULT_ANALYZER
-    # BM25 parameters of a newly created index (a static index setting: an existing index keeps its own)
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
-    # an external cluster (see stores/elasticsearch/connection.py): TLS CA file, basic auth (the password from
-    # the environment variable password_env); an API key comes from ELASTIC_API_KEY
-    ca_certs: str | None = None
-    verify_certs: bool = True
-    username: str | None = None
-    password_env: str = "ELASTIC_PASSWORD"
-    # layout of a newly created index (icr2_components.stores.elasticsearch.index_layout): primary shards, replicas, and
-    # the
-    # dense_vector index_options (hnsw | int8_hnsw | flat | int8_flat, m, ef_construction; null: the node's default)
-    shards: int = 1
-    replicas: int = 0
-    vector_index: VectorIndexSettings | None = None
-    # false: the vectors are indexed for kNN but left out of each passage's stored _source (about three quarters of
-    # a passage's disk with 384 float32 dims); retrieved Documents then carry no embedding, and the index cannot be
-    # re-indexed from itself (ES "Tune approximate kNN search": exclude vector fields from _source)
-    vectors_in_source: bool = True
-
-    def validate(self) -> None:
-        validate_analyzer(self.analyzer)
-        if not self.hosts:
-            raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
-        if self.max_retries < 0:
-            raise ConfigError("store.max_retries must be >= 0.")
-        validate_connection_settings(self)
-        validate_store_layout(self.shards, self.replicas, self.vector_index)
-
-    def validate_with_config(self, config) -> None:
-        """Checks that need the other sections: a vector index type with embeddings off is an error."""
-        validate_layout_against_config(config)
+__all__ = ["ElasticsearchStoreBackend", "ElasticsearchStoreSettings", "QueryTooLongError"]
 
 
 class QueryTooLongError(ValueError):

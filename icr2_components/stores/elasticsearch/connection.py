@@ -25,14 +25,21 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from icr2_components.stores.config import ConfigError
 
-if TYPE_CHECKING:
-    from icr2_components.stores.elasticsearch.backend import ElasticsearchStoreSettings
+__all__ = ["ConnectionSettings", "connection_options", "split_hosts", "validate_connection_settings"]
 
-__all__ = ["connection_options", "split_hosts", "validate_connection_settings"]
+
+class ConnectionSettings(Protocol):
+    """The connection keys of a ``store:`` section this module reads (``ElasticsearchStoreSettings`` has them)."""
+
+    hosts: str | list[str]
+    ca_certs: str | None
+    verify_certs: bool
+    username: str | None
+    password_env: str
 
 
 def split_hosts(hosts: str | list[str]) -> list[str]:
@@ -47,11 +54,11 @@ def split_hosts(hosts: str | list[str]) -> list[str]:
     return items
 
 
-def _hosts(settings: "ElasticsearchStoreSettings") -> list[str]:
+def _hosts(settings: ConnectionSettings) -> list[str]:
     return split_hosts(settings.hosts)
 
 
-def validate_connection_settings(settings: "ElasticsearchStoreSettings") -> None:
+def validate_connection_settings(settings: ConnectionSettings) -> None:
     """What can be checked in the file itself (the environment is checked when connecting)."""
     hosts = _hosts(settings)
     if any(not h.startswith(("http://", "https://")) for h in hosts):
@@ -82,7 +89,7 @@ def validate_connection_settings(settings: "ElasticsearchStoreSettings") -> None
         )
 
 
-def connection_options(settings: "ElasticsearchStoreSettings") -> dict[str, Any]:
+def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
     """Keyword arguments for ``elasticsearch.Elasticsearch`` (and ``ElasticsearchDocumentStore``) from ``store:``.
 
     Basic auth is sent as an ``Authorization`` header, which ElasticsearchDocumentStore keeps out of its

@@ -8,7 +8,7 @@ leaves open: the vector's ``dims`` when known, the BM25 ``k1``/``b`` of the conf
 similarity, and 0 replicas (a single local node cannot host replicas).
 
 Usage:
-    >>> from icr2_components.stores.elasticsearch.backend import ElasticsearchStoreSettings
+    >>> from icr2_components.stores.elasticsearch.settings import ElasticsearchStoreSettings
     >>> store = build_elasticsearch_store(ElasticsearchStoreSettings(index="icr2-kilt"), embedding_dim=384)
     >>> store.count_documents()
 """
@@ -28,8 +28,8 @@ from icr2_components.stores.elasticsearch.connection import connection_options, 
 from icr2_components.stores.elasticsearch.index_layout import warn_on_other_layout
 
 if TYPE_CHECKING:
-    from icr2_components.stores.elasticsearch.backend import ElasticsearchStoreSettings
     from icr2_components.stores.elasticsearch.index_layout import IndexLayout
+    from icr2_components.stores.elasticsearch.settings import ElasticsearchStoreSettings
 
 Similarity = Literal["cosine", "dot_product", "l2_norm", "max_inner_product"]
 T = TypeVar("T")
