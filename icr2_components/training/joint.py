@@ -35,6 +35,7 @@ from icr2_components.rankers.retrieval_head import HEAD_FOLDER, HeadConfig, Retr
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
+from icr2_components.training.resume import checkpoint_to_resume, record_recipe
 from icr2_components.training.trained_ids import copy_training_ids, record_training_ids
 
 
@@ -124,14 +125,6 @@ def head_recall(model, head, examples: list[JointExample], k: int, per_example: 
     return {**means, "recall_at_k_per_example": recalls} if per_example else means
 
 
-def latest_checkpoint(output_dir: str) -> Path | None:
-    """The newest complete checkpoint: ``step.json`` is written last, so a folder a kill left half-written (no
-    ``step.json``) is passed over."""
-    found = sorted((p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-                    and (p / "step.json").exists()), key=lambda p: int(p.name.split("-")[-1]))
-    return found[-1] if found else None
-
-
 BEST_HEAD_FILE = "best_head.pt"
 
 
@@ -212,14 +205,11 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     step, resumed_at = 0, None
     history: list[dict[str, float]] = []
     best, best_state, bad_evals = float("inf"), None, 0
-    if t.resume_from_checkpoint:
-        checkpoint = (
-            Path(t.resume_from_checkpoint)
-            if isinstance(t.resume_from_checkpoint, str)
-            else latest_checkpoint(recipe.output_dir)
-        )
-        if checkpoint is None:
-            raise FileNotFoundError(f"resume_from_checkpoint is set but {recipe.output_dir} holds no checkpoint-*.")
+    # step.json is written last: a folder a kill left half-written is passed over
+    checkpoint = checkpoint_to_resume(recipe, lambda path: (path / "step.json").is_file())
+    if accelerator.is_main_process:
+        record_recipe(recipe)  # what a resumed run must match
+    if checkpoint is not None:
         accelerator.load_state(str(checkpoint))
         step, history, best, bad_evals, best_state = load_progress(checkpoint)
         resumed_at = step

@@ -100,7 +100,9 @@ class TrainingOptions:
     save_steps: int | None = None
     save_total_limit: int = 2
     early_stopping_patience: int | None = None
-    resume_from_checkpoint: bool | str = False
+    # auto: go on from the newest complete checkpoint of the same recipe in output_dir, if any (training/resume.py);
+    # true: from the newest (an error when none); false: start over; a path: that checkpoint
+    resume_from_checkpoint: bool | str = "auto"
     seed: int = 0
     device: str | None = None
     report_to: str = "none"

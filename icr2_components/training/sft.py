@@ -26,8 +26,9 @@ from icr2_components.training.dataset import LoadedExamples, load_sft_examples
 from icr2_components.training.examples import EncodedExample, pad_batch
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
+from icr2_components.training.resume import checkpoint_to_resume, record_recipe
 from icr2_components.training.special_tokens import add_retrieval_tokens
-from icr2_components.training.trained_ids import copy_training_ids, record_training_ids
+from icr2_components.training.trained_ids import copy_training_ids, is_main_process, record_training_ids
 
 logger = logging.getLogger(__name__)
 
@@ -182,27 +183,10 @@ def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs)
 
 
 def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
-    """The checkpoint ``training.resume_from_checkpoint`` names: a path, or with ``true`` the newest
-    ``checkpoint-*`` in ``output_dir``; None when not resuming. Raises when asked to resume from nothing."""
-    wanted = recipe.training.resume_from_checkpoint
-    if not wanted:
-        return None
-    if isinstance(wanted, str):
-        path = Path(wanted)
-        if not (path / "trainer_state.json").exists():
-            raise FileNotFoundError(
-                f"resume_from_checkpoint={wanted!r} is not a Trainer checkpoint (no trainer_state.json)."
-            )
-        return path
-    folder = Path(recipe.output_dir)
-    # Complete checkpoints only: Trainer writes trainer_state.json last, so a run killed while saving leaves a
-    # newest checkpoint-* without it (transformers' get_last_checkpoint would pick that one and fail to load).
-    complete = [p for p in folder.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()
-                and (p / "trainer_state.json").is_file()] if folder.is_dir() else []
-    if not complete:
-        raise FileNotFoundError(f"resume_from_checkpoint is true but {folder} holds no complete checkpoint-*; set "
-                                "save_steps so the first run writes some, or start without resuming.")
-    return max(complete, key=lambda p: int(p.name.split("-")[-1]))
+    """The checkpoint the run resumes from, by ``training.resume_from_checkpoint`` (``auto``: the newest complete
+    one of the same recipe, if any; see :mod:`icr2_components.training.resume`); None for a fresh run. A Trainer
+    checkpoint is complete once it holds ``trainer_state.json``, which Trainer writes last."""
+    return checkpoint_to_resume(recipe, lambda path: (path / "trainer_state.json").is_file())
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -307,6 +291,8 @@ def train_sft(recipe: TrainingRecipe, progress: bool = True) -> TrainingOutcome:
     max_length = effective_max_length(model.config, recipe.max_seq_length)
     loaded, validation, skips = load_split(recipe, tokenizer, max_length, recipe.method)
     ids_file = record_training_ids(recipe, loaded.examples, validation)  # before training: checkpoints are covered
+    if is_main_process():
+        record_recipe(recipe)  # what a resumed run must match
     if recipe.finetuning == "lora":
         model = wrap_lora(model, recipe, new_ids)
     if t.device:
