@@ -46,10 +46,16 @@ WINDOW_PER_SLOT = 4
 enough that an interruption throws away little finished work."""
 
 
+MAX_CONCURRENCY = 256
+"""More requests at once than any server here has slots for: a larger value is a typo, refused."""
+
+
 def check_concurrency(value: object, source: str = "concurrency") -> int:
-    """``value`` as a concurrency (a whole number >= 1), or a UserInputError naming ``source``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserInputError(f"{source} must be a whole number >= 1 (requests sent at once), got {value!r}.")
+    """``value`` as a concurrency (a whole number from 1 to ``MAX_CONCURRENCY``), or a UserInputError naming
+    ``source``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONCURRENCY:
+        raise UserInputError(f"{source} must be a whole number from 1 to {MAX_CONCURRENCY} (requests sent at once), "
+                             f"got {value!r}.")
     return value
 
 

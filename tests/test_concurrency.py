@@ -178,9 +178,9 @@ def test_a_streak_of_failures_stops_the_run_with_the_last_error():
         streak.observe(failed)
 
 
-@pytest.mark.parametrize("value", [0, -1, 1.5, True, "4", None])
-def test_concurrency_must_be_a_whole_number_of_at_least_one(value):
-    with pytest.raises(UserInputError, match="whole number >= 1"):
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "4", None, 257, 10**6])
+def test_concurrency_must_be_a_whole_number_from_one_to_its_ceiling(value):
+    with pytest.raises(UserInputError, match="whole number from 1 to 256"):
         check_concurrency(value)
 
 

@@ -159,7 +159,28 @@ def _run(args) -> int:
                          batch_size=args.batch_size)
     print_report(report)
     print_questions(report["run"])
+    refuse_if_every_request_failed(report["run"])
     return 0
+
+
+def refuse_if_every_request_failed(run: dict) -> None:
+    """A run whose every model request failed (the server down or answering nothing usable) is an error, with the
+    reason its failed answers recorded, instead of a report of nothing that exits 0."""
+    from collections import Counter
+
+    from icr2_components.evaluation.compare.cache import read_answer_records
+    from icr2_components.models.served_model import ServedModelError
+
+    counters = run["counters"]
+    if not counters.get("failed_requests") or counters.get("model_runs"):
+        return
+    hashes = {p["hash"] for p in run["pipelines"].values()}
+    ids = set(run["question_ids"])
+    reasons = Counter(r["error"] for r in read_answer_records(run["cache"])
+                      if r.get("failed_request") and r["pipeline_hash"] in hashes and r["question_id"] in ids)
+    reason = reasons.most_common(1)[0][0] if reasons else "no reason recorded"
+    raise ServedModelError(f"every one of the {counters['failed_requests']} answers requested failed, none was "
+                           f"answered (recorded as failed in {run['cache']}; a re-run asks again): {reason}")
 
 
 def tune(args, backend) -> tuple[list[str], str | None]:
