@@ -9,6 +9,12 @@ the JSON, read with ``allow_pickle=False``):
   bundled MiniLM) and cheap signals (date/recency words, the top BM25 score of the index), with the cut on its
   probability picked for the same objective.
 
+A knn artifact records what its ``.npz`` holds (``vectors_record``: the file's SHA-256, its vector rows and
+dimensions and how many of its labels say "needs retrieval"); reading the vectors (``knn_vectors``) checks the file
+against that record and against the training counts, and refuses one that disagrees, naming both files and what
+differs, instead of scoring with another gate's vectors or labels. An artifact written before the record existed is
+still checked for the counts it has and read with a warning.
+
 Every gate artifact records the ids of the questions it was trained or calibrated on as ``probed_ids`` (the key
 head artifacts use, ``artifacts.base``): a pipeline whose gate names the artifact (init parameter ``artifact``)
 is then kept off those questions by ``icr2 compare`` (``evaluation.compare.held_out``), and ``icr2 eval-gate`` refuses
@@ -22,7 +28,9 @@ Usage:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +38,8 @@ from typing import Any
 
 from icr2_components.resources import resolve_file, shipped_names
 from icr2_components.strict_mapping import check_known_keys
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "icr2-gate/1"
 KINDS = ("threshold", "logistic", "knn")
@@ -56,6 +66,7 @@ class GateArtifact:
     feature_scale: list[float] = field(default_factory=list)
     knn_k: int = 0
     vectors_file: str | None = None
+    vectors_record: dict[str, Any] | None = None
     labels_file: str | None = None
     labels_sha256: str | None = None
     training: dict[str, Any] = field(default_factory=dict)
@@ -77,8 +88,16 @@ class GateArtifact:
         if self.kind == "logistic" and len(self.weights) != len(self.feature_mean):
             raise ValueError("A logistic gate artifact needs one weight per feature (weights and feature_mean differ "
                              "in length); train it again.")
+        if self.kind == "logistic" and len(self.feature_scale) != len(self.feature_mean):
+            raise ValueError("A logistic gate artifact needs one scale per feature (feature_scale and feature_mean "
+                             "differ in length); train it again.")
         if self.kind == "knn" and (not self.vectors_file or self.knn_k < 1):
             raise ValueError("A knn gate artifact needs vectors_file and knn_k >= 1; train it again.")
+        if self.vectors_record is not None and not (
+                isinstance(self.vectors_record, dict) and isinstance(self.vectors_record.get("sha256"), str)
+                and all(isinstance(self.vectors_record.get(k), int) for k in ("rows", "dims", "needs_retrieval"))):
+            raise ValueError("A gate artifact's vectors_record holds sha256, rows, dims and needs_retrieval; train it "
+                             "again.")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,8 +132,90 @@ class GateArtifact:
         """The ``.npz`` of a knn artifact, relative to the JSON file's folder."""
         return artifact_file(artifact_path).parent / str(self.vectors_file)
 
+    def knn_vectors(self, artifact_path: str | os.PathLike) -> tuple[Any, Any]:
+        """``(vectors, labels)`` of a knn artifact's ``.npz``, checked against the artifact (module docstring).
+
+        :raises ValueError: the file is not the ``.npz`` train-gate wrote, or disagrees with the artifact (rows
+            against labels or the training count, labels that are not 0/1 or count other needs, other dimensions
+            or another SHA-256 than recorded): one line naming both files and what differs.
+        """
+        import numpy as np
+
+        json_path = artifact_file(artifact_path)
+        npz = self.vectors_path(artifact_path)
+        vectors, labels = read_vectors_file(npz)
+
+        def refuse(what: str) -> ValueError:
+            return ValueError(f"The knn gate's vectors file {npz} disagrees with {json_path}: {what}. Train the gate "
+                              "again with icr2 train-gate (it writes both files together).")
+
+        if vectors.ndim != 2 or labels.ndim != 1:
+            raise refuse(f"vectors of shape {list(vectors.shape)} and labels of shape {list(labels.shape)} (expected "
+                         "a matrix and a list)")
+        if vectors.shape[0] != labels.shape[0]:
+            raise refuse(f"it holds {vectors.shape[0]} vector rows against {labels.shape[0]} labels")
+        if not np.isin(labels, (0.0, 1.0)).all() or not np.isfinite(vectors).all():
+            raise refuse("its labels are not all 0 or 1, or its vectors hold NaN or infinity")
+        fitted = self.training.get("fitted")
+        if isinstance(fitted, int) and vectors.shape[0] != fitted:
+            raise refuse(f"it holds {vectors.shape[0]} vectors, the artifact was trained on {fitted} questions")
+        needs = self.training.get("needs_retrieval")
+        if isinstance(needs, int) and int(labels.sum()) != needs:
+            raise refuse(f"{int(labels.sum())} of its labels say 'needs retrieval', the artifact's training counted "
+                         f"{needs}")
+        record = self.vectors_record
+        if record is None:
+            logger.warning("%s records no vectors_record (written before gate artifacts recorded their vectors), "
+                           "so %s is checked by its counts only; train the gate again to record it", json_path, npz)
+            return vectors, labels
+        if [vectors.shape[0], vectors.shape[1]] != [record.get("rows"), record.get("dims")]:
+            raise refuse(f"its vectors are {vectors.shape[0]} x {vectors.shape[1]}, the artifact records "
+                         f"{record.get('rows')} x {record.get('dims')}")
+        digest = file_sha256(npz)
+        if digest != record.get("sha256"):
+            raise refuse(f"its SHA-256 is {digest[:16]}..., the artifact records {str(record.get('sha256'))[:16]}... "
+                         "(the vectors or labels were changed or replaced after training)")
+        return vectors, labels
 
 
+
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vectors_record(npz: str | os.PathLike) -> dict[str, Any]:
+    """What a knn artifact records of the ``.npz`` just written beside it (``GateArtifact.knn_vectors`` checks it)."""
+    vectors, labels = read_vectors_file(Path(npz))
+    return {"sha256": file_sha256(npz), "rows": int(vectors.shape[0]), "dims": int(vectors.shape[1]),
+            "needs_retrieval": int(labels.sum())}
+
+
+def read_vectors_file(path: Path) -> tuple[Any, Any]:
+    """The ``vectors`` and ``labels`` arrays of a knn gate's ``.npz`` (float64), or one line saying why not."""
+    import zipfile
+
+    import numpy as np
+
+    if not path.is_file():
+        raise FileNotFoundError(f"The knn gate's vectors are missing: {path} (written beside the artifact by "
+                                "icr2 train-gate); train it again.")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"PK\x03\x04":  # not a .npz (a zip): numpy would speak of allow_pickle instead
+        raise ValueError(f"The knn gate's vectors file {path} is not a .npz archive (it does not start like a zip "
+                         "file): it is damaged or was replaced. Train the gate again with icr2 train-gate.")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return np.asarray(data["vectors"], dtype=np.float64), np.asarray(data["labels"], dtype=np.float64)
+    except (KeyError, ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as error:  # cut or foreign
+        raise ValueError(f"The knn gate's vectors file {path} cannot be read as the vectors and labels "
+                         f"icr2 train-gate writes ({type(error).__name__}: {error}). Train the gate again.") from error
 
 
 def artifact_file(value: str | os.PathLike) -> Path:
@@ -133,4 +234,7 @@ def load_gate_artifact(path: str | os.PathLike, kinds: tuple[str, ...], method: 
         raise ValueError(f"{path} is a {artifact.kind} gate artifact; method {method!r} reads {' or '.join(kinds)} "
                          f"artifacts ({MAKE_WITH}).")
     return artifact
-__all__ = ["FORMAT", "GateArtifact", "artifact_file", "KINDS", "LEARNED_KINDS", "MAKE_WITH", "load_gate_artifact"]
+
+
+__all__ = ["FORMAT", "GateArtifact", "KINDS", "LEARNED_KINDS", "MAKE_WITH", "artifact_file", "file_sha256",
+           "load_gate_artifact", "read_vectors_file", "vectors_record"]

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from icr2_components.artifacts.gate_artifact import KINDS, GateArtifact
+from icr2_components.artifacts.gate_artifact import KINDS, GateArtifact, vectors_record
 from icr2_components.evaluation.compare.held_out import HeldOutError
 from icr2_components.evaluation.compare.splits import file_sha256, read_question_ids
 from icr2_components.evaluation.gates.gate_tradeoff import auroc_interval, check_cost, pick_cut
@@ -167,7 +167,7 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
             npz.parent.mkdir(parents=True, exist_ok=True)
             np.savez(npz, vectors=vectors.astype(np.float32), labels=labels.astype(np.float32),
                      ids=np.asarray([q.id for q in fit]))
-            artifact_fields = {"knn_k": knn_k, "vectors_file": npz.name}
+            artifact_fields = {"knn_k": knn_k, "vectors_file": npz.name, "vectors_record": vectors_record(npz)}
             signals = []  # nearest neighbours read the embedding only
         artifact_fields.update(embedding_model=embedding_model, signals=list(signals), index=index)
         chosen_on = fit

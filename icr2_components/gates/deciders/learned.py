@@ -17,7 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from icr2_components.artifacts.gate_artifact import LEARNED_KINDS, GateArtifact, artifact_file, load_gate_artifact
+from icr2_components.artifacts.gate_artifact import (
+    LEARNED_KINDS,
+    GateArtifact,
+    artifact_file,
+    load_gate_artifact,
+    read_vectors_file,
+)
 from icr2_components.gates.gate_decider import (
     GateDecider,
     GateDecision,
@@ -52,22 +58,9 @@ def knn_probabilities(embeddings: np.ndarray, vectors: np.ndarray, labels: np.nd
 
 
 def read_knn_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.is_file():
-        raise FileNotFoundError(f"The knn gate's vectors are missing: {path} (written beside the artifact by "
-                                "icr2 train-gate); train it again.")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic != b"PK\x03\x04":  # not a .npz (a zip): numpy would speak of allow_pickle instead
-        raise ValueError(f"The knn gate's vectors file {path} is not a .npz archive (it does not start like a zip "
-                         "file): it is damaged or was replaced. Train the gate again with icr2 train-gate.")
-    import zipfile
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return np.asarray(data["vectors"], dtype=np.float64), np.asarray(data["labels"], dtype=np.float64)
-    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as error:  # a cut or foreign archive
-        raise ValueError(f"The knn gate's vectors file {path} cannot be read as the vectors and labels "
-                         f"icr2 train-gate writes ({type(error).__name__}: {error}). Train the gate again.") from error
+    """The vectors and labels of a knn gate's ``.npz`` as they are (``GateArtifact.knn_vectors`` also checks them
+    against the artifact)."""
+    return read_vectors_file(Path(path))
 
 
 class LearnedGateModel:
@@ -77,12 +70,18 @@ class LearnedGateModel:
         self.path = path
         self.artifact = load_gate_artifact(path, LEARNED_KINDS, "learned")
         self.features = NeedFeatures(self.artifact.embedding_model, self.artifact.signals, self.artifact.index, device)
-        self._knn = read_knn_vectors(self.artifact.vectors_path(path)) if self.artifact.kind == "knn" else None
+        self._knn = self.artifact.knn_vectors(path) if self.artifact.kind == "knn" else None
 
     def probabilities(self, questions: list[str]) -> np.ndarray:
         if self.artifact.kind == "knn":
             vectors, labels = self._knn
-            return knn_probabilities(self.features.embed(questions), vectors, labels, self.artifact.knn_k)
+            embeddings = self.features.embed(questions)
+            if embeddings.shape[1] != vectors.shape[1]:
+                raise ValueError(f"The knn gate's vectors ({self.artifact.vectors_path(self.path)}) have "
+                                 f"{vectors.shape[1]} dimensions, but {self.artifact.embedding_model} embeds questions "
+                                 f"in {embeddings.shape[1]}: the vectors are not this artifact's. Train the gate again "
+                                 "with icr2 train-gate.")
+            return knn_probabilities(embeddings, vectors, labels, self.artifact.knn_k)
         return logistic_probabilities(self.artifact, self.features.matrix(questions))
 
 
