@@ -4,8 +4,8 @@
 
 1. Decision latency: the single-forward-pass gate (next-token logits of "Yes"/"No"; by default reusing the
    key/value cache of the prefix shared with the previous prompt, and also without that reuse) against the same gate
-   generating its answer (`local_scoring="generate"`: greedy, same model, same rendered TA-ARE prompt with
-   the "[" answer prefix, stops at end of turn, at most 8 new tokens) and parsing it. Same run, calls
+   generating its answer (`model_settings={"local_scoring": "generate"}`: greedy, same model, same rendered TA-ARE
+   prompt with the "[" answer prefix, stops at end of turn, at most 8 new tokens) and parsing it. Same run, calls
    interleaved (the machine is shared); ratio printed.
 2. Retrieval accuracy of TA-ARE (both demonstration orders) against vanilla prompting and the calibration
    baseline (vanilla P(yes) >= t) on bench/data/gate_eval.jsonl, per data source; macro P/R/F1 and the AUROC
@@ -41,17 +41,18 @@ from icr2_components.gates import TimeAwareRetrievalGate  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "gate_eval.jsonl"
 RESULTS = ROOT / "bench" / "results"
-CPU = {"dtype": "float32", "device": "cpu"}
+CPU = {"model_settings": {"dtype": "float32", "device": "cpu"}}
 
 
 def measure_latency(records, today: str, count: int) -> dict:
     gates = {
         "single_forward": TimeAwareRetrievalGate(method="ta_are", today=today, **CPU),
         "single_forward_whole_prompt": TimeAwareRetrievalGate(
-            method="ta_are", today=today, reuse_prompt_prefix=False, **CPU
+            method="ta_are", today=today, model_settings={**CPU["model_settings"], "reuse_prompt_prefix": False}
         ),
         "generate": TimeAwareRetrievalGate(
-            method="ta_are", today=today, local_scoring="generate", max_new_tokens=8, **CPU
+            method="ta_are", today=today, max_new_tokens=8,
+            model_settings={**CPU["model_settings"], "local_scoring": "generate"},
         ),
     }
     for gate in gates.values():

@@ -58,7 +58,7 @@ def ranks(values: list[float]) -> list[float]:
 
 
 def compare(records, method: str, server: dict, today: str) -> dict:
-    local = TimeAwareRetrievalGate(method=method, today=today, dtype="float32", device="cpu")
+    local = TimeAwareRetrievalGate(method=method, today=today, model_settings={"dtype": "float32", "device": "cpu"})
     served = TimeAwareRetrievalGate(method=method, model=None, today=today, server=server)
     local.warm_up()
     served.warm_up()

@@ -144,7 +144,7 @@ def test_a_model_asking_decider_gets_the_gates_model_and_its_flags_are_enforced(
         with pytest.raises(ValueError, match="needs a model"):
             TimeAwareRetrievalGate(method="echo_at_0_8", model=None)
         with pytest.raises(ValueError, match="logits"):
-            TimeAwareRetrievalGate(method="echo_at_0_8", local_scoring="generate")
+            TimeAwareRetrievalGate(method="echo_at_0_8", model_settings={"local_scoring": "generate"})
     finally:
         from icr2_components.gates import gate_decider
 

@@ -197,7 +197,8 @@ def test_calibrated_threshold_is_read_by_the_threshold_gate(label_files, tmp_pat
     artifact = GateArtifact.load(artifact_path)
     assert artifact.kind == "threshold" and sorted(artifact.probed_ids) == sorted(r.id for r in read_labels([out])[0])
     assert artifact.objective["cost"] == 0.1 and artifact.objective["questions"] == 5
-    gate = TimeAwareRetrievalGate(method="threshold", artifact=str(artifact_path), dtype="float32", device="cpu")
+    gate = TimeAwareRetrievalGate(method="threshold", artifact=str(artifact_path),
+                                  model_settings={"dtype": "float32", "device": "cpu"})
     gate.warm_up()
     decision = gate.run(query="Who won the 2025 Eurovision Song Contest?")["decision"]
     assert decision["threshold"] == pytest.approx(artifact.cut)

@@ -92,7 +92,7 @@ def test_served_p_yes_follows_the_local_logits_on_retrievalqa_questions(served_t
     mean |difference| 0.045: the bounds below leave a wide margin."""
     records = [json.loads(line) for line in (ROOT / "bench" / "data" / "gate_eval.jsonl").read_text().splitlines()]
     questions = [r["question"] for r in records[::4]]
-    local = TimeAwareRetrievalGate(method="ta_are", today=TODAY, dtype="float32", device="cpu")
+    local = TimeAwareRetrievalGate(method="ta_are", today=TODAY, model_settings={"dtype": "float32", "device": "cpu"})
     pairs = []
     for question in questions:
         by_logits = local.run(query=question)["decision"]

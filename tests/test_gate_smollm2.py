@@ -17,6 +17,7 @@ from icr2_components.readers import LocalChatReader
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = {"dtype": "float32", "device": "cpu"}
+GATE_CPU = {"model_settings": CPU}
 NEW_WORLD_QUESTION = "Who became Chancellor of Germany in May 2025?"
 
 
@@ -34,7 +35,7 @@ def direct_p_yes(model, tokenizer, prompt: str, yes: str = "Yes", no: str = "No"
 
 @pytest.fixture(scope="module")
 def ta_are_gate(smollm2, minilm):
-    gate = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", **CPU)
+    gate = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", **GATE_CPU)
     gate.warm_up()
     return gate
 
@@ -57,7 +58,9 @@ def test_reused_prompt_prefix_gives_the_full_pass_probability(ta_are_gate, smoll
     assert all(d["reused_prefix_tokens"] >= 60 for d in decisions[1:])  # ~90 of ~195 tokens here
     for decision in decisions:
         assert decision["p_yes"] == pytest.approx(direct_p_yes(model, tokenizer, decision["prompt"]), abs=1e-4)
-    whole = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", reuse_prompt_prefix=False, **CPU)
+    whole = TimeAwareRetrievalGate(
+        method="ta_are", today="2025-06-01", model_settings={**CPU, "reuse_prompt_prefix": False}
+    )
     again = whole.run(query=questions[1])["decision"]
     assert again["reused_prefix_tokens"] == 0
     assert again["p_yes"] == pytest.approx(decisions[1]["p_yes"], abs=1e-4)
@@ -90,15 +93,15 @@ def test_prefix_cache_logits_match_full_passes_and_refuse_empty_prompts(smollm2)
 
 def test_vanilla_and_threshold_probabilities_agree_with_logits(smollm2):
     model, tokenizer = smollm2
-    vanilla = TimeAwareRetrievalGate(method="vanilla", **CPU).run(query=NEW_WORLD_QUESTION)["decision"]
+    vanilla = TimeAwareRetrievalGate(method="vanilla", **GATE_CPU).run(query=NEW_WORLD_QUESTION)["decision"]
     assert "Today is" not in vanilla["prompt"] and vanilla["demonstrations"] == []
     p = direct_p_yes(model, tokenizer, vanilla["prompt"])
     assert vanilla["p_yes"] == pytest.approx(p, abs=1e-5)
     # the calibration baseline routes by the same probability against t
-    below = TimeAwareRetrievalGate(method="threshold", threshold=max(p - 0.01, 0.0), **CPU).run(
+    below = TimeAwareRetrievalGate(method="threshold", threshold=max(p - 0.01, 0.0), **GATE_CPU).run(
         query=NEW_WORLD_QUESTION
     )
-    above = TimeAwareRetrievalGate(method="threshold", threshold=min(p + 0.01, 1.0), **CPU).run(
+    above = TimeAwareRetrievalGate(method="threshold", threshold=min(p + 0.01, 1.0), **GATE_CPU).run(
         query=NEW_WORLD_QUESTION
     )
     assert "retrieve" in below and "no_retrieval" in above
@@ -120,7 +123,7 @@ def test_date_and_chosen_demonstrations_appear_in_the_prompt(ta_are_gate):
 
 def test_demonstrations_are_chosen_by_similarity_deterministically(ta_are_gate, minilm):
     first = ta_are_gate.run(query=NEW_WORLD_QUESTION)["decision"]["demonstrations"]
-    fresh = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", **CPU)
+    fresh = TimeAwareRetrievalGate(method="ta_are", today="2025-06-01", **GATE_CPU)
     again = fresh.run(query=NEW_WORLD_QUESTION)["decision"]["demonstrations"]
     assert first == again
     # the [Yes] pick is the pool question nearest to the query by MiniLM cosine similarity
@@ -143,7 +146,7 @@ def test_demonstrations_never_include_the_judged_question(ta_are_gate):
 
 def test_multi_token_answers_fall_back_to_sequence_logprobs_on_smollm2(smollm2):
     model, tokenizer = smollm2
-    gate = TimeAwareRetrievalGate(method="vanilla", yes_answer="Yes, retrieve]", no_answer="No, answer]", **CPU)
+    gate = TimeAwareRetrievalGate(method="vanilla", yes_answer="Yes, retrieve]", no_answer="No, answer]", **GATE_CPU)
     decision = gate.run(query=NEW_WORLD_QUESTION)["decision"]
     assert decision["scoring"] == "sequence_logprob"
     text = decision["rendered_prompt"]
@@ -203,7 +206,7 @@ def test_a_real_reply_saying_neither_yes_nor_no_follows_on_unparsed_and_is_count
 
 
 def test_round_trip_through_to_dict_and_from_dict():
-    gate = TimeAwareRetrievalGate(method="threshold", threshold=0.3, today="2025-06-01", n_yes=3, n_no=1, **CPU)
+    gate = TimeAwareRetrievalGate(method="threshold", threshold=0.3, today="2025-06-01", n_yes=3, n_no=1, **GATE_CPU)
     data = component_to_dict(gate, "gate")
     assert data == gate.to_dict()
     assert data["init_parameters"]["threshold"] == 0.3 and data["init_parameters"]["chat_generator"] is None
@@ -242,7 +245,7 @@ def test_adaptive_rag_yaml_routes_each_query_to_exactly_one_branch(smollm2, mini
 
 def test_generating_gate_parses_the_same_decision_the_logits_give(ta_are_gate):
     generating = TimeAwareRetrievalGate(
-        method="ta_are", today="2025-06-01", local_scoring="generate", max_new_tokens=6, **CPU
+        method="ta_are", today="2025-06-01", max_new_tokens=6, model_settings={**CPU, "local_scoring": "generate"}
     )
     for question in (NEW_WORLD_QUESTION, "What is the capital of Italy?"):
         by_reply = generating.run(query=question)["decision"]
@@ -252,4 +255,4 @@ def test_generating_gate_parses_the_same_decision_the_logits_give(ta_are_gate):
         assert by_reply["reply"] in ("Yes]", "No]")
         assert by_reply["retrieve"] == by_logits["retrieve"]
     with pytest.raises(ValueError, match="threshold"):
-        TimeAwareRetrievalGate(method="threshold", local_scoring="generate")
+        TimeAwareRetrievalGate(method="threshold", model_settings={"local_scoring": "generate"})

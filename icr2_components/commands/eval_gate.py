@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.data} has no usable question (see the skips above).")
     gate = TimeAwareRetrievalGate(
         method=args.method, model=args.model, today=args.today, time_aware=not args.no_date, n_yes=args.n_yes,
-        n_no=args.n_no, yes_pool=args.yes_pool, no_pool=args.no_pool, threshold=args.threshold, device=args.device,
-        artifact=args.artifact,
+        n_no=args.n_no, yes_pool=args.yes_pool, no_pool=args.no_pool, threshold=args.threshold,
+        model_settings={"device": args.device}, artifact=args.artifact,
     )
     gate.warm_up()
     reader = (

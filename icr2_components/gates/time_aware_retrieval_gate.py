@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import datetime as _dt
 import inspect
 import logging
@@ -16,6 +17,7 @@ from haystack import component, default_to_dict
 from haystack.core.serialization import component_to_dict
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.errors import ContextTooLongError
 from icr2_components.gates.gate_decider import (
     REPLY_SCORING,
     GateDecider,
@@ -27,8 +29,11 @@ from icr2_components.gates.gate_decider import (
 from icr2_components.gates.yes_no_scoring import parse_yes_no_reply, score_yes_no, score_yes_no_top_logprobs
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.generation_settings import decoding_arguments
+from icr2_components.models.introspection import context_limit
 from icr2_components.models.prefix_cache import PrefixKVCache
 from icr2_components.models.served_model import ServedModel, ServedModelError, served_chat_errors
+from icr2_components.parameters import non_negative_int, number_between, one_of, positive_int
+from icr2_components.strict_mapping import dataclass_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +96,35 @@ def parse_today(value: str | _dt.date | None) -> _dt.date | None:
         raise ValueError(f"today must be an ISO date like '2025-06-01' (or None for today), got {value!r}.") from error
 
 
+@dataclasses.dataclass(frozen=True)
+class GateModelSettings:
+    """How the gate loads and asks a local model: the `model_settings` mapping of `TimeAwareRetrievalGate`.
+
+    :param dtype: `auto`, `float32`, `float16` or `bfloat16`.
+    :param device: `cpu`, `cuda`...; the best available by default (also the device of a method's embedder).
+    :param attn_implementation: the local model's attention implementation.
+    :param local_scoring: `logits` (one forward pass, P(yes) from the next-token logits) or `generate` (greedy
+        generation from the same prompt, reply parsed: the slower baseline `bench/gate.py` times).
+    :param reuse_prompt_prefix: keep the key/value cache of the last prompt and run only the tokens after the
+        prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE prompt).
+        Same P(yes) up to float rounding; `local_scoring="logits"` only.
+    """
+
+    dtype: str = "auto"
+    device: str | None = None
+    attn_implementation: str | None = "sdpa"
+    local_scoring: str = "logits"
+    reuse_prompt_prefix: bool = True
+
+    def __post_init__(self) -> None:
+        one_of(self.local_scoring, "model_settings.local_scoring", LOCAL_SCORINGS)
+
+    @classmethod
+    def from_mapping(cls, values: Any) -> "GateModelSettings":
+        """Built from a mapping (None: the defaults); unknown keys and wrongly typed values are refused by name."""
+        return dataclass_from_mapping(cls, values, "TimeAwareRetrievalGate model_settings", ValueError)
+
+
 @component
 class TimeAwareRetrievalGate:
     """
@@ -115,9 +149,12 @@ class TimeAwareRetrievalGate:
 
     * a local model (`model`, from the shared model cache): P(yes) comes from the next-token logits of the
       answer in one forward pass (or sequence log-probabilities when "Yes"/"No" are not single tokens);
-      `local_scoring="generate"` instead generates the answer greedily and parses it (the slower baseline).
-      Consecutive prompts share their start (system turn, date, instruction), so the gate keeps the last
-      prompt's key/value cache and runs only what follows the shared prefix (`reuse_prompt_prefix`).
+      `model_settings={"local_scoring": "generate"}` instead generates the answer greedily and parses it (the
+      slower baseline). Consecutive prompts share their start (system turn, date, instruction), so the gate keeps
+      the last prompt's key/value cache and runs only what follows the shared prefix (`reuse_prompt_prefix`).
+      A prompt longer than the model's context is refused (`ContextTooLongError`, a 4xx in `icr2 serve`, one
+      error record in `icr2 compare`) rather than scored: past the context the model reads positions it was
+      never trained on, and a P(yes) from them would look like any other decision.
     * an OpenAI-compatible server (`server`: vLLM, llama.cpp, Ollama, TGI, OpenAI; the keys of a backend's
       `served_model`): the gate asks through Haystack's `OpenAIChatGenerator` for a few greedy tokens with
       `logprobs` and `top_logprobs`, and P(yes) comes from the probabilities of the answer variants ("Yes",
@@ -187,13 +224,9 @@ class TimeAwareRetrievalGate:
         yes_answer: str = "Yes",
         no_answer: str = "No",
         on_unparsed: str = "retrieve",
-        local_scoring: str = "logits",
         max_new_tokens: int = 8,
         top_logprobs: int = MAX_TOP_LOGPROBS,
-        dtype: str = "auto",
-        device: str | None = None,
-        attn_implementation: str | None = "sdpa",
-        reuse_prompt_prefix: bool = True,
+        model_settings: dict[str, Any] | None = None,
         **method_parameters: Any,
     ) -> None:
         """
@@ -212,24 +245,26 @@ class TimeAwareRetrievalGate:
         :param no_answer: The answer scored as "don't retrieve".
         :param on_unparsed: What a chat-generator reply saying neither yes nor no does: `retrieve`,
             `no_retrieval` or `error`.
-        :param local_scoring: `logits` (one forward pass, P(yes) from the next-token logits) or `generate`
-            (greedy generation from the same prompt, reply parsed: the slower baseline `bench/gate.py` times).
         :param max_new_tokens: Generation budget of `local_scoring="generate"`, and the `max_tokens` asked of a
             server (the answer is read from the first tokens; the rest is for a reply parsed as a fallback).
         :param top_logprobs: Most likely tokens a server returns per position (OpenAI and vLLM allow up to 20, TGI
             5): the more, the rarer a fallback to parsing because neither answer was among them.
-        :param dtype: Local model dtype (`auto`, `float32`, `float16`, `bfloat16`).
-        :param device: Local model device; the best available by default.
-        :param attn_implementation: Local model attention implementation.
-        :param reuse_prompt_prefix: Keep the key/value cache of the last prompt and run only the tokens after the
-            prefix the next prompt shares with it (system turn, date and instruction: about half a TA-ARE
-            prompt). Same P(yes) up to float rounding; `local_scoring="logits"` only.
+        :param model_settings: How the local model is loaded and asked, one mapping (YAML keys; see
+            `GateModelSettings`): `dtype`, `device` (also the methods' embedder's), `attn_implementation`,
+            `local_scoring` (`logits` or `generate`) and `reuse_prompt_prefix`. Unset keys keep their defaults.
         :param method_parameters: The method's own parameters, as init parameters (YAML keys) of the gate: each
             registered method declares them in its frozen `Parameters` dataclass and receives only those (TA-ARE:
             `time_aware`, `n_yes`, `n_no`, `yes_pool`, `no_pool`, `no_selection`, `demonstration_order`,
             `embedding_model`; threshold: `threshold`, `artifact`; learned: `artifact`). A key no registered method
             owns is an error naming the owners of each key; every method that owns a given key checks its value.
+        :raises ValueError: a value out of range, an unknown key, or a method without what it needs.
         """
+        moved = sorted(set(method_parameters) & {f.name for f in dataclasses.fields(GateModelSettings)})
+        if moved:
+            raise ValueError(f"TimeAwareRetrievalGate: {moved} are keys of model_settings now, e.g. "
+                             f"model_settings={{{moved[0]!r}: ...}}.")
+        local = GateModelSettings.from_mapping(model_settings)
+        local_scoring = local.local_scoring
         decider_class = gate_decider_class(method)
         if server is not None and chat_generator is not None:
             raise ValueError("Give the gate either a chat_generator or a server, not both.")
@@ -253,12 +288,9 @@ class TimeAwareRetrievalGate:
             raise ValueError(f"on_unparsed must be one of {UNPARSED_POLICIES}, got {on_unparsed!r}.")
         if not yes_answer.strip() or not no_answer.strip() or yes_answer == no_answer:
             raise ValueError("yes_answer and no_answer must be two different non-empty strings.")
-        if local_scoring not in LOCAL_SCORINGS:
-            raise ValueError(f"local_scoring must be one of {LOCAL_SCORINGS}, got {local_scoring!r}.")
         if local_scoring == "generate" and decider_class.needs_logits and chat_generator is None and served is None:
             raise ValueError(f"method={method!r} needs P(yes) from logits; use local_scoring='logits'.")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}.")
+        positive_int(max_new_tokens, "max_new_tokens")
         parse_today(today)
         self.method_parameters = self._check_method_parameters(method_parameters)
         """The methods' own parameters as given (YAML keys); each decider gets the ones its `Parameters` declares."""
@@ -271,14 +303,12 @@ class TimeAwareRetrievalGate:
         self.yes_answer = yes_answer
         self.no_answer = no_answer
         self.on_unparsed = on_unparsed
-        self.local_scoring = local_scoring
         self.max_new_tokens = max_new_tokens
         self.top_logprobs = top_logprobs
-        self.dtype = dtype
-        self.device = device
-        self.attn_implementation = attn_implementation
-        self.reuse_prompt_prefix = bool(reuse_prompt_prefix)
-        self._prefix_cache = PrefixKVCache() if self.reuse_prompt_prefix else None
+        self._local = local
+        self.model_settings = dataclasses.asdict(local)
+        """The local model's settings, every key stated (defaults filled), so a saved YAML says what ran."""
+        self._prefix_cache = PrefixKVCache() if local.reuse_prompt_prefix else None
         self._model = None
         self._tokenizer = None
         self._served = served
@@ -363,7 +393,7 @@ class TimeAwareRetrievalGate:
             return True
         if self.chat_generator is not None:
             return asks_for_logprobs(self.chat_generator)
-        return self.local_scoring == "logits"
+        return self._local.local_scoring == "logits"
 
     @property
     def pool_skips(self) -> dict[str, dict]:
@@ -382,7 +412,7 @@ class TimeAwareRetrievalGate:
         decider = self._deciders.get(method)
         if decider is None:
             decider_class = gate_decider_class(method)
-            decider = decider_class(decider_class.parameters_from(self.method_parameters), device=self.device)
+            decider = decider_class(decider_class.parameters_from(self.method_parameters), device=self._local.device)
             decider.check()
             self._deciders[method] = decider
         return decider
@@ -390,7 +420,8 @@ class TimeAwareRetrievalGate:
     def _load_model(self) -> None:
         if self._model is None:
             self._model, self._tokenizer = MODEL_CACHE.causal_lm(
-                self.model, dtype=self.dtype, device=self.device, attn_implementation=self.attn_implementation
+                self.model, dtype=self._local.dtype, device=self._local.device,
+                attn_implementation=self._local.attn_implementation,
             )
 
     # -- asking the model --------------------------------------------------------------------------------
@@ -403,6 +434,20 @@ class TimeAwareRetrievalGate:
         )
         return rendered + self.answer_prefix
 
+    def _check_fits(self, rendered: str) -> None:
+        """Refuse a prompt past the local model's context: scored anyway, P(yes) would be read from positions the
+        model was never trained on, and the decision would look like any other."""
+        tokens = len(self._tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        reserved = self.max_new_tokens if self._local.local_scoring == "generate" else 1
+        limit = context_limit(self._model)
+        if tokens + reserved > limit:
+            raise ContextTooLongError(
+                f"The gate's prompt is {tokens} tokens, but {self.model} takes at most {limit}"
+                + (f" ({reserved} kept free for the generated answer)" if reserved > 1 else "")
+                + ". Shorten the query (the gate asks about the question alone, not its passages).",
+                prompt_tokens=tokens, limit=limit,
+            )
+
     def ask(self, prompt: str) -> YesNoAnswer:
         """The model's yes/no answer to ``prompt``: P(yes) from a server's (or chat generator's) top
         log-probabilities, else parsed from its reply; parsed from a greedy local reply (`local_scoring="generate"`);
@@ -410,7 +455,8 @@ class TimeAwareRetrievalGate:
         if self._served is not None or self.chat_generator is not None:
             return self._answer_from_chat(self._chat_reply(prompt))
         rendered = self.render_for_model(prompt)
-        if self.local_scoring == "generate":
+        self._check_fits(rendered)
+        if self._local.local_scoring == "generate":
             return self._answer_from_reply(self._generated_reply(rendered), rendered_prompt=rendered)
         score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer,
                              prefix_cache=self._prefix_cache)
@@ -569,7 +615,7 @@ class TimeAwareRetrievalGate:
         """The run's checks; the decider, the question with this run's overrides, and the method."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("TimeAwareRetrievalGate.run needs a non-empty query string; got an empty question.")
-        method = method or self.method
+        method = self.method if method is None else method  # "" is refused by the registry, not read as unset
         decider = self._decider(method)
         if decider.needs_logits and not self.gives_probabilities:
             raise ValueError(
@@ -579,11 +625,9 @@ class TimeAwareRetrievalGate:
         if decider.needs_model and self.chat_generator is None and self._served is None and not self.model:
             raise ValueError(f"method={method!r} needs a model; this gate was built without one (model=None).")
         if threshold is not None:
-            threshold = float(threshold)
-            if not 0.0 <= threshold <= 1.0:
-                raise ValueError(f"threshold must be in [0, 1], got {threshold}.")
-        if (n_yes is not None and n_yes < 0) or (n_no is not None and n_no < 0):
-            raise ValueError("n_yes and n_no must be >= 0.")
+            threshold = float(number_between(threshold, "threshold", 0.0, 1.0))
+        non_negative_int(n_yes, "n_yes", optional=True, hint=" (the method's own)")
+        non_negative_int(n_no, "n_no", optional=True, hint=" (the method's own)")
         overrides = {name: value for name, value in (("n_yes", n_yes), ("n_no", n_no)) if value is not None}
         day = parse_today(today) or parse_today(self.today) or _dt.date.today()
         query = query.strip()
