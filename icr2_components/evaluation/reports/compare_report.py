@@ -75,7 +75,6 @@ CI_KEY = "answer_match_ci95"  # the answer match's Wilson 95% interval [low, hig
 COST_METRICS = ("latency_s", "prompt_tokens")  # a difference is "higher"/"lower", not "better"/"worse"
 HEADLINE_METRICS = ("answer_match", "exact_match")  # the paired rows the CLI prints (the report has every metric)
 GAP_CONTEXT_TYPE = "open"  # under CUB's controlled contexts every pipeline reads the oracle's passage
-GAP_TARGET = 0.5
 
 
 def memory_answers(records: Sequence[dict], no_context_pipelines: set[str]) -> dict[str, str]:
@@ -202,11 +201,10 @@ def paired_section(scores: dict[tuple[str, str], dict[str, dict[str, float]]], n
 def gap_section(scores, names: Sequence[str], baseline: str, oracle: str | None, comparisons: list[dict],
                 seed: int) -> dict[str, Any]:
     """``(pipeline - baseline) / (oracle - baseline)`` in answer match on the open context type, per pipeline, on
-    the questions all three answered; ``target_met``: closes >= 50% (point estimate) and its paired answer-match
-    difference with the baseline is positive and significant after Holm."""
+    the questions all three answered, with its interval and whether the paired answer-match difference with the
+    baseline is positive and significant after Holm. The report states the figure; what share counts as enough is
+    the reader's claim to make, not the library's."""
     section: dict[str, Any] = {"oracle": oracle, "context_type": GAP_CONTEXT_TYPE, "metric": "answer_match",
-                               "target": f"closes >= {GAP_TARGET:.0%} of the {baseline} -> oracle gap (point "
-                                         f"estimate), paired difference with {baseline} significant after Holm",
                                "results": []}
     if oracle is None or oracle == baseline:
         section["note"] = "no oracle pipeline (metadata.technique: oracle) besides the baseline in this run"
@@ -228,8 +226,7 @@ def gap_section(scores, names: Sequence[str], baseline: str, oracle: str | None,
         result = gap_closed([mine[q] for q in common], [base[q] for q in common], [best[q] for q in common], seed)
         test = tests.get(name)
         significant = bool(test and test["p_holm"] < ALPHA and test["difference"]["mean"] > 0)
-        result.update(pipeline=name, significant_after_holm=significant,
-                      target_met=bool(result["mean"] is not None and result["mean"] >= GAP_TARGET and significant))
+        result.update(pipeline=name, significant_after_holm=significant)
         section["results"].append(result)
     return section
 

@@ -99,7 +99,7 @@ def paired_rows(report: dict, metrics: Sequence[str] | None = None, context_type
 def gap_rows(report: dict) -> tuple[list[str], list[list[str]]]:
     """The share of the baseline -> oracle gap each pipeline closes (answer match, open context)."""
     section = (report.get("paired") or {}).get("gap_closed") or {}
-    header = ["pipeline", "n", "gap closed [95% CI]", "significant after Holm", "target met"]
+    header = ["pipeline", "n", "gap closed [95% CI]", "significant after Holm"]
     rows = []
     for r in section.get("results", []):
         if r["mean"] is None:
@@ -108,8 +108,7 @@ def gap_rows(report: dict) -> tuple[list[str], list[list[str]]]:
             value = f"{r['mean']:.2f} [{r['method']}]"
         else:
             value = f"{r['mean']:.2f} [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]"
-        rows.append([r["pipeline"], str(r["n"]), value, "yes" if r["significant_after_holm"] else "no",
-                     "yes" if r["target_met"] else "no"])
+        rows.append([r["pipeline"], str(r["n"]), value, "yes" if r["significant_after_holm"] else "no"])
     return header, rows
 
 
@@ -164,7 +163,7 @@ def report_notes(report: dict) -> dict[str, str]:
                    f"them."),
         "gap": (f"Share of the {paired.get('baseline')} -> {gap.get('oracle')} gap in answer match closed "
                 f"({gap.get('context_type')} context, the questions all three answered): (pipeline - baseline) / "
-                f"(oracle - baseline), percentile bootstrap interval. Target: {gap.get('target')}."),
+                f"(oracle - baseline), percentile bootstrap interval."),
         "cub": ("Faithfulness = mean(BCU gold, BCU conflicting), its interval a bootstrap resampling questions "
                 "jointly over both context types; robustness = BCU irrelevant (Wilson). Off the Pareto front: "
                 "'dominated by' when a dominating front pipeline's interval lies entirely above on some axis, "
