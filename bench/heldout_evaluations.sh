@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The three held-out evaluations of BENCHMARKS.md ("Trustworthy A/B"). Each is resumable: compare and the position
-# sweep cache every answer, so re-running a command after a kill (or in a later session) continues where it stopped.
+# sweep cache every answer, so re-running a command after a kill (or on a later day) continues where it stopped.
 # On 2 CPU cores they take hours; THREADS=1 lets two run side by side without oversubscribing the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
