@@ -322,12 +322,12 @@ def cases(tmp: Path) -> list[Case]:
     out.append(Case("a YAML syntax error in a pipeline",
                     ["compare", "--pipelines", str(bad_pipeline), "--limit", "1", "--out", str(tmp / "cmp2")],
                     says=("bad_pipeline.yaml", "not valid YAML")))
-    out += round_two(tmp, good, built, never)
+    out += once_silently_wrong(tmp, good, built, never)
     return out
 
 
-def round_two(tmp: Path, good: Path, built: Path, never: Path) -> list[Case]:
-    """Issue 27: inputs that gave a wrong result and exit 0, or a misleading message."""
+def once_silently_wrong(tmp: Path, good: Path, built: Path, never: Path) -> list[Case]:
+    """Inputs that once gave a wrong result and exit 0, or a misleading message."""
     out: list[Case] = []
     no_path = tmp / "no_path.yaml"
     no_path.write_text(f"name: nopath\nstore: {{type: in_memory, persist_path: '{tmp / 'nopath.json'}'}}\n"
@@ -405,7 +405,7 @@ def round_two(tmp: Path, good: Path, built: Path, never: Path) -> list[Case]:
                     ["compare", "--pipelines", str(broken), "--limit", "2", "--context-types", "open", "--out",
                      str(cmp3)],
                     says=("broken_reader", "cannot load"),
-                    # a report written anyway (n = 0) is the wrong result the issue found
+                    # a report written anyway (n = 0) was the silent wrong result
                     after=lambda _: (not (cmp3 / "report.json").exists(),
                                      "report.json written" if (cmp3 / "report.json").exists() else "no report")))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17, "Gates that pay off": need labels from the shipped reader, a calibrated threshold, learned gates, and every
+# Gates that pay off: need labels from the shipped reader, a calibrated threshold, learned gates, and every
 # gate on held-apart questions (BENCHMARKS.md, "Gates that pay off"). Every step is resumable or cheap: the labelling
 # appends one line per question to its labels file and skips what it holds, so a re-run after a kill continues.
 #

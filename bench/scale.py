@@ -1,5 +1,5 @@
-"""Cost against corpus size: Elasticsearch and the embedded in-memory store at 10K, 100K and 1M passages (issue 16,
-item 5), with a projection to the full KILT knowledge source (about 36M passages).
+"""Cost against corpus size: Elasticsearch and the embedded in-memory store at 10K, 100K and 1M passages, with a
+projection to the full KILT knowledge source (about 36M passages).
 
     bash scripts/elasticsearch.sh start
     PYTHONPATH=$PWD .venv/bin/python bench/scale.py [--sizes 10000,100000,1000000] [--vector-index default]

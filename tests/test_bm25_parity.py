@@ -1,4 +1,4 @@
-"""BM25 on the in-memory store and on a real Elasticsearch node ranks alike (issue 16: within 0.01 nDCG@10).
+"""BM25 on the in-memory store and on a real Elasticsearch node ranks alike (within 0.01 nDCG@10).
 
 The whole NQ sample as ``bench/retrieval_quality.py --make-from-sample`` writes it as a BEIR folder (3,717
 passages, the first 300 NQ questions, the gold passages as relevant; one dataset), indexed without embeddings

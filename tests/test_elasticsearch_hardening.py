@@ -1,4 +1,4 @@
-"""Bad input against the real Elasticsearch node (issue 12), never a mock: repeated articles, a byte that is not
+"""Bad input against the real Elasticsearch node, never a mock: repeated articles, a byte that is not
 UTF-8, a load whose count check fails, an index that was never built, an over-long query, and a resume that
 must not re-embed the prefix it skips."""
 

@@ -1,4 +1,4 @@
-"""Against the real node (scripts/elasticsearch.sh), issue 27: an index holds one corpus, a load killed at any
+"""Against the real node (scripts/elasticsearch.sh): an index holds one corpus, a load killed at any
 moment loses seconds of work, and single nodes on two ports start and stop independently."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Embeddings at scale (issue 16, item 2), on the real bundled all-MiniLM-L6-v2 and real sample passages:
+"""Embeddings at scale, on the real bundled all-MiniLM-L6-v2 and real sample passages:
 ONNX / int8 / OpenVINO vectors against ``SentenceTransformer.encode``, the resumable ``icr2 embed`` pass, and a
 store written from its shards against one embedded directly (in memory and on the real Elasticsearch node).
 

@@ -1,4 +1,4 @@
-"""Gates that pay off (issue 17): need labels from the real SmolLM2, a calibrated threshold, learned gates (logistic,
+"""Gates that pay off: need labels from the real SmolLM2, a calibrated threshold, learned gates (logistic,
 knn) loaded from YAML, the trade-off evaluation, and the dev/test discipline that keeps training off evaluation.
 
 The labels come from real SmolLM2 answers on a handful of questions with short contexts: NQ-sample questions at

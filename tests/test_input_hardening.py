@@ -1,4 +1,4 @@
-"""Bad input on the in-memory side (issue 12): nothing lost or corrupted, typed values, clear errors.
+"""Bad input on the in-memory side: nothing lost or corrupted, typed values, clear errors.
 
 Every case is a real file on disk read by the real reader; the models are the bundled MiniLM where an index
 is built. The Elasticsearch side of the same cases is in test_elasticsearch_hardening.py.

@@ -1,4 +1,4 @@
-"""Nothing wrong in silence, round two (issue 27): each input here once gave a wrong result and exit 0.
+"""Nothing wrong in silence: each input here once gave a wrong result and exit 0.
 
 Each test reproduces the fault on a real input (a real corpus file and index, a real label file, the real
 ``icr2`` command) and checks the clear error, or the right result, that replaces it.

@@ -5,7 +5,7 @@ and the top-10 overlap between stores is reported and bounded from below. Both s
 analyzer (english), fields (content + title), formula (Lucene's) and k1/b (stores/text_analysis.py); what
 differs is Lucene's lossy storage of document lengths and the order of ties. Elasticsearch's dense search is
 approximate (HNSW). Measured on 30 NQ questions: BM25 0.99, dense 0.98, hybrid 0.98 mean top-10 overlap (BM25
-0.76 and hybrid 0.86 before issue 16 gave both stores one analyzer and formula), with the same gold recall on
+0.76 and hybrid 0.86 before both stores were given one analyzer and formula), with the same gold recall on
 both stores.
 """
 

@@ -1,4 +1,4 @@
-"""Write bench/data/heldout_nq_ids.txt: the NQ-sample questions the issue-15 evaluations run on.
+"""Write bench/data/heldout_nq_ids.txt: the NQ-sample questions the held-out evaluations run on.
 
 Every probe, tuning run and earlier bench of this project drew its NQ-sample questions from the front of the file
 (PH3 and RAP heads: the first 16-40; the CUB matrix: questions 16-36; the position sweep and the quickstart: the

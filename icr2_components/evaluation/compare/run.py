@@ -416,14 +416,14 @@ def run_compare(
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "counters": counters,
         "concurrency": slots,
-        # this session's answering: wall seconds of the loop and model answers per wall second (timing, not results)
+        # this run's answering: wall seconds of the loop and model answers per wall second (timing, not results)
         "answer_wall_seconds": round(answer_wall_seconds, 3),
         "answers_per_second": round(counters["model_runs"] / answer_wall_seconds, 3) if answer_wall_seconds else None,
         "dataset_skips": skips.as_dict(),
         "missing_contexts": missing_contexts,
         "unreadable_cache_lines": cache.unreadable_lines,
         "cache": str(out / CACHE_FILE),
-        # the summed generation time of the answers reported (their latency_s), whatever session produced them
+        # the summed generation time of the answers reported (their latency_s), whatever run produced them
         "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
         "report_only": partial,
     }

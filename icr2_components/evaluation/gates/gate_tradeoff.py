@@ -39,7 +39,7 @@ from icr2_components.evaluation.statistics.paired_comparison import ALPHA, compa
 
 OBJECTIVE = "answer match - lambda x retrieval rate"
 BASELINE = "always"
-# the gates a new one must beat (issue 17): RetrievalQA's TA-ARE prompt and the plain prompt, both scored by P(yes)
+# the gates a new one must beat: RetrievalQA's TA-ARE prompt and the plain prompt, both scored by P(yes)
 REFERENCES = ("ta_are", "vanilla")
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from icr2_components.stores.config import IndexConfig
 
 #: the full KILT knowledge source (kilt_knowledgesource.json, the 2019-08-01 Wikipedia snapshot): 5.9M articles
-#: (KILT paper, https://arxiv.org/abs/2009.02252) and about 36M passages of 100 words (issue #16's figure for
+#: (KILT paper, https://arxiv.org/abs/2009.02252) and about 36M passages of 100 words (an estimate for
 #: DPR-style 100-word passages of those articles). Used when the corpus file is not on this machine.
 KILT_FULL_ARTICLES = 5_900_000
 KILT_FULL_PASSAGES = 36_000_000
