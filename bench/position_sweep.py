@@ -11,8 +11,8 @@ Accuracy: Lost in the Middle's best_subspan_em (an accepted answer, normalised, 
 with a 95% Wilson interval per condition; the shape is tested on the same questions (paired): each position
 against position 1 (exact McNemar, Holm-adjusted) and all positions together (Cochran's Q).
 
-Every reply is appended to ``<out>/answers.jsonl`` as it arrives; a re-run skips what is there (resumable across
-sessions), and ``--report-only`` re-scores the cache without a model.
+Every reply is appended to ``<out>/answers.jsonl`` as it arrives; a re-run skips what is there (resumable
+after a kill or a restart), and ``--report-only`` re-scores the cache without a model.
 
     .venv/bin/python bench/position_sweep.py --questions 100 --positions-10 all --max-new-tokens 32
 
