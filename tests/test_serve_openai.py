@@ -350,7 +350,7 @@ def test_a_failure_after_the_stream_started_is_an_error_event_the_client_raises(
     assert caught.value.code == "pipeline_failed" and caught.value.status_code == 500
 
 
-# -- a server that pushes back (issue 27) ----------------------------------------------------------------------
+# -- a server that pushes back: a full queue, a client too slow, a request past its time limit ----------------
 
 
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "How many legs does a spider have?",
