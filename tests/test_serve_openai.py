@@ -394,19 +394,93 @@ def test_a_full_queue_answers_429_with_retry_after_and_every_admitted_request_is
         assert ask(FRANCE).status_code == 200
 
 
-def test_a_client_that_declares_a_body_and_never_sends_it_is_dropped_after_the_body_timeout():
-    """Before, the connection was held past 15 s (and a pipeline place with it)."""
-    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=8, body_timeout=1.5) as (url, _):
-        host, port = url.removeprefix("http://").split(":")
-        started = time.monotonic()
-        with socket.create_connection((host, int(port)), timeout=30) as connection:
-            connection.sendall(f"POST /{MODEL}/run HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                               "Content-Length: 100\r\n\r\n".encode())
-            data = b""
-            while chunk := connection.recv(65536):  # until the server closes the connection
-                data += chunk
-        elapsed = time.monotonic() - started
-        head, _, body = data.partition(b"\r\n\r\n")
-        assert head.split()[1] == b"408", data
-        assert json.loads(body)["error"] == "request_timeout" and "1.5 s" in json.loads(body)["reason"]
-        assert 1.4 < elapsed < 10, elapsed
+def read_until_closed(connection: socket.socket) -> bytes:
+    data = b""
+    while chunk := connection.recv(65536):  # until the server closes the connection
+        data += chunk
+    return data
+
+
+def trickle(url: str, declared: int, pause_s: float | None) -> tuple[bytes, float, int]:
+    """A real slow client on a socket: the headers of a POST declaring ``declared`` body bytes, then one byte
+    every ``pause_s`` seconds (None: nothing at all) until the server answers. Returns (what the server sent,
+    seconds from the end of the headers to the server's answer, body bytes sent)."""
+    import select
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(f"POST /{MODEL}/run HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {declared}\r\n\r\n".encode())
+        started, sent = time.monotonic(), 0
+        while not select.select([connection], [], [], pause_s if pause_s is not None else 60)[0]:
+            if pause_s is not None and sent < declared - 1:  # never the last byte: the body stays incomplete
+                connection.sendall(b" ")
+                sent += 1
+        answered = time.monotonic() - started
+        return read_until_closed(connection), answered, sent
+
+
+def test_a_client_that_trickles_its_body_is_cut_off_at_the_whole_body_limit():
+    """A byte every 0.5 s, each pause far inside the limit: before, the limit applied to each pause, so such a
+    client held its connection (and a pipeline place) for as long as it liked (157 s at a byte every 8 s); now the
+    whole body must arrive within --body-timeout of the headers. A client that never sends is cut off alike."""
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=8, body_timeout=3.0) as (url, _):
+        for pause_s in (0.5, None):
+            data, answered, sent = trickle(url, declared=1000, pause_s=pause_s)
+            head, _, body = data.partition(b"\r\n\r\n")
+            assert head.split()[1] == b"408", data
+            assert json.loads(body)["error"] == "request_timeout" and "3 s" in json.loads(body)["reason"]
+            assert b"connection: close" in head.lower()
+            assert 2.9 < answered < 6, answered  # at the whole-body limit, not after the last pause
+            assert (sent >= 4) if pause_s else sent == 0  # it was sending all along
+        assert httpx.get(f"{url}/status", timeout=30).status_code == 200
+
+
+def request_guard(app):
+    """The app's RequestGuard middleware instance (built with the app's middleware stack on its first request)."""
+    from icr2_components.serving.app import RequestGuard
+
+    layer = app.middleware_stack
+    while layer is not None and not isinstance(layer, RequestGuard):
+        layer = getattr(layer, "app", None)
+    return layer
+
+
+def test_a_request_not_answered_within_the_request_timeout_gets_504_and_the_server_goes_on():
+    """The real SmolLM2 asked for 16 new tokens (about half a second of work on an idle CPU) with a 0.05 s limit on
+    the whole request: answered 504 at the limit, while the run keeps its place until it really ends."""
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=16, body_timeout=0.05,
+                 request_timeout=0.05) as (url, app):
+        for path, body in ((f"/{MODEL}/run", {"query": "Write a long story about a dragon who bakes bread."}),
+                           ("/v1/chat/completions", {"model": MODEL, "messages": [
+                               {"role": "user", "content": "Write a long story about a dragon who bakes bread."}]})):
+            started = time.monotonic()
+            response = httpx.post(f"{url}{path}", json=body, timeout=120)
+            elapsed = time.monotonic() - started
+            assert response.status_code == 504, response.text
+            error = response.json()["error"]
+            if path.startswith("/v1"):
+                assert error["code"] == "run_timeout" and "0.05 s" in error["message"]
+            else:
+                assert error == "run_timeout" and "0.05 s" in response.json()["reason"]
+            assert response.headers["connection"] == "close" and elapsed < 5, elapsed
+            guard = request_guard(app)
+            assert guard.admitted == 1  # the run goes on in its thread, and holds its place
+            deadline = time.monotonic() + 600
+            while guard.admitted and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert guard.admitted == 0
+        assert httpx.get(f"{url}/status", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    ({"body_timeout": 0}, "body_timeout must be a number of seconds above 0"),
+    ({"request_timeout": float("nan")}, "request_timeout must be a number of seconds above 0"),
+    ({"request_timeout": 10**9}, "at most 86400"),
+    ({"body_timeout": 20.0, "request_timeout": 10.0}, "must not exceed request_timeout"),
+])
+def test_time_limits_out_of_range_are_refused_before_loading(options, words):
+    from icr2_components.serving import create_serving_app
+
+    with pytest.raises(ValueError, match=words):
+        create_serving_app(str(ROOT / "pipelines" / "closed_book.yaml"), **options)

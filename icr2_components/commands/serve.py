@@ -12,6 +12,7 @@ def register(subparsers) -> None:
         DEFAULT_MAX_BODY_BYTES,
         DEFAULT_MAX_QUEUE,
         DEFAULT_PORT,
+        DEFAULT_REQUEST_TIMEOUT,
     )
     from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
 
@@ -45,8 +46,11 @@ def register(subparsers) -> None:
                         help="requests waiting for a run beyond those running; more are answered 429 with Retry-After "
                         f"(default {DEFAULT_MAX_QUEUE})")
     parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT,
-                        help="seconds a client has to send the body it declared; then 408 and the connection is "
-                        f"closed (default {DEFAULT_BODY_TIMEOUT:g})")
+                        help="seconds a client has to send the whole body it declared, however paced; then 408 and "
+                        f"the connection is closed (default {DEFAULT_BODY_TIMEOUT:g})")
+    parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                        help="seconds the server has to answer a request, from its headers (waiting for a run "
+                        f"included); then 504 and the connection is closed (default {DEFAULT_REQUEST_TIMEOUT:g})")
     parser.set_defaults(handler=run)
 
 
@@ -69,7 +73,7 @@ def _run(args) -> int:
     app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
                              max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
                              backend=resolve_backend(args.backend), max_queue=args.max_queue,
-                             body_timeout=args.body_timeout)
+                             body_timeout=args.body_timeout, request_timeout=args.request_timeout)
     base = f"http://{args.host}:{args.port}"
     print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
           f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)

@@ -7,8 +7,11 @@ plain FastAPI with exactly the routes below, built from public APIs only. Around
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
 * a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read); a body
-  that does not arrive within ``body_timeout`` seconds (a client that declares one and never sends it) -> 408
-  ``request_timeout``, and the connection is closed;
+  that has not wholly arrived ``body_timeout`` seconds after its headers (a client that declares one and never
+  sends it, or trickles it a byte at a time) -> 408 ``request_timeout``, and the connection is closed;
+* a request not answered ``request_timeout`` seconds after its headers (waiting for a run included) -> 504
+  ``run_timeout`` (the run's slot is held until its work really ends, so the concurrency stays true), and the
+  connection is closed; a streamed answer still going then is ended there (without its ``data: [DONE]``);
 * the work is bounded: at most ``concurrency`` pipeline runs at once and ``max_queue`` more requests waiting for
   one (a separate setting: the concurrency may come from the served backend); a run or chat request beyond that
   -> 429 ``server_busy`` with ``Retry-After`` (seconds: about how long an admitted request takes now), so memory
@@ -70,8 +73,11 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024
 # requests waiting for a pipeline run beyond those running; more get 429 (a CPU reader answers in seconds, so 8
 # waiting is tens of seconds of work already promised)
 DEFAULT_MAX_QUEUE = 8
-# seconds a client has to send the body it declared
+# seconds a client has to send the whole body it declared, and the server to answer the whole request (both from
+# the end of the headers)
 DEFAULT_BODY_TIMEOUT = 10.0
+DEFAULT_REQUEST_TIMEOUT = 300.0
+MAX_TIMEOUT_S = 86400.0
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 OPENAPI_PATH = "/openapi.json"
 PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS  # besides the run route; every other path is a 404
@@ -81,7 +87,8 @@ BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is 
             "closed after the answer), or the body could not be read")
 RUN_ERRORS: dict[int, dict[str, str]] = {
     400: {"malformed_json": "the body is not valid JSON, or not UTF-8", "bad_request": BAD_HTTP},
-    408: {"request_timeout": "the body did not arrive within the server's --body-timeout (the connection is closed)"},
+    408: {"request_timeout": "the whole body did not arrive within the server's --body-timeout (the connection is "
+                             "closed)"},
     413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)",
           "context_too_long": "the prompt built from the request is longer than the reader's context; the reason "
                               "names the prompt's length and the limit"},
@@ -92,10 +99,12 @@ RUN_ERRORS: dict[int, dict[str, str]] = {
                          "the Retry-After header's seconds"},
     500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
           "server_error": "an unexpected error in the server"},
+    504: {"run_timeout": "the request was not answered within the server's --request-timeout (the connection is "
+                         "closed)"},
 }
 STATUS_ERRORS: dict[int, dict[str, str]] = {
     400: {"bad_request": BAD_HTTP},
-    408: {"request_timeout": "a body declared with the GET did not arrive within --body-timeout"},
+    408: {"request_timeout": "a body declared with the GET did not wholly arrive within --body-timeout"},
     413: {"request_too_large": "a body sent with the GET is over --max-body-bytes"},
 }
 _STATUS_ERROR_KIND = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
@@ -127,17 +136,22 @@ class RequestGuard:
     :param work_paths: the paths that run the pipeline (admitted, counted and refused when full).
     :param capacity: requests admitted to ``work_paths`` at once: the runs (``concurrency``) and those waiting for
         one (``max_queue``).
-    :param body_timeout: seconds to wait for each piece of a declared body.
+    :param body_timeout: seconds from the end of the headers to the end of a declared body (the whole body,
+        however it is paced), then 408.
+    :param request_timeout: seconds from the end of the headers to the end of the answer, then 504 (or, once an
+        answer has started, the connection is closed).
     """
 
     def __init__(self, app, allowed_paths: set[str], max_body_bytes: int, work_paths: frozenset[str] = frozenset(),
-                 capacity: int | None = None, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+                 capacity: int | None = None, body_timeout: float = DEFAULT_BODY_TIMEOUT,
+                 request_timeout: float = DEFAULT_REQUEST_TIMEOUT) -> None:
         self.app = app
         self.allowed_paths = allowed_paths
         self.max_body_bytes = max_body_bytes
         self.work_paths = work_paths
         self.capacity = capacity
         self.body_timeout = body_timeout
+        self.request_timeout = request_timeout
         self.admitted = 0  # requests in the pipeline now (running or waiting); the event loop is one thread
         self.refused_busy = 0
         self._seconds = 1.0  # moving average of an admitted request's time, for Retry-After
@@ -147,6 +161,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
+        arrived = time.monotonic()
         if path not in self.allowed_paths:
             await _send_json(send, *error_for_path(path, 404, "not_found",
                                                    f"{path} is not served; try {sorted(self.allowed_paths)}"))
@@ -166,9 +181,10 @@ class RequestGuard:
                 return
         # Read the body here (at most the limit + 1 byte), then replay it: a chunked body is bounded too.
         chunks, size, more = [], 0, True
+        body_deadline = arrived + min(self.body_timeout, self.request_timeout)  # the whole body, not each piece
         while more:
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout)
+                message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 _, late = error_for_path(path, 408, "request_timeout",
                                          f"the request body did not arrive within {self.body_timeout:g} s "
@@ -194,8 +210,9 @@ class RequestGuard:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        deadline = arrived + self.request_timeout
         if path not in self.work_paths or self.capacity is None:
-            await self.app(scope, replay, send)
+            await self._answer_by(deadline, path, scope, replay, send)
             return
         if self.admitted >= self.capacity:
             self.refused_busy += 1
@@ -208,10 +225,41 @@ class RequestGuard:
         self.admitted += 1
         started = time.monotonic()
         try:
-            await self.app(scope, replay, send)
+            await self._answer_by(deadline, path, scope, replay, send)
         finally:
             self.admitted -= 1
             self._seconds = 0.8 * self._seconds + 0.2 * (time.monotonic() - started)
+
+
+    async def _answer_by(self, deadline: float, path: str, scope, receive, send) -> None:
+        """Run the app for this request; past ``deadline`` answer 504 (or close a started answer), and return only
+        when the app's work has ended, so an admitted request holds its place while its run goes on."""
+        started, late = False, False
+
+        async def guarded_send(message) -> None:
+            nonlocal started
+            if late:
+                return  # the client was answered (or cut off) at the deadline; the late answer is dropped
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        work = asyncio.ensure_future(self.app(scope, receive, guarded_send))
+        try:
+            await asyncio.wait_for(asyncio.shield(work), max(0.0, deadline - time.monotonic()))
+            return
+        except asyncio.TimeoutError:
+            late = True
+        if not started:
+            _, body = error_for_path(path, 504, "run_timeout",
+                                     f"the request was not answered within {self.request_timeout:g} s "
+                                     "(icr2 serve --request-timeout); the connection is closed")
+            await _send_json(send, 504, body, close=True)
+        else:  # an answer under way (a stream) cannot become an error: end the connection instead
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        try:
+            await work
+        except Exception:  # its failure, after the deadline, has no client to go to
+            logger.warning("a request answered at its deadline failed later", exc_info=True)
 
 
 async def _drain_and_send(receive, send, status: int, body: dict, more: bool = True) -> None:
@@ -293,6 +341,7 @@ def create_serving_app(
     backend: Backend | None = None,
     max_queue: int = DEFAULT_MAX_QUEUE,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
 ) -> FastAPI:
     """Build the app serving ``pipeline_path`` (a shipped pipeline's name or a YAML path) at ``POST /<name>/run``;
     models are loaded now.
@@ -300,7 +349,8 @@ def create_serving_app(
     one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many requests.
 
     ``concurrency`` pipeline runs at once, ``max_queue`` more requests waiting (then 429 with Retry-After);
-    ``body_timeout`` seconds for a declared body to arrive (then 408).
+    ``body_timeout`` seconds for a declared body to arrive whole (then 408), ``request_timeout`` seconds for the
+    whole request to be answered (then 504), both from the end of its headers.
 
     Usage example:
     ```python
@@ -316,8 +366,13 @@ def create_serving_app(
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}.")
     if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 0:
         raise ValueError(f"max_queue (requests waiting for a run) must be an integer >= 0, got {max_queue!r}.")
-    if isinstance(body_timeout, bool) or not isinstance(body_timeout, (int, float)) or not body_timeout > 0:
-        raise ValueError(f"body_timeout must be a positive number of seconds, got {body_timeout!r}.")
+    for name, value in (("body_timeout", body_timeout), ("request_timeout", request_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+            raise ValueError(f"{name} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, got "
+                             f"{value!r}.")
+    if body_timeout > request_timeout:
+        raise ValueError(f"body_timeout ({body_timeout:g} s) must not exceed request_timeout ({request_timeout:g} s): "
+                         "the body is part of the request.")
     # a given value is kept as before (serve has always let in-process readers share slots); the default follows
     # the backend
     concurrency = (
@@ -358,7 +413,7 @@ def create_serving_app(
     _serve_only(app, spec, run_path, description, wrapper, request_model)
     app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes,
                        work_paths=frozenset({run_path, *CHAT_PATHS}), capacity=wrapper.concurrency + max_queue,
-                       body_timeout=float(body_timeout))
+                       body_timeout=float(body_timeout), request_timeout=float(request_timeout))
     app.state.icr2_spec = spec
     app.state.icr2_run_path = run_path
     app.state.icr2_wrapper = wrapper
@@ -488,6 +543,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_PORT",
+    "DEFAULT_REQUEST_TIMEOUT",
     "PUBLIC_PATHS",
     "RUN_ERRORS",
     "RequestGuard",

@@ -43,12 +43,15 @@ OPENAI_CHAT_ERRORS: dict[int, dict[str, str]] = {
           "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
                              "with such a reader)"},
     404: {"model_not_found": "`model` is not the served pipeline's name (GET /v1/models lists it)"},
-    408: {"request_timeout": "the body did not arrive within the server's --body-timeout (the connection is closed)"},
+    408: {"request_timeout": "the whole body did not arrive within the server's --body-timeout (the connection is "
+                             "closed)"},
     413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)"},
     429: {"server_busy": "--concurrency runs and --max-queue waiting requests are already admitted; retry after the "
                          "Retry-After header's seconds (the openai client does)"},
     500: {"pipeline_failed": "the pipeline failed for a reason the request did not cause",
           "server_error": "an unexpected error in the server"},
+    504: {"run_timeout": "the request was not answered within the server's --request-timeout (the connection is "
+                         "closed; a stream still going is ended there)"},
 }
 OPENAI_MODELS_ERRORS: dict[int, dict[str, str]] = {
     400: {"bad_request": BAD_HTTP},
