@@ -12,6 +12,7 @@ import yaml
 from icr2_components.cli import main
 from icr2_components.stores import load_index_config
 from icr2_components.stores.elasticsearch.index_plan import (
+    INDEX_TYPES,
     KILT_FULL_PASSAGES,
     PlanError,
     format_bytes,
@@ -206,9 +207,40 @@ def test_plan_errors_are_one_line(tmp_path, capsys):
         load_measured_figures(bad)
 
 
-def test_the_committed_figures_file_loads():
-    figures = load_measured_figures(REPO_ROOT / "indexing" / "measured-figures.yaml")
-    assert figures.machine["cpu_count"] and figures.node["version"] and figures.embedding["dims"] == 384
+def test_the_committed_figures_are_what_their_runs_measured(minilm):
+    """Each figure the plan projects with follows from the raw runs recorded beside it: the indexing rate is the
+    largest run's, disk per passage the slope of the force-merged store between the two sizes, the bytes vectors
+    take in _source the difference of two such slopes, the embedding rate passages over seconds, and the vectors'
+    dimension the bundled MiniLM's."""
+    path = REPO_ROOT / "indexing" / "measured-figures.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    figures = load_measured_figures(path)
+    assert figures.passages_measured == raw["passages_measured"] == [1000, 3000]
+
+    def slope(runs: list[dict]) -> float:
+        small, large = sorted(runs, key=lambda run: run["passages"])
+        return (large["store_bytes"] - small["store_bytes"]) / (large["passages"] - small["passages"])
+
+    for index_type in INDEX_TYPES:
+        runs = raw["runs"][index_type]
+        assert [run["passages"] for run in runs] == figures.passages_measured
+        for run in runs:
+            assert run["passages_per_s"] == pytest.approx(run["passages"] / run["seconds"], rel=0.01)
+        largest = max(runs, key=lambda run: run["passages"])["passages_per_s"]
+        assert figures.rate(index_type) == raw["indexing_passages_per_s"][index_type]
+        assert figures.rate(index_type) == pytest.approx(largest, abs=0.05)
+        assert figures.disk_per_passage(index_type) == pytest.approx(slope(runs), abs=0.05)
+    # HNSW costs more per passage than BM25 alone, in time and on disk
+    assert figures.rate("hnsw") < figures.rate("bm25_only")
+    assert figures.disk_per_passage("bm25_only") < min(figures.disk_per_passage(t) for t in INDEX_TYPES[1:])
+    lean = slope(raw["runs"]["int8_hnsw_vectors_not_in_source"])
+    assert figures.source_vector_bytes_per_passage == pytest.approx(slope(raw["runs"]["int8_hnsw"]) - lean, abs=0.05)
+    embedding = figures.embedding
+    assert embedding["passages_per_s"] == pytest.approx(embedding["passages"] / embedding["seconds"], rel=0.01)
+    assert embedding["model"] == "all-minilm-l6-v2"
+    assert embedding["dims"] == minilm.get_sentence_embedding_dimension() == 384
+    assert figures.node["heap_max_bytes"] < figures.node["memory_bytes"]
+    assert figures.node["disk_available_bytes"] <= figures.node["disk_total_bytes"]
 
 
 @pytest.mark.elasticsearch
