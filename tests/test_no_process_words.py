@@ -47,12 +47,13 @@ PROCESS_PHRASES = (
     r"\bthe issue(?:'s| names| asks| found| says)\b",
     r"\bthe brief\b",
     r"\bother helpers\b",
+    r"\blent\b",  # a machine "lent to this task"
     r"\ba helper's\b",
 )
 FORBIDDEN = re.compile("|".join((ISSUE_NUMBER, BARE_NUMBER, NUMBERED_STEP, *PROCESS_PHRASES)), re.IGNORECASE)
 
 #: a cheap first pass: only lines holding one of these words go through the patterns above
-CANDIDATE = re.compile(r"issue|#\d|stop|session|round|audit|done when|brief|helper", re.IGNORECASE)
+CANDIDATE = re.compile(r"issue|#\d|stop|session|round|audit|done when|brief|helper|lent", re.IGNORECASE)
 
 # other projects' issues and pull requests, and standards cited by number: removed from a line before the check
 ALLOWED = re.compile(
@@ -104,8 +105,8 @@ def process_words(text: str) -> list[tuple[int, str]]:
     [
         "as issue 15 found", "see issue-27's inputs", "issue #16's figure", "fixed in #26", "Issue 17. The question",
         "stop 32 of the plan", "round two (the second pass)", "the audit said", "before this session's change",
-        "done when the test passes", "the issue's target", "across three sessions",
-        "def round_two(tmp):", "bench/issue15_evaluations.sh", "def test_issue_27_inputs():",
+        "done when the test passes", "the issue's target", "across three sessions", "def round_two(tmp):",
+        "no GPU was lent to this task", "bench/issue15_evaluations.sh", "def test_issue_27_inputs():",
     ],
 )
 def test_process_words_are_found(line):
