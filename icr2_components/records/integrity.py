@@ -61,6 +61,8 @@ def atomic_write_bytes(path: str | os.PathLike, write: Callable[[IO[bytes]], Any
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
+            # mkstemp's file is private (0600): give it what a plain open() would, or the replaced file's mode
+            os.fchmod(stream.fileno(), path.stat().st_mode & 0o777 if path.exists() else 0o644)
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
