@@ -238,7 +238,7 @@ def test_the_committed_figures_are_what_their_runs_measured(minilm):
     embedding = figures.embedding
     assert embedding["passages_per_s"] == pytest.approx(embedding["passages"] / embedding["seconds"], rel=0.01)
     assert embedding["model"] == "all-minilm-l6-v2"
-    assert embedding["dims"] == minilm.get_sentence_embedding_dimension() == 384
+    assert embedding["dims"] == minilm.get_embedding_dimension() == 384
     assert figures.node["heap_max_bytes"] < figures.node["memory_bytes"]
     assert figures.node["disk_available_bytes"] <= figures.node["disk_total_bytes"]
 

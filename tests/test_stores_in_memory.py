@@ -122,21 +122,32 @@ def test_index_retriever_runs_in_a_yaml_pipeline():
         IndexRetriever(method="colbert")
 
 
-def test_a_store_past_its_measured_size_warns_and_says_what_to_use(tmp_path, monkeypatch, caplog, sample_files):
+def test_a_store_past_its_measured_size_warns_once_and_says_what_to_use(tmp_path, caplog, sample_files):
+    """The real limit: 200,001 passages (the sample's real passages, each cut to its first words and repeated under
+    new ids so the store's BM25 stays cheap; no embeddings) warn exactly once, at the passage past 200,000, with the
+    measured RAM per passage and what it comes to, and every passage is kept."""
     import logging
-    from itertools import islice
+    from itertools import cycle, islice
+
+    from haystack import Document
 
     from icr2_components.kilt import KiltKnowledgeSource
     from icr2_components.stores import IndexHandle, in_memory_backend
 
-    monkeypatch.setattr(in_memory_backend, "LARGE_STORE_PASSAGES", 30)   # the real limit is 200,000 passages
+    limit = in_memory_backend.LARGE_STORE_PASSAGES
+    assert limit == 200_000 and in_memory_backend.RAM_BYTES_PER_PASSAGE == 28_000
+    passages = [" ".join((d.content or "").split()[:6]) for d in KiltKnowledgeSource(sample_files.corpus).documents()]
+    assert len(passages) > 3000
+    documents = [Document(id=f"p{i}", content=text) for i, text in enumerate(islice(cycle(passages), limit + 1))]
     config = index_config_from_dict({
         "name": "big", "store": {"type": "in_memory", "persist_path": str(tmp_path / "index.json")},
-        "corpus": {"path": "sample"}, "embedding": {"enabled": False}, "writer": {"batch_size": 8},
+        "corpus": {"path": "sample"}, "embedding": {"enabled": False}, "writer": {"batch_size": 20_000},
     })
-    documents = list(islice(KiltKnowledgeSource(sample_files.corpus).documents(), 40))
     with caplog.at_level(logging.WARNING, logger="icr2_components.stores.in_memory_backend"):
         report = IndexHandle(config).build(progress=False, documents=documents)
-    assert report.documents_in_store == 40
-    warnings = [r.getMessage() for r in caplog.records if "passes 30 passages" in r.getMessage()]
-    assert len(warnings) == 1 and "use Elasticsearch" in warnings[0]
+    assert report.documents_in_store == limit + 1
+    warnings = [r.getMessage() for r in caplog.records if r.name == "icr2_components.stores.in_memory_backend"]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("The in-memory store 'big' passes 200,000 passages: it holds about 28 KB of RAM "
+                                  "per passage (bench/scale.py), so ~5.2 GiB at this size")
+    assert "use Elasticsearch (store.type: elasticsearch" in warnings[0]
