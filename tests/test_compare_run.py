@@ -1,17 +1,21 @@
 """``icr2 compare`` end to end with the real SmolLM2: the report's numbers recomputed from the saved answers,
-and an interrupted run resumed without redoing finished questions (model calls counted)."""
+and a run killed with SIGKILL mid-run and resumed gives the same answers and report as one never interrupted."""
 
 import functools
 import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.cache import read_answer_records
-from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.compare.cache import AnswerCache, read_answer_records
 from icr2_components.evaluation.metrics.bcu import bcu
 from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
 from icr2_components.evaluation.reports.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
@@ -26,14 +30,12 @@ PIPELINES = ["pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml", "pipeli
 
 @pytest.fixture
 def count_calls(monkeypatch):
-    """Counts LocalChatReader.run calls; ``state["stop_after"]`` interrupts the run like Ctrl-C."""
-    state = {"calls": 0, "stop_after": None}
+    """Counts LocalChatReader.run calls."""
+    state = {"calls": 0}
     original = LocalChatReader.run
 
     @functools.wraps(original)  # Haystack reads the sockets from run's signature
     def counting(self, *args, **kwargs):
-        if state["stop_after"] is not None and state["calls"] >= state["stop_after"]:
-            raise KeyboardInterrupt
         state["calls"] += 1
         return original(self, *args, **kwargs)
 
@@ -79,8 +81,9 @@ def test_compare_20_questions_three_pipelines_report_matches_saved_answers(tmp_p
 
 
 def check_hand_worked_report(out, records, count_calls):
-    """Replace the saved answers by hand-chosen ones (appended: the last record of a key wins), re-run the same
-    command (every answer cached: no model call) and compare the report with values worked out by hand."""
+    """Replace the saved answers by hand-chosen ones (appended through the cache, each naming the record it
+    replaces), re-run the same command (every answer cached: no model call) and compare the report with values
+    worked out by hand."""
     by_question = {r["question_id"]: r["answers"] for r in records}
     assert (
         by_question["nq-sample-00000"][0] == "Wilhelm Conrad Röntgen"
@@ -94,12 +97,10 @@ def check_hand_worked_report(out, records, count_calls):
         # oracle: every answer is the gold answer verbatim
         "oracle": lambda i, gold: gold,
     }
-    with (out / "answers.jsonl").open("a") as handle:
-        for r in records:
-            index = int(r["question_id"].rsplit("-", 1)[1])
-            handle.write(
-                json.dumps({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])}, ensure_ascii=False) + "\n"
-            )
+    cache = AnswerCache(out / "answers.jsonl")
+    for r in records:
+        index = int(r["question_id"].rsplit("-", 1)[1])
+        cache.add({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])})
     count_calls["calls"] = 0
     assert main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
                  "--max-new-tokens", "6", "--out", str(out), "--no-progress"]) == 0
@@ -183,34 +184,84 @@ def check_external_metrics(report, records):
         assert row["rouge_l_ragas"] >= row["rouge_l"] - 1e-9  # stemming only merges tokens
 
 
-def test_interrupted_compare_resumes_without_redoing_finished_answers(tmp_path, smollm2, count_calls):
-    out = tmp_path / "resume"
-    settings = dict(dataset=None, limit=2, context_types="gold,conflicting,irrelevant", out_dir=out,
-                    max_new_tokens=6, progress=False)
-    count_calls["stop_after"] = 3
-    with pytest.raises(KeyboardInterrupt):
-        run_compare(["pipelines/closed_book.yaml", "pipelines/oracle.yaml"], **settings)
-    first = read_answer_records(out / "answers.jsonl")
-    assert count_calls["calls"] == 3
-    count_calls.update(calls=0, stop_after=None)
-    report = run_compare(["pipelines/closed_book.yaml", "pipelines/oracle.yaml"], **settings)
-    records = read_answer_records(out / "answers.jsonl")
-    built = sum(report["summary"]["oracle"][k]["n"] for k in ("gold", "conflicting", "irrelevant"))
-    # closed-book runs once per question and is reused across context types; oracle runs per built context
-    expected_total_calls = 2 + built
-    model_records_before = sum(1 for r in first if "reused_from" not in r)
-    assert count_calls["calls"] == expected_total_calls - model_records_before
-    assert report["run"]["counters"]["cached"] >= len(first)
-    # BCU recomputed from the saved answers: gold -> gold answer, conflicting -> substitute, irrelevant -> t_M
-    memory = {r["question_id"]: r["answer"] for r in records if r["pipeline"] == "closed_book"}
-    gold = [r for r in records if r["pipeline"] == "oracle" and r["context_type"] == "gold"]
-    conflicting = [r for r in records if r["pipeline"] == "oracle" and r["context_type"] == "conflicting"]
-    if gold and conflicting:
-        g = statistics.fmean(bcu(r["answer"], r["answers"]) for r in gold)
-        c = statistics.fmean(bcu(r["answer"], [r["conflicting_answer"]]) for r in conflicting)
-        assert report["cub"]["oracle"]["faithfulness"] == pytest.approx((g + c) / 2)
-    assert report["memory_target"] == "closed-book answer"
-    assert set(memory) == {r["question_id"] for r in records}
+# the defaults a user runs with: every context type, the pipelines' own answer budgets, one request at a time
+KILL_RESUME_ARGS = ["compare", "--pipelines", "pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml",
+                    "--limit", "2", "--no-progress"]
+TIMING = ("latency", "seconds", "per_second")  # what times a run (differs between any two runs)
+
+
+def icr2(*args: str, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "icr2_components.cli", *args, "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def untimed(value, key: str = ""):
+    """``value`` without what times the run: latency figures and the paired tests of latency."""
+    if isinstance(value, dict):
+        if value.get("metric") in ("latency_s",):
+            return None
+        return {k: untimed(v, k) for k, v in value.items() if not any(word in k for word in TIMING)}
+    if isinstance(value, list):
+        return [item for item in (untimed(v) for v in value) if item is not None]
+    return value
+
+
+def answers(out: Path) -> dict[str, dict]:
+    """Each key's current record, without timing and the cache's own bookkeeping (seals, replacements)."""
+    return {r["key"]: {k: v for k, v in r.items() if k not in ("latency_s", "record_sha", "replaces")}
+            for r in read_answer_records(out / "answers.jsonl")}
+
+
+def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted_report(tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    run = icr2(*KILL_RESUME_ARGS, out=reference)
+    assert run.wait(timeout=900) == 0, run.stdout.read()
+    total = len(answers(reference))
+    assert total == 2 * 4 * 2  # 2 questions x 4 context types x 2 pipelines
+
+    victim = icr2(*KILL_RESUME_ARGS, out=resumed)
+    cache = resumed / "answers.jsonl"
+    deadline = time.monotonic() + 900
+    while victim.poll() is None and time.monotonic() < deadline:
+        if cache.exists() and cache.read_bytes().count(b"\n") >= 3:  # answering: kill it wherever it is
+            os.kill(victim.pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    assert victim.wait(timeout=60) == -signal.SIGKILL, "the run finished before it could be killed mid-run"
+    before = AnswerCache(cache, writable=False)
+    assert 3 <= len(before.records) < total
+
+    again = icr2(*KILL_RESUME_ARGS, out=resumed)
+    printed = again.communicate(timeout=900)[0]
+    assert again.returncode == 0, printed
+    report = json.loads((resumed / "report.json").read_text())
+    expected = json.loads((reference / "report.json").read_text())
+    counters = report["run"]["counters"]
+    assert counters["cached"] >= len(before.records)  # nothing answered before the kill is answered again
+    assert counters["model_runs"] + counters["reused_no_context"] + counters["cached"] == total
+    assert report["run"]["unreadable_cache_lines"] == before.cut_tail_lines
+    assert answers(resumed) == answers(reference)
+    for section in set(expected) - {"run", "files"}:
+        assert untimed(report[section]) == untimed(expected[section]), section
+    assert report["summary"]["vanilla_rag"]["gold"]["n"] == expected["summary"]["vanilla_rag"]["gold"]["n"] == 2
+    # BCU recomputed from the resumed answers: gold -> gold answer, conflicting -> the substitute
+    records = read_answer_records(cache)
+    gold = [r for r in records if r["pipeline"] == "vanilla_rag" and r["context_type"] == "gold"]
+    conflicting = [r for r in records if r["pipeline"] == "vanilla_rag" and r["context_type"] == "conflicting"]
+    g = statistics.fmean(bcu(r["answer"], r["answers"]) for r in gold)
+    c = statistics.fmean(bcu(r["answer"], [r["conflicting_answer"]]) for r in conflicting)
+    assert report["cub"]["vanilla_rag"]["faithfulness"] == pytest.approx((g + c) / 2)
+
+    # an answer edited by hand afterwards is refused, naming the file and the line
+    lines = cache.read_text(encoding="utf-8").splitlines()
+    edited = json.loads(lines[0])
+    lines[0] = json.dumps({**edited, "answer": edited["answers"][0]}, ensure_ascii=False)
+    cache.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    refused = icr2(*KILL_RESUME_ARGS, out=resumed)
+    printed = refused.communicate(timeout=900)[0]
+    assert refused.returncode == 1
+    assert f"{cache} line 1 ({edited['key']}) does not match its record_sha" in printed
+    assert "Traceback" not in printed
 
 
 def test_compare_tune_from_the_cli_writes_the_tuned_setting_and_tests_with_it(tmp_path, smollm2, monkeypatch, capsys):
