@@ -5,7 +5,8 @@
 - ``status`` exits 0 while it runs, and a second ``start`` says it is already up and exits 0;
 - ``start`` on a file that is not a GGUF model fails with llama.cpp's own reason from the server's log;
 - a malformed setting is refused with one line naming the variable;
-- a second server on another port starts, answers and stops by its own pid file; the first one is not touched.
+- a second server on another port starts, answers a chat completion and tokenizes with the model's own tokenizer,
+  and stops by its own pid file; the first one is not touched and answers and tokenizes after it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,25 @@ def post_json(url: str, payload: dict, timeout: float = 120.0) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read().decode("utf-8"))
+
+
+FRANCE = "What is the capital of France?"
+
+
+def answers_and_tokenizes(api_base_url: str, alias: str) -> None:
+    """The server at ``api_base_url`` answers a greedy chat completion with the right word, and its tokenize
+    endpoint counts a question as SmolLM2's own tokenizer does (the GGUF carries the same vocabulary)."""
+    from transformers import AutoTokenizer
+
+    from icr2_components.models import resolve_model
+    from icr2_components.models.served_model import ServedTokenizer
+
+    body = post_json(f"{api_base_url}/chat/completions", {
+        "model": alias, "messages": [{"role": "user", "content": FRANCE}], "max_tokens": 16, "temperature": 0})
+    assert "Paris" in body["choices"][0]["message"]["content"], body
+    expected = len(AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))(
+        FRANCE, add_special_tokens=False)["input_ids"])
+    assert ServedTokenizer(api_base_url, alias, max_retries=0).count(FRANCE) == expected
 
 
 def free_port() -> int:
@@ -102,14 +122,14 @@ def test_a_second_port_starts_and_stops_its_own_server_only(llama_server_url, ll
         assert second_pid and second_pid != first_pid
         status = run_script("status", timeout=60, env=env)
         assert status.returncode == 0 and f"127.0.0.1:{port}" in status.stdout, status.stdout + status.stderr
+        answers_and_tokenizes(f"http://127.0.0.1:{port}/v1", llama_model_alias)
         stopped = run_script("stop", timeout=60, env=env)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not (CACHE_DIR / f"server-{port}.pid").exists()
         assert run_script("status", timeout=60, env=env).returncode != 0
     finally:
         run_script("stop", timeout=60, env=env)
-    # the first server still answers, under the same pid when this script started it
-    with urllib.request.urlopen(f"{llama_server_url}/models", timeout=10) as response:
-        assert llama_model_alias in [entry["id"] for entry in json.loads(response.read())["data"]]
+    # the first server still answers and tokenizes, under the same pid when this script started it
+    answers_and_tokenizes(llama_server_url, llama_model_alias)
     if first_pid is not None:
         assert (CACHE_DIR / f"server-{first_port}.pid").read_text().strip() == first_pid
