@@ -73,9 +73,7 @@ def check_held_apart(specs: Sequence[MethodSpec], question_ids: Sequence[str]) -
             continue
         artifact = GateArtifact.load(spec.artifact)
         if artifact.kind == "knn":  # its vectors file too, before any method runs (it was read after the first)
-            from icr2_components.gates.deciders.learned import read_knn_vectors
-
-            read_knn_vectors(artifact.vectors_path(spec.artifact))
+            artifact.knn_vectors(spec.artifact)
         overlap = sorted(wanted & set(artifact.probed_ids))
         if overlap:
             raise HeldOutError(
