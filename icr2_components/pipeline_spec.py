@@ -79,13 +79,13 @@ def check_targets(pipeline: Pipeline, inputs: dict[str, list[str]], outputs: dic
                 raise PipelineSpecError(
                     f"{source}: input {name!r} targets {target}, which is not an open input socket."
                 )
+    output_sockets = pipeline.outputs(include_components_with_connected_outputs=True)
+    components = {name for name, _ in pipeline.walk()}
     for name, path in outputs.items():
         component, socket = path.split(".", 1)
-        try:
-            instance = pipeline.get_component(component)
-        except ValueError as error:
-            raise PipelineSpecError(f"{source}: output {name!r} names unknown component {component!r}.") from error
-        if socket not in getattr(instance, "__haystack_output__")._sockets_dict:
+        if component not in components:
+            raise PipelineSpecError(f"{source}: output {name!r} names unknown component {component!r}.")
+        if socket not in output_sockets.get(component, {}):
             raise PipelineSpecError(f"{source}: output {name!r} names unknown socket {path}.")
 
 
