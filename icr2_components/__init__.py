@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _EXPORTS = {
     "load_pipeline": "icr2_components.pipeline_loading",
-    "technique_component": "icr2_components.pipeline_loading",
+    "technique_component": "icr2_components.technique_component",
     "resolve_model": "icr2_components.models.resolver",
     "apply_environment_defaults": "icr2_components._environment",
 }
