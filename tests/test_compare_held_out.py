@@ -156,7 +156,7 @@ def test_probed_questions_are_left_out_of_every_pipeline(tmp_path, smollm2, pipe
     assert run["question_ids"] == ["nq-sample-00016", "nq-sample-00017"]
     held = run["selection"]["held_out"]
     assert held["excluded_probed"] == 16
-    assert held["artifacts"]["bench/results/ph3_heads_smollm2.json"]["pipelines"] == ["cmt_ph3_context"]
+    assert held["artifacts"]["ph3_heads_smollm2"]["pipelines"] == ["cmt_ph3_context"]
     records = read_answer_records(tmp_path / "o" / "answers.jsonl")
     assert {(r["pipeline"], r["question_id"]) for r in records} == {
         (p, q) for p in ("closed_book", "cmt_ph3_context") for q in run["question_ids"]}

@@ -24,6 +24,8 @@ OWN_SERIALISATION = {
     "TimeAwareRetrievalGate": "it holds a chat generator, serialised as a nested component",
     "ContextAwareDecodingReader": "a decoding rule's own parameters arrive as `<rule>_<parameter>` keywords "
                                   "(**rule_parameters, so that a new rule is one file), which the default cannot see",
+    "IndexRetriever": "it may hold the user's Haystack document store, serialised as a nested store (type and "
+                      "init parameters) as Haystack's own retrievers serialise theirs",
 }
 
 # Arguments without which a component cannot be built; paths that do not exist on purpose: __init__ must not

@@ -44,6 +44,8 @@ MODEL = "smollm2-135m-instruct"
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
 SETTINGS = {"limit": 2, "max_new_tokens": 4, "context_types": "open,gold", "progress": False}
 TIMING = {"latency_s", "answer_seconds"}
+# a line's seal hashes its whole content, timing included (evaluation/compare/cache.py)
+SEAL = {"record_sha", "replaces"}
 
 
 def backend_file(tmp_path: Path, url: str, max_retries: int = 2, timeout_s: int = 120) -> Path:
@@ -56,7 +58,7 @@ def backend_file(tmp_path: Path, url: str, max_retries: int = 2, timeout_s: int 
 
 def lines(path: Path, drop: tuple[str, ...] = ()) -> list[dict]:
     """The cache's records in file order, without what times them (and the ``drop`` fields)."""
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING and k not in drop}
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING | SEAL and k not in drop}
             for line in path.read_text().splitlines()]
 
 

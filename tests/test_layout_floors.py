@@ -62,8 +62,8 @@ SIBLINGS_APART = {2, 3}  # floors whose packages may not import each other
 LOADS_BY_DATA = {
     "__init__.py": "the package's lazy exports (load_pipeline, resolve_model...): each name's module, written in "
     "_EXPORTS beside it, is imported on first use so that `import icr2_components` stays light",
-    "retrievers/index_retriever.py": "imports the Haystack retrievers of the document store the user passed (Haystack's "
-    "in-memory or elasticsearch-haystack's module, by the store's type), never a module of this package",
+    "retrievers/index_retriever.py": "imports the Haystack retrievers of the document store the user passed "
+    "(Haystack's in-memory or elasticsearch-haystack's module, by the store's type), never a module of this package",
     "backends/pipelines.py": "imports the component class a pipeline file names (under icr2_components. or haystack "
     "only) to ask what it needs, as Haystack's own loader does when it builds that pipeline",
 }
