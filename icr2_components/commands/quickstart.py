@@ -48,7 +48,8 @@ def register(subparsers) -> None:
     parser.add_argument("--top-k", type=int, default=3, help="most passages retrieved per question (3)")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="answer budget in tokens (32)")
     parser.add_argument("--out", default="runs/quickstart", help="report folder (default runs/quickstart)")
-    parser.add_argument("--pipelines-dir", default="pipelines")
+    parser.add_argument("--pipelines-dir", default=None,
+                        help="a folder of pipeline YAMLs of your own (default: the shipped pipelines)")
     parser.add_argument("--backend", help="backend file (backends/*.yaml), e.g. backends/llama_cpp_server.yaml "
                         "(default: ICR2_BACKEND, else the pipelines' own local models)")
     parser.add_argument("--index", metavar="CONFIG",
@@ -77,14 +78,18 @@ def quickstart_variant(data: dict[str, Any], top_k: int, system_prompt: str) -> 
     return variant, changes
 
 
-def write_variants(names: list[str], pipelines_dir: Path, out_dir: Path, top_k: int) -> list[str]:
+def write_variants(names: list[str], pipelines_dir: Path | None, out_dir: Path, top_k: int) -> list[str]:
     """Write the quickstart variant of each named pipeline to ``out_dir``; returns their paths."""
     import yaml
 
-    paths = [pipelines_dir / f"{name}.yaml" for name in names]
+    from icr2_components.resources import shipped_file
+
+    # the shipped pipelines (from the installed package, any folder) unless --pipelines-dir names a folder of one's own
+    paths = [pipelines_dir / f"{name}.yaml" if pipelines_dir is not None else shipped_file("pipelines", name)
+             for name in names]
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        raise FileNotFoundError(f"Pipelines not found: {missing}; run from the repository root or set --pipelines-dir.")
+        raise FileNotFoundError(f"Pipelines not found: {missing}; check --pipelines-dir.")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     from icr2_components.stores.index_switch import apply_index_switch
@@ -182,7 +187,8 @@ def _run(args, index: str) -> int:
     console = make_console()
     out = Path(args.out)
     names = list(dict.fromkeys(CONTEXT_PIPELINES + CUB_PIPELINES))
-    written = dict(zip(names, write_variants(names, Path(args.pipelines_dir), out / "pipelines", args.top_k)))
+    own_dir = Path(args.pipelines_dir) if args.pipelines_dir else None
+    written = dict(zip(names, write_variants(names, own_dir, out / "pipelines", args.top_k)))
     sample = build_sample()
     handle = open_index(index)
     console.print(
