@@ -231,7 +231,7 @@ def test_learned_gate_trains_loads_from_yaml_and_decides(label_files, tmp_path, 
 components:
   gate:
     type: icr2_components.gates.time_aware_retrieval_gate.TimeAwareRetrievalGate
-    init_parameters: {{method: learned, model: null, artifact: {artifact_path}, device: cpu}}
+    init_parameters: {{method: learned, model: null, artifact: {artifact_path}, model_settings: {{device: cpu}}}}
 connections: []
 """
     pipeline = loads_pipeline(yaml_text)
