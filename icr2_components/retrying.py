@@ -99,12 +99,9 @@ class RetryPolicy:
             return retrying(call)
         except tenacity.RetryError as exhausted:
             last = exhausted.last_attempt
-        error = last.exception()
-        if give_up is None:
-            # raised as it is, outside the except block: its own cause chain (e.g. the ServedModelError under
-            # Haystack's PipelineRuntimeError, which callers look for) stays intact, with no RetryError context
-            raise error
-        raise give_up(last.attempt_number, time.monotonic() - start, error) from error
+        # raised outside the except block: the error's own cause chain (e.g. the ServedModelError under Haystack's
+        # PipelineRuntimeError, which callers look for) stays intact, with no RetryError context
+        raise _final_error(last, start, give_up)
 
     async def call_async(
         self,
@@ -125,10 +122,7 @@ class RetryPolicy:
             return await retrying(attempt)
         except tenacity.RetryError as exhausted:
             last = exhausted.last_attempt
-        error = last.exception()
-        if give_up is None:
-            raise error
-        raise give_up(last.attempt_number, time.monotonic() - start, error) from error
+        raise _final_error(last, start, give_up)
 
     def repeat_while(
         self, call: Callable[[], T], *, again: Callable[[T], bool], on_retry: RetryCallback | None = None
@@ -139,3 +133,14 @@ class RetryPolicy:
             tenacity.retry_if_result(again), on_retry, retry_error_callback=lambda state: state.outcome.result()
         )
         return retrying(call)
+
+
+def _final_error(last: tenacity.Future, start: float,
+                 give_up: Callable[[int, float, BaseException], BaseException] | None) -> BaseException:
+    """What a call raises once its attempts are spent: the last error, or ``give_up``'s error caused by it."""
+    error = last.exception()
+    if give_up is None:
+        return error
+    final = give_up(last.attempt_number, time.monotonic() - start, error)
+    final.__cause__ = error  # as `raise ... from error`
+    return final
