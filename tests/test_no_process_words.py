@@ -3,7 +3,8 @@
 A reader of the code, tests, docs, README, BENCHMARKS, CHANGELOG or bench scripts cannot follow a reference to a
 numbered issue of this project, to a "session" or a "round" of work, or to an "audit": each must say what the thing
 does or what was measured instead. Links to other projects' issues and pull requests stay (``owner/repo#123``,
-GitHub URLs, a dotted project's numbered issue), and so do the words' ordinary technical senses (pytest's ``scope="session"``,
+GitHub URLs, a dotted project's numbered issue), and so do the words' ordinary technical senses (pytest's
+``scope="session"``,
 an HTTP or ONNX Runtime session, benchmark rounds such as "per round 0.84"). The measurement records under
 ``bench/results/`` and ``bench/data/`` are left as they were written; only the scripts among them are checked.
 
@@ -29,7 +30,7 @@ SCRIPT_SUFFIXES = (".py", ".sh")
 SKIPPED_SUFFIXES = (".jsonl", ".npz", ".png", ".jpg", ".gif", ".pdf", ".parquet", ".gz", ".zip", ".bin")
 SKIPPED_FILES = {"LICENSE", THIS_FILE}
 
-# an issue of this project by number, written with a space, a dash, an underscore or a hash, or none (see the examples below)
+# an issue of this project by number, with a space, dash, underscore, hash or nothing between (examples below)
 ISSUE_NUMBER = r"(?<![a-z])issues?[ _-]?#?\d+"
 # a bare "#26" (not a Markdown heading, not part of a word or a path)
 BARE_NUMBER = r"(?<![\w&/#-])#\d{1,5}\b"
