@@ -302,8 +302,10 @@ def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_o
     file = backend_file(tmp_path, proxy.url)
     file.write_text(file.read_text().replace("max_concurrency: 4", "max_concurrency: 3"))
     try:
-        # no concurrency given: the backend file's 3; a queue long enough to admit every client
-        with serving(REPO / "pipelines" / "closed_book.yaml", backend=load_backend(file), max_new_tokens=4,
+        # no concurrency given: the backend file's 3; a queue long enough to admit every client. 16 tokens: each
+        # answer takes long enough that the first three runs' chats overlap on any machine (with 4, a fast machine
+        # finished one before the third was sent, as each run's tokenize request waits behind the chats in flight)
+        with serving(REPO / "pipelines" / "closed_book.yaml", backend=load_backend(file), max_new_tokens=16,
                      max_queue=len(questions)) as (url, app):
             assert app.state.icr2_wrapper.concurrency == 3
             client = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=300)

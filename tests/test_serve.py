@@ -182,11 +182,13 @@ def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, 
         assert response.status_code == 413, (path, response.text)
         payload = check(openapi, response)
         assert (payload["error"]["code"] if "/models" in path else payload["error"]) == "request_too_large"
-    # the run route documents each status it answers (each produced by a real request in this file; 408 and 429
+    # the run route documents each status it answers (each produced by a real request in this file; 408, 429 and 504
     # in tests/test_serve_openai.py) and no other
-    assert sorted(openapi["paths"][RUN]["post"]["responses"]) == ["200", "400", "408", "413", "422", "429", "500"]
+    assert sorted(openapi["paths"][RUN]["post"]["responses"]) == ["200", "400", "408", "413", "422", "429", "500",
+                                                                   "504"]
     for path in ("/v1/chat/completions", "/chat/completions"):  # OpenAI's: invalid input is a 400, not a 422
-        assert sorted(openapi["paths"][path]["post"]["responses"]) == ["200", "400", "404", "408", "413", "429", "500"]
+        assert sorted(openapi["paths"][path]["post"]["responses"]) == ["200", "400", "404", "408", "413", "429", "500",
+                                                                       "504"]
     # no FastAPI default left: errors are {error, reason, status}, never {"detail": [...]}
     assert not {"HTTPValidationError", "ValidationError"} & set(openapi["components"]["schemas"])
     assert '"detail"' not in json.dumps(openapi)

@@ -131,8 +131,8 @@ def test_committed_artifacts_record_their_probed_ids_and_compare_leaves_them_out
     assert selection.ids == [i for i in all_ids if i not in probed][:30]  # left out before the limit
     held = selection.describe()["held_out"]
     assert held["excluded_probed"] == len(probed) == 23
-    assert held["artifacts"]["bench/results/rap_heads_smollm2.json"]["pipelines"] == ["rap"]
-    assert set(held["artifacts"]["bench/results/ph3_heads_smollm2.json"]["excluded_ids"]) == set(ph3["probed_ids"])
+    assert held["artifacts"]["rap_heads_smollm2"]["pipelines"] == ["rap"]
+    assert set(held["artifacts"]["ph3_heads_smollm2"]["excluded_ids"]) == set(ph3["probed_ids"])
     assert selection.dataset_sha256 == file_sha256(sample_files.tasks)
     # on the test split, only the probed ids that fell in it are left out
     test = select_questions(specs, split="test", split_seed=5)
@@ -144,7 +144,7 @@ def test_committed_artifacts_record_their_probed_ids_and_compare_leaves_them_out
     with pytest.raises(
         HeldOutError,
         match=r"lists 1 question\(s\) a pipeline's head artifact was probed on \(nq-sample-00027; "
-        r"bench/results/rap_heads_smollm2.json \(rap\): 1\)",
+        r"rap_heads_smollm2 \(rap\): 1\)",
     ):
         select_questions(specs, question_ids=str(ids_file))
     assert select_questions(specs[:1], question_ids=str(ids_file)).ids == ["nq-sample-00100", "nq-sample-00027"]

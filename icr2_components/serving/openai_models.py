@@ -73,6 +73,7 @@ ICR2_TO_OPENAI: dict[str, tuple[int, str]] = {
     "server_busy": (429, "server_busy"),
     "pipeline_failed": (500, "pipeline_failed"),
     "server_error": (500, "server_error"),
+    "run_timeout": (504, "run_timeout"),
 }
 
 
