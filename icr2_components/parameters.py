@@ -109,13 +109,62 @@ def non_empty_text(value: Any, name: str, *, optional: bool = False) -> Any:
     return value
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def document_list(value: Any, name: str = "documents", *, optional: bool = False) -> Any:
+    """``value`` when it is a list of Haystack ``Document`` objects (or None with ``optional``): a component's
+    ``run`` given None, a string or a list of dicts says which parameter and which item, instead of failing inside."""
+    from haystack import Document
+
+    if value is None and optional:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise _refuse(name, "a list of Haystack Documents", value, optional, "")
+    for position, item in enumerate(value):
+        if not isinstance(item, Document):
+            raise UserInputError(f"{name}[{position}] must be a Haystack Document, got {_shown(item)}.")
+    return value
+
+
+def message_list(value: Any, name: str = "messages") -> Any:
+    """``value`` when it is a non-empty list of Haystack ``ChatMessage`` objects with some text among them: a
+    reader's ``run`` given None, an empty list, strings or only empty messages says so instead of answering an
+    empty prompt or failing inside."""
+    from haystack.dataclasses import ChatMessage
+
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _refuse(name, "a non-empty list of ChatMessages", value, False, "")
+    for position, item in enumerate(value):
+        if not isinstance(item, ChatMessage):
+            raise UserInputError(f"{name}[{position}] must be a Haystack ChatMessage, got {_shown(item)}.")
+    if not any((message.text or "").strip() for message in value):
+        raise UserInputError(f"{name} hold no text: every one of the {len(value)} message(s) is empty.")
+    return value
+
+
+def boolean(value: Any, name: str, *, optional: bool = False) -> Any:
+    """``value`` when it is True or False (or None with ``optional``): a string such as ``"no"`` is refused, not
+    read as true."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        raise _refuse(name, "True or False", value, optional, "")
+    return value
+
+
 def override(call_value: T | None, init_value: T) -> T:
     """The value a run uses: the call's when given (not None; 0 and "" are given values), else the init value."""
     return init_value if call_value is None else call_value
 
 
 __all__ = [
+    "boolean",
+    "document_list",
     "int_between",
+    "message_list",
     "non_empty_text",
     "non_negative_int",
     "number_between",

@@ -8,7 +8,7 @@ from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.builders.passage_count import passages_meta
-from icr2_components.parameters import override
+from icr2_components.parameters import boolean, override
 from icr2_components.text.templates import render_cic_prompt
 
 CONTEXT_USE_INSTRUCTIONS: dict[str, str] = {
@@ -50,6 +50,7 @@ class ContextUsePromptBuilder:
         :param query_aware: Repeat the query before the passages.
         """
         self._check(instruction)
+        boolean(query_aware, "query_aware")
         self.instruction = instruction
         self.query_aware = query_aware
 

@@ -152,6 +152,8 @@ class CorpusResult:
 
 def validate_ratio(confounding_ratio: float) -> float:
     try:
+        if isinstance(confounding_ratio, (str, bool)):
+            raise TypeError(confounding_ratio)
         value = float(confounding_ratio)
     except (TypeError, ValueError):
         raise ValueError(f"confounding_ratio must be a number in [0, 1], got {confounding_ratio!r}.") from None

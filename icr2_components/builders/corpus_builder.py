@@ -13,11 +13,17 @@ from icr2_components.builders.corpus_assembly import (
     validate_ratio,
 )
 from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.parameters import boolean, document_list
 
 _FIXED_INPUTS = {
     "query", "answers", "gold_documents", "provenance", "random_documents", "candidates",
     "confounding_ratio", "budget_tokens", "budget_passages", "seed", "shuffle",
 }
+
+
+def _check_seed(seed: Any) -> None:
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}.")
 
 
 @component
@@ -107,8 +113,12 @@ class ConfounderAwareCorpusBuilder:
             raise ValueError(
                 "budget_tokens is counted in the reader's tokens: set tokenizer (e.g. 'smollm2-135m-instruct')."
             )
-        if not 0.0 < near_duplicate_threshold <= 1.0:
-            raise ValueError(f"near_duplicate_threshold must be in (0, 1], got {near_duplicate_threshold}.")
+        if not isinstance(near_duplicate_threshold, (int, float)) or isinstance(near_duplicate_threshold, bool) or (
+                not 0.0 < near_duplicate_threshold <= 1.0):
+            raise ValueError(f"near_duplicate_threshold must be in (0, 1], got {near_duplicate_threshold!r}.")
+        _check_seed(seed)
+        for flag in ("shuffle", "drop_near_duplicates", "strict_ratio"):
+            boolean(locals()[flag], flag)
         self.retrievers = retrievers
         self.confounding_ratio = float(confounding_ratio)
         self.budget_tokens = budget_tokens
@@ -167,7 +177,18 @@ class ConfounderAwareCorpusBuilder:
         if unknown:
             raise ValueError(f"Unknown inputs {unknown}; the retriever sockets are {self.retrievers}.")
         if not isinstance(query, str) or not query.strip():
-            raise ValueError("ConfounderAwareCorpusBuilder.run needs a non-empty query.")
+            raise ValueError(f"ConfounderAwareCorpusBuilder.run needs a non-empty query, got {query!r}.")
+        document_list(gold_documents, "gold_documents", optional=True)
+        document_list(random_documents, "random_documents", optional=True)
+        for name in self.retrievers:
+            document_list(ranked_lists.get(name), name, optional=True)
+        if candidates is not None and not isinstance(candidates, dict):
+            raise ValueError(f"candidates must map retriever names to lists of Documents, got {candidates!r:.80}.")
+        for name, docs in (candidates or {}).items():
+            document_list(docs, f"candidates[{name!r}]", optional=True)
+        if seed is not None:
+            _check_seed(seed)
+        boolean(shuffle, "shuffle", optional=True)
         lists: dict[str, list[Document]] = {name: list(ranked_lists.get(name) or []) for name in self.retrievers}
         for name, docs in (candidates or {}).items():
             if name in lists:

@@ -8,6 +8,7 @@ from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.builders.passage_count import passages_meta
+from icr2_components.parameters import document_list, non_empty_text
 from icr2_components.text.templates import render_cic_prompt
 
 FAITHFUL_INSTRUCTION = (
@@ -78,8 +79,14 @@ class MultiAgentAnswerPromptBuilder:
             `passages` in the prompt and `no_passages` (True, with a logged warning, when a context judged relevant
             has none; the memory prompt shows none by design and is not flagged).
         """
+        non_empty_text(query, "query")
+        document_list(documents)
         if not judge_replies:
-            raise ValueError("No judge reply was given; connect the judge reader's replies.")
+            raise ValueError(f"judge_replies holds no reply (got {judge_replies!r}); connect the judge reader's "
+                             "replies.")
+        if not isinstance(judge_replies[0], ChatMessage):
+            raise ValueError(f"judge_replies[0] must be a Haystack ChatMessage, got {type(judge_replies[0]).__name__} "
+                             f"{judge_replies[0]!r:.60}.")
         verdict = parse_verdict(judge_replies[0].text or "")
         relevant = verdict == "relevant" or (verdict == "unclear" and self.on_unclear == "relevant")
         if relevant:

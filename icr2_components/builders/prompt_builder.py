@@ -8,7 +8,7 @@ from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.builders.passage_count import passages_meta
-from icr2_components.parameters import one_of, override
+from icr2_components.parameters import boolean, one_of, override
 from icr2_components.text.templates import TASK_TYPES, get_answer_instruction, get_template, render_cic_prompt
 
 
@@ -53,6 +53,7 @@ class CorpusInContextPromptBuilder:
             (`retrievalqa`, `retrievalqa_concise`); `qa` only.
         """
         get_template(task_type)  # raises with the list of task types
+        boolean(query_aware, "query_aware")
         if get_answer_instruction(answer_instruction) is not None and task_type != "qa":
             raise ValueError(
                 f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}."

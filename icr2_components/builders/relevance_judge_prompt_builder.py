@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.parameters import document_list, non_empty_text
 from icr2_components.text.templates import document_title
 
 DEFAULT_JUDGE_INSTRUCTION = (
@@ -47,8 +48,8 @@ class RelevanceJudgePromptBuilder:
         :param documents: The context (one or more passages); empty is an error (there is nothing to judge).
         :returns: `prompt` for the judge reader and the unchanged `documents`.
         """
-        if not query or not query.strip():
-            raise ValueError("RelevanceJudgePromptBuilder needs a non-empty query.")
+        non_empty_text(query, "query")
+        document_list(documents)
         if not documents:
             raise ValueError("The multi-agent CMT judges a context, but no documents were given; pass the passages.")
         context = "\n\n".join(f"Title: {document_title(d)}\n{d.content or ''}" for d in documents)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import time
 import typing
 from typing import Any, ClassVar
@@ -16,7 +17,7 @@ from icr2_components.errors import MissingContextError
 from icr2_components.extras import extra_import
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
-from icr2_components.parameters import override
+from icr2_components.parameters import message_list, override
 from icr2_components.readers.decoding_rules import DecodingRule, decoding_rule_class, decoding_rule_names
 from icr2_components.strict_mapping import check_known_keys
 
@@ -49,7 +50,7 @@ def _check_technique(technique: str) -> None:
 
 
 def _check_alpha(alpha: float) -> None:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
         raise ValueError(f"alpha must be a number >= 0 (0 = plain decoding), got {alpha!r}.")
 
 
@@ -285,8 +286,9 @@ class ContextAwareDecodingReader:
         _check_alpha(alpha)
         alpha = float(alpha)
         overrides = self._checked_rule_parameters(rule_parameters)
-        if not messages:
-            raise ValueError("ContextAwareDecodingReader.run needs at least one message.")
+        message_list(messages)
+        if memory_messages:
+            message_list(memory_messages, "memory_messages")
         budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
         if technique == PLAIN_DECODING:
             reply = self.chat_model.reply(messages, budget)

@@ -9,7 +9,7 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.models.introspection import model_signature
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
-from icr2_components.parameters import non_negative_int, one_of, override
+from icr2_components.parameters import message_list, non_negative_int, number_between, one_of, override
 
 DIRECTIONS = ("context", "memory")
 
@@ -92,8 +92,7 @@ class HeadSuppressionReader:
             )
         if heads is not None and any(not isinstance(h, (list, tuple)) or len(h) != 2 for h in heads):
             raise ValueError(f"heads must be [[layer, head], ...], got {heads!r}.")
-        if not 0 <= scale <= 1:
-            raise ValueError(f"scale must lie in [0, 1] (0 removes a head), got {scale}.")
+        number_between(scale, "scale", 0, 1, hint=" (0 removes a head)")
         self.chat_model = LocalChatModel(model, dtype=dtype, device=device, attn_implementation=attn_implementation,
                                          max_input_tokens=max_input_tokens)
         self.model = model
@@ -144,8 +143,7 @@ class HeadSuppressionReader:
         """
         from icr2_components.models.head_suppression import suppress_heads
 
-        if not messages:
-            raise ValueError("HeadSuppressionReader.run needs at least one message.")
+        message_list(messages)
         budget = check_max_new_tokens(override(max_new_tokens, self.max_new_tokens))
         heads = self.chosen_heads(direction, num_heads)
         with suppress_heads(self.chat_model.model, heads, self.scale):

@@ -8,7 +8,7 @@ from haystack import component
 from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingChunk, SyncStreamingCallbackT
 
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
-from icr2_components.parameters import override
+from icr2_components.parameters import message_list, override
 
 
 @component
@@ -100,8 +100,7 @@ class LocalChatReader:
         :raises ValueError: no messages, or `max_new_tokens` not a positive integer.
         :raises ContextTooLongError: the prompt does not fit the model's context.
         """
-        if not messages:
-            raise ValueError("LocalChatReader.run needs at least one message.")
+        message_list(messages)
         on_text = None
         if streaming_callback is not None:
             if not callable(streaming_callback):

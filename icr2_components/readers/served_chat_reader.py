@@ -20,6 +20,7 @@ from icr2_components.models.served_model import (
     served_chat_errors,
 )
 from icr2_components.models.token_counting import PassageTokenCounter
+from icr2_components.parameters import message_list
 
 PER_MESSAGE_TOKENS = 8
 """Tokens a chat template adds around each message (role markers, separators): counted before sending."""
@@ -198,8 +199,7 @@ class ServedChatReader:
 
     def _request(self, messages: list[ChatMessage], max_new_tokens: int | None) -> tuple[int, dict[str, Any]]:
         """The checked token budget and the chat-completion arguments of one call (sync and async alike)."""
-        if not messages:
-            raise ValueError("ServedChatReader.run needs at least one message.")
+        message_list(messages)
         # 0 is a value given (and refused), not "use the init value"
         budget = check_max_new_tokens(self.max_new_tokens if max_new_tokens is None else max_new_tokens)
         return budget, {**self.generation_kwargs, "max_tokens": budget, "temperature": self.temperature}

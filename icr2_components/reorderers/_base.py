@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from haystack import Document, component
 
 from icr2_components.models.token_counting import PassageTokenCounter
-from icr2_components.parameters import one_of, override, positive_int
+from icr2_components.parameters import document_list, one_of, override, positive_int
 from icr2_components.reorderers.ordering import RELEVANCE_SOURCES, by_relevance, select_within_budget
 
 
@@ -79,6 +79,7 @@ class BudgetedReorderer:
         required: list[Document] | None = None,
     ) -> tuple[list[Document], dict[str, Any]]:
         """Relevance-ordered documents within the budget, and the report."""
+        document_list(documents)
         for document in documents:
             if document.content is None:
                 raise ValueError(f"Document {document.id} has no text; a reorderer cannot place or count it.")

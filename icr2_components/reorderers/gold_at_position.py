@@ -7,7 +7,7 @@ from typing import Any
 from haystack import Document, component
 
 from icr2_components.errors import UserInputError
-from icr2_components.parameters import override
+from icr2_components.parameters import document_list, override
 from icr2_components.reorderers._base import BudgetedReorderer
 
 
@@ -96,12 +96,18 @@ class GoldAtPositionReorderer(BudgetedReorderer):
         :param budget_passages: overrides the init value.
         :returns: `documents` with the gold block at the position, and `report`.
         """
+        document_list(documents)
         position = check_position(override(position, self.position))
         if gold_ids is not None:
             wanted = set(gold_ids)
             gold = [d for d in documents if d.id in wanted or (d.meta or {}).get("passage_id") in wanted]
         else:
             gold = [d for d in documents if (d.meta or {}).get("origin") == "gold"]
+        if not gold and gold_ids is not None:
+            raise ValueError(
+                f"None of gold_ids {list(gold_ids)[:5]!r} is among the {len(documents)} documents (by id or meta "
+                "passage_id); pass the ids of passages in documents."
+            )
         if not gold:
             raise ValueError(
                 "No gold passage found (pass gold_ids, or documents with meta origin 'gold' from the corpus builder)."

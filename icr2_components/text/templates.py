@@ -39,6 +39,8 @@ from typing import Any, Sequence
 from haystack import Document
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.parameters import boolean, document_list, non_empty_text
+
 PASSAGE_SEPARATOR = "\n\n"
 PASSAGE_ID_PREFIX = "PSG"
 
@@ -247,8 +249,9 @@ def render_cic_prompt(
     instruction = get_answer_instruction(answer_instruction)
     if instruction is not None and task_type != "qa":
         raise ValueError(f"answer_instruction {answer_instruction!r} is a QA instruction; task_type is {task_type!r}.")
-    if not isinstance(query, str) or not query.strip():
-        raise ValueError("render_cic_prompt needs a non-empty query string.")
+    non_empty_text(query, "query")
+    document_list(documents)
+    boolean(query_aware, "query_aware")
     ids = passage_ids_for(documents)
     blocks = []
     for pid, document in zip(ids, documents):
