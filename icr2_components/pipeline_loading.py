@@ -72,9 +72,13 @@ def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | No
     """
     from icr2_components.resources import resolve_file
 
+    if not isinstance(path, (str, os.PathLike)):
+        raise PipelineLoadError(f"path must be a shipped pipeline's name or a pipeline YAML's path, got {path!r}.")
     path = resolve_file("pipelines", path)
     if not path.exists():
         raise FileNotFoundError(f"Pipeline file not found: {path}")
+    if path.is_dir():
+        raise PipelineLoadError(f"{path} is a folder; give a pipeline YAML in it or a shipped pipeline's name.")
     return loads_pipeline(path.read_text(), source=str(path), extra_allowed_modules=extra_allowed_modules)
 
 

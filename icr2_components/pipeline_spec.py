@@ -300,6 +300,8 @@ class PipelineSpec:
         file = resolve_file("pipelines", path)
         if not file.exists():
             raise FileNotFoundError(f"Pipeline file not found: {path}")
+        if file.is_dir():
+            raise PipelineSpecError(f"{path} is a folder; give a pipeline YAML in it or a shipped pipeline's name.")
         text = file.read_text()
         try:
             data = yaml.safe_load(text) or {}

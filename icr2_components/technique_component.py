@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from haystack import SuperComponent
 
+from icr2_components.errors import UserInputError
 from icr2_components.pipeline_loading import loads_pipeline
 
 
@@ -47,6 +48,9 @@ def technique_component(name_or_path: str | os.PathLike, backend: Any = None) ->
     from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.resources import resolve_file
 
+    if backend is not None and not isinstance(backend, (Backend, str, os.PathLike)):
+        raise UserInputError(f"backend must be a Backend, a backend file's path or a shipped backend's name, got "
+                             f"{type(backend).__name__} {backend!r:.60}.")
     if backend is not None and not isinstance(backend, Backend):
         backend = load_backend(backend)
     path = resolve_file("pipelines", name_or_path)

@@ -111,7 +111,7 @@ def test_meta_passage_ids_are_shown_and_spans_keyed_by_them(corpus, question):
 def test_bad_input(corpus):
     with pytest.raises(ValueError, match="choose one of"):
         render_cic_prompt("summarisation", "q", corpus)
-    with pytest.raises(ValueError, match="non-empty query"):
+    with pytest.raises(ValueError, match=r"query must be a non-empty string, got '  '"):
         render_cic_prompt("qa", "  ", corpus)
     twins = [Document(content="a", meta={"passage_id": "PSG001"}), Document(content="b", meta={"passage_id": "PSG001"})]
     with pytest.raises(ValueError, match="repeat"):

@@ -25,12 +25,25 @@ class ArtifactMismatchError(ValueError):
     """A head artifact made for another model than the reader it is used with."""
 
 
+def _read_json(path: Path, what: str) -> dict:
+    """The JSON object at ``path``; a folder, a file that is not JSON or not an object is refused, naming it."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, not {what}.")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not {what}: {error}.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not {what}: it holds a JSON {type(data).__name__}, not an object.")
+    return data
+
+
 def read_probed_ids(path: str | os.PathLike) -> tuple[list[str] | None, str]:
     """``(probed_ids, probed_ids_note)`` of any head artifact file, without building the artifact."""
     path = resolve_file("artifacts", path)  # a path, or a shipped artifact's name
     if not path.exists():
         raise FileNotFoundError(f"Head artifact not found: {path}.")
-    data = json.loads(path.read_text())
+    data = _read_json(path, "a head artifact (JSON)")
     if not isinstance(data, dict) or "format" not in data:
         raise ValueError(f"{path} is not a head artifact (a JSON object with a `format`).")
     ids = data.get("probed_ids")
@@ -69,7 +82,7 @@ class HeadArtifactIO:
         path = resolve_file("artifacts", path)  # a path, or a shipped artifact's name
         if not path.exists():
             raise FileNotFoundError(f"{cls.KIND} artifact not found: {path}. Make one with {cls.MAKE_WITH}.")
-        data = json.loads(path.read_text())
+        data = _read_json(path, f"a {cls.KIND} artifact (JSON); make one with {cls.MAKE_WITH}")
         if data.get("format") != cls.FORMAT:
             raise ValueError(
                 f"{path} is not a {cls.KIND} artifact (format {data.get('format')!r}, expected {cls.FORMAT!r})."

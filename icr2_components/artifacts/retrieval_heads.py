@@ -69,6 +69,7 @@ class RetrievalHeadArtifact(HeadArtifactIO):
         q = q or self.q
         if q > len(self.ranking):
             raise ValueError(
-                f"Q={q} is more heads than the artifact ranks ({len(self.ranking)}); probe again with a larger --rank."
+                f"num_heads (Q) is {q}, more heads than the artifact ranks ({len(self.ranking)}); use at most "
+                f"{len(self.ranking)}, or probe again with a larger --rank."
             )
         return [(int(layer), int(head)) for layer, head in self.ranking[:q]]

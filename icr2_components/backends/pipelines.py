@@ -105,6 +105,8 @@ def load_backend(path: str | os.PathLike) -> Backend:
     if not file.exists():
         shipped = ", ".join(shipped_names("backends"))
         raise BackendError(f"Backend file not found: {path} (shipped backends: {shipped}).")
+    if file.is_dir():
+        raise BackendError(f"{path} is a folder; give a backend file (backends/*.yaml) or a shipped backend's name.")
     try:
         values = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:

@@ -19,7 +19,7 @@ from icr2_components.filters.passage_scoring import (
     score_passages,
     top_m_indices,
 )
-from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.cache import MODEL_CACHE, check_dtype_device
 from icr2_components.models.introspection import model_signature
 from icr2_components.parameters import override, positive_int
 
@@ -106,6 +106,7 @@ class RetrievalAttentionFilter:
             mode (defaults to the artifact's, the number the heads were probed with).
         """
         check_selection(top_m, num_heads)
+        check_dtype_device(dtype, device)
         positive_int(max_context_tokens, "max_context_tokens", optional=True, hint=" (the model's context length)")
         positive_int(generation_tokens, "generation_tokens", optional=True, hint=" (the artifact's)")
         self.artifact = artifact

@@ -614,7 +614,7 @@ class TimeAwareRetrievalGate:
                   n_yes: int | None, n_no: int | None) -> tuple[GateDecider, GateQuestion, str]:
         """The run's checks; the decider, the question with this run's overrides, and the method."""
         if not isinstance(query, str) or not query.strip():
-            raise ValueError("TimeAwareRetrievalGate.run needs a non-empty query string; got an empty question.")
+            raise ValueError(f"TimeAwareRetrievalGate.run needs a non-empty query string, got {query!r:.60}.")
         method = self.method if method is None else method  # "" is refused by the registry, not read as unset
         decider = self._decider(method)
         if decider.needs_logits and not self.gives_probabilities:

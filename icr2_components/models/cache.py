@@ -7,6 +7,7 @@ implementation), so a component asking for eager attention does not silently rec
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,14 @@ from icr2_components.extras import require_extra
 from icr2_components.models.resolver import resolve_model
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16"}
+
+
+def check_dtype_device(dtype: Any, device: Any) -> None:
+    """A local model's ``dtype`` and ``device``, checked when a component is built (not when the model loads)."""
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of auto, float32, float16, bfloat16, got {dtype!r}.")
+    if device is not None and not (isinstance(device, str) and re.fullmatch(r"cpu|mps|cuda(:\d+)?", device)):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps, or None (the best available), got {device!r}.")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import ContextTooLongError
 from icr2_components.extras import require_extra
-from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.models.cache import MODEL_CACHE, check_dtype_device
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.introspection import context_limit
@@ -66,6 +66,7 @@ class LocalChatModel:
         check_model_name(name)
         if max_input_tokens is not None and max_input_tokens < 1:
             raise ValueError(f"max_input_tokens must be a positive integer or None, got {max_input_tokens!r}.")
+        check_dtype_device(dtype, device)
         self.name = name
         self.dtype = dtype
         self.device = device

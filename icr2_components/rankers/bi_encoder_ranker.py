@@ -86,7 +86,7 @@ class BiEncoderRanker:
         :returns: `documents`: the top K by score, best first, each a copy with `score` set.
         """
         if not isinstance(query, str) or not query.strip():
-            raise ValueError("BiEncoderRanker.run needs a non-empty query.")
+            raise ValueError(f"BiEncoderRanker.run needs a non-empty query, got {query!r:.60}.")
         k = override(positive_int(top_k, "top_k", optional=True, hint=" (keep all)"), self.top_k)
         if not documents:
             return {"documents": []}

@@ -8,7 +8,7 @@ from haystack import component
 from haystack.dataclasses import ChatMessage, ComponentInfo, StreamingChunk, SyncStreamingCallbackT
 
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
-from icr2_components.parameters import message_list, override
+from icr2_components.parameters import boolean, message_list, override, positive_number
 
 
 @component
@@ -70,8 +70,8 @@ class LocalChatReader:
         :param max_input_tokens: Refuse prompts longer than this (default: the model's context length).
         """
         check_max_new_tokens(max_new_tokens)
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}.")
+        boolean(do_sample, "do_sample")
+        positive_number(temperature, "temperature")
         self.chat_model = LocalChatModel(model, dtype=dtype, device=device, attn_implementation=attn_implementation,
                                          max_input_tokens=max_input_tokens)
         self.model = model

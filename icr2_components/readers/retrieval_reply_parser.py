@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.parameters import document_list
 from icr2_components.text.retrieval_replies import RETRIEVAL_END, RETRIEVAL_START, parse_generation
 from icr2_components.text.templates import passage_ids_for
 
@@ -59,7 +60,9 @@ class RetrievalReplyParser:
             ``</RETRIEVAL>``).
         :raises TypeError: when a reply is not a ChatMessage.
         """
-        documents = list(documents or [])
+        if not isinstance(replies, (list, tuple)):
+            raise TypeError(f"replies must be a list of ChatMessages (the reader's replies), got {replies!r:.60}.")
+        documents = list(document_list(documents, optional=True) or [])
         by_id = dict(zip(passage_ids_for(documents), documents))
         context = {pid: d.content or "" for pid, d in by_id.items()}
         out, retrieved, unfinished = [], [], 0

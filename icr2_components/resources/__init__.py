@@ -22,6 +22,8 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
+from icr2_components.errors import UserInputError
+
 #: each kind of shipped file: its folder in the package and the suffix its names leave out
 KINDS: dict[str, str] = {
     "pipelines": ".yaml",
@@ -111,6 +113,8 @@ def resolve_file(kind: str, value: str | os.PathLike) -> Path:
     :returns: The path to read.
     :raises FileNotFoundError: A bare name that is neither a file here nor a shipped name.
     """
+    if not isinstance(value, (str, os.PathLike)):
+        raise UserInputError(f"A shipped {kind} name or a file path is needed, got {type(value).__name__} {value!r}.")
     path = Path(value)
     if path.exists():
         return path

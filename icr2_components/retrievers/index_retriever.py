@@ -138,7 +138,7 @@ class IndexRetriever:
     def _checked(self, query: Any, top_k: int | None, method: str | None, filters: Any,
                  query_embedding: Any) -> tuple[str, int, dict | None]:
         if not isinstance(query, str) or not query.strip():
-            raise ValueError("IndexRetriever.run needs a non-empty query string.")
+            raise ValueError(f"IndexRetriever.run needs a non-empty query string, got {query!r:.60}.")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a whole number >= 1, got {top_k!r}.")
         method = method or self.method
