@@ -3,7 +3,7 @@
 The served reader and the served gate answer through OpenAI's async client: the same replies, errors and decisions
 as their ``run``. Four ``Pipeline.run_async`` calls awaited together through the served reader against llama.cpp's
 batching ``llama-server`` (4 slots, ``scripts/llama_server.sh start native`` on port ``ICR2_LLAMA_NATIVE_PORT``,
-default 8090, started here when nothing serves there) finish in at most 1.5x the time of one.
+default 8090, started here when nothing serves there) are at the server at once and end together.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from icr2_components.builders.prompt_builder import CorpusInContextPromptBuilder
 from icr2_components.errors import ContextTooLongError
 from icr2_components.models.served_model import ServedModelError, ServedTokenizer
 from icr2_components.readers import ServedChatReader
+from icr2_components.testing import ForwardingProxy
 from tests.llama_server_fixtures import model_alias, run_script, served_models
 
 pytestmark = pytest.mark.llama_server
@@ -123,33 +124,70 @@ def native_server_url():
         run_script("stop", timeout=120, env={"ICR2_LLAMA_PORT": port})
 
 
+class TimingProxy(ForwardingProxy):
+    """A real proxy in front of the batching server: the chats in flight at once (the most), and how long the
+    server took over each chat of the current round."""
+
+    def __init__(self, target_root: str) -> None:
+        super().__init__(target_root, timeout_s=300)
+        self.in_flight = self.peak = 0
+        self.seconds: list[float] = []
+
+    def exchange(self, method, path, body, forward):
+        if not self.is_chat(method, path):
+            return forward()
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        start = time.perf_counter()
+        try:
+            return forward()
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.seconds.append(time.perf_counter() - start)
+
+
 @pytest.mark.slow
-def test_four_concurrent_pipeline_runs_on_a_batching_server_take_at_most_one_and_a_half_of_one(native_server_url):
+def test_four_concurrent_pipeline_runs_are_decoded_together_by_a_batching_server(native_server_url):
+    """Four ``Pipeline.run_async`` calls through the served reader reach llama.cpp's 4-slot server at once and end
+    together: the proxy in front of it sees 4 chats in flight, and the four calls take at most 1.25x the longest of
+    their own chats at the server (one after another they would take the sum), and less than four single calls.
+
+    How much four cost against one is the server's hardware: on 2 CPU cores llama.cpp decodes 4 sequences of this
+    quantised model in about 2.7x the time of one (its own timings), so four calls take about that; on a GPU, where
+    a batch costs about what one sequence does, the same overlap gives close to 1x. The ratio is printed and kept in
+    BENCHMARKS ("Serving and LLM backends")."""
     tokens = 48
-    pipeline = _reading_pipeline(native_server_url, tokens)
+    proxy = TimingProxy(native_server_url.removesuffix("/v1"))
+    pipeline = _reading_pipeline(proxy.url, tokens)
     data = {"prompt": {"query": "Describe the city of Paris in detail.", "documents": PARIS}}
 
-    async def timed(calls: int) -> tuple[float, list]:
+    async def timed(calls: int) -> tuple[float, list, list[float], int]:
+        proxy.seconds, proxy.peak = [], 0
         start = time.perf_counter()
         results = await asyncio.gather(*(pipeline.run_async(data) for _ in range(calls)))
-        return time.perf_counter() - start, results
+        return time.perf_counter() - start, results, list(proxy.seconds), proxy.peak
 
-    async def measure() -> tuple[list[float], list[float], list]:
+    async def measure():
         await timed(1)  # connections and the model's first request
-        ones, fours, replies = [], [], []
+        ones, fours = [], []
         for _ in range(3):  # interleaved, so a change in the machine's load falls on both
-            seconds, _ = await timed(1)
-            ones.append(seconds)
-            seconds, results = await timed(4)
-            fours.append(seconds)
-            replies = [r["reader"]["replies"][0] for r in results]
-        return ones, fours, replies
+            ones.append((await timed(1))[0])
+            fours.append(await timed(4))
+        return ones, fours
 
-    ones, fours, replies = asyncio.run(measure())
-    one, four = statistics.median(ones), statistics.median(fours)
+    try:
+        ones, fours = asyncio.run(measure())
+    finally:
+        proxy.close()
+    one, four = statistics.median(ones), statistics.median(wall for wall, *_ in fours)
     print(f"\nServedChatReader through Pipeline.run_async, {tokens} tokens each, llama-server 4 slots: "
           f"one call {one:.2f} s (runs {', '.join(f'{s:.2f}' for s in ones)}), four at once {four:.2f} s "
-          f"(runs {', '.join(f'{s:.2f}' for s in fours)}): {four / one:.2f}x")
-    assert all(reply.meta["completion_tokens"] == tokens for reply in replies)  # the same work in every request
-    assert four <= 1.5 * one, (ones, fours)
-
+          f"(runs {', '.join(f'{wall:.2f}' for wall, *_ in fours)}): {four / one:.2f}x")
+    for wall, results, seconds, peak in fours:
+        assert peak == 4, (peak, seconds)  # all four at the server at once
+        assert len(seconds) == 4 and wall <= 1.25 * max(seconds), (wall, seconds)  # and ended together
+        # the same work in every request
+        assert all(r["reader"]["replies"][0].meta["completion_tokens"] == tokens for r in results)
+    assert four < 4 * one, (ones, fours)
