@@ -402,7 +402,11 @@ def create_serving_app(
             return error_response(request, 400, "malformed_json", f"the body is not UTF-8 JSON: {error.__cause__}")
         kind = (getattr(error, "error", None) or _STATUS_ERROR_KIND.get(error.status_code)
                 or ("pipeline_failed" if error.status_code >= 500 else "http_error"))
-        return error_response(request, error.status_code, kind, str(error.detail), getattr(error, "param", None))
+        reason = str(error.detail)
+        if error.status_code == 405:  # Starlette's "Method Not Allowed": say which method, where, and what is
+            allowed = (error.headers or {}).get("Allow")
+            reason = f"{request.method} is not allowed on {request.url.path}" + (f"; use {allowed}" if allowed else "")
+        return error_response(request, error.status_code, kind, reason, getattr(error, "param", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
