@@ -16,6 +16,7 @@ from icr2_components.builders.corpus_assembly import (
     pool_round_robin,
 )
 from icr2_components.builders.corpus_builder import ConfounderAwareCorpusBuilder
+from icr2_components.builders.key_value_prompt_builder import KeyValueRetrievalPromptBuilder
 from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder
 from icr2_components.builders.prompt_builder import CorpusInContextPromptBuilder
 from icr2_components.builders.relevance_judge_prompt_builder import RelevanceJudgePromptBuilder
@@ -28,6 +29,7 @@ __all__ = [
     "CorpusInContextPromptBuilder",
     "CorpusReport",
     "CorpusResult",
+    "KeyValueRetrievalPromptBuilder",
     "MultiAgentAnswerPromptBuilder",
     "RelevanceJudgePromptBuilder",
     "benchmark_statistics",
