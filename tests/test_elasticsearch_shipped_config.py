@@ -7,7 +7,7 @@ folder, killed with SIGKILL a few seconds into the load, then run again.
   embedded nor sent again (the report's ``resumed_from`` and ``written``);
 - the re-run ends with exactly the passages of the corpus, each once, each with its embedding.
 
-Only ``store.index`` (a fresh index per test) and ``corpus.max_articles`` (1,200 of the sample's 2,938 articles:
+Only ``store.index`` (a fresh index per test) and ``corpus.max_articles`` (700 of the sample's 2,938 articles:
 enough that an idle machine is still loading when the kill comes, few enough that two loads fit a test) are overridden.
 """
 
@@ -27,7 +27,7 @@ from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.kilt.sample import build_sample
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTICLES = 1200
+ARTICLES = 700
 CONFIRMED_FOR_S = 7.0  # the index has held passages this long before the kill (checkpoint_seconds is 5)
 LIMIT_S = 1800
 
