@@ -3,8 +3,6 @@ every retry), a server answering something that is not an LLM server is named as
 every request failed exits non-zero with the reason. The failing server is a real HTTP server on a local port
 (answering every request with a fixed page or status), not a patched client."""
 
-import http.server
-import threading
 import time
 
 import pytest
@@ -14,6 +12,7 @@ from icr2_components.backends import BackendError, backend_from_dict
 from icr2_components.cli import main
 from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.models.served_model import ServedModelError, ServedTokenizer
+from icr2_components.testing import FixedAnswerServer
 
 SERVED = {"kind": "served", "served_model": {"api_base_url": "http://127.0.0.1:8089/v1",
                                              "model": "smollm2-135m-instruct"}}
@@ -53,41 +52,6 @@ def test_the_cli_refuses_port_99999_at_once(tmp_path, capsys):
     assert code == 1 and time.perf_counter() - started < 30  # not after retries to a port that cannot exist
     err = capsys.readouterr().err
     assert "port must be from 1 to 65535, got '99999'" in err and "Traceback" not in err
-
-
-class FixedAnswerServer:
-    """A real HTTP server on a free local port answering every GET and POST with one status and body."""
-
-    def __init__(self, status: int, body: bytes, content_type: str = "text/html") -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_a_server_answering_garbage_is_named_as_not_an_llm_server():

@@ -5,12 +5,10 @@ subprocess, as a user would. The shipped Elasticsearch config runs on a fresh, e
 from __future__ import annotations
 
 import gzip
-import http.server
 import json
 import os
 import shutil
 import subprocess
-import threading
 import uuid
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from bad_input_cases.common import (
     output_says,
     words,
 )
+from icr2_components.testing import FixedAnswerServer
 
 
 def index_config(tmp: Path, name: str, corpus: str, *, es: bool = False, extra: str = "") -> Path:
@@ -483,36 +482,6 @@ def answer_cache_cases(tmp: Path) -> list[Case]:
         Case("the cache's last line cut in half (a killed run), then the same compare",
              argv, runner=prepared(lambda: restore(cut), argv), right=whole_again),
     ]
-
-
-class FixedAnswerServer:
-    """A real HTTP server on a free local port answering every request with one status and body (a thread)."""
-
-    def __init__(self, status: int, body: bytes, content_type: str) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def served_backend_cases(tmp: Path) -> list[Case]:

@@ -11,9 +11,7 @@ the gate and the served reader.
 from __future__ import annotations
 
 import functools
-import http.server
 import json
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bad_input_cases.common import LLAMA_URL, REPO
+from icr2_components.testing import FixedAnswerServer
 
 # where a clear error may be raised from: the library's own checks, or Haystack's
 OWN_CODE = (str(REPO / "icr2_components"), "/haystack/", "/haystack_integrations/")
@@ -205,33 +204,7 @@ def _one_route(result: dict) -> tuple[bool, str]:
     return len(routes) == 1 and isinstance(result.get("decision"), dict), f"routed to {routes}"
 
 
-class GarbageServer:
-    """A real HTTP server on a free local port answering every request 200 with an HTML page (not an LLM server)."""
-
-    def __init__(self) -> None:
-        body = b"<html><body>Welcome to nginx!</body></html>"
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+NGINX_PAGE = b"<html><body>Welcome to nginx!</body></html>"  # a web server that is not an LLM server
 
 
 def _user(text: str):
@@ -536,7 +509,7 @@ def gate_cases() -> list[Call]:
     garbage = {}
 
     def over_garbage():
-        server_ = garbage.setdefault("server", GarbageServer())
+        server_ = garbage.setdefault("server", FixedAnswerServer(200, NGINX_PAGE))
         try:
             gate = G(method="ta_are", model=None, server={"api_base_url": server_.url, "model": "x", "max_retries": 0,
                                                           "timeout_s": 10}, today="2025-06-01")
@@ -638,7 +611,7 @@ def served_reader_cases() -> list[Call]:
 def _served_over_garbage():
     from icr2_components.readers import ServedChatReader
 
-    server = GarbageServer()
+    server = FixedAnswerServer(200, NGINX_PAGE)
     try:
         reader = ServedChatReader(api_base_url=server.url, model="m", max_retries=0, timeout_s=10,
                                   context_length=2048, tokenizer=None)
