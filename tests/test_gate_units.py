@@ -257,7 +257,7 @@ def test_always_and_never_route_without_a_model_and_reject_empty_questions():
     result = never.run(query="Who won?")
     assert "retrieve" not in result and result["no_retrieval"] == "Who won?" and result["decision"]["p_yes"] == 0.0
     for bad in ("", "   "):
-        with pytest.raises(ValueError, match="empty question"):
+        with pytest.raises(ValueError, match="non-empty query"):
             always.run(query=bad)
 
 

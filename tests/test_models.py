@@ -94,7 +94,7 @@ def test_local_chat_reader_refuses_prompts_beyond_its_context_with_the_limit(smo
         reader.run(messages=[ChatMessage.from_user("word " * 200)], max_new_tokens=20)
     with pytest.raises(ValueError, match="max_new_tokens"):
         LocalChatReader(max_new_tokens=0)
-    with pytest.raises(ValueError, match="at least one message"):
+    with pytest.raises(ValueError, match="messages must be a non-empty list"):
         reader.run(messages=[])
 
 
