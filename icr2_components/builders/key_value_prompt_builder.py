@@ -9,6 +9,7 @@ from haystack import component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import UserInputError
+from icr2_components.parameters import boolean
 
 INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below."
 
@@ -77,9 +78,7 @@ class KeyValueRetrievalPromptBuilder:
         :param query_aware: put the key before the JSON object too (query-aware contextualization).
         :raises UserInputError: if ``query_aware`` is not a boolean.
         """
-        if not isinstance(query_aware, bool):
-            raise UserInputError(f"query_aware must be true or false, got {query_aware!r}.")
-        self.query_aware = query_aware
+        self.query_aware = boolean(query_aware, "query_aware")
 
     @component.output_types(prompt=list[ChatMessage], meta=dict[str, Any])
     def run(self, pairs: list[list[str]], key: str, query_aware: bool | None = None) -> dict[str, Any]:
@@ -91,8 +90,7 @@ class KeyValueRetrievalPromptBuilder:
             of the asked pair).
         :raises UserInputError: for no pairs, a pair that is not two strings, or a key not among the keys once.
         """
-        if query_aware is not None and not isinstance(query_aware, bool):
-            raise UserInputError(f"query_aware must be true or false, got {query_aware!r}.")
+        boolean(query_aware, "query_aware", optional=True)
         checked = check_pairs(pairs, key)
         aware = self.query_aware if query_aware is None else query_aware
         position = next(index for index, (pair_key, _) in enumerate(checked, start=1) if pair_key == key)
