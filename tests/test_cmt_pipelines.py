@@ -43,6 +43,9 @@ def test_verdicts_are_parsed_and_unclear_is_reported():
 def test_components_refuse_bad_input_and_round_trip():
     with pytest.raises(ValueError, match="no documents"):
         RelevanceJudgePromptBuilder().run(query="q", documents=[])
+    # an empty passage is named, not rendered as an empty context the reader is asked about
+    with pytest.raises(ValueError, match=r"\['blank'\] have no text"):
+        RelevanceJudgePromptBuilder().run(query="q", documents=[*DOCS, Document(id="blank", content="  ")])
     with pytest.raises(ValueError, match="on_unclear"):
         MultiAgentAnswerPromptBuilder(on_unclear="ask")
     with pytest.raises(ValueError, match="choose one of"):

@@ -7,6 +7,7 @@ from typing import Any
 from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
+from icr2_components.errors import UserInputError
 from icr2_components.parameters import document_list, non_empty_text
 from icr2_components.text.templates import document_title
 
@@ -47,11 +48,18 @@ class RelevanceJudgePromptBuilder:
         :param query: The question.
         :param documents: The context (one or more passages); empty is an error (there is nothing to judge).
         :returns: `prompt` for the judge reader and the unchanged `documents`.
+        :raises UserInputError: `query` is empty, `documents` is not a non-empty list of Documents, or a document
+            has no text (judging an empty passage would ask the reader about nothing).
         """
         non_empty_text(query, "query")
         document_list(documents)
         if not documents:
-            raise ValueError("The multi-agent CMT judges a context, but no documents were given; pass the passages.")
+            raise UserInputError("The multi-agent CMT judges a context, but no documents were given; pass the "
+                                 "passages.")
+        empty = [d.id for d in documents if not (d.content or "").strip()]
+        if empty:
+            raise UserInputError(f"documents {empty} have no text; drop them before the judge (there is nothing to "
+                                 "judge in an empty passage).")
         context = "\n\n".join(f"Title: {document_title(d)}\n{d.content or ''}" for d in documents)
         text = f"{self.instruction}\n\nContext:\n{context}\n\nQuestion: {query}\nRelevant (yes/no):"
         return {"prompt": [ChatMessage.from_user(text)], "documents": documents}
