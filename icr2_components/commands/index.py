@@ -1,4 +1,5 @@
-"""``icr2 index --config indexing/<name>.yaml``: stream a KILT knowledge source into a store.
+"""``icr2 index --config indexing/<name>.yaml``: stream a corpus (``corpus.format``: kilt, jsonl, csv, parquet,
+hf_dataset, folder; :mod:`icr2_components.corpora`) into a store, or check an index used as it is (``existing``).
 
 ``icr2 index --plan indexing/<name>.yaml [--json]``: build nothing; project passages, disk, vector memory and
 indexing time for the config from figures measured on this machine, and say where one node stops being enough
@@ -10,7 +11,9 @@ import json
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("index", help="index a KILT knowledge source into the configured store")
+    parser = subparsers.add_parser(
+        "index", help="index a corpus (corpus.format: kilt, jsonl, csv, parquet, hf_dataset, folder) into the "
+        "configured store, or check an existing index")
     parser.add_argument("--config", help="index config YAML (indexing/*.yaml) to build")
     parser.add_argument("--plan", metavar="CONFIG",
                         help="build nothing: project passages, disk, vector memory and indexing time for this index "
@@ -66,6 +69,13 @@ def run(args) -> int:
         f"{report.seconds:.1f}",
     )
     make_console().print(table)
+    if report.details.get("used_as_is"):
+        make_console().print(
+            f"used as it is (corpus.format: existing): nothing written; {report.details['sampled']} documents sampled "
+            f"have text ({report.details['sampled_with_title']} a title)"
+            + (f" and {report.details['embedding_dimension']}-d embeddings" if report.details["embedding_dimension"]
+               else "")
+        )
     if report.skips.get("total"):
         make_console().print(
             f"skipped in {report.skips.get('source')}: {json.dumps(report.skips['counts'])}; "

@@ -10,6 +10,7 @@ no text, and a repeated ``wikipedia_id`` (the first record wins). A file that ca
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -18,6 +19,27 @@ from haystack import Document
 from icr2_components.kilt.chunking import Passage, chunk_article
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport, iter_jsonl
+
+
+@dataclass(frozen=True)
+class KiltArticle:
+    """One valid article of the knowledge source: its line, id, title and paragraphs (``text``)."""
+
+    line_number: int
+    wikipedia_id: str
+    title: str
+    paragraphs: list
+
+    def body(self, skip_title_paragraph: bool = True) -> list[str]:
+        """The paragraphs that hold text (paragraph 0 left out when it merely repeats the title)."""
+        kept = []
+        for index, paragraph in enumerate(self.paragraphs):
+            if not isinstance(paragraph, str) or not paragraph.strip():
+                continue
+            if index == 0 and skip_title_paragraph and paragraph.strip() == self.title.strip():
+                continue
+            kept.append(paragraph.strip())
+        return kept
 
 
 class KiltKnowledgeSource:
@@ -53,14 +75,14 @@ class KiltKnowledgeSource:
         self.skips = SkipReport(source=str(self.path))
         self.articles_read = 0
 
-    def passages(self) -> Iterator[Passage]:
-        """The passages of every valid article, in file order.
+    def articles(self) -> Iterator[KiltArticle]:
+        """The valid articles, in file order, before chunking (a chunker of another rule reads these).
 
         Counted in :attr:`skips` and left out: lines that are not UTF-8 or not JSON objects, records missing
-        ``wikipedia_id``/``wikipedia_title``/``text`` or with values of the wrong type, articles with no text,
-        paragraphs that are not strings, and **repeated articles**: the first record of a ``wikipedia_id`` wins
-        and every later one is skipped whole. Passage ids are ``<wikipedia_id>-w<N>-<n>``, so a second record
-        with the same id would overwrite the first one's passages and leave a mixed article.
+        ``wikipedia_id``/``wikipedia_title``/``text`` or with values of the wrong type, and **repeated articles**:
+        the first record of a ``wikipedia_id`` wins and every later one is skipped whole. Paragraphs that are not
+        strings are counted one by one (the article's other paragraphs are kept). ``max_articles`` counts the
+        articles yielded here.
         """
         self.skips = SkipReport(source=str(self.path))
         self.articles_read = 0
@@ -107,16 +129,26 @@ class KiltKnowledgeSource:
                 # counted per paragraph: the article's other paragraphs are still indexed
                 for _ in range(not_text):
                     self.skips.skip("paragraph is not a string", line_number, f"wikipedia_id={wikipedia_id}")
+            self.articles_read += 1
+            yield KiltArticle(line_number, wikipedia_id, title, text)
+
+    def passages(self) -> Iterator[Passage]:
+        """The passages of every valid article (:meth:`articles`), in file order, by KILT/DPR's rule.
+
+        Passage ids are ``<wikipedia_id>-w<N>-<n>``, so a second record with the same id would overwrite the first
+        one's passages and leave a mixed article: that is why repeated articles are skipped whole. An article that
+        yields no passage is counted as ``article with no text``.
+        """
+        for article in self.articles():
             passages = chunk_article(
-                wikipedia_id,
-                title,
-                text,
+                article.wikipedia_id,
+                article.title,
+                article.paragraphs,
                 passage_words=self.passage_words,
                 skip_title_paragraph=self.skip_title_paragraph,
             )
-            self.articles_read += 1
             if not passages:
-                self.skips.skip("article with no text", line_number, f"wikipedia_id={wikipedia_id}")
+                self.skips.skip("article with no text", article.line_number, f"wikipedia_id={article.wikipedia_id}")
                 continue
             yield from passages
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import yaml
 
-from icr2_components.kilt.sample import build_sample
-from icr2_components.models.resolver import SMOLLM2_ALIAS
+from icr2_components.corpora import corpus_reader, corpus_settings_from_mapping
+from icr2_components.corpora.kilt import KiltCorpusSettings
+from icr2_components.corpora.settings import ConfigError, CorpusConfig
 from icr2_components.paths import output_file_problem
 from icr2_components.stores.store_types import (
     StoreSettings,
@@ -24,40 +25,6 @@ from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapp
 
 # The store a config gets when its store section does not say `type` (the embedded one, nothing to start).
 DEFAULT_STORE_TYPE = "in_memory"
-
-
-class ConfigError(ValueError):
-    """A configuration file or mapping is invalid; the message names the key and what is allowed."""
-
-
-@dataclass
-class CorpusConfig:
-    # a KILT knowledge-source file, or "sample" for the bundled sample built from shared/data
-    path: str = "sample"
-    passage_words: int = 100
-    skip_title_paragraph: bool = True
-    max_articles: int | None = None
-    # tokenizers whose cost of each passage is counted once at indexing and stored with it (meta token_counts),
-    # so a token-budget corpus builder reads it instead of tokenizing (default: the bundled reader's; [] for none)
-    count_tokens_for: list[str] = field(default_factory=lambda: [SMOLLM2_ALIAS])
-
-    def validate(self) -> None:
-        if self.passage_words < 1:
-            raise ConfigError(f"corpus.passage_words must be >= 1, got {self.passage_words}.")
-        for name in self.count_tokens_for:
-            if not isinstance(name, str) or not name.strip():
-                raise ConfigError(
-                    f"corpus.count_tokens_for lists tokenizers (aliases, paths, Hugging Face ids), got {name!r}."
-                )
-        if len(set(self.count_tokens_for)) != len(self.count_tokens_for):
-            raise ConfigError(f"corpus.count_tokens_for repeats a tokenizer: {self.count_tokens_for}.")
-        if self.max_articles is not None and self.max_articles < 1:
-            raise ConfigError("corpus.max_articles must be a positive integer or null.")
-        # a folder fails at once; a missing file is reported when the corpus is opened (it may be made meanwhile)
-        if isinstance(self.path, str) and self.path != "sample" and Path(self.path).expanduser().is_dir():
-            raise ConfigError(
-                f"corpus.path {self.path} is a directory; give the KILT knowledge-source file (JSON lines) in it."
-            )
 
 
 @dataclass
@@ -139,7 +106,8 @@ def default_store_settings() -> StoreSettings:
 class IndexConfig:
     # the registered backend's own section (e.g. InMemoryStoreSettings, ElasticsearchStoreSettings)
     store: StoreSettings = field(default_factory=default_store_settings)
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    # the reader's own section (e.g. KiltCorpusSettings, JsonlCorpusSettings: icr2_components.corpora)
+    corpus: CorpusConfig = field(default_factory=KiltCorpusSettings)
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     writer: WriterConfig = field(default_factory=WriterConfig)
     name: str = "index"
@@ -152,9 +120,10 @@ class IndexConfig:
         return self
 
 
-# Sections read by this module; the store section is read by the backend its `type` names.
-_SECTIONS = {"corpus": CorpusConfig, "embedding": EmbeddingConfig, "writer": WriterConfig}
-_SECTION_NAMES = ("store", *_SECTIONS)
+# Sections read by this module; the store section is read by the backend its `type` names, the corpus section by
+# the reader its `format` names (icr2_components.corpora).
+_SECTIONS = {"embedding": EmbeddingConfig, "writer": WriterConfig}
+_SECTION_NAMES = ("store", "corpus", *_SECTIONS)
 
 
 def _build_section(name: str, cls, values: Any, source: str):
@@ -197,8 +166,9 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{source}: key 'name' is {name!r}; expected a non-empty string.")
     store = _build_store_section(data.get("store"), source)
+    corpus = corpus_settings_from_mapping(data.get("corpus"), source)
     sections = {section: _build_section(section, cls, data.get(section), source) for section, cls in _SECTIONS.items()}
-    config = IndexConfig(name=name, store=store, **sections).validate()
+    config = IndexConfig(name=name, store=store, corpus=corpus, **sections).validate()
     missing = [name for name in REQUIRED_SECTIONS if name not in data]
     if missing:
         raise ConfigError(
@@ -208,7 +178,7 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
             "indexing/kilt-sample.yaml."
         )
     # a corpus section without its path would index the bundled sample and exit 0: what was meant is unknown
-    if not isinstance(data["corpus"], dict) or "path" not in data["corpus"]:
+    if config.corpus.reads_documents and (not isinstance(data["corpus"], dict) or "path" not in data["corpus"]):
         raise ConfigError(
             f"{source}: section 'corpus' has no 'path'. Say what to index: corpus: {{path: "
             "<kilt_knowledgesource.json>}, "
@@ -253,27 +223,22 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
 
 
 def corpus_path(config: IndexConfig) -> Path:
-    if config.corpus.path == "sample":
-        return build_sample().corpus
-    path = Path(config.corpus.path).expanduser()
+    """The file or folder the config's corpus reads (the bundled sample written first when asked for)."""
+    path = config.corpus.resolved_path()
     if not path.exists():
         raise FileNotFoundError(f"corpus.path {path} does not exist (use 'sample' for the bundled sample).")
     return path
 
 
 def config_fingerprint(config: IndexConfig) -> str:
-    """Changes whenever the passages or their embeddings would change."""
-    path = corpus_path(config)
-    stat = path.stat()
-    key = {
-        "corpus": str(path.resolve()),
-        "size": stat.st_size,
-        "passage_words": config.corpus.passage_words,
-        "skip_title_paragraph": config.corpus.skip_title_paragraph,
-        "max_articles": config.corpus.max_articles,
+    """Changes whenever the passages or their embeddings would change: the corpus reader's key (the data read,
+    its size or listing, the format's settings and the chunking) and the embedding's settings. A KILT corpus
+    chunked by DPR's rule keeps the fingerprint it had before corpus formats existed."""
+    key = corpus_reader(config.corpus).fingerprint_key()
+    key.update({
         "embedding": config.embedding.model if config.embedding.enabled else None,
         "meta_fields_to_embed": config.embedding.meta_fields_to_embed if config.embedding.enabled else None,
-    }
+    })
     if config.embedding.enabled and config.embedding.backend != "fp32":
         key["embedding_backend"] = config.embedding.backend  # only when set: fp32 indexes keep their fingerprint
     return hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -320,16 +320,10 @@ def embed_to_shards(
 
 
 def corpus_source(config):
-    """The config's corpus as a passage source (as ``IndexHandle.source()``, without opening a store)."""
-    from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
-    from icr2_components.stores.config import corpus_path
+    """The config's corpus reader (as ``IndexHandle.source()``, without opening a store)."""
+    from icr2_components.corpora import corpus_reader
 
-    return KiltKnowledgeSource(
-        corpus_path(config),
-        passage_words=config.corpus.passage_words,
-        skip_title_paragraph=config.corpus.skip_title_paragraph,
-        max_articles=config.corpus.max_articles,
-    )
+    return corpus_reader(config.corpus)
 
 
 def _skip_total(source) -> int:

@@ -31,3 +31,8 @@ class DocumentCountMismatchError(RuntimeError):
 class IndexConfigMismatchError(ValueError):
     """The index was built from another corpus or config than the one given (their fingerprints differ): reading
     it would answer from other passages, writing into it would mix two corpora. The message names both."""
+
+
+class ExistingIndexError(ValueError):
+    """An index used as it is (``corpus.format: existing``) lacks what retrieval needs: text in ``content``, or an
+    embedding of the configured model's dimension. The message names the documents and the fix."""

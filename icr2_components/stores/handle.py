@@ -26,14 +26,19 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from haystack import Document
 
-from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
+from icr2_components.corpora import CorpusReader, corpus_reader
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.models.token_counting import PassageTokenCounter, with_token_counts
 from icr2_components.records import SkipReport
 from icr2_components.stores.backend import StoreBackend, store_backend
-from icr2_components.stores.config import IndexConfig, config_fingerprint, corpus_path, load_index_config
+from icr2_components.stores.config import IndexConfig, config_fingerprint, load_index_config
 from icr2_components.stores.embedding_shards import passage_embedder
-from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError, IndexNotBuiltError
+from icr2_components.stores.errors import (
+    EmptyCorpusError,
+    EmptyIndexError,
+    ExistingIndexError,
+    IndexNotBuiltError,
+)
 from icr2_components.stores.retrieval_methods import UnknownRetrievalMethodError, retrieval_method
 
 
@@ -125,16 +130,11 @@ class IndexHandle:
 
     # -- building -------------------------------------------------------------------------------------------
 
-    def source(self) -> KiltKnowledgeSource:
-        """The configured KILT corpus as a passage source (its ``skips`` fill as it is read)."""
-        return KiltKnowledgeSource(
-            corpus_path(self.config),
-            passage_words=self.config.corpus.passage_words,
-            skip_title_paragraph=self.config.corpus.skip_title_paragraph,
-            max_articles=self.config.corpus.max_articles,
-        )
+    def source(self) -> CorpusReader:
+        """The configured corpus's reader (``corpus.format``; its ``skips`` fill as it is read)."""
+        return corpus_reader(self.config.corpus)
 
-    def documents(self, progress: bool = True) -> tuple[KiltKnowledgeSource, Iterable[Document]]:
+    def documents(self, progress: bool = True) -> tuple[CorpusReader, Iterable[Document]]:
         """The corpus as a stream of documents (embedded when embedding is on)."""
         source = self.source()
         stream: Iterable[Document] = source.documents()
@@ -145,11 +145,15 @@ class IndexHandle:
     def build(self, progress: bool = True, documents: Iterable[Document] | None = None) -> IndexReport:
         """Index the configured corpus (or the given ``documents``, e.g. a BEIR corpus) into the store.
 
-        Nothing is lost silently: the corpus reader's skips (bad lines, repeated articles) and, for given
+        Nothing is lost silently: the corpus reader's skips (bad lines, rows or files, repeated ids) and, for given
         ``documents``, repeated ids (the first one wins) are in ``report.skips``. A corpus that yields no passage
         is an :class:`EmptyCorpusError`, raised before the store is touched; a store that ends up holding another
         number of passages than were streamed is a :class:`~icr2_components.stores.errors.DocumentCountMismatchError`.
+        With ``corpus.format: existing`` nothing is written: the store is opened and checked
+        (:meth:`check_existing`).
         """
+        if documents is None and not self.config.corpus.reads_documents:
+            return self.check_existing()
         start = time.perf_counter()
         skips = SkipReport(source="documents")
         if documents is None:
@@ -160,11 +164,13 @@ class IndexHandle:
             raw = _first_id_wins(documents, skips)
         first = next(raw, None)
         if first is None:
-            what = f"corpus {source.path}" if source is not None else "the documents given to build()"
+            what = source.describe() if source is not None else "the documents given to build()"
             detail = source.skips.summary() if source is not None else "no document"
             raise EmptyCorpusError(
                 f"{what} yielded no passage ({detail}); nothing was indexed into '{self.config.name}'. "
-                "Check corpus.path (a KILT knowledge-source JSONL, one article per line) or use path: sample."
+                "Check corpus.path and corpus.format (kilt: a KILT knowledge-source JSONL, one article per line; "
+                "jsonl, csv, parquet, hf_dataset: corpus.fields names the text field; folder: corpus.include) or "
+                "use path: sample."
             )
         raw = itertools.chain((first,), raw)
         with self._lock:
@@ -185,6 +191,53 @@ class IndexHandle:
             details=written.details,
         )
 
+    def check_existing(self, sample: int = 20) -> IndexReport:
+        """An index used as it is (``corpus.format: existing``): open it, count it, and check ``sample`` of its
+        documents have text and, with embeddings on, a vector of the model's dimension. Writes nothing.
+
+        :raises EmptyIndexError: the store holds no document.
+        :raises ExistingIndexError: a sampled document has no text, or no vector (or one of another dimension)
+            while the config turns embeddings on.
+        """
+        start = time.perf_counter()
+        store = self.document_store
+        total = int(store.count_documents())
+        if total == 0:
+            raise EmptyIndexError(f"{self.backend.describe()} (corpus.format: existing) holds no documents.")
+        documents = self.backend.random_documents(store, min(sample, total), 0, set())
+        no_text = [d.id for d in documents if not isinstance(d.content, str) or not d.content.strip()]
+        if no_text:
+            raise ExistingIndexError(
+                f"{self.backend.describe()}: documents {no_text[:5]} have no text in 'content', which BM25 searches "
+                "and readers read; an index used as it is needs Haystack's layout (content, optional title, embedding)."
+            )
+        dimension = None
+        if self._embedder is not None:
+            dimension = self._embedder.dimension
+            bad = [d.id for d in documents if d.embedding is None or len(d.embedding) != dimension]
+            if bad:
+                raise ExistingIndexError(
+                    f"{self.backend.describe()}: documents {bad[:5]} have no embedding of dimension {dimension} "
+                    f"({self.config.embedding.model}); dense and hybrid retrieval need one per document from that "
+                    "model. Set embedding.enabled: false to search it by BM25 only, or embedding.model to the model "
+                    "that made its vectors."
+                )
+        with_title = sum(1 for d in documents if d.meta.get("title"))
+        return IndexReport(
+            store=self.config.store.type,
+            index=self.backend.index_name,
+            documents_in_store=total,
+            count_ok=None,
+            seconds=time.perf_counter() - start,
+            skips=SkipReport(source=self.backend.describe()).as_dict(),
+            details={
+                "used_as_is": True,
+                "sampled": len(documents),
+                "sampled_with_title": with_title,
+                "embedding_dimension": dimension,
+            },
+        )
+
     # -- opening --------------------------------------------------------------------------------------------
 
     @property
@@ -192,7 +245,8 @@ class IndexHandle:
         """The Haystack document store holding the index (built first when the store builds on first use)."""
         with self._lock:
             if self._store is None:
-                if self.backend.builds_on_first_use and not self.backend.index_exists():
+                builds = self.backend.builds_on_first_use and self.config.corpus.reads_documents
+                if builds and not self.backend.index_exists():
                     self.build(progress=True)
                 else:
                     self._store = self.backend.open_document_store()

@@ -75,6 +75,14 @@ class InMemoryStoreSettings(StoreSettings):
         if problem:
             raise ConfigError(f"store.persist_path cannot be written: {problem}.")
 
+    def validate_with_config(self, config) -> None:
+        """An index used as it is (``corpus.format: existing``) is the store saved at ``persist_path``."""
+        if not config.corpus.reads_documents and not self.persist_path:
+            raise ConfigError(
+                "corpus.format: existing with store.type: in_memory needs store.persist_path: the file an "
+                "InMemoryDocumentStore was saved to (save_to_disk), which is used as it is."
+            )
+
 
 @register_store_backend("in_memory")
 class InMemoryStoreBackend(StoreBackend):
@@ -110,13 +118,19 @@ class InMemoryStoreBackend(StoreBackend):
 
         path = self.persist_path()
         if not path.exists():
+            if not self.config.corpus.reads_documents:
+                raise IndexNotBuiltError(
+                    f"store.persist_path {path} of '{self.config.name}' (corpus.format: existing) does not exist: "
+                    "give the file an InMemoryDocumentStore was saved to with save_to_disk."
+                )
             raise IndexNotBuiltError(
                 f"No in-memory index of '{self.config.name}' is saved at {path}: build it with `icr2 index --config "
                 "<this config>`."
             )
         # the saved file carries the store's own settings (BM25 parameters, similarity, index name)
         store = InMemoryDocumentStore.load_from_disk(str(path))
-        self._refuse_another_config(store, path)
+        if self.config.corpus.reads_documents:  # an index used as it is was not built from a config
+            self._refuse_another_config(store, path)
         return store
 
     def _refuse_another_config(self, store, path: Path) -> None:

@@ -254,6 +254,13 @@ def planned_passages(config: "IndexConfig", override: int | None = None) -> tupl
     from icr2_components.stores.config import corpus_path
 
     corpus = config.corpus
+    if corpus.format != "kilt":
+        from icr2_components.corpora import corpus_reader
+
+        reader = corpus_reader(corpus)
+        if not corpus.reads_documents:
+            raise PlanError(f"corpus.format: {corpus.format} uses an index as it is: there is nothing to plan.")
+        return sum(1 for _ in reader.documents()), f"counted in {reader.describe()}"
     if corpus.path != "sample" and not Path(corpus.path).expanduser().exists():
         passages = KILT_FULL_PASSAGES
         words = ""
