@@ -64,3 +64,12 @@ print(f"setup: models ready; sample corpus {files.corpus} ({files.articles} arti
 index = open_index("indexing/kilt-sample.yaml")
 print(f"setup: sample index ready ({index.count()} passages)")
 PY
+
+# --- corpus-format tests (tests/test_corpus_formats_folder.py): Ghostscript writes the PDFs they index, from the
+# Python documentation's text that scripts/python_docs.sh unpacks (apt-get download, no install). Root only; a
+# machine without it gets a test failure naming the package, not a skip.
+if [ "$mode" = tests ] && ! command -v gs >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing ghostscript (the corpus-format tests write PDFs with it)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ghostscript >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ghostscript >/dev/null; }
+fi

@@ -67,15 +67,16 @@ class Chunker:
             self._splitter = splitter
         return self._splitter
 
-    def split(self, document: Document, record_id: str) -> list[Document]:
-        """The passages of ``document`` (its meta copied to each, with ``passage_index``; a PDF's ``page_number``
-        kept); passages holding only whitespace are dropped."""
+    def split(self, document: Document, record_id: str, pages: bool = False) -> list[Document]:
+        """The passages of ``document`` (its meta copied to each, with ``passage_index``, and ``page_number`` when
+        ``pages`` or the text has form feeds, as a PDF read by PyPDFToDocument does); passages holding only
+        whitespace are dropped."""
         if self.settings.split_by == "none":
             return [Document(id=record_id, content=document.content, meta={**document.meta, "passage_index": 0})]
         pieces = self._get_splitter().run(documents=[Document(content=document.content, meta=dict(document.meta))])
         passages = []
         tag = self.settings.tag()
-        paged = "\f" in (document.content or "")
+        paged = pages or "\f" in (document.content or "")
         for piece in pieces["documents"]:
             if not piece.content or not piece.content.strip():
                 continue

@@ -204,7 +204,7 @@ class FolderCorpusReader(CorpusReader):
                 self.skips.skip("empty text", None, relative)
                 continue
             meta = {"file_path": relative, "title": _title_of(path, suffix, document)}
-            passages = chunker.split(Document(content=document.content, meta=meta), relative)
+            passages = chunker.split(Document(content=document.content, meta=meta), relative, pages=suffix == ".pdf")
             if not passages:
                 self.skips.skip("empty text", None, f"{relative}: no passage after chunking")
                 continue
