@@ -390,14 +390,16 @@ class PipelineSpec:
         # given passages count as shown only when the pipeline has a context entry that puts them in its prompt;
         # a component there that keeps some of them (a retrieval head, RAP) or reorders them says what was shown
         if controlled and documents is not None and self.context_input:
-            shown = [d.id for d in (declared if declared is not None else documents)]
+            shown = list(declared if declared is not None else documents)
         elif "documents" in self.outputs:
-            shown = [d.id for d in declared or []]
+            shown = list(declared or [])
         elif documents is not None and self.context_input:
-            shown = [d.id for d in documents]
+            shown = list(documents)
         return {
             "answer": (reply.text or "") if reply is not None else "",
-            "shown_ids": shown,
+            "shown_ids": None if shown is None else [d.id for d in shown],
+            # their text, in the same order: what a judge of the answer reads (evaluation.judging)
+            "shown_passages": None if shown is None else [d.content or "" for d in shown],
             "prompt_tokens": (reply.meta or {}).get("prompt_tokens") if reply is not None else None,
             "latency_s": latency,
             # "length": the answer was cut at its token budget (counted in reports, not logged per answer)

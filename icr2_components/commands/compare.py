@@ -66,6 +66,15 @@ def register(subparsers) -> None:
                         "whose reader batches (LocalChatReader as the last step); the others, and white-box decoding "
                         "readers, answer one at a time (logged). The cache and report are those of 1 with a float32 "
                         "reader; in bfloat16/float16 some greedy replies differ (warned)")
+    parser.add_argument("--judge", metavar="BACKEND",
+                        help="also judge every answer without gold labels, with ragas' judge metrics asked of this "
+                        "backend's model (a shipped name such as llama_cpp_server, or a backend file): groundedness "
+                        "to the passages shown, answer relevance, context relevance; cached in --out/judgements.jsonl, "
+                        "reported with intervals, n, unparsable replies and paired tests (docs/evaluation.md)")
+    parser.add_argument("--judge-metrics", metavar="M1,M2",
+                        help="comma-separated subset of groundedness,answer_relevance,context_relevance (default all)")
+    parser.add_argument("--judge-concurrency", type=int,
+                        help="judge requests at once (default: the judge backend's max_concurrency)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--report-only", action="store_true",
                         help="run no model: report on the questions the cache already answers for every pipeline "
@@ -107,6 +116,14 @@ def print_report(report: dict) -> None:
         tables.append((f"share of the {paired['baseline']} -> oracle gap closed (answer match, open)",
                        gap_rows(report)))
     tables.append(("faithfulness / robustness (CUB BCU) [95% interval]", cub_rows(report)))
+    if report.get("judge"):
+        from icr2_components.evaluation.reports.rendering import judge_rows
+
+        judge = report["judge"]
+        tables.append((f"judged without gold labels by {judge['judge']}: mean [95% interval], n (unparsable)",
+                       judge_rows(report)))
+        tables.append((f"judge metrics against {judge['paired'].get('baseline')} on the same answers (Holm across "
+                       "pipelines)", paired_rows({"paired": judge["paired"]}, metrics=list(judge["metrics"]))))
     if report.get("position_curves", {}).get("curves"):
         tables.append(("accuracy by position of the first gold passage [95% interval]",
                        curve_rows(report["position_curves"])))
@@ -156,7 +173,8 @@ def _run(args) -> int:
                          progress=not args.no_progress, backend=backend, question_ids=args.question_ids, split=split,
                          split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
                          seed=args.stats_seed, report_only=args.report_only, concurrency=args.concurrency,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, judge=args.judge, judge_metrics=args.judge_metrics,
+                         judge_concurrency=args.judge_concurrency)
     print_report(report)
     print_questions(report["run"])
     refuse_if_every_request_failed(report["run"])

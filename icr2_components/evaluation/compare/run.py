@@ -283,6 +283,9 @@ def run_compare(
     report_only: bool = False,
     concurrency: int | None = None,
     batch_size: int = 1,
+    judge: Any = None,
+    judge_metrics: Sequence[str] | str | None = None,
+    judge_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
@@ -293,7 +296,10 @@ def run_compare(
     paired), and count the others in ``run.report_only``. ``concurrency``: answers requested at once (default:
     the backend's ``max_concurrency``, 1 without a served backend); the cache, its order and the report are those
     of a sequential run (``icr2_components.concurrency``). ``batch_size``: answers generated together by a
-    pipeline whose reader batches (``compare.batching``); the cache and report are again those of 1."""
+    pipeline whose reader batches (``compare.batching``); the cache and report are again those of 1. ``judge``: a
+    judge backend (name, file, ``Backend`` or ``judging.RagasJudge``) that scores every answer with ragas' judge
+    metrics (``judge_metrics``, default all; ``evaluation.judging``), cached in ``judgements.jsonl``, at
+    ``judge_concurrency`` (default the judge backend's); the report's ``judge`` section."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
@@ -307,6 +313,11 @@ def run_compare(
     slots = request_concurrency(backend, concurrency)
     check_batch_size(batch_size)
     specs = load_specs(pipelines, backend)
+    if judge is not None:  # a bad judge backend or metric name fails before any question runs
+        from icr2_components.evaluation.judging import RagasJudge, parse_metrics
+
+        judge = judge if isinstance(judge, RagasJudge) else RagasJudge(judge)
+        judge_metrics = parse_metrics(judge_metrics)
     baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
     if not report_only:
         for spec in specs:  # a component that cannot load fails the run now, not as n failed questions
@@ -399,6 +410,13 @@ def run_compare(
         records = [r for r in records if r["question_id"] in complete]
         partial = {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}
     report = build_report(records, specs, types, baseline=baseline, seed=seed)
+    if judge is not None:
+        from icr2_components.evaluation.judging.compare_judging import given_passages, judge_section
+
+        report["judge"] = judge_section(records, judge, out, [s.name for s in specs], types,
+                                        report["paired"]["baseline"], given=given_passages(questions, contexts, types),
+                                        metrics=judge_metrics, concurrency=judge_concurrency, progress=progress,
+                                        ask=not report_only, seed=seed)
     report["run"] = {
         "dataset": dataset_path,
         "dataset_sha256": selection.dataset_sha256,

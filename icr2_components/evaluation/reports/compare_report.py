@@ -160,14 +160,16 @@ def per_question_scores(records: Sequence[dict], memory: dict[str, str], externa
 
 
 def paired_section(scores: dict[tuple[str, str], dict[str, dict[str, float]]], names: Sequence[str], baseline: str,
-                   context_types: Sequence[str], oracle: str | None, seed: int) -> dict[str, Any]:
-    """Every other pipeline against ``baseline`` on the questions both answered, per context type and metric;
-    Holm across the pipelines (one family per metric and context type); the gap closed toward the oracle."""
+                   context_types: Sequence[str], oracle: str | None, seed: int,
+                   metrics: Sequence[str] = TABLE_COLUMNS) -> dict[str, Any]:
+    """Every other pipeline against ``baseline`` on the questions both answered, per context type and metric
+    (``metrics``: the table's, or others scored per question, e.g. the judge's); Holm across the pipelines (one
+    family per metric and context type); the gap closed toward the oracle."""
     others = [n for n in names if n != baseline]
     comparisons = []
     for kind in context_types:
         base = scores.get((baseline, kind), {})
-        for metric in TABLE_COLUMNS:
+        for metric in metrics:
             family = []
             for name in others:
                 mine = scores.get((name, kind), {}).get(metric, {})

@@ -189,6 +189,45 @@ def report_sections(report: dict) -> list[tuple[int, str, str | None, tuple[list
         elif gap.get("note"):
             sections.append((3, "Gap closed toward the oracle", f"Not computed: {gap['note']}.", None))
     sections.append((2, "Faithfulness and robustness (CUB BCU)", notes["cub"], cub_rows(report)))
+    sections += judge_sections(report)
+    return sections
+
+
+def judge_rows(report: dict) -> tuple[list[str], list[list[str]]]:
+    """The judge metrics (``report["judge"]``): per pipeline and context type, each metric's ``mean [95% CI]``,
+    its n, and the judgements not scored (unparsable replies, failed requests)."""
+    judge = report.get("judge") or {}
+    metrics = list(judge.get("metrics") or {})
+    header = ["pipeline", "context", *(f"{m} [95% CI]" for m in metrics), *(f"{m} n (unparsable)" for m in metrics)]
+    rows = []
+    for name, per_type in (judge.get("summary") or {}).items():
+        for kind, cells in per_type.items():
+            counts = [f"{cells[m]['n']} ({cells[m]['unparsable']}" + (f", {cells[m]['failed']} failed)"
+                                                                      if cells[m].get("failed") else ")")
+                      for m in metrics]
+            rows.append([name, kind, *(format_interval(cells[m]) for m in metrics), *counts])
+    return header, rows
+
+
+def judge_sections(report: dict) -> list[tuple[int, str, str | None, tuple[list[str], list[list[str]]] | None]]:
+    """The judge's sections (none without ``--judge``): its metrics with intervals and n, and the paired tests."""
+    judge = report.get("judge")
+    if not judge:
+        return []
+    measures = "; ".join(f"{m}: {v['measures']}" for m, v in judge["metrics"].items())
+    not_judged = "; ".join(f"{m}: " + ", ".join(f"{c} {why}" for why, c in reasons.items())
+                           for m, reasons in (judge.get("not_judged") or {}).items())
+    note = (f"Judge: {judge['judge']} (judge hash {judge['judge_hash']}), through ragas. {measures}. Each cell: mean "
+            f"[95% interval] over the answers judged (n); an unparsable reply (no score ragas could read) is counted, "
+            f"never scored, as is a failed request. Unparsable in all: {json.dumps(judge.get('unparsable'))}."
+            + (f" Not judged (inputs missing): {not_judged}." if not_judged else ""))
+    sections = [(2, "Judged without gold labels", note, judge_rows(report))]
+    paired = {"paired": judge.get("paired") or {}}
+    for metric in judge["metrics"]:
+        header, rows = paired_rows(paired, metrics=[metric])
+        if rows:
+            sections.append((3, f"{metric} against `{paired['paired'].get('baseline')}` (paired)", None,
+                             (header, rows)))
     return sections
 
 

@@ -1,0 +1,62 @@
+"""How far can the judge be trusted? Cohen's kappa of each ragas judge metric with answer match, on held-out NQ.
+
+The first --limit ids of bench/data/heldout_nq_ids.txt (the bundled NQ sample) are answered by vanilla RAG on the
+reader backend (open context: its own BM25 retrieval; 32 new tokens), every answer is judged by the judge backend
+(ragas' groundedness, answer relevance and context relevance: icr2_components.evaluation.judging), and each judge
+metric, binarised at --threshold (value >= threshold is 1), is compared with answer match by Cohen's kappa with a
+95% percentile bootstrap interval (icr2_components.evaluation.judging.agreement.run_judge_agreement). Resumable:
+answers and judgements are cached in --out.
+
+    PYTHONPATH=. .venv/bin/python bench/judge_agreement.py --limit 30
+
+Writes bench/results/judge_agreement.json; the figures are in BENCHMARKS.md ("Judging without gold labels").
+"""
+
+from __future__ import annotations
+
+import os
+
+from icr2_components._environment import DEFAULTS
+
+# the project's entry-point defaults (telemetry off, the hub offline, ragas' analytics off), before Haystack loads
+os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    from icr2_components.evaluation.judging.agreement import DEFAULT_THRESHOLD, run_judge_agreement
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=30, help="held-out questions (default 30)")
+    parser.add_argument("--ids", default=str(ROOT / "bench/data/heldout_nq_ids.txt"))
+    parser.add_argument("--reader-backend", default="llama_cpp_server")
+    parser.add_argument("--judge-backend", default="llama_cpp_server")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--out", default=str(ROOT / "runs/judge_agreement"))
+    parser.add_argument("--results", default=str(ROOT / "bench/results/judge_agreement.json"))
+    args = parser.parse_args()
+    load_start = os.getloadavg()
+    started = time.perf_counter()
+    result = run_judge_agreement(args.ids, limit=args.limit, reader_backend=args.reader_backend,
+                                 judge_backend=args.judge_backend, out_dir=args.out, threshold=args.threshold)
+    result.update(wall_seconds=round(time.perf_counter() - started, 1), load_average_start=load_start,
+                  load_average_end=os.getloadavg(), command=f"bench/judge_agreement.py --limit {args.limit}")
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    print(f"{result['questions']} answers; answer match {result['answer_match']['mean']}; judge {result['judge']}")
+    for metric, entry in result["agreement"].items():
+        ci = "-" if entry["ci95"] is None else f"[{entry['ci95'][0]:.2f}, {entry['ci95'][1]:.2f}]"
+        kappa = "undefined" if entry["kappa"] is None else f"{entry['kappa']:.3f}"
+        print(f"{metric}: kappa {kappa} {ci}, n={entry['n']}, agreement {entry['agreement']}, judge positive "
+              f"{entry['judge_positive_rate']}, unparsable {entry['unparsable']}, failed {entry['failed']}")
+    print(f"wall {result['wall_seconds']} s; load {load_start} -> {result['load_average_end']}; {args.results}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+"""Judging answers without gold labels: ragas' judge metrics (groundedness to the passages shown, relevance of
+the answer to the question, relevance of the passages to the question) asked of a judge model from any backend
+file (``ragas_judge``), per answer record of a compare run, cached and resumable (``judgements``), and how far a
+judge agrees with answer match where gold answers exist (``agreement``). Needs the ``judge`` extra (ragas)."""
+
+from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, collect_judgements, judge_answers
+from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS, Judgement, RagasJudge, parse_metrics
+
+__all__ = ["JUDGEMENTS_FILE", "JUDGE_METRICS", "Judgement", "RagasJudge", "collect_judgements", "judge_answers",
+           "parse_metrics"]
