@@ -123,22 +123,36 @@ def build_context_set(
     irrelevant_candidates: Sequence[Document],
     substitute_pool: Iterable[str],
     corpus: Sequence[Document] | None = None,
+    conflicting_answer: str | None = None,
 ) -> ContextSet:
     """Build the gold, conflicting and irrelevant contexts of one question (one passage each, as in CUB), and
-    ``corpus``: an ICR2 record's whole corpus in context, as given (gold among confounders, in record order)."""
+    ``corpus``: an ICR2 record's whole corpus in context, as given (gold among confounders, in record order).
+    ``conflicting_answer``: the substitute a question set gives (else one is drawn from ``substitute_pool``).
+    A question without gold answers gets none of the three (nothing could score them, nor check that a passage
+    is irrelevant)."""
     reasons: dict[str, str] = {}
     result = ContextSet(reasons=reasons, corpus=list(corpus) if corpus else None)
     if not corpus:
         reasons["corpus"] = "no corpus in context (the dataset is not an ICR2 benchmark file)"
+    if not [a for a in answers if a.strip()]:
+        reasons["gold"] = reasons["conflicting"] = reasons["irrelevant"] = "no gold answers"
+        return result
     gold = pick_gold_passage(gold_documents, answers)
     if gold is None:
         reasons["gold"] = reasons["conflicting"] = "no gold passage"
     else:
         result.gold = [gold]
         found = find_answer_in_text(gold.content or "", answers)
-        substitute = choose_substitute(question_id, answers, gold.content or "", substitute_pool) if found else None
+        if found is None or conflicting_answer is None:
+            substitute = (choose_substitute(question_id, answers, gold.content or "", substitute_pool) if found
+                          else None)
+        else:
+            given = normalize_text(conflicting_answer)
+            substitute = conflicting_answer if given and given not in {normalize_text(a) for a in answers} else None
         if found is None:
             reasons["conflicting"] = "gold passage does not contain the answer"
+        elif substitute is None and conflicting_answer is not None:
+            reasons["conflicting"] = "the conflicting answer given is one of the gold answers"
         elif substitute is None:
             reasons["conflicting"] = f"no substitute of type {answer_type(answers[0])}"
         else:

@@ -1,5 +1,6 @@
-"""The files the package ships, found by name: technique pipelines, backend files, index configs, training configs
-and the small artifacts the shipped pipelines read (the learned gate, the bundled reader's RAP and PH3 heads).
+"""The files the package ships, found by name: technique pipelines, backend files, index configs, training configs,
+the small artifacts the shipped pipelines read (the learned gate, the bundled reader's RAP and PH3 heads) and the
+question sets of the shipped examples (``icr2 compare --dataset python-docs``).
 
 They live inside the installed package, so a name works from any folder, with or without this repository:
 
@@ -31,6 +32,7 @@ KINDS: dict[str, str] = {
     "indexing": ".yaml",
     "training": ".yaml",
     "artifacts": ".json",
+    "questions": ".jsonl",
 }
 
 
@@ -50,7 +52,7 @@ def shipped_names(kind: str) -> list[str]:
     """The names of the shipped files of ``kind``, sorted: file names without their suffix (``vanilla_rag``,
     ``kilt-sample``, ``adaptive_rag.learned``); a file in a subfolder is named with it (``icr2_table3/sft_rta``).
 
-    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``.
+    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``, ``questions``.
     :returns: The names :func:`shipped_file` accepts.
     :raises ValueError: An unknown kind.
     """
@@ -82,7 +84,7 @@ def shipped_file(kind: str, name: str) -> Path:
     suffix (``adaptive_rag.yaml``), and an artifact's companion file is reachable by its full name
     (``adaptive_rag.learned.npz``).
 
-    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``.
+    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``, ``questions``.
     :param name: A name from :func:`shipped_names`.
     :returns: The file's path inside the installed package.
     :raises FileNotFoundError: No shipped file has that name; the message lists the names there are.
@@ -108,7 +110,7 @@ def resolve_file(kind: str, value: str | os.PathLike) -> Path:
     shipped names; a path with a folder that does not exist is returned as it is, so the caller's own message
     ("Index config not found: ...", "Make it with ...") names what was given.
 
-    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``.
+    :param kind: One of ``pipelines``, ``backends``, ``indexing``, ``training``, ``artifacts``, ``questions``.
     :param value: A path, or a name from :func:`shipped_names`.
     :returns: The path to read.
     :raises FileNotFoundError: A bare name that is neither a file here nor a shipped name.

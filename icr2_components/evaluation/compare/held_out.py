@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from icr2_components.evaluation.compare.splits import (
     DEFAULT_DEV_FRACTION,
@@ -45,6 +45,9 @@ from icr2_components.evaluation.compare.splits import (
     split_question_ids,
 )
 from icr2_components.records import SkipReport
+
+if TYPE_CHECKING:
+    from icr2_components.kilt.question_sets import QuestionSet
 
 ARTIFACT_PARAMETER = "artifact"
 
@@ -163,7 +166,7 @@ def probed_artifacts(specs: Sequence[Any]) -> dict[str, ProbedArtifact]:
     return found
 
 
-def dataset_split(dataset: str | os.PathLike | None, seed: int = DEFAULT_SPLIT_SEED,
+def dataset_split(dataset: "str | os.PathLike | QuestionSet | None", seed: int = DEFAULT_SPLIT_SEED,
                   dev_fraction: float = DEFAULT_DEV_FRACTION) -> tuple[DatasetSplit, str, SkipReport]:
     """The seeded dev/test split of a dataset's usable question ids (``evaluation.compare.splits``)."""
     from icr2_components.kilt.questions import dataset_question_ids
@@ -174,12 +177,19 @@ def dataset_split(dataset: str | os.PathLike | None, seed: int = DEFAULT_SPLIT_S
     return split_question_ids(ids, seed=seed, dev_fraction=dev_fraction), path, skips
 
 
+def dataset_sha256(source: Any) -> str:
+    """SHA-256 of a dataset file, or of a question set's data and reading (``QuestionSet.sha256``)."""
+    from icr2_components.kilt.question_sets import QuestionSet
+
+    return source.sha256() if isinstance(source, QuestionSet) else file_sha256(source)
+
+
 @dataclass
 class QuestionSelection:
     """The question ids of one run (run order) and everything the report records about how they were chosen."""
 
     ids: list[str]
-    dataset: str
+    dataset: Any  # the path of a KILT or ICR2 file, or a QuestionSet (kilt.question_sets)
     dataset_sha256: str
     skips: SkipReport
     mode: str  # "dataset order", "split" or "file"
@@ -205,7 +215,7 @@ class QuestionSelection:
 
 def select_questions(
     specs: Sequence[Any],
-    dataset: str | os.PathLike | None = None,
+    dataset: "str | os.PathLike | QuestionSet | None" = None,
     limit: int | None = None,
     question_ids: str | os.PathLike | Sequence[str] | None = None,
     split: str | None = None,
@@ -231,7 +241,7 @@ def select_questions(
     artifacts = probed_artifacts(specs)
     probed = {i for artifact in artifacts.values() for i in artifact.ids}
     available, skips, path = dataset_question_ids(dataset)
-    selection = QuestionSelection([], path, file_sha256(path), skips, "dataset order", limit=limit,
+    selection = QuestionSelection([], path, dataset_sha256(path), skips, "dataset order", limit=limit,
                                   artifacts=artifacts)
     if question_ids is not None:
         selection.mode = "file"

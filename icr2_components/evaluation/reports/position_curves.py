@@ -72,6 +72,8 @@ def pipeline_curve(records: Sequence[dict], seed: int = DEFAULT_SEED
             left_out["errors"] += 1
         elif not record.get("gold_ids"):
             left_out["no_gold_passage_known"] += 1
+        elif not [a for a in record.get("answers") or [] if str(a).strip()]:  # a question set's, without answers
+            left_out["no_gold_answers"] = left_out.get("no_gold_answers", 0) + 1
         elif record.get("shown_ids") is None:
             left_out["passages_not_recorded"] += 1
         else:

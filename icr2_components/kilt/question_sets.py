@@ -1,0 +1,431 @@
+"""Question sets in the formats users have: JSON lines, CSV, Parquet or a Hugging Face ``datasets`` dataset saved to
+disk, read through a field mapping.
+
+Only the question is required. Each other field is optional, per question and per set:
+
+- ``answers``: the gold answers (a string, a list of strings, or in CSV ``a|b`` / a JSON list ``["a", "b"]``);
+  a question without them still runs (latency, prompt tokens, judge metrics), but no answer metric is computed on it;
+- ``gold_passage_ids``: ids of passages of the index that hold the answer (in-context recall, CUB's contexts);
+- ``conflicting_answer``: the answer CUB's conflicting context puts in the gold passage instead of the gold one
+  (without it compare draws one of the same type from the set's other answers, as for a KILT file);
+- ``id``: the question's id; without it, a stable id derived from the question text (``q-`` and 12 hex digits of
+  its SHA-256), so that the same question keeps its id when the file is reordered or grows.
+
+A field maps to a column (``answers=ans``) or, in JSON lines and ``datasets`` rows, a dotted path into nested
+records (``answers=answers.text`` for SQuAD's ``{"text": [...], "answer_start": [...]}``). A row that cannot be
+used is counted in the :class:`~icr2_components.records.SkipReport` by reason (``missing question``, ``bad
+answers``, ``repeated question id``, ...) with its row number, never dropped silently; a column the mapping names
+that the table does not have is an error naming the columns it has.
+
+Two ways to say it, the same :class:`QuestionSet`:
+
+- on the command line: ``icr2 compare --dataset questions.csv --field question=q --field answers=gold``
+  (the format from the file name: ``.csv``, ``.parquet``, a folder made by ``Dataset.save_to_disk``, else JSON lines;
+  ``--dataset-format`` names it);
+- a small question-set file (strict YAML; paths relative to the file)::
+
+      path: questions.csv
+      format: csv                  # jsonl | csv | parquet | hf_dataset
+      fields: {question: q, answers: gold, id: qid}
+      list_separator: "|"          # CSV: several answers or gold ids in one cell
+      split: null                  # a saved DatasetDict: which split (needed when it has several)
+
+Usage:
+    >>> from icr2_components.kilt.question_sets import QuestionSet, read_question_rows
+    >>> questions = QuestionSet.from_options("my_questions.csv", fields={"question": "q", "answers": "gold"})
+    >>> rows, skips = read_question_rows(questions)
+    >>> rows[0].question, rows[0].answers, skips.summary()
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from icr2_components.errors import UserInputError
+from icr2_components.records import SkipReport
+
+#: the formats a question set is read from (KILT task files and ICR2 benchmark files have readers of their own)
+FORMATS = ("jsonl", "csv", "parquet", "hf_dataset")
+FIELDS = ("question", "answers", "gold_passage_ids", "conflicting_answer", "id")
+DERIVED_ID_PREFIX = "q-"
+
+
+class QuestionSetError(UserInputError):
+    """A question set that cannot be read as configured; the message names the file, the field and what to do."""
+
+
+@dataclass(frozen=True)
+class QuestionFields:
+    """Which column (or dotted path) holds each field; None: the set has no such field."""
+
+    question: str = "question"
+    answers: str | None = "answers"
+    gold_passage_ids: str | None = "gold_passage_ids"
+    conflicting_answer: str | None = "conflicting_answer"
+    id: str | None = "id"
+
+    def mapped(self) -> dict[str, str]:
+        return {name: value for name, value in dataclasses.asdict(self).items() if value}
+
+
+@dataclass(frozen=True)
+class QuestionSetConfig:
+    """The keys of a question-set file (strict: an unknown key or a wrongly typed value is an error)."""
+
+    path: str = ""
+    format: str | None = None
+    fields: dict[str, str | None] = field(default_factory=dict)
+    split: str | None = None
+    list_separator: str = "|"
+    task_type: str = "qa"
+
+
+@dataclass(frozen=True)
+class QuestionSet:
+    """A question set on disk, its format and its field mapping; what ``icr2 compare --dataset`` reads."""
+
+    path: str
+    format: str
+    fields: QuestionFields = QuestionFields()
+    # the fields the user named (mapping or file): a column they name must exist; the defaults may be absent
+    explicit: tuple[str, ...] = ()
+    split: str | None = None
+    list_separator: str = "|"
+    task_type: str = "qa"
+    config_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise QuestionSetError(f"Question-set format {self.format!r} is not one of {', '.join(FORMATS)}.")
+        if not self.list_separator:
+            raise QuestionSetError("list_separator must be a non-empty string (default '|').")
+
+    def __str__(self) -> str:
+        return self.path
+
+    @classmethod
+    def from_options(cls, path: str | os.PathLike, format: str | None = None,
+                     fields: Mapping[str, str | None] | None = None, split: str | None = None,
+                     list_separator: str = "|", task_type: str = "qa", config_file: str | None = None
+                     ) -> "QuestionSet":
+        """A question set from a path, a format (None: from the path) and a mapping ``{field: column}`` (a field
+        mapped to None or "" is absent from the set)."""
+        path = str(path)
+        if not Path(path).exists():
+            raise QuestionSetError(f"Question set not found: {path}.")
+        fields = dict(fields or {})
+        unknown = sorted(set(fields) - set(FIELDS))
+        if unknown:
+            raise QuestionSetError(f"Unknown question-set field(s) {unknown}; the fields are {list(FIELDS)} "
+                                   "(question is required, the others optional).")
+        if "question" in fields and not fields["question"]:
+            raise QuestionSetError("The question field cannot be left out: map it to the column holding the question.")
+        for name, value in fields.items():
+            if value is not None and not isinstance(value, str):
+                raise QuestionSetError(f"Field {name!r} must name a column (a string) or be null, got {value!r}.")
+        mapping = QuestionFields(**{k: (v or None) for k, v in fields.items()})
+        explicit = tuple(k for k, v in fields.items() if v)
+        return cls(path, format or format_from_path(path), mapping, explicit, split, list_separator, task_type,
+                   config_file)
+
+    @classmethod
+    def from_file(cls, config: str | os.PathLike) -> "QuestionSet":
+        """A question set from a question-set file (YAML; ``path`` relative to the file)."""
+        import yaml
+
+        from icr2_components.strict_mapping import dataclass_from_mapping
+
+        source = Path(config)
+        try:
+            data = yaml.safe_load(source.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise QuestionSetError(f"{source} is not valid YAML: {error}") from error
+        values = dataclass_from_mapping(QuestionSetConfig, data, f"question-set file {source}", QuestionSetError)
+        if not values.path:
+            raise QuestionSetError(f"question-set file {source}: key 'path' (the data file or folder) is required.")
+        path = Path(values.path)
+        if not path.is_absolute():
+            path = source.parent / path
+        return cls.from_options(path, values.format, values.fields, values.split, values.list_separator,
+                                values.task_type, config_file=str(source))
+
+    def describe(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format, "fields": self.fields.mapped(), "split": self.split,
+                **({"list_separator": self.list_separator} if self.format == "csv" else {}),
+                **({"config_file": self.config_file} if self.config_file else {})}
+
+    def sha256(self) -> str:
+        """SHA-256 of the data (every file of a folder, by relative path) and of how it is read (format, fields),
+        so that two runs on the same bytes read the same way share it."""
+        digest = hashlib.sha256()
+        root = Path(self.path)
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for path in files:
+            digest.update(path.relative_to(root).as_posix().encode() if root.is_dir() else b"")
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        digest.update(json.dumps({k: v for k, v in self.describe().items() if k not in ("path", "config_file")},
+                                 sort_keys=True).encode())
+        return digest.hexdigest()
+
+
+def format_from_path(path: str | os.PathLike) -> str:
+    """``hf_dataset`` for a folder, ``csv`` / ``parquet`` by suffix, else ``jsonl``."""
+    path = Path(path)
+    if path.is_dir():
+        return "hf_dataset"
+    suffixes = [s.lower() for s in path.suffixes]
+    if ".csv" in suffixes or ".tsv" in suffixes:
+        return "csv"
+    if ".parquet" in suffixes:
+        return "parquet"
+    return "jsonl"
+
+
+@dataclass
+class QuestionRow:
+    """One usable question of a set (validated): ``row`` is its 1-based row (a CSV line number, a JSON line)."""
+
+    id: str
+    question: str
+    answers: list[str]
+    gold_passage_ids: list[str]
+    conflicting_answer: str | None
+    row: int
+    derived_id: bool = False
+
+
+def derived_id(question: str) -> str:
+    """The stable id of a question without one: ``q-`` and 12 hex digits of the SHA-256 of its text (stripped)."""
+    return DERIVED_ID_PREFIX + hashlib.sha256(question.strip().encode("utf-8")).hexdigest()[:12]
+
+
+_MISSING = object()
+
+
+def _get(record: Mapping[str, Any], key: str) -> Any:
+    """``record[key]``, else the dotted path ``a.b`` into nested mappings; ``_MISSING`` when absent."""
+    if key in record:
+        return record[key]
+    value: Any = record
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+class _BadValue(ValueError):
+    pass
+
+
+def _scalar_text(value: Any, what: str) -> str:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise _BadValue(f"{what} is {type(value).__name__} {str(value)[:40]!r}")
+
+
+def _text_list(value: Any, what: str, separator: str | None) -> list[str]:
+    """A list of non-empty strings from a string (split on ``separator`` in CSV, or a JSON list), a number or a
+    list of them; None / missing / "" give []."""
+    if value is _MISSING or value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if separator is not None and text.startswith("[") and text.endswith("]"):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise _BadValue(f"{what} looks like a JSON list but is not one ({error.msg})") from error
+        else:
+            parts = text.split(separator) if separator is not None else [text]
+            return [p.strip() for p in parts if p.strip()]
+    if isinstance(value, (list, tuple)):
+        items = [_scalar_text(item, f"an item of {what}") for item in value]
+        return [item for item in items if item]
+    text = _scalar_text(value, what)
+    return [text] if text else []
+
+
+def _rows(questions: QuestionSet, skips: SkipReport) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """``(row number, record)`` of every row in file order; unreadable rows are counted in ``skips``."""
+    if questions.format == "jsonl":
+        from icr2_components.records import iter_jsonl
+
+        yield from iter_jsonl(questions.path, skips)  # a line that is no JSON object is counted there
+    elif questions.format == "csv":
+        yield from _csv_rows(questions, skips)
+    elif questions.format == "parquet":
+        yield from _parquet_rows(questions)
+    else:
+        yield from _dataset_rows(questions)
+
+
+def _check_columns(questions: QuestionSet, columns: list[str]) -> None:
+    """A column the user named that the table does not have is an error naming the columns it has."""
+    for name in questions.explicit:
+        column = getattr(questions.fields, name)
+        if column and column not in columns and column.split(".")[0] not in columns:
+            raise QuestionSetError(f"{questions.path}: the {name} field is mapped to column {column!r}, which the "
+                                   f"{questions.format} has not; its columns are {columns}.")
+    if questions.fields.question not in columns and questions.fields.question.split(".")[0] not in columns:
+        raise QuestionSetError(f"{questions.path}: no column {questions.fields.question!r} holds the questions; its "
+                               f"columns are {columns}. Map it: --field question=COLUMN (or fields: in the "
+                               "question-set file).")
+
+
+_EXTRA_CELLS = "\x00extra"  # DictReader's key for the cells past the header
+
+
+def _csv_rows(questions: QuestionSet, skips: SkipReport) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    delimiter = "\t" if ".tsv" in [s.lower() for s in Path(questions.path).suffixes] else ","
+    with open(questions.path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.DictReader(handle, delimiter=delimiter, restkey=_EXTRA_CELLS)
+        try:
+            header = reader.fieldnames
+        except (csv.Error, UnicodeDecodeError) as error:
+            raise QuestionSetError(f"{questions.path}: the header cannot be read as CSV ({error}).") from error
+        if not header:
+            raise QuestionSetError(f"{questions.path} is empty: a CSV question set needs a header row.")
+        _check_columns(questions, list(header))
+        while True:
+            try:
+                record = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as error:
+                raise QuestionSetError(f"{questions.path} line {reader.line_num}: not readable as CSV ({error}); "
+                                       "fix the line and run again.") from error
+            if _EXTRA_CELLS in record:
+                skips.skip("row has more cells than the header", reader.line_num,
+                           f"{len(header) + len(record[_EXTRA_CELLS])} cells, header {len(header)}")
+                continue
+            if None in record.values() and any(v for v in record.values()):
+                skips.skip("row has fewer cells than the header", reader.line_num,
+                           f"{sum(v is not None for v in record.values())} cells, header {len(header)}")
+                continue
+            yield reader.line_num, record
+
+
+def _parquet_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError as error:
+        raise QuestionSetError("Reading a Parquet question set needs pyarrow: pip install pyarrow (datasets "
+                               "installs it).") from error
+    try:
+        table = parquet.ParquetFile(questions.path)
+    except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
+        raise QuestionSetError(f"{questions.path} is not a Parquet file ({error}).") from error
+    _check_columns(questions, list(table.schema_arrow.names))
+    number = 0
+    for batch in table.iter_batches(batch_size=1024):
+        for record in batch.to_pylist():
+            number += 1
+            yield number, record
+
+
+def load_saved_dataset(questions: QuestionSet):
+    """The ``datasets.Dataset`` saved to disk at ``questions.path`` (one split of a saved ``DatasetDict``)."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise QuestionSetError("Reading a question set saved by `datasets` needs the datasets package: "
+                               "pip install datasets.") from error
+    try:
+        loaded = datasets.load_from_disk(questions.path)
+    except FileNotFoundError as error:
+        raise QuestionSetError(f"{questions.path} is not a dataset saved by Dataset.save_to_disk ({error}); give "
+                               "--dataset-format for another format.") from error
+    if isinstance(loaded, datasets.DatasetDict):
+        splits = list(loaded)
+        if questions.split is None and len(splits) == 1:
+            return loaded[splits[0]]
+        if questions.split not in loaded:
+            raise QuestionSetError(f"{questions.path} is a DatasetDict with splits {splits}; choose one with "
+                                   "--dataset-split (or split: in the question-set file).")
+        return loaded[questions.split]
+    if questions.split is not None:
+        raise QuestionSetError(f"{questions.path} is a single Dataset (no splits); drop the split "
+                               f"{questions.split!r}.")
+    return loaded
+
+
+def _dataset_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    dataset = load_saved_dataset(questions)
+    _check_columns(questions, list(dataset.column_names))
+    for number, record in enumerate(dataset, start=1):  # a memory-mapped Arrow table, read row by row
+        yield number, record
+
+
+def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) -> tuple[list[QuestionRow],
+                                                                                          SkipReport]:
+    """Every usable question of the set in file order, and the rows left out by reason (``skips``)."""
+    skips = skips if skips is not None else SkipReport(source=questions.path)
+    fields = questions.fields
+    separator = questions.list_separator if questions.format == "csv" else None
+    rows: list[QuestionRow] = []
+    seen: set[str] = set()
+    for number, record in _rows(questions, skips):
+        question = _get(record, fields.question)
+        if question is _MISSING or question is None or (isinstance(question, str) and not question.strip()):
+            skips.skip("missing question", number, f"no text in {fields.question!r}")
+            continue
+        if not isinstance(question, str):
+            skips.skip("question is not text", number, f"{fields.question!r} is {type(question).__name__}")
+            continue
+        try:
+            answers = _text_list(_get(record, fields.answers), f"{fields.answers!r}", separator) \
+                if fields.answers else []
+        except _BadValue as error:
+            skips.skip("bad answers", number, str(error))
+            continue
+        try:
+            gold = _text_list(_get(record, fields.gold_passage_ids), f"{fields.gold_passage_ids!r}", separator) \
+                if fields.gold_passage_ids else []
+        except _BadValue as error:
+            skips.skip("bad gold passage ids", number, str(error))
+            continue
+        conflicting = _get(record, fields.conflicting_answer) if fields.conflicting_answer else _MISSING
+        try:
+            conflicting = None if conflicting in (_MISSING, None) else (
+                _scalar_text(conflicting, f"{fields.conflicting_answer!r}") or None)
+        except _BadValue as error:
+            skips.skip("bad conflicting answer", number, str(error))
+            continue
+        given = _get(record, fields.id) if fields.id else _MISSING
+        try:
+            question_id = None if given in (_MISSING, None) else (_scalar_text(given, f"{fields.id!r}") or None)
+        except _BadValue as error:
+            skips.skip("bad question id", number, str(error))
+            continue
+        made = question_id is None
+        question_id = question_id or derived_id(question)
+        if question_id in seen:
+            skips.skip("repeated question id", number, question_id)
+            continue
+        seen.add(question_id)
+        rows.append(QuestionRow(question_id, question.strip(), answers, gold, conflicting, number, made))
+    return rows, skips
+
+
+def question_set_counts(rows: list[QuestionRow]) -> dict[str, int]:
+    """How many usable questions have each optional field: what each metric can be computed on."""
+    return {"questions": len(rows), "with_answers": sum(bool(r.answers) for r in rows),
+            "with_gold_passage_ids": sum(bool(r.gold_passage_ids) for r in rows),
+            "with_conflicting_answer": sum(r.conflicting_answer is not None for r in rows),
+            "derived_ids": sum(r.derived_id for r in rows)}
+
+
+__all__ = ["FORMATS", "QuestionFields", "QuestionRow", "QuestionSet", "QuestionSetError", "derived_id",
+           "format_from_path", "load_saved_dataset", "question_set_counts", "read_question_rows"]
