@@ -239,3 +239,66 @@ def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "
     figure.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(figure)
     return path
+
+
+def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
+    """A registered experiment's figure (``icr2 reproduce``): one panel per curve (e.g. 10, 20, 30 documents), the
+    user's accuracy by position for each variant with 95% Wilson error bars, the paper's figures for the same
+    positions as dashed lines with the paper's model named, and the user's references (closed-book, oracle) as
+    horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    experiment = report["experiment"]
+    groups = list(dict.fromkeys(c["group"] for c in report["conditions"]))
+    figure, panels = plt.subplots(1, len(groups), figsize=(4.6 * len(groups) + 1.5, 4.4), squeeze=False)
+    colours = plt.get_cmap("tab10").colors
+    variants = list(dict.fromkeys(c["variant"] for c in report["cells"]))
+    models = list(dict.fromkeys(f["model"] for f in report["paper"]))
+    paper = {(f["condition"], f["model"]): f["value"] for f in report["paper"]}
+    for axes, group in zip(panels[0], groups):
+        points = [c for c in report["conditions"] if c["group"] == group]
+        xs = [c["x"] for c in points]
+        nudge = 0.012 * ((max(xs) - min(xs)) or 1)  # variants side by side, so coinciding points stay visible
+        for index, variant in enumerate(variants):
+            cells = {c["condition"]: c for c in report["cells"] if c["variant"] == variant and c["group"] == group}
+            shown = [(c["x"], cells[c["name"]]) for c in points if cells[c["name"]]["accuracy"] is not None]
+            if not shown:
+                continue
+            values = [cell["accuracy"] for _, cell in shown]
+            errors = [[v - cell["ci95"][0] for v, (_, cell) in zip(values, shown)],
+                      [cell["ci95"][1] - v for v, (_, cell) in zip(values, shown)]]
+            offset = (index - (len(variants) - 1) / 2) * nudge
+            axes.errorbar([x + offset for x, _ in shown], values, yerr=errors, marker="o", capsize=3,
+                          color=colours[index % len(colours)], label=f"yours: {variant} (95% Wilson)")
+        for index, model in enumerate(models):
+            mine = [(c["x"], paper[(c["name"], model)]) for c in points if (c["name"], model) in paper]
+            if mine:
+                axes.plot([x for x, _ in mine], [v for _, v in mine], linestyle="--", marker="s", markersize=4,
+                          color=colours[(len(variants) + index) % len(colours)], alpha=0.8,
+                          label=f"paper: {model}")
+        for (name, cell), style in zip(report["references"].items(), (":", "-.", "--")):
+            if cell.get("accuracy") is not None:
+                axes.axhline(cell["accuracy"], color="grey", linestyle=style, linewidth=1,
+                             label=f"yours: {name} {cell['accuracy']:.2f}")
+        axes.set(title=group, xlabel=experiment.get("x_label") or "position of the relevant information",
+                 ylabel="accuracy", ylim=(-0.03, 1.03), xticks=xs)
+        axes.grid(alpha=0.3)
+    handles, labels = {}, []
+    for axes in panels[0]:
+        for handle, label in zip(*axes.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    figure.legend([handles[label] for label in labels], labels, loc="lower center", ncol=min(3, len(labels)),
+                  fontsize=8, bbox_to_anchor=(0.5, -0.02 - 0.045 * ((len(labels) + 2) // 3)))
+    figure.suptitle(f"{experiment['title']}: yours (n = {report['questions']['complete']}) beside "
+                    f"{experiment.get('figure') or 'the paper'}", fontsize=10)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return path

@@ -115,3 +115,21 @@ def test_the_builder_works_in_a_pipeline_built_in_python_and_in_yaml():
     loaded = Pipeline.loads(pipeline.dumps(), allowed_modules=["icr2_components.*"])
     result = loaded.run({"prompt": {"pairs": FIGURE_7_PAIRS, "key": FIGURE_7_KEY}})
     assert result["prompt"]["prompt"][0].text.count(FIGURE_7_KEY) == 3  # before, in the object, after
+
+
+def test_the_pairs_may_come_as_documents_one_a_pair():
+    from haystack import Document
+
+    documents = [Document(id=f"d{i}", content=value, meta={"title": key}) for i, (key, value) in
+                 enumerate(FIGURE_7_PAIRS)]
+    result = KeyValueRetrievalPromptBuilder().run(key=FIGURE_7_KEY, documents=documents)
+    assert result["prompt"][0].text == FIGURE_7_INPUT and result["meta"] == {"pairs": 5, "position": 3}
+    other = [Document(content=value, meta={"key": key}) for key, value in FIGURE_7_PAIRS]
+    assert KeyValueRetrievalPromptBuilder(key_field="key").run(
+        key=FIGURE_7_KEY, documents=other)["prompt"][0].text == FIGURE_7_INPUT
+    with pytest.raises(UserInputError, match=r"documents\[0\].*meta\['title'\]"):
+        KeyValueRetrievalPromptBuilder().run(key=FIGURE_7_KEY, documents=other)
+    with pytest.raises(UserInputError, match="one of the two"):
+        KeyValueRetrievalPromptBuilder().run(key=FIGURE_7_KEY, documents=documents, pairs=FIGURE_7_PAIRS)
+    with pytest.raises(UserInputError, match="one of the two"):
+        KeyValueRetrievalPromptBuilder().run(key=FIGURE_7_KEY)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from haystack import component
+from haystack import Document, component
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import UserInputError
@@ -28,6 +28,22 @@ def key_value_prompt(pairs: list[tuple[str, str]], key: str, query_aware: bool =
     asked = f"Key: {json.dumps(key)}"
     head = [INSTRUCTION, asked] if query_aware else [INSTRUCTION]
     return "\n".join([*head, "JSON data:", format_key_value_pairs(pairs), asked, "Corresponding value:"])
+
+
+def pairs_from_documents(documents: Any, key_field: str) -> list[list[str]]:
+    """The pairs of ``documents``, one pair each: the key in ``meta[key_field]``, the value the content."""
+    if not isinstance(documents, (list, tuple)) or not documents:
+        raise UserInputError(f"documents must be a non-empty list of Documents, got {documents!r:.80}.")
+    pairs = []
+    for index, document in enumerate(documents):
+        if not isinstance(document, Document):
+            raise UserInputError(f"documents[{index}] must be a Document, got {type(document).__name__}.")
+        key = (document.meta or {}).get(key_field)
+        if not isinstance(key, str) or not isinstance(document.content, str):
+            raise UserInputError(f"documents[{index}] ({document.id}) must carry its key as a string in "
+                                 f"meta[{key_field!r}] and its value as its content.")
+        pairs.append([key, document.content])
+    return pairs
 
 
 def check_pairs(pairs: Any, key: Any) -> list[tuple[str, str]]:
@@ -56,7 +72,10 @@ class KeyValueRetrievalPromptBuilder:
     Builds Lost in the Middle's synthetic key-value retrieval prompt: a JSON object of key-value pairs (random UUIDs
     in the paper) and one key whose value the reader must return. Where the asked pair sits in the object is the
     experiment's variable (``pairs`` are used in the order given); ``query_aware`` puts the key before the data as
-    well as after it, the paper's query-aware contextualization.
+    well as after it, the paper's query-aware contextualization. The pairs may come as ``documents`` instead, one
+    Document a pair (the key in ``meta[key_field]``, default ``title``; the value its content), so that a
+    pipeline can be handed the object as passages (``icr2 compare``'s context entry, ``icr2 reproduce
+    kv-retrieval``).
 
     Paper: Liu et al. 2023, "Lost in the Middle: How Language Models Use Long Contexts", section 4 and figure 7:
     https://arxiv.org/abs/2307.03172
@@ -73,24 +92,35 @@ class KeyValueRetrievalPromptBuilder:
     The reply is scored with ``icr2_components.evaluation.metrics.key_value_match`` (the value appears in it).
     """
 
-    def __init__(self, query_aware: bool = False) -> None:
+    def __init__(self, query_aware: bool = False, key_field: str = "title") -> None:
         """
         :param query_aware: put the key before the JSON object too (query-aware contextualization).
-        :raises UserInputError: if ``query_aware`` is not a boolean.
+        :param key_field: the meta field holding a pair's key when the pairs come as ``documents``.
+        :raises UserInputError: if ``query_aware`` is not a boolean or ``key_field`` not a non-empty string.
         """
         self.query_aware = boolean(query_aware, "query_aware")
+        if not isinstance(key_field, str) or not key_field:
+            raise UserInputError(f"key_field must be a non-empty string (a meta field), got {key_field!r}.")
+        self.key_field = key_field
 
     @component.output_types(prompt=list[ChatMessage], meta=dict[str, Any])
-    def run(self, pairs: list[list[str]], key: str, query_aware: bool | None = None) -> dict[str, Any]:
+    def run(self, key: str, pairs: list[list[str]] | None = None, documents: list[Document] | None = None,
+            query_aware: bool | None = None) -> dict[str, Any]:
         """
-        :param pairs: the object's ``[key, value]`` pairs, in the order they are shown.
         :param key: the key whose value is asked (one of the pairs' keys, exactly once).
+        :param pairs: the object's ``[key, value]`` pairs, in the order they are shown.
+        :param documents: the pairs as Documents instead (one each, in order; key in ``meta[key_field]``).
         :param query_aware: overrides the constructor's setting for this call.
         :returns: ``prompt``, one user message; ``meta`` with ``pairs`` (how many) and ``position`` (1-based place
             of the asked pair).
-        :raises UserInputError: for no pairs, a pair that is not two strings, or a key not among the keys once.
+        :raises UserInputError: for no pairs, both or neither of ``pairs`` and ``documents``, a pair that is not two
+            strings, or a key not among the keys once.
         """
         boolean(query_aware, "query_aware", optional=True)
+        if (pairs is None) == (documents is None):
+            raise UserInputError("give the key-value pairs as `pairs` or as `documents`, one of the two.")
+        if documents is not None:
+            pairs = pairs_from_documents(documents, self.key_field)
         checked = check_pairs(pairs, key)
         aware = self.query_aware if query_aware is None else query_aware
         position = next(index for index, (pair_key, _) in enumerate(checked, start=1) if pair_key == key)

@@ -1,2 +1,16 @@
-"""The papers' experiments as data: their inputs, conditions and scoring rules (``kv_retrieval``: Lost in the
-Middle's synthetic key-value retrieval)."""
+"""The papers' experiments as data, each registered by name (``icr2 reproduce NAME``): ``kv_retrieval`` (Lost in
+the Middle's synthetic key-value retrieval), ``lost_in_the_middle`` (its multi-document QA); the protocol they
+follow is in ``protocol``, the run through ``icr2 compare``'s machinery in ``runner``, the report in ``report``."""
+
+from icr2_components.evaluation.experiments.protocol import (
+    Condition,
+    Experiment,
+    PaperFigure,
+    Variant,
+    experiment_names,
+    get_experiment,
+    register_experiment,
+)
+
+__all__ = ["Condition", "Experiment", "PaperFigure", "Variant", "experiment_names", "get_experiment",
+           "register_experiment"]

@@ -1,0 +1,70 @@
+"""``icr2 reproduce NAME [--backend B] [--limit N] [--out DIR]``: a paper's experiment on your model, beside the
+paper's figures; ``icr2 reproduce --list`` lists the registered experiments."""
+
+from __future__ import annotations
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "reproduce",
+        help="run a paper's registered experiment (kv-retrieval, lost-in-the-middle, ...) on your model and report "
+        "it beside the paper's figures, with 95%% intervals and plots",
+        description="Each experiment is a registered protocol (questions and how they are drawn, conditions, "
+        "metric, registered size, the paper's figures with its model named), run through icr2 compare's machinery: "
+        "its answer cache in --out (run the same command again to resume after a kill), concurrency against a "
+        "served backend, and the report (report.json, report.md, report.html with the plot).",
+    )
+    parser.add_argument("name", nargs="?", help="the experiment (icr2 reproduce --list names them)")
+    parser.add_argument("--list", action="store_true", help="list the registered experiments and their protocols")
+    parser.add_argument("--backend", help="backend every pipeline's model follows: a shipped name (e.g. "
+                        "llama_cpp_server) or a backend file (default: ICR2_BACKEND, else the bundled reader in "
+                        "process)")
+    parser.add_argument("--limit", type=int, help="the first N questions (default: the registered size)")
+    parser.add_argument("--conditions", help="a subset of the conditions: comma-separated names or shell patterns "
+                        "(e.g. '75keys@*'); default all (a run on a subset is not at the registered size)")
+    parser.add_argument("--out", help="report and cache folder (default runs/reproduce/NAME)")
+    parser.add_argument("--max-new-tokens", type=int, help="answer budget (default: the registered one)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="answers requested at once from a served backend (default: the backend's)")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from icr2_components.evaluation.experiments import experiment_names, get_experiment
+
+    if args.list or not args.name:
+        if not args.list:
+            raise ValueError(f"name an experiment: one of {', '.join(experiment_names())} (icr2 reproduce --list).")
+        for name in experiment_names():
+            described = get_experiment(name).describe()
+            print(f"{name}: {described['title']} ({described['paper']})\n  conditions: "
+                  f"{', '.join(described['conditions'])}\n  variants: "
+                  f"{', '.join(v['name'] for v in described['variants'] + described['references'])}; metric: "
+                  f"{described['metric']}\n  registered: {described['registered_size']} questions, "
+                  f"`{described['registered_command']}`")
+        return 0
+    from icr2_components.evaluation.experiments.report import tables
+    from icr2_components.evaluation.experiments.runner import run_experiment
+
+    report = run_experiment(args.name, backend=args.backend, limit=args.limit, out_dir=args.out,
+                            max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
+                            conditions=args.conditions, concurrency=args.concurrency)
+    print_report(report, tables(report))
+    return 0
+
+
+def print_report(report: dict, rows: list) -> None:
+    from icr2_components.commands._console import make_console
+    from icr2_components.commands.compare import print_table
+
+    console = make_console()
+    for title, note, header, body in rows:
+        print_table(console, f"icr2 reproduce {report['experiment']['name']}: {title}", header, body)
+        console.print(note)
+    for note in report["experiment"].get("paper_notes") or []:
+        console.print(f"paper: {note}")
+    run = report["run"]
+    if not run["at_registered_size"]:
+        console.print(f"not at the registered size: {report['experiment']['registered_command']}")
+    console.print(f"report: {report['files']['html']} {report['files']['markdown']} {report['files']['json']}")

@@ -1,0 +1,166 @@
+"""``icr2 reproduce NAME``: run a registered experiment through ``icr2 compare``'s machinery and report it beside
+the paper.
+
+The run, in ``out_dir``:
+1. ``pipelines/``: the experiment's variants (e.g. the plain and the query-aware prompt) and references
+   (closed-book, oracle) as pipeline YAMLs; ``--backend`` then moves their reader to a server, as in compare.
+2. Conditions the reader cannot run are refused with the reason (a prompt longer than the model's context,
+   counted with the model's own tokenizer) and reported; the others are kept.
+3. ``data/``: the questions drawn (the first ``limit``, else the registered size), each under each kept condition,
+   as one ICR2 benchmark file whose corpus in context is the condition's (the gold document at its position);
+   the references' file (the question with its gold passage).
+4. ``compare/`` and ``references/``: :func:`run_compare` answers them under the ``corpus`` and ``open`` context
+   types: its answer cache (resume after a kill: run the command again), concurrency against a served backend,
+   failed requests recorded and asked again next run, and compare's own report of the raw runs.
+5. The experiment's metric scores every answer; a question counts once it is answered under every condition and
+   variant (the statistics are paired). ``report.json``, ``report.md``, ``report.html`` and the plot(s):
+   accuracy per condition with 95% Wilson intervals beside the paper's figures (its model named), Cochran's Q
+   across positions and exact McNemar first vs last per curve, query-aware against plain per condition (exact
+   McNemar, Holm over the conditions), closed-book and oracle.
+
+Usage example:
+```python
+from icr2_components.evaluation.experiments.runner import run_experiment
+
+report = run_experiment("kv-retrieval", limit=2, conditions="75keys@1,75keys@75", out_dir="runs/kv",
+                        max_new_tokens=24, progress=False)
+print(report["cells"][0]["accuracy"], report["files"]["html"])
+```
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from icr2_components.errors import UserInputError
+from icr2_components.evaluation.experiments.protocol import (
+    Experiment,
+    get_experiment,
+    split_question_id,
+)
+
+logger = logging.getLogger(__name__)
+DEFAULT_OUT = "runs/reproduce"
+
+
+def reader_of(path: Path, backend) -> Any:
+    """The reader component of a pipeline file as the run will use it (after ``backend``), warmed up."""
+    from icr2_components.pipeline_spec import PipelineSpec
+
+    spec = PipelineSpec.from_file(str(path), backend=backend)
+    pipeline = spec.pipeline(controlled=False)
+    reader = pipeline.get_component(spec.outputs["replies"].split(".", 1)[0])
+    spec.warm_up(pipeline)
+    return reader
+
+
+def _scored(experiment: Experiment, report: dict, context_type: str) -> tuple[dict, dict]:
+    """``{pipeline name: {question id: True/False}}`` of a compare run's answers, and per pipeline the counts of
+    answers left out (failed requests, to be asked again) and of errors (scored wrong)."""
+    from icr2_components.evaluation.compare.cache import read_answer_records
+
+    run = report["run"]
+    names = {info["hash"]: name for name, info in run["pipelines"].items()}
+    wanted = set(run["question_ids"])
+    scores: dict[str, dict[str, bool]] = {name: {} for name in run["pipelines"]}
+    counts: dict[str, dict[str, int]] = {name: {"failed_requests": 0, "errors": 0} for name in run["pipelines"]}
+    for record in read_answer_records(run["cache"]):
+        name = names.get(record["pipeline_hash"])
+        if name is None or record["question_id"] not in wanted or record["context_type"] != context_type:
+            continue
+        if record.get("failed_request"):
+            counts[name]["failed_requests"] += 1
+            continue
+        if record.get("error"):
+            counts[name]["errors"] += 1
+        scores[name][record["question_id"]] = (not record.get("error")
+                                               and experiment.score(record.get("answer") or "", record["answers"]))
+    return scores, counts
+
+
+def run_experiment(
+    name: str,
+    backend: Any = None,
+    limit: int | None = None,
+    out_dir: str | Path | None = None,
+    max_new_tokens: int | None = None,
+    progress: bool = True,
+    conditions: str | list[str] | None = None,
+    concurrency: int | None = None,
+    stats_seed: int | None = None,
+) -> dict[str, Any]:
+    """Run the registered experiment ``name`` (see the module doc) and write its report; returns the report.
+    ``limit``: the first N questions (default: the registered size); ``conditions``: a subset of the conditions
+    by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``)."""
+    from icr2_components.backends import resolve_backend
+    from icr2_components.evaluation.compare.run import run_compare
+    from icr2_components.evaluation.experiments.report import build_report, write_report
+
+    experiment = get_experiment(name)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UserInputError(f"--limit must be a positive integer, got {limit!r}.")
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                       or max_new_tokens < 1):
+        raise UserInputError(f"--max-new-tokens must be a positive integer, got {max_new_tokens!r}.")
+    selected = experiment.select(conditions)
+    budget = max_new_tokens or experiment.registered_max_new_tokens
+    seed = experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed
+    backend = resolve_backend(backend)
+    out = Path(out_dir) if out_dir is not None else Path(DEFAULT_OUT) / experiment.name
+    out.mkdir(parents=True, exist_ok=True)
+
+    paths = experiment.write_pipelines(out / "pipelines")
+    variant_paths = paths[:len(experiment.variants())]
+    reference_paths = paths[len(experiment.variants()):]
+    refused = experiment.refusals(selected, reader_of(variant_paths[0], backend), budget)
+    refused_names = {r.condition for r in refused}
+    kept = [c for c in selected if c.name not in refused_names]
+    for refusal in refused:
+        logger.warning("%s: condition %s refused: %s", experiment.name, refusal.condition, refusal.reason)
+    if not kept:
+        raise UserInputError(f"{experiment.name}: every condition asked for is refused: "
+                             + "; ".join(f"{r.condition}: {r.reason}" for r in refused))
+    prepared = experiment.prepare(kept, limit, out / "data", progress=progress)
+    if not prepared.question_ids:
+        raise UserInputError(f"{experiment.name}: no question could be drawn ({prepared.drawn}).")
+    common = {"max_new_tokens": budget, "progress": progress, "backend": backend, "seed": seed,
+              "concurrency": concurrency}
+    main = run_compare([str(p) for p in variant_paths], dataset=str(prepared.conditions_file),
+                       context_types=["corpus"], out_dir=out / "compare", **common)
+    references = None
+    if reference_paths and prepared.references_file is not None:
+        references = run_compare([str(p) for p in reference_paths], dataset=str(prepared.references_file),
+                                 context_types=["open"], out_dir=out / "references", **common)
+
+    scores, counts = _scored(experiment, main, "corpus")
+    by_cell: dict[str, dict[str, dict[str, bool]]] = {}
+    for variant, answers in scores.items():
+        for question_id, right in answers.items():
+            base, condition = split_question_id(question_id)
+            by_cell.setdefault(variant, {}).setdefault(condition, {})[base] = right
+    reference_scores, reference_counts = (_scored(experiment, references, "open") if references is not None
+                                          else ({}, {}))
+    report = build_report(experiment, kept, by_cell, reference_scores, prepared, seed=seed)
+    report["refused"] = [{"condition": r.condition, "reason": r.reason} for r in refused]
+    report["run"] = {
+        "out": str(out),
+        "backend": backend.describe() if backend is not None else "pipelines' own (local)",
+        "max_new_tokens": budget,
+        "limit": limit,
+        "registered_size": experiment.registered_size,
+        "at_registered_size": (limit is None or limit >= experiment.registered_size) and conditions is None,
+        "conditions_asked": conditions,
+        "pipelines": {**main["run"]["pipelines"], **(references["run"]["pipelines"] if references else {})},
+        "compare_reports": {"conditions": main["files"]["html"],
+                            "references": references["files"]["html"] if references else None},
+        "counters": {"conditions": main["run"]["counters"],
+                     "references": references["run"]["counters"] if references else None},
+        "answers_left_out": {"conditions": counts, "references": reference_counts},
+        "drawn": prepared.drawn,
+        "data": {"conditions": str(prepared.conditions_file),
+                 "references": str(prepared.references_file) if prepared.references_file else None},
+    }
+    write_report(report, out)
+    return report

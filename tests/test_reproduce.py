@@ -1,0 +1,142 @@
+"""``icr2 reproduce``: the registered experiments end to end on the bundled reader in process and through the real
+llama.cpp server, at a few questions and conditions (the registered sizes take hours; BENCHMARKS.md lists them).
+
+Each run asserts what the report must hold: the cells of the conditions asked with their n and Wilson interval, the
+paper's figures beside them with its model named, the refusals with the reason, the plot opened by the HTML, and a
+second run answering nothing (compare's answer cache: resume)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from icr2_components.backends import load_backend
+from icr2_components.cli import main
+from icr2_components.evaluation.experiments import experiment_names, get_experiment
+from icr2_components.evaluation.experiments.runner import run_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def _check_files(report: dict, out: Path) -> None:
+    html = (out / "report.html").read_text()
+    plot = Path(report["files"]["plot"])
+    assert plot.is_file() and plot.stat().st_size > 10_000
+    assert f"<img src='{plot.name}'" in html  # the HTML opens the plot
+    assert f"![{report['experiment']['figure']}]({plot.name})" in (out / "report.md").read_text()
+
+
+def test_the_list_names_every_experiment_with_its_protocol(capsys):
+    assert {"kv-retrieval", "lost-in-the-middle"} <= set(experiment_names())
+    assert main(["reproduce", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "kv-retrieval:" in listed and "lost-in-the-middle:" in listed and "75keys@25" in listed
+    protocol = get_experiment("lost-in-the-middle").describe()
+    assert protocol["registered_size"] == 200 and "20docs@10" in protocol["conditions"]
+    # the paper's figures are the printed ones, the model named: GPT-3.5-Turbo (16K) at 20 documents, table 6
+    figure = next(f for f in protocol["paper_figures"]
+                  if f["model"] == "GPT-3.5-Turbo (16K)" and f["condition"] == "20docs@10")
+    assert figure["value"] == 0.541 and figure["source"] == "Table 6"
+
+
+def test_bad_names_and_conditions_are_refused_with_what_there_is(capsys):
+    assert main(["reproduce", "no-such-paper"]) == 1
+    assert "kv-retrieval" in capsys.readouterr().err
+    assert main(["reproduce", "kv-retrieval", "--conditions", "76keys@*"]) == 1
+    assert "75keys@1" in capsys.readouterr().err
+    assert main(["reproduce"]) == 1
+    assert "--list" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two 5,400-token prompts in process: about a minute on 2 idle cores
+def test_kv_retrieval_in_process_refuses_what_does_not_fit_and_resumes(tmp_path, capsys):
+    out = tmp_path / "kv"
+    argv = ["reproduce", "kv-retrieval", "--limit", "1", "--conditions", "75keys@1,140keys@70,300keys@1",
+            "--out", str(out), "--max-new-tokens", "4", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    report = _report(out)
+    cells = {(c["condition"], c["variant"]): c for c in report["cells"]}
+    assert set(cells) == {("75keys@1", "kv_retrieval"), ("75keys@1", "kv_retrieval_query_aware")}
+    assert all(c["n"] == 1 and c["ci95"] is not None for c in cells.values())
+    # SmolLM2 takes 8192 tokens: 140 and 300 pairs do not fit, and the reason counts them
+    refused = {r["condition"]: r["reason"] for r in report["refused"]}
+    assert set(refused) == {"140keys@70", "300keys@1"}
+    assert "tokens by the model's tokenizer" in refused["140keys@70"] and "8192 context" in refused["300keys@1"]
+    assert "140keys@70" in printed and "not at the registered size" in printed
+    # the prompt the reader got is figure 7's, the pairs in the released order with the asked one first
+    data = [json.loads(line) for line in (out / "data" / "conditions.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in data] == ["kv-0001|75keys@1"] and data[0]["gold_passage_ids"] == ["KV001"]
+    assert data[0]["context"][0]["title"] == data[0]["query"]
+    assert report["run"]["counters"]["conditions"]["model_runs"] == 2
+    _check_files(report, out)
+    assert "Figure 10 is a plot" in (out / "report.md").read_text()
+    # run again: every answer comes from the cache
+    assert main(argv) == 0
+    assert _report(out)["run"]["counters"]["conditions"]["model_runs"] == 0
+
+
+def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
+    out = tmp_path / "litm"
+    report = run_experiment("lost-in-the-middle", limit=2, conditions="10docs@1,10docs@10", out_dir=out,
+                            max_new_tokens=8, progress=False)
+    assert report["questions"] == {**report["questions"], "drawn": 2, "complete": 2}
+    assert [c["condition"] for c in report["cells"]] == ["10docs@1", "10docs@1", "10docs@10", "10docs@10"]
+    data = [json.loads(line) for line in (out / "data" / "conditions.jsonl").read_text().splitlines()]
+    assert len(data) == 4 and all(len(r["context"]) == 10 for r in data)
+    # the gold passage at the condition's position, the distractors in the same order around it
+    first, last = data[0], data[1]
+    assert first["gold_passage_ids"] == ["PSG001"] and last["gold_passage_ids"] == ["PSG010"]
+    assert first["context"][0]["doc_id"] == last["context"][9]["doc_id"]
+    assert [c["doc_id"] for c in first["context"][1:]] == [c["doc_id"] for c in last["context"][:9]]
+    assert set(report["references"]) == {"closed_book", "oracle"}
+    assert all(cell["n"] == 2 for cell in report["references"].values())
+    curve = next(c for c in report["curves"] if c["variant"] == "multi_document_qa")
+    assert curve["positions"] == [1, 10] and curve["test"]["n"] == 2
+    assert report["variants_vs_first"][0]["variant"] == "multi_document_qa_query_aware"
+    markdown = (out / "report.md").read_text()
+    assert "GPT-3.5-Turbo (16K) (paper)" in markdown and "| 0.769 |" in markdown.replace(" 0.769", "| 0.769")
+    _check_files(report, out)
+
+
+@pytest.fixture(scope="module")
+def backend(llama_server_url, tmp_path_factory):
+    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
+    if shipped.settings.served_model.api_base_url == llama_server_url:
+        return "llama_cpp_server"
+    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
+    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
+                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
+    return str(file)
+
+
+@pytest.mark.llama_server
+def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
+    out = tmp_path / "kv"
+    assert main(["reproduce", "kv-retrieval", "--backend", backend, "--limit", "1", "--conditions",
+                 "75keys@1,75keys@75,140keys@1", "--out", str(out), "--max-new-tokens", "24", "--no-progress"]) == 0
+    report = _report(out)
+    assert "served" in report["run"]["backend"]
+    assert {c["condition"] for c in report["cells"]} == {"75keys@1", "75keys@75"}
+    # the server's tokenizer counts the 140-pair prompt past its 8192-token context
+    assert [r["condition"] for r in report["refused"]] == ["140keys@1"]
+    assert report["run"]["counters"]["conditions"]["model_runs"] == 4
+    _check_files(report, out)
+
+
+@pytest.mark.llama_server
+def test_lost_in_the_middle_through_the_llama_cpp_server(backend, tmp_path):
+    out = tmp_path / "litm"
+    assert main(["reproduce", "lost-in-the-middle", "--backend", backend, "--limit", "2", "--conditions",
+                 "10docs@1,10docs@5,10docs@10", "--out", str(out), "--max-new-tokens", "16", "--no-progress"]) == 0
+    report = _report(out)
+    assert report["questions"]["complete"] == 2 and len(report["cells"]) == 6
+    assert report["run"]["counters"]["conditions"]["model_runs"] == 12
+    assert report["references"]["oracle"]["n"] == 2
+    _check_files(report, out)
