@@ -23,6 +23,7 @@ os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.it
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -38,15 +39,24 @@ def main() -> None:
     parser.add_argument("--reader-backend", default="llama_cpp_server")
     parser.add_argument("--judge-backend", default="llama_cpp_server")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--server-url", help="use the shipped llama_cpp_server backend file with this api_base_url "
+                        "for the reader and the judge (e.g. http://127.0.0.1:8090/v1, the native llama-server that "
+                        "serves the same SmolLM2 GGUF with 4 slots); written to --out/llama_cpp_server.yaml")
     parser.add_argument("--out", default=str(ROOT / "runs/judge_agreement"))
     parser.add_argument("--results", default=str(ROOT / "bench/results/judge_agreement.json"))
     args = parser.parse_args()
+    if args.server_url:
+        shipped = (ROOT / "backends/llama_cpp_server.yaml").read_text()
+        file = Path(args.out) / "llama_cpp_server.yaml"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(shipped.replace("http://127.0.0.1:8089/v1", args.server_url))
+        args.reader_backend = args.judge_backend = str(file)
     load_start = os.getloadavg()
     started = time.perf_counter()
     result = run_judge_agreement(args.ids, limit=args.limit, reader_backend=args.reader_backend,
                                  judge_backend=args.judge_backend, out_dir=args.out, threshold=args.threshold)
     result.update(wall_seconds=round(time.perf_counter() - started, 1), load_average_start=load_start,
-                  load_average_end=os.getloadavg(), command=f"bench/judge_agreement.py --limit {args.limit}")
+                  load_average_end=os.getloadavg(), command=" ".join(["bench/judge_agreement.py", *sys.argv[1:]]))
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(json.dumps(result, indent=2, ensure_ascii=False))
     print(f"{result['questions']} answers; answer match {result['answer_match']['mean']}; judge {result['judge']}")

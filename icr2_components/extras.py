@@ -49,6 +49,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "embed": ("onnxruntime", "onnx", "openvino"),
     "llama": ("llama_cpp", "haystack_integrations.components.generators.llama_cpp"),
     "formats": ("pyarrow", "datasets", "pypdf", "trafilatura", "markdown_it", "mdit_plain"),
+    "judge": ("ragas",),
 }
 
 
@@ -66,6 +67,7 @@ _MODULE_EXTRAS = {
     **dict.fromkeys(("onnx", "onnxruntime", "openvino"), "embed"),
     **dict.fromkeys(("llama_cpp", "haystack_integrations.components.generators.llama_cpp"), "llama"),
     **dict.fromkeys(("pyarrow", "datasets", "pypdf", "trafilatura", "markdown_it", "mdit_plain"), "formats"),
+    "ragas": "judge",
 }
 
 

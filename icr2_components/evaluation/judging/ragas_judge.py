@@ -214,15 +214,13 @@ class RagasJudge:
     call: several run at once on a served backend) and returns a :class:`Judgement`.
 
     :param backend: A ``Backend``, a shipped backend name (``llama_cpp_server``) or a backend file.
-    :raises ImportError: ragas (the ``judge`` extra) is not installed, naming the extra.
+    :raises MissingExtraError: ragas (the ``judge`` extra) is not installed, naming the extra.
     """
 
     def __init__(self, backend: Backend | str) -> None:
-        try:
-            import ragas.metrics  # noqa: F401
-        except ImportError as error:
-            raise ImportError(f"Judging answers needs ragas: `pip install 'icr2-components[judge]'` ({error}).") \
-                from error
+        from icr2_components.extras import require_extra
+
+        require_extra("judge", "the judge (icr2 compare --judge)")
         resolved = resolve_backend(backend)
         if resolved is None:
             raise ValueError("Name a judge backend: a shipped backend name (e.g. llama_cpp_server) or a backend file.")
