@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 DEFAULT_CONTEXT_TYPES = "open,gold,conflicting,irrelevant"
+DATASET_FORMATS = ("kilt", "icr2", "jsonl", "csv", "parquet", "hf_dataset")  # kilt.questions.DATASET_FORMATS
 
 
 def register(subparsers) -> None:
@@ -24,7 +25,22 @@ def register(subparsers) -> None:
     parser.add_argument("--pipelines", nargs="+", required=True,
                         help="shipped pipeline names (e.g. closed_book vanilla_rag) or pipeline YAMLs with declared "
                         "inputs/outputs")
-    parser.add_argument("--dataset", help="KILT task file or ICR2 benchmark JSONL (default: the bundled NQ sample)")
+    parser.add_argument("--dataset",
+                        help="the questions: a KILT task file, an ICR2 benchmark JSONL, or a question set of your own "
+                        "(JSONL, CSV/TSV, Parquet, a folder made by datasets' save_to_disk, a question-set YAML), or a "
+                        "shipped question set (python-docs); default: the bundled NQ sample. A question set needs "
+                        "only a question per row (answers, gold passage ids, a conflicting answer, an id optional)")
+    parser.add_argument("--dataset-format", choices=DATASET_FORMATS,
+                        help="how to read --dataset (default: from it: a folder is hf_dataset, .csv/.tsv csv, .parquet "
+                        "parquet, .yaml a question-set file; JSON lines with ICR2's or KILT's fields are read as "
+                        "those, other JSON lines as a jsonl question set)")
+    parser.add_argument("--field", action="append", default=[], metavar="FIELD=COLUMN",
+                        help="where a question set holds a field (repeatable): question, answers, gold_passage_ids, "
+                        "gold_sources (documents holding the answer, as the index's file_path meta names them), "
+                        "conflicting_answer, id; a column or a dotted path (answers=answers.text); FIELD= (empty) "
+                        "when the set has none. Default: the field's own name (docs/evaluation.md)")
+    parser.add_argument("--dataset-split", metavar="SPLIT",
+                        help="the split of a saved datasets DatasetDict (needed when it has several)")
     parser.add_argument(
         "--context-types",
         default=DEFAULT_CONTEXT_TYPES,
@@ -104,7 +120,14 @@ def print_report(report: dict) -> None:
     from icr2_components.commands._console import make_console
     from icr2_components.evaluation.reports.compare_report import HEADLINE_METRICS
     from icr2_components.evaluation.reports.position_curves import curve_rows, shape_rows
-    from icr2_components.evaluation.reports.rendering import cub_rows, gap_rows, paired_rows, summary_rows
+    from icr2_components.evaluation.reports.rendering import (
+        coverage_rows,
+        cub_rows,
+        gap_rows,
+        paired_rows,
+        question_set_lines,
+        summary_rows,
+    )
 
     console = make_console()
     tables = [("per pipeline and context type: mean [95% interval]", summary_rows(report))]
@@ -115,6 +138,9 @@ def print_report(report: dict) -> None:
     if (paired.get("gap_closed") or {}).get("results"):
         tables.append((f"share of the {paired['baseline']} -> oracle gap closed (answer match, open)",
                        gap_rows(report)))
+    coverage = coverage_rows(report)
+    if coverage[1]:
+        tables.append(("metrics computed on fewer than the run's questions, and why", coverage))
     tables.append(("faithfulness / robustness (CUB BCU) [95% interval]", cub_rows(report)))
     if report.get("judge"):
         from icr2_components.evaluation.reports.rendering import judge_rows
@@ -135,6 +161,8 @@ def print_report(report: dict) -> None:
     run = report["run"]
     console.print(f"model runs: {run['counters']}; dataset skips: {run['dataset_skips']['counts']}; "
                   f"contexts not built: {run['missing_contexts']}")
+    for line in question_set_lines(run.get("question_set")):
+        console.print(line)
     counters = run["counters"]
     if counters.get("stale_context"):
         console.print(f"{counters['stale_context']} cached answer(s) were given other passages than this run builds "
@@ -163,6 +191,7 @@ def _run(args) -> int:
                          "split (--split-seed, --dev-fraction) and reports on the test split.")
     if args.tune and args.report_only:
         raise ValueError("--report-only runs no model, and --tune would: run the tuning first, then report.")
+    args.dataset = dataset_argument(args)
     backend = resolve_backend(args.backend)
     pipelines = args.pipelines
     split = args.split
@@ -179,6 +208,23 @@ def _run(args) -> int:
     print_questions(report["run"])
     refuse_if_every_request_failed(report["run"])
     return 0
+
+
+def dataset_argument(args):
+    """``--dataset`` with ``--dataset-format``, ``--field`` and ``--dataset-split``: a path, or a QuestionSet."""
+    from icr2_components.kilt.questions import question_source
+
+    fields = {}
+    for item in args.field:
+        name, sep, column = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--field takes FIELD=COLUMN (e.g. --field answers=gold), got {item!r}.")
+        if name.strip() in fields:
+            raise ValueError(f"--field {name.strip()} is given twice.")
+        fields[name.strip()] = column.strip() or None
+    if args.dataset is None and not (args.dataset_format or fields or args.dataset_split):
+        return None
+    return question_source(args.dataset, args.dataset_format, fields or None, args.dataset_split)
 
 
 def refuse_if_every_request_failed(run: dict) -> None:

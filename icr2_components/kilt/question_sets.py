@@ -6,6 +6,9 @@ Only the question is required. Each other field is optional, per question and pe
 - ``answers``: the gold answers (a string, a list of strings, or in CSV ``a|b`` / a JSON list ``["a", "b"]``);
   a question without them still runs (latency, prompt tokens, judge metrics), but no answer metric is computed on it;
 - ``gold_passage_ids``: ids of passages of the index that hold the answer (in-context recall, CUB's contexts);
+- ``gold_sources``: the documents that hold the answer, as the index's passages name their source (the
+  ``file_path`` meta of a folder corpus, e.g. ``library/json.html``; ``source_meta_field`` names another): their
+  passages that contain a gold answer are the question's gold passages, whatever the chunking;
 - ``conflicting_answer``: the answer CUB's conflicting context puts in the gold passage instead of the gold one
   (without it compare draws one of the same type from the set's other answers, as for a KILT file);
 - ``id``: the question's id; without it, a stable id derived from the question text (``q-`` and 12 hex digits of
@@ -26,7 +29,7 @@ Two ways to say it, the same :class:`QuestionSet`:
 
       path: questions.csv
       format: csv                  # jsonl | csv | parquet | hf_dataset
-      fields: {question: q, answers: gold, id: qid}
+      fields: {question: q, answers: gold, id: qid}   # also gold_passage_ids, gold_sources, conflicting_answer
       list_separator: "|"          # CSV: several answers or gold ids in one cell
       split: null                  # a saved DatasetDict: which split (needed when it has several)
 
@@ -53,7 +56,7 @@ from icr2_components.records import SkipReport
 
 #: the formats a question set is read from (KILT task files and ICR2 benchmark files have readers of their own)
 FORMATS = ("jsonl", "csv", "parquet", "hf_dataset")
-FIELDS = ("question", "answers", "gold_passage_ids", "conflicting_answer", "id")
+FIELDS = ("question", "answers", "gold_passage_ids", "gold_sources", "conflicting_answer", "id")
 DERIVED_ID_PREFIX = "q-"
 
 
@@ -68,6 +71,7 @@ class QuestionFields:
     question: str = "question"
     answers: str | None = "answers"
     gold_passage_ids: str | None = "gold_passage_ids"
+    gold_sources: str | None = "gold_sources"
     conflicting_answer: str | None = "conflicting_answer"
     id: str | None = "id"
 
@@ -85,6 +89,7 @@ class QuestionSetConfig:
     split: str | None = None
     list_separator: str = "|"
     task_type: str = "qa"
+    source_meta_field: str = "file_path"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ class QuestionSet:
     list_separator: str = "|"
     task_type: str = "qa"
     config_file: str | None = None
+    # the meta field of the index's passages that ``gold_sources`` name (a folder corpus's relative file path)
+    source_meta_field: str = "file_path"
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -113,8 +120,8 @@ class QuestionSet:
     @classmethod
     def from_options(cls, path: str | os.PathLike, format: str | None = None,
                      fields: Mapping[str, str | None] | None = None, split: str | None = None,
-                     list_separator: str = "|", task_type: str = "qa", config_file: str | None = None
-                     ) -> "QuestionSet":
+                     list_separator: str = "|", task_type: str = "qa", config_file: str | None = None,
+                     source_meta_field: str = "file_path") -> "QuestionSet":
         """A question set from a path, a format (None: from the path) and a mapping ``{field: column}`` (a field
         mapped to None or "" is absent from the set)."""
         path = str(path)
@@ -133,7 +140,7 @@ class QuestionSet:
         mapping = QuestionFields(**{k: (v or None) for k, v in fields.items()})
         explicit = tuple(k for k, v in fields.items() if v)
         return cls(path, format or format_from_path(path), mapping, explicit, split, list_separator, task_type,
-                   config_file)
+                   config_file, source_meta_field)
 
     @classmethod
     def from_file(cls, config: str | os.PathLike) -> "QuestionSet":
@@ -154,11 +161,12 @@ class QuestionSet:
         if not path.is_absolute():
             path = source.parent / path
         return cls.from_options(path, values.format, values.fields, values.split, values.list_separator,
-                                values.task_type, config_file=str(source))
+                                values.task_type, config_file=str(source), source_meta_field=values.source_meta_field)
 
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "fields": self.fields.mapped(), "split": self.split,
                 **({"list_separator": self.list_separator} if self.format == "csv" else {}),
+                **({"source_meta_field": self.source_meta_field} if self.fields.gold_sources else {}),
                 **({"config_file": self.config_file} if self.config_file else {})}
 
     def sha256(self) -> str:
@@ -201,6 +209,7 @@ class QuestionRow:
     conflicting_answer: str | None
     row: int
     derived_id: bool = False
+    gold_sources: list[str] = field(default_factory=list)
 
 
 def derived_id(question: str) -> str:
@@ -396,6 +405,12 @@ def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) 
         except _BadValue as error:
             skips.skip("bad gold passage ids", number, str(error))
             continue
+        try:
+            sources = _text_list(_get(record, fields.gold_sources), f"{fields.gold_sources!r}", separator) \
+                if fields.gold_sources else []
+        except _BadValue as error:
+            skips.skip("bad gold sources", number, str(error))
+            continue
         conflicting = _get(record, fields.conflicting_answer) if fields.conflicting_answer else _MISSING
         try:
             conflicting = None if conflicting in (_MISSING, None) else (
@@ -415,7 +430,7 @@ def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) 
             skips.skip("repeated question id", number, question_id)
             continue
         seen.add(question_id)
-        rows.append(QuestionRow(question_id, question.strip(), answers, gold, conflicting, number, made))
+        rows.append(QuestionRow(question_id, question.strip(), answers, gold, conflicting, number, made, sources))
     return rows, skips
 
 
@@ -423,6 +438,7 @@ def question_set_counts(rows: list[QuestionRow]) -> dict[str, int]:
     """How many usable questions have each optional field: what each metric can be computed on."""
     return {"questions": len(rows), "with_answers": sum(bool(r.answers) for r in rows),
             "with_gold_passage_ids": sum(bool(r.gold_passage_ids) for r in rows),
+            "with_gold_sources": sum(bool(r.gold_sources) for r in rows),
             "with_conflicting_answer": sum(r.conflicting_answer is not None for r in rows),
             "derived_ids": sum(r.derived_id for r in rows)}
 

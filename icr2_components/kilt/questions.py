@@ -46,6 +46,8 @@ class CompareQuestion:
     conflicting_answer: str | None = None
     # gold passage ids the question set names that the index does not hold (left out of gold_documents)
     missing_gold_ids: list[str] = field(default_factory=list)
+    # the documents a question set says hold the answer (``gold_sources``); their answer-bearing passages are gold
+    gold_sources: list[str] = field(default_factory=list)
 
 
 def is_icr2_file(path: str | os.PathLike) -> bool:
@@ -253,22 +255,49 @@ def fetch_documents(index: str, ids: Sequence[str]) -> dict[str, Document]:
     return found
 
 
+def fetch_source_documents(index: str, meta_field: str, sources: Sequence[str]) -> dict[str, list[Document]]:
+    """The passages of ``index`` whose ``meta_field`` is one of ``sources``, by source, in the index's order."""
+    from icr2_components.stores import open_index
+
+    if not sources:
+        return {}
+    store = open_index(index).document_store
+    found: dict[str, list[Document]] = {}
+    wanted = list(dict.fromkeys(sources))
+    for document in store.filter_documents({"field": f"meta.{meta_field}", "operator": "in", "value": wanted}):
+        found.setdefault(str(document.meta.get(meta_field)), []).append(document)
+    for passages in found.values():
+        passages.sort(key=lambda d: d.id)
+    return found
+
+
+def contains_answer(text: str, answers: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``answers`` (the looser normalisation CUB's contexts are built with)."""
+    from icr2_components.text.normalization import normalize_text
+
+    normalized = f" {normalize_text(text)} "
+    return any(f" {normalize_text(a)} " in normalized for a in answers if normalize_text(a))
+
+
 def read_question_set_questions(
     questions: QuestionSet, skips: SkipReport, limit: int | None = None, index: str = "kilt-sample",
     ids: Sequence[str] | None = None, retrieve: Callable[[str], list[Document]] | None = None,
     irrelevant_top_k: int = 10,
 ) -> list[CompareQuestion]:
     """A question set's questions, with or without answers: gold passages by id from ``index`` (an id it lacks is
-    kept in ``missing_gold_ids``), BM25 candidates for the irrelevant context of those with answers. The index is
-    opened only when some question has answers or gold passage ids."""
+    kept in ``missing_gold_ids``) and, for a question with answers, its gold sources' passages that contain one
+    (``fetch_source_documents``, ``contains_answer``); BM25 candidates for the irrelevant context of those with
+    answers. The index is opened only when some question has answers, gold passage ids or gold sources."""
     rows, _ = read_question_rows(questions, skips)
     if ids is None:
         rows = rows[:limit] if limit is not None else rows
     else:
         rows = _ordered(rows, ids)
-    if not any(r.answers or r.gold_passage_ids for r in rows):
+    if not any(r.answers or r.gold_passage_ids or r.gold_sources for r in rows):
         return [CompareQuestion(r.id, r.question, [], task_type=questions.task_type) for r in rows]
     documents = fetch_documents(index, [g for r in rows for g in r.gold_passage_ids])
+    by_source = fetch_source_documents(index, questions.source_meta_field,
+                                       [s for r in rows if r.answers for s in r.gold_sources])
     if retrieve is None:
         from icr2_components.stores import open_index
 
@@ -278,9 +307,13 @@ def read_question_set_questions(
     for r in rows:
         gold = [documents[g] for g in r.gold_passage_ids if g in documents]
         missing = [g for g in r.gold_passage_ids if g not in documents]
+        if r.answers:  # a gold source's passages that hold a gold answer
+            gold += [d for s in r.gold_sources for d in by_source.get(s, [])
+                     if d.id not in {g.id for g in gold} and contains_answer(d.content or "", r.answers)]
         candidates = retrieve(r.question) if r.answers else []
         made.append(CompareQuestion(r.id, r.question, list(r.answers), gold, candidates, questions.task_type,
-                                    conflicting_answer=r.conflicting_answer, missing_gold_ids=missing))
+                                    conflicting_answer=r.conflicting_answer, missing_gold_ids=missing,
+                                    gold_sources=list(r.gold_sources)))
     return made
 
 
@@ -293,6 +326,7 @@ def describe_question_source(source: str | QuestionSet, questions: Sequence[Comp
     return {**source.describe(),
             "run_questions": {"questions": len(questions), "with_answers": sum(bool(q.answers) for q in questions),
                               "with_gold_passages": sum(bool(q.gold_documents) for q in questions),
+                              "with_gold_sources": sum(bool(q.gold_sources) for q in questions),
                               "with_conflicting_answer": sum(q.conflicting_answer is not None for q in questions)},
             "gold_passage_ids_not_in_index": len(missing), "gold_passage_ids_not_in_index_examples": missing[:5]}
 

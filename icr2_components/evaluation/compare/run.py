@@ -17,6 +17,12 @@ from which the report draws its position curves. Records of given passages (cont
 ``report_only``, left out) and counted in ``run.counters.stale_context``; ones from before ``context_sha`` are
 reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
 
+Datasets (``kilt.questions``): a KILT task file (default: the bundled NQ sample), an ICR2 benchmark JSONL, or a
+question set in a user's format (``kilt.question_sets.QuestionSet``: JSON lines, CSV, Parquet, a saved ``datasets``
+dataset, with a field mapping), whose questions run with or without answers, gold passage ids and a conflicting
+answer: each metric is computed where its inputs exist, and ``summary[p][t]["not_computed"]`` says on how many
+questions it was not, and why (``report["run"]["question_set"]``: how many questions have each field).
+
 Questions (``evaluation.compare.held_out``): the dataset's in file order, or one side of a seeded dev/test split
 (``split="test"``, ``split_seed``, ``dev_fraction``; ``evaluation.compare.splits``), then the first ``limit``; or
 exactly
@@ -60,7 +66,14 @@ from icr2_components.evaluation.metrics.bcu import CONTEXT_TYPES
 from icr2_components.evaluation.reports.position_curves import first_gold_position
 from icr2_components.evaluation.statistics.intervals import DEFAULT_SEED
 from icr2_components.kilt.context_types import ContextSet, build_context_set
-from icr2_components.kilt.questions import CompareQuestion, answer_pool, read_compare_questions
+from icr2_components.kilt.question_sets import QuestionSet
+from icr2_components.kilt.questions import (
+    CompareQuestion,
+    answer_pool,
+    dataset_label,
+    describe_question_source,
+    read_compare_questions,
+)
 from icr2_components.models.served_model import ServedModelError
 from icr2_components.pipeline_spec import PipelineSpec
 
@@ -265,7 +278,7 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
 
 def run_compare(
     pipelines: Sequence[str],
-    dataset: str | None = None,
+    dataset: str | QuestionSet | None = None,
     context_types: Sequence[str] | str = CONTEXT_TYPES,
     limit: int | None = None,
     out_dir: str | Path = "runs/compare",
@@ -348,7 +361,8 @@ def run_compare(
             excluded,
         )
     pool = answer_pool(dataset_path)
-    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus)
+    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus,
+                                        conflicting_answer=q.conflicting_answer)
                 for q in questions}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -409,7 +423,9 @@ def run_compare(
                         or contexts[q.id].documents(t) is not None} <= answered.get(q.id, set())}
         records = [r for r in records if r["question_id"] in complete]
         partial = {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}
-    report = build_report(records, specs, types, baseline=baseline, seed=seed)
+    report = build_report(records, specs, types, baseline=baseline, seed=seed,
+                          questions=partial["complete_questions"] if partial else len(questions),
+                          not_built=None if partial else missing_contexts)
     if judge is not None:
         from icr2_components.evaluation.judging.compare_judging import given_passages, judge_section
 
@@ -418,7 +434,9 @@ def run_compare(
                                         metrics=judge_metrics, concurrency=judge_concurrency, progress=progress,
                                         ask=not report_only, seed=seed)
     report["run"] = {
-        "dataset": dataset_path,
+        "dataset": dataset_label(dataset_path),
+        # the format read, and for a question set its field mapping and how many questions have each field
+        "question_set": describe_question_source(dataset_path, questions),
         "dataset_sha256": selection.dataset_sha256,
         "questions": len(questions),
         "question_ids": selection.ids,

@@ -100,13 +100,22 @@ def record_bcu(record: dict, memory: dict[str, str]) -> float | None:
     return None
 
 
+def has_gold_answers(record: dict) -> bool:
+    """Whether the question has a gold answer (a question set's may have none: no answer metric is computed)."""
+    return any(isinstance(a, str) and a.strip() for a in record.get("answers") or [])
+
+
 def score_record(record: dict, memory: dict[str, str], external: dict[str, float] | None = None
                  ) -> dict[str, float | None]:
-    """Every per-answer number the report averages; ``external`` (Haystack/ragas scores) overrides ours."""
-    scores: dict[str, float | None] = dict(answer_scores(record["answer"], record["answers"]))
-    scores["rouge_l_ragas"] = None
-    scores.update(external or {})
-    scores["bcu"] = record_bcu(record, memory)
+    """Every per-answer number the report averages; ``external`` (Haystack/ragas scores) overrides ours. A metric
+    whose inputs the question lacks is None (``not_computed_reason`` says why)."""
+    if has_gold_answers(record):
+        scores: dict[str, float | None] = dict(answer_scores(record["answer"], record["answers"]))
+        scores["rouge_l_ragas"] = None
+        scores.update(external or {})
+        scores["bcu"] = record_bcu(record, memory)
+    else:
+        scores = dict.fromkeys((*ANSWER_METRICS, "bcu"))
     recall = None
     if record["context_type"] == "open" and record.get("shown_ids") is not None and record.get("selects_passages"):
         recall = in_context_recall(record["shown_ids"], record.get("gold_ids") or [])
@@ -114,6 +123,70 @@ def score_record(record: dict, memory: dict[str, str], external: dict[str, float
     scores["latency_s"] = record.get("latency_s")
     scores["prompt_tokens"] = record.get("prompt_tokens")
     return scores
+
+
+# why a metric was not computed on an answer: reasons that hold by definition (BCU is CUB's controlled contexts',
+# recall is of a pipeline's own retrieval) stay in report.json and out of the coverage table
+NO_GOLD_ANSWERS = "no gold answers"
+STRUCTURAL_REASONS = ("open context: BCU scores CUB's gold, conflicting and irrelevant contexts",
+                      "corpus context: BCU scores CUB's gold, conflicting and irrelevant contexts",
+                      "controlled context: recall is of the pipeline's own retrieval (open)",
+                      "the pipeline chooses no passages (closed-book, or given them)")
+
+
+def not_computed_reason(record: dict, metric: str) -> str:
+    """Why ``metric`` is None for this answer record (called only where it is)."""
+    if record.get("error"):
+        return "the answer failed (error recorded)"
+    kind = record["context_type"]
+    if metric in ANSWER_METRICS or metric == "bcu":
+        if metric == "bcu" and kind in ("open", "corpus"):
+            return STRUCTURAL_REASONS[0 if kind == "open" else 1]
+        if not has_gold_answers(record):
+            return NO_GOLD_ANSWERS
+        if metric == "rouge_l_ragas":
+            return "rouge-score cannot be imported (see metric_implementations)"
+        if metric == "bcu" and kind == "conflicting":
+            return "no conflicting answer"
+    if metric == "in_context_recall":
+        if kind != "open":
+            return STRUCTURAL_REASONS[2]
+        if not record.get("selects_passages"):
+            return STRUCTURAL_REASONS[3]
+        if record.get("shown_ids") is None:
+            return "the passages shown were not recorded"
+        if not record.get("gold_ids"):
+            return "no gold passage ids (in the index)"
+    if metric in ("latency_s", "prompt_tokens"):
+        return "not reported by the reader"
+    return "not computed for this answer"
+
+
+def coverage_cell(records: Sequence[dict], scores: dict[str, dict[str, float]], metrics: Sequence[str],
+                  questions: int | None, not_built: dict[str, int] | None) -> dict[str, dict[str, int]]:
+    """``metric -> {reason: questions}`` for every metric of one pipeline and context type computed on fewer than
+    the run's questions: each answer's reason, and the questions with no answer record (their context type not
+    built, by ``not_built``'s reasons; else left out of this report)."""
+    answered = {r["question_id"]: r for r in records}
+    absent = max((questions if questions is not None else len(answered)) - len(answered), 0)
+    missing: dict[str, int] = {}
+    for reason, count in (not_built or {}).items():
+        take = min(count, absent - sum(missing.values()))
+        if take > 0:
+            missing[f"context not built: {reason}"] = take
+    rest = absent - sum(missing.values())
+    if rest > 0:
+        missing["no answer recorded for this report"] = rest
+    cell: dict[str, dict[str, int]] = {}
+    for metric in metrics:
+        reasons = dict(missing)
+        for question_id, record in answered.items():
+            if question_id not in scores.get(metric, {}):
+                reason = not_computed_reason(record, metric)
+                reasons[reason] = reasons.get(reason, 0) + 1
+        if reasons:
+            cell[metric] = reasons
+    return cell
 
 
 def _mean(values: list) -> float | None:
@@ -257,8 +330,11 @@ def pareto_status(cub: dict[str, dict[str, Any]], front: Sequence[str]) -> dict[
 
 
 def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: Sequence[str],
-                 baseline: str | None = None, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """``summary[pipeline][context_type]``: each metric's mean, ``n``, ``errors``, ``intervals[metric]`` and
+                 baseline: str | None = None, seed: int = DEFAULT_SEED, questions: int | None = None,
+                 not_built: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """``summary[pipeline][context_type]``: each metric's mean, ``n``, ``errors``, ``intervals[metric]`` (whose
+    ``n`` is the questions the metric was computed on), ``not_computed[metric]`` (``{reason: questions}`` for the
+    others of the run's ``questions``; ``not_built``: context type -> ``{reason: questions}`` not given it) and
     ``answer_match_ci95``; ``cub[pipeline]`` faithfulness/robustness with ``intervals``, Pareto front and
     ``pareto_status``; ``paired`` (every pipeline against ``baseline``, default the first, with the gap closed
     toward an oracle); ``position_curves`` (accuracy by gold passage position, with intervals and shape tests);
@@ -267,7 +343,7 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
     baseline = resolve_baseline(baseline, names)
     no_context = {s.name for s in specs if s.context_input is None}
     memory = memory_answers(records, no_context)
-    answered = [r for r in records if not r.get("error")]
+    answered = [r for r in records if not r.get("error") and has_gold_answers(r)]
     external, implementations = external_scores(answered)
     external_by_record = {id(r): scores for r, scores in zip(answered, external)}
     scores = per_question_scores(records, memory, external_by_record)
@@ -283,6 +359,8 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
             row["errors"] = len(chosen) - len(valid)
             row["intervals"] = {metric: mean_interval(list(cell[metric].values()), seed) for metric in TABLE_COLUMNS}
             row[CI_KEY] = row["intervals"]["answer_match"]["ci95"] if valid else None
+            row["questions"] = questions if questions is not None else len({r["question_id"] for r in chosen})
+            row["not_computed"] = coverage_cell(chosen, cell, TABLE_COLUMNS, questions, (not_built or {}).get(kind))
             summary[spec.name][kind] = row
     cub = {}
     for name, rows in summary.items():

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS
+from icr2_components.evaluation.reports.compare_report import STRUCTURAL_REASONS, TABLE_COLUMNS
 from icr2_components.evaluation.reports.position_curves import curve_html, curve_markdown, curve_rows, shape_rows
 from icr2_components.evaluation.statistics.intervals import format_interval
 from icr2_components.evaluation.statistics.paired_comparison import ALPHA, POWER, format_amount
@@ -65,14 +65,55 @@ def shown_columns(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> list[
     return [m for m in metrics if m not in omitted]
 
 
+def summary_cell(row: dict, metric: str) -> str:
+    """``mean [95% interval]``, with ``n=k`` where the metric was computed on fewer answers than the row's n (a
+    question set's questions without answers or gold passage ids)."""
+    text = format_metric(row, metric)
+    n = ((row.get("intervals") or {}).get(metric) or {}).get("n")
+    if text != "-" and n is not None and n != row.get("n"):
+        text += f" n={n}"
+    return text
+
+
 def summary_rows(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[str]]]:
-    """One row per pipeline and context type; each metric cell is ``mean [95% interval]``."""
+    """One row per pipeline and context type; each metric cell is ``mean [95% interval]`` (``n=k`` after it when
+    computed on fewer than the row's n answers; the coverage table says why)."""
     metrics = shown_columns(report, metrics)
     header = ["pipeline", "context", "n", *metrics]
     rows = []
     for name, per_type in report["summary"].items():
         for kind, row in per_type.items():
-            rows.append([name, kind, _fmt(row["n"], "n"), *(format_metric(row, m) for m in metrics)])
+            rows.append([name, kind, _fmt(row["n"], "n"), *(summary_cell(row, m) for m in metrics)])
+    return header, rows
+
+
+def coverage_rows(report: dict, metrics: Sequence[str] = TABLE_COLUMNS) -> tuple[list[str], list[list[str]]]:
+    """Each metric not computed on every question of the run, and why (reasons that hold by definition, such as
+    BCU under the open context, are left to report.json): one row per context type, pipelines and reasons, naming
+    the metrics it holds for ("every metric" when all)."""
+    metrics = shown_columns(report, metrics)
+    header = ["context", "metrics", "pipelines", "computed on", "not computed on (questions: why)"]
+    names = list(report["summary"])
+    by_metric: dict[tuple, list[str]] = {}
+    for name, per_type in report["summary"].items():
+        for kind, row in per_type.items():
+            for metric in metrics:
+                reasons = {k: v for k, v in ((row.get("not_computed") or {}).get(metric) or {}).items()
+                           if k not in STRUCTURAL_REASONS}
+                if reasons:
+                    n = ((row.get("intervals") or {}).get(metric) or {}).get("n", 0)
+                    key = (metric, kind, n, row.get("questions"), tuple(sorted(reasons.items())))
+                    by_metric.setdefault(key, []).append(name)
+    grouped: dict[tuple, list[str]] = {}
+    for (metric, kind, n, questions, reasons), pipelines in by_metric.items():
+        grouped.setdefault((kind, tuple(pipelines), n, questions, reasons), []).append(metric)
+    kinds = [k for per_type in report["summary"].values() for k in per_type]
+    rows = []
+    for (kind, pipelines, n, questions, reasons), chosen in sorted(
+            grouped.items(), key=lambda item: (kinds.index(item[0][0]), metrics.index(item[1][0]))):
+        rows.append([kind, "every metric" if len(chosen) == len(metrics) else ", ".join(chosen),
+                     "all" if len(pipelines) == len(names) > 1 else ", ".join(pipelines), f"{n} of {questions}",
+                     "; ".join(f"{count}: {reason}" for reason, count in reasons)])
     return header, rows
 
 
@@ -164,6 +205,14 @@ def report_notes(report: dict) -> dict[str, str]:
         "gap": (f"Share of the {paired.get('baseline')} -> {gap.get('oracle')} gap in answer match closed "
                 f"({gap.get('context_type')} context, the questions all three answered): (pipeline - baseline) / "
                 f"(oracle - baseline), percentile bootstrap interval."),
+        "coverage": ("Each metric is computed on the questions that have its inputs: answer metrics need gold "
+                     "answers, in-context recall gold passage ids the index holds, CUB's contexts (gold, "
+                     "conflicting, irrelevant) a gold answer and a gold passage that contains it. Below: every "
+                     "metric computed on fewer than the run's questions, on how many, and why not on the others "
+                     "(by definition BCU is not scored under the open context nor recall under controlled ones: "
+                     "those are only in report.json, summary.*.*.not_computed)."),
+        "coverage_full": ("Every metric was computed on every question of the run where it applies (BCU under CUB's "
+                          "contexts, in-context recall under open for pipelines that choose passages)."),
         "cub": ("Faithfulness = mean(BCU gold, BCU conflicting), its interval a bootstrap resampling questions "
                 "jointly over both context types; robustness = BCU irrelevant (Wilson). Off the Pareto front: "
                 "'dominated by' when a dominating front pipeline's interval lies entirely above on some axis, "
@@ -176,6 +225,9 @@ def report_sections(report: dict) -> list[tuple[int, str, str | None, tuple[list
     notes = report_notes(report)
     sections: list[tuple[int, str, str | None, tuple[list[str], list[list[str]]] | None]] = [
         (2, "Per pipeline and context type", notes["summary"], summary_rows(report))]
+    coverage = coverage_rows(report)
+    sections.append((2, "Metric coverage", notes["coverage"] if coverage[1] else notes["coverage_full"],
+                     coverage if coverage[1] else None))
     paired = report.get("paired") or {}
     if paired.get("comparisons"):
         sections.append((2, f"Paired comparison with the baseline `{paired['baseline']}`", notes["paired"], None))
@@ -240,6 +292,23 @@ def statistics_lines(report: dict) -> list[str]:
             f"MDE: {stats.get('mde')}."]
 
 
+def question_set_lines(described: dict | None) -> list[str]:
+    """What the report says of a question set: its format and field mapping, and how many of the run's questions
+    have answers, gold passages and a conflicting answer (none for a KILT or ICR2 file)."""
+    if not described or "fields" not in described:
+        return []
+    counts = described.get("run_questions") or {}
+    line = (f"Question set ({described['format']}, fields {json.dumps(described['fields'])}): of "
+            f"{counts.get('questions')} questions, {counts.get('with_answers')} have gold answers, "
+            f"{counts.get('with_gold_passages')} gold passages in the index"
+            + (f" ({counts['with_gold_sources']} name gold sources)" if counts.get("with_gold_sources") else "")
+            + f", {counts.get('with_conflicting_answer')} a conflicting answer of their own.")
+    if described.get("gold_passage_ids_not_in_index"):
+        line += (f" {described['gold_passage_ids_not_in_index']} gold passage id(s) are not in the index (e.g. "
+                 f"{', '.join(described['gold_passage_ids_not_in_index_examples'][:3])}).")
+    return [line]
+
+
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns
     paths."""
@@ -261,7 +330,8 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     notes = [f"Dataset: `{run.get('dataset')}`, {run.get('questions')} questions; BCU memory target for irrelevant "
              f"context: {report['memory_target']}.",
              f"Dataset skips: {json.dumps((run.get('dataset_skips') or {}).get('counts', {}))}; contexts not built: "
-             f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}."]
+             f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}.",
+             *question_set_lines(run.get("question_set"))]
     sections = report_sections(report)
     md = ["# icr2 compare", "", *notes, ""]
     page = ["<!doctype html><html><head><meta charset='utf-8'><title>icr2 compare</title>",
