@@ -86,6 +86,22 @@ def test_csv_lists_in_cells_short_rows_and_a_missing_column_named(tmp_path, nq):
         read_question_rows(QuestionSet.from_options(path))
 
 
+def test_parquet_columns_null_questions_counted(tmp_path, nq):
+    parquet = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+
+    table = pyarrow.table({"question": [nq[0].query, None, nq[1].query],
+                           "answers": [nq[0].answers, ["x"], []],
+                           "gold_passage_ids": [[d.id for d in nq[0].gold_documents], [], None]})
+    parquet.write_table(table, tmp_path / "set.parquet")
+    source = question_source(str(tmp_path / "set.parquet"))
+    assert isinstance(source, QuestionSet) and source.format == "parquet"
+    rows, skips = read_question_rows(source)
+    assert [(r.question, r.answers, r.gold_passage_ids) for r in rows] == [
+        (nq[0].query, nq[0].answers, [d.id for d in nq[0].gold_documents]), (nq[1].query, [], [])]
+    assert dict(skips.counts) == {"missing question": 1} and skips.examples["missing question"][0].startswith("line 2")
+
+
 def test_question_set_file_is_strict_and_relative_to_itself(tmp_path, nq):
     write_jsonl(tmp_path / "data.jsonl", [{"prompt": q.query, "gold": q.answers} for q in nq[:2]])
     config = tmp_path / "questions.yaml"

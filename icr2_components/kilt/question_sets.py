@@ -327,11 +327,11 @@ def _csv_rows(questions: QuestionSet, skips: SkipReport) -> Iterator[tuple[int, 
 
 
 def _parquet_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    try:
-        import pyarrow.parquet as parquet
-    except ImportError as error:
-        raise QuestionSetError("Reading a Parquet question set needs pyarrow: pip install pyarrow (datasets "
-                               "installs it).") from error
+    from icr2_components.extras import require_extra
+
+    require_extra("formats", "a Parquet question set", ("pyarrow",))
+    import pyarrow.parquet as parquet
+
     try:
         table = parquet.ParquetFile(questions.path)
     except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
@@ -346,11 +346,11 @@ def _parquet_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, An
 
 def load_saved_dataset(questions: QuestionSet):
     """The ``datasets.Dataset`` saved to disk at ``questions.path`` (one split of a saved ``DatasetDict``)."""
-    try:
-        import datasets
-    except ImportError as error:
-        raise QuestionSetError("Reading a question set saved by `datasets` needs the datasets package: "
-                               "pip install datasets.") from error
+    from icr2_components.extras import require_extra
+
+    require_extra("formats", "a question set saved by `datasets`", ("datasets",))
+    import datasets
+
     try:
         loaded = datasets.load_from_disk(questions.path)
     except FileNotFoundError as error:
