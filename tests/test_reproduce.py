@@ -120,7 +120,9 @@ def backend(llama_server_url, tmp_path_factory):
 def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
     out = tmp_path / "kv"
     assert main(["reproduce", "kv-retrieval", "--backend", backend, "--limit", "1", "--conditions",
-                 "75keys@1,75keys@75,140keys@1", "--out", str(out), "--max-new-tokens", "24", "--no-progress"]) == 0
+                 "75keys@1,75keys@75,140keys@1", "--out", str(out), "--max-new-tokens", "24", "--no-progress",
+                 # the python server answers one request at a time: 4 long prompts queued at once outwait its timeout
+                 "--concurrency", "1"]) == 0
     report = _report(out)
     assert "served" in report["run"]["backend"]
     assert {c["condition"] for c in report["cells"]} == {"75keys@1", "75keys@75"}
@@ -134,7 +136,8 @@ def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
 def test_lost_in_the_middle_through_the_llama_cpp_server(backend, tmp_path):
     out = tmp_path / "litm"
     assert main(["reproduce", "lost-in-the-middle", "--backend", backend, "--limit", "2", "--conditions",
-                 "10docs@1,10docs@5,10docs@10", "--out", str(out), "--max-new-tokens", "16", "--no-progress"]) == 0
+                 "10docs@1,10docs@5,10docs@10", "--out", str(out), "--max-new-tokens", "16", "--no-progress",
+                 "--concurrency", "2"]) == 0
     report = _report(out)
     assert report["questions"]["complete"] == 2 and len(report["cells"]) == 6
     assert report["run"]["counters"]["conditions"]["model_runs"] == 12
