@@ -1,13 +1,14 @@
 """How far can the judge be trusted? Cohen's kappa of each ragas judge metric with answer match, on held-out NQ.
 
 The first --limit ids of bench/data/heldout_nq_ids.txt (the bundled NQ sample) are answered by vanilla RAG on the
-reader backend (open context: its own BM25 retrieval; 32 new tokens), every answer is judged by the judge backend
-(ragas' groundedness, answer relevance and context relevance: icr2_components.evaluation.judging), and each judge
-metric, binarised at --threshold (value >= threshold is 1), is compared with answer match by Cohen's kappa with a
-95% percentile bootstrap interval (icr2_components.evaluation.judging.agreement.run_judge_agreement). Resumable:
-answers and judgements are cached in --out.
+reader backend (--context-type open: its own retrieval; gold: the gold passage alone; 32 new tokens), every answer
+is judged by the judge backend (ragas' groundedness, answer relevance and context relevance:
+icr2_components.evaluation.judging), and each judge metric, binarised at --threshold (value >= threshold is 1), is
+compared with answer match by Cohen's kappa with a 95% percentile bootstrap interval
+(icr2_components.evaluation.judging.agreement.run_judge_agreement). Resumable: answers and judgements are cached
+in --out.
 
-    PYTHONPATH=. .venv/bin/python bench/judge_agreement.py --limit 30
+    PYTHONPATH=. .venv/bin/python bench/judge_agreement.py --limit 12 --context-type gold
 
 Writes bench/results/judge_agreement.json; the figures are in BENCHMARKS.md ("Judging without gold labels").
 """
@@ -39,6 +40,9 @@ def main() -> None:
     parser.add_argument("--reader-backend", default="llama_cpp_server")
     parser.add_argument("--judge-backend", default="llama_cpp_server")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--context-type", default="open",
+                        help="open (vanilla RAG's own retrieval, default) or a controlled context such as gold (the "
+                        "gold passage alone: prompts a quarter as long)")
     parser.add_argument("--server-url", help="use the shipped llama_cpp_server backend file with this api_base_url "
                         "for the reader and the judge (e.g. http://127.0.0.1:8090/v1, the native llama-server that "
                         "serves the same SmolLM2 GGUF with 4 slots); written to --out/llama_cpp_server.yaml")
@@ -54,7 +58,8 @@ def main() -> None:
     load_start = os.getloadavg()
     started = time.perf_counter()
     result = run_judge_agreement(args.ids, limit=args.limit, reader_backend=args.reader_backend,
-                                 judge_backend=args.judge_backend, out_dir=args.out, threshold=args.threshold)
+                                 judge_backend=args.judge_backend, out_dir=args.out, threshold=args.threshold,
+                                 context_type=args.context_type)
     result.update(wall_seconds=round(time.perf_counter() - started, 1), load_average_start=load_start,
                   load_average_end=os.getloadavg(), command=" ".join(["bench/judge_agreement.py", *sys.argv[1:]]))
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)

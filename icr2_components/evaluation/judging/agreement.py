@@ -111,10 +111,11 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
                         reader_backend: str = "llama_cpp_server", judge_backend: str = "llama_cpp_server",
                         pipeline: str = "vanilla_rag", out_dir: str | Path = "runs/judge_agreement",
                         max_new_tokens: int = 32, threshold: float = DEFAULT_THRESHOLD, seed: int = DEFAULT_SEED,
-                        progress: bool = True) -> dict[str, Any]:
+                        context_type: str = "open", progress: bool = True) -> dict[str, Any]:
     """Answer the first ``limit`` of ``question_ids`` (a question-id file such as
     ``bench/data/heldout_nq_ids.txt``, or ids) of the bundled NQ sample with ``pipeline`` on ``reader_backend``
-    (open context: the pipeline's own retrieval), judge every answer with ``judge_backend`` and return the
+    (``context_type``: ``open``, the pipeline's own retrieval, or one of compare's controlled contexts such as
+    ``gold``, the question's gold passage alone), judge every answer with ``judge_backend`` and return the
     agreement of each judge metric with answer match (``judge_agreement``) beside the run's facts. Resumable: the
     answers and judgements are cached in ``out_dir``."""
     from icr2_components.backends import resolve_backend
@@ -131,13 +132,13 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
     if limit is not None:
         ids = ids[:limit]
     judge = RagasJudge(judge_backend)
-    report = run_compare([pipeline], context_types="open", question_ids=ids, out_dir=out_dir,
+    report = run_compare([pipeline], context_types=context_type, question_ids=ids, out_dir=out_dir,
                          max_new_tokens=max_new_tokens, backend=resolve_backend(reader_backend), judge=judge,
                          progress=progress, seed=seed)
     wanted = set(report["run"]["question_ids"])
     hashes = {p["hash"] for p in report["run"]["pipelines"].values()}
     records = [r for r in read_answer_records(Path(out_dir) / CACHE_FILE)
-               if r["question_id"] in wanted and r["pipeline_hash"] in hashes and r["context_type"] == "open"]
+               if r["question_id"] in wanted and r["pipeline_hash"] in hashes and r["context_type"] == context_type]
     judgements = read_answer_records(Path(out_dir) / JUDGEMENTS_FILE)
     judged = collect_judgements(records, judgements, judge.hash, list(report["judge"]["metrics"]))
     return {
@@ -147,7 +148,8 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
         "reader": report["run"]["backend"],
         "judge": judge.describe(),
         "judge_hash": judge.hash,
-        "answer_match": report["summary"][next(iter(report["summary"]))]["open"]["intervals"]["answer_match"],
+        "context_type": context_type,
+        "answer_match": report["summary"][next(iter(report["summary"]))][context_type]["intervals"]["answer_match"],
         "judge_summary": report["judge"]["summary"],
         "answer_wall_seconds": report["run"]["answer_wall_seconds"],
         "judge_wall_seconds": report["judge"]["wall_seconds"],
