@@ -3,9 +3,13 @@
 # trained retrieval head, all in bf16, on tiny-random-mistral (the GPU recipes' architecture, random weights).
 #   bash scripts/smoke_tiny_mistral.sh cuda runs/smoke     # on a GPU: a few minutes; record OUT/smoke_report.json
 #   bash scripts/smoke_tiny_mistral.sh cpu  /tmp/smoke     # the same recipe on CPU (tests/test_smoke_tiny_mistral.py)
+# Further arguments (--set KEY=VALUE ...) are passed to both training stages, e.g. the test's shorter contexts:
+#   ... cpu /tmp/smoke --set data.build_sample.budget_passages=2   # (CPU bf16 matmuls are slow: ~10x fp32's)
 set -euo pipefail
-DEVICE="${1:?usage: smoke_tiny_mistral.sh cpu|cuda OUT}"
-OUT="${2:?usage: smoke_tiny_mistral.sh cpu|cuda OUT}"
+DEVICE="${1:?usage: smoke_tiny_mistral.sh cpu|cuda OUT [--set KEY=VALUE ...]}"
+OUT="${2:?usage: smoke_tiny_mistral.sh cpu|cuda OUT [--set KEY=VALUE ...]}"
+shift 2
+EXTRA=("$@")
 cd "$(dirname "$0")/.."
 ICR2="${ICR2:-.venv/bin/icr2}"
 mkdir -p "$OUT"
@@ -18,11 +22,11 @@ stage() {  # stage NAME COMMAND...: run it, keep its seconds
 }
 : > "$OUT/seconds.txt"
 stage sft "$ICR2" train --config training/smoke_tiny_mistral_rta.yaml --no-progress \
-  --set training.device="$DEVICE" --set output_dir="$OUT/rta"
+  --set training.device="$DEVICE" --set output_dir="$OUT/rta" "${EXTRA[@]}"
 stage rap "$ICR2" probe-heads --benchmark "$OUT/rta/data/train.jsonl" --model "$OUT/rta" --limit 8 --q 4 \
   --dtype bfloat16 --device "$DEVICE" --output "$OUT/rap_heads.json"
 stage head "$ICR2" train --config training/smoke_tiny_mistral_retrieval_head.yaml --no-progress \
-  --set training.device="$DEVICE" --set output_dir="$OUT/head"
+  --set training.device="$DEVICE" --set output_dir="$OUT/head" "${EXTRA[@]}"
 PYTHONPATH="${PYTHONPATH:-.}" "$(dirname "$ICR2")/python" - "$OUT" "$DEVICE" <<'PY'
 import json, platform, sys
 from pathlib import Path

@@ -2,7 +2,11 @@
 RAP probing of the fine-tuned reader and the jointly trained retrieval head in bf16 on ``tiny-random-mistral``,
 the GPU recipes' reader architecture (MistralForCausalLM, grouped-query attention, rope base 1e6) built from its
 config with random weights: nothing is downloaded. On a GPU the same script runs with ``cuda``
-(BENCHMARKS.md, "GPU smoke recipe", says where its figures go)."""
+(BENCHMARKS.md, "GPU smoke recipe", says where its figures go).
+
+On CPU the run's contexts hold 2 passages instead of the recipe's 3 (``--set data.build_sample.budget_passages=2``,
+the fewest the sample builder takes: the retrieval head still scores a gold passage against a distractor): this
+CPU has no bf16 matrix unit, a bf16 matmul takes about 10x an fp32 one, and the time goes as the tokens do."""
 
 import json
 import os
@@ -40,7 +44,8 @@ def test_the_gpu_smoke_recipe_runs_on_cpu_in_bf16_plumbing(tmp_path):
     out = tmp_path / "smoke"
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False",
                ICR2=str(Path(sys.executable).with_name("icr2")))
-    run = subprocess.run(["bash", "scripts/smoke_tiny_mistral.sh", "cpu", str(out)], cwd=ROOT, env=env,
+    run = subprocess.run(["bash", "scripts/smoke_tiny_mistral.sh", "cpu", str(out),
+                          "--set", "data.build_sample.budget_passages=2"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     report = json.loads((out / "smoke_report.json").read_text())
@@ -52,6 +57,8 @@ def test_the_gpu_smoke_recipe_runs_on_cpu_in_bf16_plumbing(tmp_path):
     with safe_open(str(out / "rta" / "model.safetensors"), "pt") as weights:
         assert {str(weights.get_tensor(k).dtype) for k in weights.keys()} == {"torch.bfloat16"}
     assert (out / "rta" / "training_ids.json").exists()
+    train = [json.loads(line) for line in (out / "rta" / "data" / "train.jsonl").read_text().splitlines()]
+    assert train and all(len(example["context"]) == 2 for example in train)  # the CPU run's shorter contexts
     # RAP: Q = 4 heads probed on the fine-tuned folder, on 8 instances
     rap = json.loads((out / "rap_heads.json").read_text())
     assert len(rap["heads"]) == 4 and rap["instances"] == 8 and rap["model"] == str(out / "rta")
