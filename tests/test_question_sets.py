@@ -16,7 +16,7 @@ from icr2_components.cli import main
 from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.evaluation.metrics.text_metrics import answer_scores
 from icr2_components.kilt.question_sets import QuestionSet, QuestionSetError, derived_id, read_question_rows
-from icr2_components.kilt.questions import dataset_question_ids, question_source, read_compare_questions
+from icr2_components.kilt.questions import dataset_question_ids, question_source
 
 ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l")
 QUICK = ["--max-new-tokens", "3", "--no-progress"]
@@ -25,8 +25,12 @@ QUICK = ["--max-new-tokens", "3", "--no-progress"]
 @pytest.fixture(scope="module")
 def nq():
     """Five real NQ-sample questions with answers and gold passage ids (the kilt-sample index's passages)."""
-    ids = [f"nq-sample-0000{i}" for i in range(5)]
-    questions, _, _ = read_compare_questions(None, ids=ids)
+    from icr2_components.kilt import build_sample
+    from icr2_components.kilt.questions import read_kilt_questions
+    from icr2_components.records import SkipReport
+
+    ids = [f"nq-sample-0000{i}" for i in range(5)]  # no retrieval: gold passages from the sample's corpus file
+    questions = read_kilt_questions(build_sample().tasks, SkipReport(), ids=ids, retrieve=lambda query: [])
     assert [q.id for q in questions] == ids and all(q.answers and q.gold_documents for q in questions)
     return questions
 
@@ -116,6 +120,23 @@ def test_question_set_file_is_strict_and_relative_to_itself(tmp_path, nq):
     config.write_text("path: data.jsonl\nlist_separator: 3\n")
     with pytest.raises(QuestionSetError, match="list_separator' is 3"):
         question_source(str(config))
+
+
+def test_bad_question_set_options_are_one_line_errors(tmp_path, nq, capsys):
+    path = write_jsonl(tmp_path / "set.jsonl", [{"question": nq[0].query}])
+    for options, message in [
+        (["--field", "answer=gold"], "Unknown question-set field(s) ['answer']; the fields are ['question', 'answers'"),
+        (["--field", "answers"], "--field takes FIELD=COLUMN (e.g. --field answers=gold), got 'answers'."),
+        (["--field", "question="], "The question field cannot be left out"),
+        (["--dataset-format", "csv"], "no column 'question' holds the questions"),
+    ]:
+        assert main(["compare", "--pipelines", "closed_book", "--dataset", str(path), *options,
+                     "--out", str(tmp_path / "out"), "--no-progress"]) == 1
+        printed = capsys.readouterr().err
+        assert message in printed and "Traceback" not in printed, printed
+    assert main(["compare", "--pipelines", "closed_book", "--dataset", str(tmp_path / "nowhere.csv"),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "Dataset not found" in capsys.readouterr().err
 
 
 def test_the_benchmark_formats_are_read_as_before(sample_files):

@@ -163,6 +163,17 @@ class QuestionSet:
         return cls.from_options(path, values.format, values.fields, values.split, values.list_separator,
                                 values.task_type, config_file=str(source), source_meta_field=values.source_meta_field)
 
+    def check_columns(self) -> "QuestionSet":
+        """Refuse now, before any model loads, a table whose columns lack the question or a field the user mapped
+        (reads a CSV's header, a Parquet schema, a saved dataset's columns; JSON lines are checked row by row)."""
+        if self.format == "csv":
+            next(_csv_rows(self, SkipReport(source=self.path)), None)
+        elif self.format == "parquet":
+            next(_parquet_rows(self), None)
+        elif self.format == "hf_dataset":
+            _check_columns(self, list(load_saved_dataset(self).column_names))
+        return self
+
     def describe(self) -> dict[str, Any]:
         return {"path": self.path, "format": self.format, "fields": self.fields.mapped(), "split": self.split,
                 **({"list_separator": self.list_separator} if self.format == "csv" else {}),

@@ -214,7 +214,7 @@ def question_source(dataset: str | os.PathLike | QuestionSet | None, format: str
         if fields or split:
             raise ValueError(f"{path} is a question-set file: set fields and split in it, not with --field or "
                              "--dataset-split.")
-        return QuestionSet.from_file(path)
+        return QuestionSet.from_file(path).check_columns()
     if format in ("kilt", "icr2") or (format is None and path.is_file()
                                        and path.suffix.lower() not in (".csv", ".tsv", ".parquet")):
         kind = format
@@ -231,7 +231,7 @@ def question_source(dataset: str | os.PathLike | QuestionSet | None, format: str
                                  "gold_passage_ids).")
             return str(path)
         format = "jsonl"
-    return QuestionSet.from_options(path, format, fields, split)
+    return QuestionSet.from_options(path, format, fields, split).check_columns()
 
 
 def dataset_label(source: str | QuestionSet) -> str:
