@@ -82,6 +82,7 @@ def test_kv_retrieval_in_process_refuses_what_does_not_fit_and_resumes(tmp_path,
     assert _report(out)["run"]["counters"]["conditions"]["model_runs"] == 0
 
 
+@pytest.mark.slow  # drawing the distractors (the sample index, MiniLM) and 12 answers of ~1,300-token prompts
 def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
     out = tmp_path / "litm"
     report = run_experiment("lost-in-the-middle", limit=2, conditions="10docs@1,10docs@10", out_dir=out,
