@@ -1,8 +1,8 @@
 """``icr2 compare --judge``: ragas' judge metrics through the real llama.cpp server, cached and resumable.
 
-Two questions, two pipelines (vanilla RAG and the oracle, open context: each shows passages), answers of 8 tokens
-from the real server; the judge is the same server behind a counting proxy (``icr2_components.testing``), so a
-second run can be seen to ask it nothing.
+Two questions, two pipelines (vanilla RAG and the oracle, given the gold passage: CUB's gold context), answers of
+8 tokens from the real server; the judge is the same server behind a counting proxy (``icr2_components.testing``),
+so a second run can be seen to ask it nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.llama_server
 
 REPO = Path(__file__).resolve().parents[1]
 PIPELINES = ["pipelines/vanilla_rag.yaml", "pipelines/oracle.yaml"]
-SETTINGS = {"limit": 2, "max_new_tokens": 8, "context_types": "open", "progress": False}
+SETTINGS = {"limit": 2, "max_new_tokens": 8, "context_types": "gold", "progress": False}
 
 
 class CountingProxy(ForwardingProxy):
@@ -67,7 +67,7 @@ def test_every_judge_metric_is_in_the_report_with_its_n_interval_and_paired_test
     assert list(section["metrics"]) == list(JUDGE_METRICS)
     for name in ("vanilla_rag", "oracle"):
         for metric in JUDGE_METRICS:
-            cell = section["summary"][name]["open"][metric]
+            cell = section["summary"][name]["gold"][metric]
             # every answer is either scored or counted as unparsable: none lost, none failed
             assert cell["n"] + cell["unparsable"] == 2 and cell["failed"] == 0, (name, metric, cell)
             if cell["n"]:
@@ -80,14 +80,14 @@ def test_every_judge_metric_is_in_the_report_with_its_n_interval_and_paired_test
     # the same paired machinery as every compare metric, for each judge metric answered by both pipelines
     compared = {(c["metric"], c["pipeline"], c["baseline"]) for c in section["paired"]["comparisons"]}
     for metric in JUDGE_METRICS:
-        both = all(section["summary"][n]["open"][metric]["n"] for n in ("vanilla_rag", "oracle"))
+        both = all(section["summary"][n]["gold"][metric]["n"] for n in ("vanilla_rag", "oracle"))
         assert ((metric, "oracle", "vanilla_rag") in compared) == both
     for comparison in section["paired"]["comparisons"]:
         assert {"difference", "p_value", "p_holm", "verdict", "n"} <= set(comparison)
     markdown = (folder / "run" / "report.md").read_text()
     assert "## Judged without gold labels" in markdown
     for metric in JUDGE_METRICS:
-        n = section["summary"]["oracle"]["open"][metric]["n"]
+        n = section["summary"]["oracle"]["gold"][metric]["n"]
         assert f"{metric} n (unparsable)" in markdown and f"| {n} (" in markdown
     assert "Judged without gold labels" in (folder / "run" / "report.html").read_text()
 
