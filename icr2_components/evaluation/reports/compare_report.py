@@ -131,7 +131,7 @@ NO_GOLD_ANSWERS = "no gold answers"
 STRUCTURAL_REASONS = ("open context: BCU scores CUB's gold, conflicting and irrelevant contexts",
                       "corpus context: BCU scores CUB's gold, conflicting and irrelevant contexts",
                       "controlled context: recall is of the pipeline's own retrieval (open)",
-                      "the pipeline chooses no passages (closed-book, or given them)")
+                      "the pipeline reports no passages it chose (closed-book, given them, or no `documents` output)")
 
 
 def not_computed_reason(record: dict, metric: str) -> str:
