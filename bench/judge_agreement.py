@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     parser.add_argument("--context-type", default="open",
                         help="open (vanilla RAG's own retrieval, default) or a controlled context such as gold (the "
-                        "gold passage alone: prompts a quarter as long)")
+                        "gold passage alone: prompts about a third as long)")
     parser.add_argument("--server-url", help="use the shipped llama_cpp_server backend file with this api_base_url "
                         "for the reader and the judge (e.g. http://127.0.0.1:8090/v1, the native llama-server that "
                         "serves the same SmolLM2 GGUF with 4 slots); written to --out/llama_cpp_server.yaml")
