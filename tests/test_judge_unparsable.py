@@ -59,6 +59,10 @@ def test_unparsable_judge_replies_are_counted_per_metric_and_never_scored(tmp_pa
     assert all(line["replies"] and set(line["replies"]) == {REPLY} for line in lines)
     markdown = (tmp_path / "run" / "report.md").read_text()
     assert '"answer_relevance": 4' in markdown and "| oracle | open | - | - | - | 0 (2) | 0 (2) | 0 (2) |" in markdown
+    # --report-only asks no one (the server is gone) and reports the judgements cached
+    again = run_compare(PIPELINES, out_dir=tmp_path / "run", backend=load_backend(fixed), judge=str(fixed),
+                        report_only=True, **SETTINGS)
+    assert again["judge"]["summary"] == section["summary"] and again["judge"]["unparsable"] == section["unparsable"]
 
 
 def test_a_judge_failing_every_request_stops_the_run_and_records_failures_not_scores(tmp_path):
