@@ -125,7 +125,7 @@ def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
                  # the python server answers one request at a time: 4 long prompts queued at once outwait its timeout
                  "--concurrency", "1"]) == 0
     report = _report(out)
-    assert "served" in report["run"]["backend"]
+    assert "smollm2-135m-instruct at http://127.0.0.1:" in report["run"]["backend"]  # the served model
     assert {c["condition"] for c in report["cells"]} == {"75keys@1", "75keys@75"}
     # the server's tokenizer counts the 140-pair prompt past its 8192-token context
     assert [r["condition"] for r in report["refused"]] == ["140keys@1"]
