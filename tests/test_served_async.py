@@ -108,7 +108,7 @@ def test_a_pipeline_with_the_served_reader_round_trips_and_runs_async(llama_serv
 
 @pytest.fixture(scope="module")
 def native_server_url():
-    """llama.cpp's own llama-server with 4 slots on its own port (built on first use: ~10-15 min on 2 cores)."""
+    """llama.cpp's own llama-server with 4 slots on its own port (compiled once per machine, with llama-cpp-python)."""
     port = os.environ.get("ICR2_LLAMA_NATIVE_PORT", "8090")
     url = f"http://127.0.0.1:{port}/v1"
     started_here = False
