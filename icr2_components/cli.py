@@ -35,7 +35,7 @@ _CHATTY_LOGGERS = ("elastic_transport", "elasticsearch", "bm25s")
 
 def build_parser() -> argparse.ArgumentParser:
     import icr2_components.commands as commands
-    from icr2_components.extras import missing_extra_message
+    from icr2_components.extras import MissingExtraError, missing_extra_message
 
     parser = argparse.ArgumentParser(
         prog="icr2", description="Long-context RAG components: index, build, probe, compare.",
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(f"icr2_components.commands.{info.name}")
             module.register(subparsers)
+        except MissingExtraError as error:  # a package of an extra refused at import (serving): its own line
+            _register_unavailable(subparsers, info.name.replace("_", "-"), str(error))
         except ModuleNotFoundError as error:  # a command of an extra that is not installed: it says which
             if missing_extra_message(error) is None:
                 raise

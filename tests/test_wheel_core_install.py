@@ -138,3 +138,26 @@ def test_the_core_wheel_answers_through_a_served_reader_without_torch_or_environ
     assert case["gold_title"] in result["passages"], result  # BM25 found the gold passage for the reader
     assert result["torch_imported"] is False
     assert result["environment_changed"] == []
+
+    # the icr2 command works from the core alone: every command is listed, one whose extra is missing (serve)
+    # refuses in one line naming it, and a core command (icr2 index, BM25 only) runs
+    icr2 = environment / "bin" / "icr2"
+    listing = subprocess.run([str(icr2), "--help"], cwd=user, env=env, capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    assert "serve" in listing.stdout and "reproduce" in listing.stdout and "index" in listing.stdout
+    refused = subprocess.run([str(icr2), "serve", "closed_book"], cwd=user, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert "'serve' extra" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    rows = json.loads((user / "passages.json").read_text(encoding="utf-8"))["passages"]
+    (user / "mine.jsonl").write_text("".join(json.dumps({"pid": f"p{i}", "heading": p["title"], "body": p["text"]})
+                                             + "\n" for i, p in enumerate(rows)), encoding="utf-8")
+    (user / "mine.yaml").write_text(
+        "corpus: {format: jsonl, path: mine.jsonl, fields: {id: pid, title: heading, text: body}, "
+        "count_tokens_for: []}\nembedding: {enabled: false}\nstore: {type: in_memory, persist_path: mine.json}\n",
+        encoding="utf-8")
+    indexed = subprocess.run([str(icr2), "index", "--config", "mine.yaml", "--no-progress", "--report", "report.json"],
+                             cwd=user, env=env, capture_output=True, text=True, timeout=300)
+    assert indexed.returncode == 0, indexed.stderr[-3000:]
+    report = json.loads((user / "report.json").read_text(encoding="utf-8"))
+    assert report["count_ok"] and report["documents_in_store"] == report["passages_streamed"] >= len(rows), report
