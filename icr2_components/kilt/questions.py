@@ -52,17 +52,8 @@ class CompareQuestion:
 
 def is_icr2_file(path: str | os.PathLike) -> bool:
     """True when the first JSON line has the ICR2 fields (``query``, ``context``, ``gold_passage_ids``)."""
-    from icr2_components.records import open_text
-
-    with open_text(path) as handle:
-        for line in handle:
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    return False
-                return isinstance(record, dict) and {"query", "context", "gold_passage_ids"} <= set(record)
-    return False
+    record = _first_record(path)
+    return record is not None and {"query", "context", "gold_passage_ids"} <= set(record)
 
 
 def _ordered(items: list, ids: Sequence[str] | None) -> list:
