@@ -139,6 +139,14 @@ def test_bad_question_set_options_are_one_line_errors(tmp_path, nq, capsys):
     assert "Dataset not found" in capsys.readouterr().err
 
 
+def test_the_command_offers_exactly_the_formats_the_reader_reads():
+    # the command keeps its own copy so that `icr2 --help` does not import the readers (and torch with them)
+    from icr2_components.commands.compare import DATASET_FORMATS as offered
+    from icr2_components.kilt.questions import DATASET_FORMATS as read
+
+    assert offered == read
+
+
 def test_the_benchmark_formats_are_read_as_before(sample_files):
     """Auto-detection keeps a KILT task file a KILT file (a path, its own reader), and refuses mapping its fields."""
     assert question_source(str(sample_files.tasks)) == str(sample_files.tasks)
