@@ -96,7 +96,7 @@ def main() -> int:
     from tqdm import tqdm
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
-    from icr2_components.evaluation.metrics.answer_match import answer_match
+    from icr2_components.evaluation.experiments.lost_in_the_middle import GOLD_LACKS_ANSWER, SEVERAL_GOLD, one_needle
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.readers import LocalChatReader
@@ -121,19 +121,16 @@ def main() -> int:
     lookup = GoldPassageLookup.from_knowledge_source(sample.corpus)
     # questions whose gold paragraph is one passage that holds an answer (one needle, as in Lost in the Middle)
     chosen = []
-    skipped = {"several gold passages": 0, "gold passage lacks the answer": 0, "id not in the sample": len(unknown)}
+    skipped = {SEVERAL_GOLD: 0, GOLD_LACKS_ANSWER: 0, "id not in the sample": len(unknown)}
     for question_id in wanted:
         if len(chosen) == args.questions:
             break
         task = tasks.get(question_id)
         if task is None:
             continue
-        gold = lookup(task)
-        if len(gold) != 1:
-            skipped["several gold passages"] += 1
-            continue
-        if not answer_match(gold[0].content, task.answers):
-            skipped["gold passage lacks the answer"] += 1
+        gold, reason = one_needle(task, lookup)
+        if reason:
+            skipped[reason] += 1
             continue
         chosen.append((task, gold))
 

@@ -62,6 +62,23 @@ def _paper_figures() -> tuple[PaperFigure, ...]:
     return tuple(figures)
 
 
+SEVERAL_GOLD = "several gold passages"
+GOLD_LACKS_ANSWER = "gold passage lacks the answer"
+
+
+def one_needle(task, lookup) -> tuple[list, str | None]:
+    """``(gold, None)`` when ``task``'s gold paragraph is one passage holding an accepted answer (one needle, as in
+    Lost in the Middle), else ``([], reason)``: :data:`SEVERAL_GOLD` or :data:`GOLD_LACKS_ANSWER`.
+
+    :param task: a KILT task (``answers``, ``provenance``); :param lookup: a ``GoldPassageLookup``."""
+    gold = lookup(task)
+    if len(gold) != 1:
+        return [], SEVERAL_GOLD
+    if not answer_match(gold[0].content, task.answers):
+        return [], GOLD_LACKS_ANSWER
+    return gold, None
+
+
 def _record(base: str, condition: str, query: str, answers: list[str], documents) -> dict:
     """One ICR2 benchmark record: the documents in the order shown, ids following that order (so an id never hints
     at the gold passage), the gold passage named among them."""
@@ -153,8 +170,7 @@ class LostInTheMiddle(Experiment):
             passage_words=handle.config.corpus.passage_words)
         builder = ConfounderAwareCorpusBuilder(retrievers=["bm25", "dense"], budget_passages=most, shuffle=False)
         reorderer = GoldAtPositionReorderer()
-        skipped = {"several gold passages": 0, "gold passage lacks the answer": 0,
-                   f"fewer than {most - 1} distractors": 0}
+        skipped = {SEVERAL_GOLD: 0, GOLD_LACKS_ANSWER: 0, f"fewer than {most - 1} distractors": 0}
         folder.mkdir(parents=True, exist_ok=True)
         path, references = folder / "conditions.jsonl", folder / "references.jsonl"
         ids: list[str] = []
@@ -163,12 +179,9 @@ class LostInTheMiddle(Experiment):
             for task in tasks:
                 if len(ids) == size:
                     break
-                gold = lookup(task)
-                if len(gold) != 1:
-                    skipped["several gold passages"] += 1
-                    continue
-                if not answer_match(gold[0].content, task.answers):
-                    skipped["gold passage lacks the answer"] += 1
+                gold, reason = one_needle(task, lookup)
+                if reason:
+                    skipped[reason] += 1
                     continue
                 lists = {method: handle.retrieve(task.input, method, CANDIDATES_PER_RETRIEVER)
                          for method in ("bm25", "dense")}
