@@ -141,7 +141,7 @@ def test_compare_serve_and_quickstart_take_index_and_refuse_a_missing_config_in_
     assert main([*command, "--index", "indexing/nope.yaml"]) == 1
     error = capsys.readouterr().err.strip()
     assert error.endswith("--index indexing/nope.yaml: no such index config; pass an index config file or a shipped "
-                          "name (kilt-full-elasticsearch, kilt-sample, kilt-sample-elasticsearch).")
+                          "name (kilt-full-elasticsearch, kilt-sample, kilt-sample-elasticsearch, python-docs).")
     assert "\n" not in error
     assert INDEX_CONFIG_ENV not in os.environ
 
