@@ -44,13 +44,12 @@ def run(args) -> int:
                   f"{described['metric']}\n  registered: {described['registered_size']} questions, "
                   f"`{described['registered_command']}`")
         return 0
-    from icr2_components.evaluation.experiments.report import tables
     from icr2_components.evaluation.experiments.runner import run_experiment
 
     report = run_experiment(args.name, backend=args.backend, limit=args.limit, out_dir=args.out,
                             max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
                             conditions=args.conditions, concurrency=args.concurrency)
-    print_report(report, tables(report))
+    print_report(report, get_experiment(args.name).tables(report))
     return 0
 
 

@@ -4,13 +4,15 @@ follow is in ``protocol``, the run through ``icr2 compare``'s machinery in ``run
 
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
+    CurveExperiment,
     Experiment,
     PaperFigure,
+    RunSettings,
     Variant,
     experiment_names,
     get_experiment,
     register_experiment,
 )
 
-__all__ = ["Condition", "Experiment", "PaperFigure", "Variant", "experiment_names", "get_experiment",
-           "register_experiment"]
+__all__ = ["Condition", "CurveExperiment", "Experiment", "PaperFigure", "RunSettings", "Variant", "experiment_names",
+           "get_experiment", "register_experiment"]

@@ -20,7 +20,7 @@ from icr2_components.builders.key_value_prompt_builder import key_value_prompt
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    Experiment,
+    CurveExperiment,
     PreparedData,
     Refusal,
     Variant,
@@ -151,7 +151,7 @@ def prompt_fit(reader, messages, max_new_tokens: int) -> tuple[int | None, int |
 
 
 @register_experiment
-class KeyValueRetrieval(Experiment):
+class KeyValueRetrieval(CurveExperiment):
     name = "kv-retrieval"
     paper = ("Liu et al. 2024, \"Lost in the Middle: How Language Models Use Long Contexts\" (TACL; "
              "arXiv:2307.03172), section 4, figures 7-10")

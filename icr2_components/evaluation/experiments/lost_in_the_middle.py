@@ -18,7 +18,7 @@ from pathlib import Path
 
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    Experiment,
+    CurveExperiment,
     PaperFigure,
     PreparedData,
     Variant,
@@ -90,7 +90,7 @@ def _record(base: str, condition: str, query: str, answers: list[str], documents
 
 
 @register_experiment
-class LostInTheMiddle(Experiment):
+class LostInTheMiddle(CurveExperiment):
     name = "lost-in-the-middle"
     paper = ("Liu et al. 2024, \"Lost in the Middle: How Language Models Use Long Contexts\" (TACL; "
              "arXiv:2307.03172), section 2 and figure 5, tables 1 and 5-7")

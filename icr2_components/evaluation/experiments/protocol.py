@@ -101,8 +101,42 @@ def split_question_id(text: str) -> tuple[str, str]:
     return base, condition
 
 
+@dataclass
+class RunSettings:
+    """What ``icr2 reproduce`` was asked for, checked and resolved (``runner.run_experiment`` builds it): the
+    conditions selected (``--conditions``, all by default), the backend (resolved; None: the pipelines' own
+    reader in process), ``limit`` (None: the registered size), the answer budget, the output folder, the served
+    concurrency and the statistics' seed."""
+
+    conditions: list[Condition]
+    conditions_asked: str | list[str] | None
+    backend: Any
+    limit: int | None
+    max_new_tokens: int
+    out: Path
+    progress: bool = True
+    concurrency: int | None = None
+    seed: int = 0
+
+    def compare_settings(self) -> dict[str, Any]:
+        """The keyword arguments every ``run_compare`` of the run shares."""
+        return {"max_new_tokens": self.max_new_tokens, "progress": self.progress, "backend": self.backend,
+                "seed": self.seed, "concurrency": self.concurrency}
+
+    def at_registered_size(self, registered_size: int) -> bool:
+        return (self.limit is None or self.limit >= registered_size) and self.conditions_asked is None
+
+
 class Experiment:
-    """The base of every registered experiment; subclasses fill the class attributes and the methods."""
+    """The base of every registered experiment; subclasses fill the class attributes and the methods.
+
+    An experiment owns how it runs (:meth:`run`), what its report's tables are (:meth:`tables`) and its plot
+    (:meth:`plot`). :class:`CurveExperiment` is the shape of Lost in the Middle's experiments (accuracy along a
+    curve of positions, per variant, with references); an experiment of another shape (techniques over context
+    types, a gate's trade-off, fine-tuning arms) overrides the three and writes a report with the keys
+    ``report.write_report`` reads: ``experiment`` (``describe()``), ``questions`` (``complete``, ``drawn``),
+    ``statistics`` and ``run``.
+    """
 
     name: ClassVar[str]
     paper: ClassVar[str]  # "Liu et al. 2024, Lost in the Middle (TACL), arXiv:2307.03172"
@@ -129,21 +163,16 @@ class Experiment:
         oracle); none by default."""
         return []
 
-    def write_pipelines(self, folder: Path) -> list[Path]:
-        """Write the variants' and references' pipeline YAMLs into ``folder``; returns them, variants first."""
+    def run(self, settings: RunSettings) -> dict[str, Any]:
+        """Run the experiment under ``settings`` and return its report (written by the runner afterwards)."""
         raise NotImplementedError
 
-    def prepare(self, conditions: list[Condition], limit: int | None, folder: Path,
-                progress: bool = True) -> PreparedData:
-        """Draw the questions (the first ``limit``, else ``registered_size``) and write the conditions file (and
-        the references file) into ``folder``."""
+    def tables(self, report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+        """``(title, note, header, rows)`` of every table of the report, in order (Markdown, HTML, console)."""
         raise NotImplementedError
 
-    def refusals(self, conditions: list[Condition], reader: Any, max_new_tokens: int) -> list[Refusal]:
-        """Conditions the reader cannot run, with the reason; none by default."""
-        return []
-
-    def score(self, reply: str, answers: list[str]) -> bool:
+    def plot(self, report: dict[str, Any], path: Path) -> Path:
+        """Draw the report's figure, the user's figures beside the paper's, to ``path`` (PNG)."""
         raise NotImplementedError
 
     # -- shared ----------------------------------------------------------------------------------------------
@@ -186,6 +215,45 @@ class Experiment:
             "x_label": self.x_label,
             "paper_notes": list(self.paper_notes),
         }
+
+
+class CurveExperiment(Experiment):
+    """An experiment of Lost in the Middle's shape: every question under every condition (a point of a curve) for
+    every variant (pipeline), answered under compare's ``corpus`` context from one ICR2 file the experiment writes,
+    and references (closed-book, oracle) under ``open``; accuracy per point with Wilson intervals, position tests
+    per curve, variants against the first (``runner.run_curves``, ``report.build_report``)."""
+
+    def write_pipelines(self, folder: Path) -> list[Path]:
+        """Write the variants' and references' pipeline YAMLs into ``folder``; returns them, variants first."""
+        raise NotImplementedError
+
+    def prepare(self, conditions: list[Condition], limit: int | None, folder: Path,
+                progress: bool = True) -> PreparedData:
+        """Draw the questions (the first ``limit``, else ``registered_size``) and write the conditions file (and
+        the references file) into ``folder``."""
+        raise NotImplementedError
+
+    def refusals(self, conditions: list[Condition], reader: Any, max_new_tokens: int) -> list[Refusal]:
+        """Conditions the reader cannot run, with the reason; none by default."""
+        return []
+
+    def score(self, reply: str, answers: list[str]) -> bool:
+        raise NotImplementedError
+
+    def run(self, settings: RunSettings) -> dict[str, Any]:
+        from icr2_components.evaluation.experiments.runner import run_curves
+
+        return run_curves(self, settings)
+
+    def tables(self, report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
+        from icr2_components.evaluation.experiments.report import curve_tables
+
+        return curve_tables(report)
+
+    def plot(self, report: dict[str, Any], path: Path) -> Path:
+        from icr2_components.plotting import plot_reproduction
+
+        return plot_reproduction(report, path)
 
 
 EXPERIMENTS: Registry[type[Experiment]] = Registry(

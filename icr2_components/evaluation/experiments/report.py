@@ -110,8 +110,9 @@ def _interval(cell: dict) -> str:
     return f"{cell['accuracy']:.3f} [{cell['ci95'][0]:.2f}-{cell['ci95'][1]:.2f}]"
 
 
-def tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]]]]:
-    """``(title, note, header, rows)`` of every table of the report, in order (Markdown, HTML and the console)."""
+def curve_tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """A curve experiment's tables: ``(title, note, header, rows)`` of every table of the report, in order
+    (Markdown, HTML and the console)."""
     experiment = report["experiment"]
     variants = [v["name"] for v in experiment["variants"] if any(c["variant"] == v["name"] for c in report["cells"])]
     paper_models = list(dict.fromkeys(f["model"] for f in report["paper"]))
@@ -155,18 +156,17 @@ def tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]]]]:
     return out
 
 
-def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
-    """Write ``report.json``, ``report.md``, ``report.html`` and the plot into ``out_dir``; returns the paths (also
-    recorded in ``report["files"]``)."""
+def write_report(report: dict, out_dir: str | Path, experiment_object: Experiment) -> dict[str, str]:
+    """Write ``report.json``, ``report.md``, ``report.html`` and the plot (``experiment_object.plot``) into
+    ``out_dir``, with ``experiment_object.tables``; returns the paths (also recorded in ``report["files"]``)."""
     from icr2_components.evaluation.reports.rendering import html_table, markdown_table
-    from icr2_components.plotting import plot_reproduction
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     experiment = report["experiment"]
     files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",
              "plot": out / f"{experiment['name']}.png"}
-    plot_reproduction(report, files["plot"])
+    experiment_object.plot(report, files["plot"])
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
     run = report.get("run", {})
@@ -186,7 +186,7 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
             "padding:3px 8px}</style></head><body>", f"<h1>{html.escape(title)}</h1>",
             *(f"<p>{html.escape(line)}</p>" for line in intro),
             f"<p><img src='{files['plot'].name}' alt='{html.escape(experiment['figure'])}'></p>"]
-    for table_title, note, header, rows in tables(report):
+    for table_title, note, header, rows in experiment_object.tables(report):
         md += [f"## {table_title}", "", note, "", markdown_table(header, rows), ""]
         page += [f"<h2>{html.escape(table_title)}</h2>", f"<p>{html.escape(note)}</p>", html_table(header, rows)]
     md += ["## Statistics", "", *(f"- {k}: {v}" for k, v in report["statistics"].items()), ""]

@@ -36,7 +36,8 @@ from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.protocol import (
-    Experiment,
+    CurveExperiment,
+    RunSettings,
     get_experiment,
     split_question_id,
 )
@@ -56,7 +57,7 @@ def reader_of(path: Path, backend) -> Any:
     return reader
 
 
-def _scored(experiment: Experiment, report: dict, context_type: str) -> tuple[dict, dict]:
+def _scored(experiment: CurveExperiment, report: dict, context_type: str) -> tuple[dict, dict]:
     """``{pipeline name: {question id: True/False}}`` of a compare run's answers, and per pipeline the counts of
     answers left out (failed requests, to be asked again) and of errors (scored wrong)."""
     from icr2_components.evaluation.compare.cache import read_answer_records
@@ -93,10 +94,13 @@ def run_experiment(
 ) -> dict[str, Any]:
     """Run the registered experiment ``name`` (see the module doc) and write its report; returns the report.
     ``limit``: the first N questions (default: the registered size); ``conditions``: a subset of the conditions
-    by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``)."""
+    by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``).
+
+    :raises UserInputError: an unknown experiment, a bad ``limit`` or ``max_new_tokens``, a condition pattern
+        matching nothing, or every condition refused.
+    """
     from icr2_components.backends import resolve_backend
-    from icr2_components.evaluation.compare.run import run_compare
-    from icr2_components.evaluation.experiments.report import build_report, write_report
+    from icr2_components.evaluation.experiments.report import write_report
 
     experiment = get_experiment(name)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -104,17 +108,31 @@ def run_experiment(
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
                                        or max_new_tokens < 1):
         raise UserInputError(f"--max-new-tokens must be a positive integer, got {max_new_tokens!r}.")
-    selected = experiment.select(conditions)
-    budget = max_new_tokens or experiment.registered_max_new_tokens
-    seed = experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed
-    backend = resolve_backend(backend)
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise UserInputError(f"--concurrency must be a positive integer, got {concurrency!r}.")
     out = Path(out_dir) if out_dir is not None else Path(DEFAULT_OUT) / experiment.name
     out.mkdir(parents=True, exist_ok=True)
+    settings = RunSettings(
+        conditions=experiment.select(conditions), conditions_asked=conditions, backend=resolve_backend(backend),
+        limit=limit, max_new_tokens=max_new_tokens or experiment.registered_max_new_tokens, out=out,
+        progress=progress, concurrency=concurrency,
+        seed=experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed)
+    report = experiment.run(settings)
+    write_report(report, out, experiment)
+    return report
 
+
+def run_curves(experiment: CurveExperiment, settings: RunSettings) -> dict[str, Any]:
+    """A :class:`CurveExperiment`'s run (see the module doc); returns its report, not yet written."""
+    from icr2_components.evaluation.compare.run import run_compare
+    from icr2_components.evaluation.experiments.report import build_report
+
+    out, backend, selected = settings.out, settings.backend, settings.conditions
     paths = experiment.write_pipelines(out / "pipelines")
     variant_paths = paths[:len(experiment.variants())]
     reference_paths = paths[len(experiment.variants()):]
-    refused = experiment.refusals(selected, reader_of(variant_paths[0], backend), budget)
+    refused = experiment.refusals(selected, reader_of(variant_paths[0], backend), settings.max_new_tokens)
     refused_names = {r.condition for r in refused}
     kept = [c for c in selected if c.name not in refused_names]
     for refusal in refused:
@@ -122,11 +140,10 @@ def run_experiment(
     if not kept:
         raise UserInputError(f"{experiment.name}: every condition asked for is refused: "
                              + "; ".join(f"{r.condition}: {r.reason}" for r in refused))
-    prepared = experiment.prepare(kept, limit, out / "data", progress=progress)
+    prepared = experiment.prepare(kept, settings.limit, out / "data", progress=settings.progress)
     if not prepared.question_ids:
         raise UserInputError(f"{experiment.name}: no question could be drawn ({prepared.drawn}).")
-    common = {"max_new_tokens": budget, "progress": progress, "backend": backend, "seed": seed,
-              "concurrency": concurrency}
+    common = settings.compare_settings()
     main = run_compare([str(p) for p in variant_paths], dataset=str(prepared.conditions_file),
                        context_types=["corpus"], out_dir=out / "compare", **common)
     references = None
@@ -142,16 +159,16 @@ def run_experiment(
             by_cell.setdefault(variant, {}).setdefault(condition, {})[base] = right
     reference_scores, reference_counts = (_scored(experiment, references, "open") if references is not None
                                           else ({}, {}))
-    report = build_report(experiment, kept, by_cell, reference_scores, prepared, seed=seed)
+    report = build_report(experiment, kept, by_cell, reference_scores, prepared, seed=settings.seed)
     report["refused"] = [{"condition": r.condition, "reason": r.reason} for r in refused]
     report["run"] = {
         "out": str(out),
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
-        "max_new_tokens": budget,
-        "limit": limit,
+        "max_new_tokens": settings.max_new_tokens,
+        "limit": settings.limit,
         "registered_size": experiment.registered_size,
-        "at_registered_size": (limit is None or limit >= experiment.registered_size) and conditions is None,
-        "conditions_asked": conditions,
+        "at_registered_size": settings.at_registered_size(experiment.registered_size),
+        "conditions_asked": settings.conditions_asked,
         "pipelines": {**main["run"]["pipelines"], **(references["run"]["pipelines"] if references else {})},
         "compare_reports": {"conditions": main["files"]["html"],
                             "references": references["files"]["html"] if references else None},
@@ -162,5 +179,4 @@ def run_experiment(
         "data": {"conditions": str(prepared.conditions_file),
                  "references": str(prepared.references_file) if prepared.references_file else None},
     }
-    write_report(report, out)
     return report
