@@ -26,6 +26,10 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="answer budget (default: the registered one)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="answers requested at once from a served backend (default: the backend's)")
+    parser.add_argument("--train", action="store_true",
+                        help="train the experiment's arms first (icr2-fine-tuning), else evaluate what exists")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="one of the experiment's own settings (icr2 reproduce --list names them), repeatable")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -43,14 +47,27 @@ def run(args) -> int:
                   f"{', '.join(v['name'] for v in described['variants'] + described['references'])}; metric: "
                   f"{described['metric']}\n  registered: {described['registered_size']} questions, "
                   f"`{described['registered_command']}`")
+            for key, meaning in described["options"].items():
+                print(f"  --set {key}=...: {meaning}")
         return 0
     from icr2_components.evaluation.experiments.runner import run_experiment
 
     report = run_experiment(args.name, backend=args.backend, limit=args.limit, out_dir=args.out,
                             max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
-                            conditions=args.conditions, concurrency=args.concurrency)
+                            conditions=args.conditions, concurrency=args.concurrency, train=args.train,
+                            options=_settings(args.settings))
     print_report(report, get_experiment(args.name).tables(report))
     return 0
+
+
+def _settings(items: list[str]) -> dict[str, str]:
+    settings = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE.")
+        settings[key.strip()] = value
+    return settings
 
 
 def print_report(report: dict, rows: list) -> None:

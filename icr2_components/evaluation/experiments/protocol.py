@@ -117,6 +117,8 @@ class RunSettings:
     progress: bool = True
     concurrency: int | None = None
     seed: int = 0
+    train: bool = False  # --train: an experiment with training arms trains them first (icr2-fine-tuning)
+    options: dict[str, str] = field(default_factory=dict)  # --set KEY=VALUE, checked against Experiment.options
 
     def compare_settings(self) -> dict[str, Any]:
         """The keyword arguments every ``run_compare`` of the run shares."""
@@ -151,6 +153,11 @@ class Experiment:
     paper_notes: ClassVar[tuple[str, ...]] = ()  # what the paper says in words where it prints no table
     figure_title: ClassVar[str] = ""  # the paper's figure the plot stands beside
     x_label: ClassVar[str] = "position"
+    #: the experiment's own settings a user may give (``--set KEY=VALUE``): name -> what it is; anything else is
+    #: refused. E.g. a labelled question file for a gate, adapters to evaluate.
+    options: ClassVar[dict[str, str]] = {}
+    #: whether ``--train`` means anything to it (training arms before evaluating them)
+    trains: ClassVar[bool] = False
 
     def conditions(self) -> list[Condition]:
         raise NotImplementedError
@@ -214,6 +221,8 @@ class Experiment:
             "figure": self.figure_title,
             "x_label": self.x_label,
             "paper_notes": list(self.paper_notes),
+            "options": dict(self.options),
+            "trains": self.trains,
         }
 
 

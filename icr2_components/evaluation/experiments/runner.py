@@ -91,13 +91,17 @@ def run_experiment(
     conditions: str | list[str] | None = None,
     concurrency: int | None = None,
     stats_seed: int | None = None,
+    train: bool = False,
+    options: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run the registered experiment ``name`` (see the module doc) and write its report; returns the report.
     ``limit``: the first N questions (default: the registered size); ``conditions``: a subset of the conditions
-    by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``).
+    by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``);
+    ``train``: train the experiment's arms first (only where ``Experiment.trains``); ``options``: the experiment's
+    own settings (``Experiment.options``).
 
     :raises UserInputError: an unknown experiment, a bad ``limit`` or ``max_new_tokens``, a condition pattern
-        matching nothing, or every condition refused.
+        matching nothing, an option or ``--train`` the experiment does not take, or every condition refused.
     """
     from icr2_components.backends import resolve_backend
     from icr2_components.evaluation.experiments.report import write_report
@@ -111,13 +115,21 @@ def run_experiment(
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise UserInputError(f"--concurrency must be a positive integer, got {concurrency!r}.")
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(experiment.options))
+    if unknown:
+        takes = ", ".join(f"{k} ({v})" for k, v in experiment.options.items()) or "none"
+        raise UserInputError(f"{experiment.name} takes no setting {', '.join(unknown)}; its settings: {takes}.")
+    if train and not experiment.trains:
+        raise UserInputError(f"--train: {experiment.name} has nothing to train.")
     out = Path(out_dir) if out_dir is not None else Path(DEFAULT_OUT) / experiment.name
     out.mkdir(parents=True, exist_ok=True)
     settings = RunSettings(
         conditions=experiment.select(conditions), conditions_asked=conditions, backend=resolve_backend(backend),
         limit=limit, max_new_tokens=max_new_tokens or experiment.registered_max_new_tokens, out=out,
         progress=progress, concurrency=concurrency,
-        seed=experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed)
+        seed=experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed, train=train,
+        options=options)
     report = experiment.run(settings)
     write_report(report, out, experiment)
     return report
