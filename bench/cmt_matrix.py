@@ -1,13 +1,19 @@
-"""CUB's matrix on the bundled NQ sample with SmolLM2: techniques x {gold, conflicting, irrelevant}, BCU,
-faithfulness (avg of gold and conflicting) and robustness (irrelevant), a Pareto plot; and the per-generated-token
-cost of each decoding technique against plain decoding, in the same run.
+"""CUB's matrix and the per-generated-token cost of each decoding technique against plain decoding.
 
-    .venv/bin/python bench/cmt_matrix.py --questions 24 --max-new-tokens 32 --skip-cost   # the matrix
+The matrix (techniques x {gold, conflicting, irrelevant}, BCU, faithfulness and robustness with 95% intervals, the
+Pareto plot, each technique paired against regular decoding) is the registered experiment ``icr2 reproduce cub``
+(icr2_components/evaluation/experiments/cub.py: the held-out NQ questions, compare's answer cache and statistics,
+the paper's Table 3 beside); this script's matrix part only calls it. The cost part is a timing bench and stays
+here.
+
+    .venv/bin/python bench/cmt_matrix.py --questions 24 --skip-cost   # = icr2 reproduce cub --limit 24
     .venv/bin/python bench/cmt_matrix.py --cost-questions 4 --cost-rounds 2 --skip-matrix  # the cost (quiet machine)
 
-Writes bench/results/cmt_matrix.json with cmt_matrix.png, and cmt_cost.json. Settings are the YAMLs' defaults
-(not tuned here: tuning is `icr2 compare --tune`). PH3 uses bench/results/ph3_heads_smollm2.json, probed on the
-first 16 NQ sample questions; the matrix questions start after them (``--offset 16``).
+The matrix writes its report under --out (default runs/reproduce/cub); the cost writes bench/results/cmt_cost.json.
+bench/results/cmt_matrix.json and cmt_matrix.png are an earlier run of the matrix by this script (20 questions
+after PH3's 16 probing ones, no intervals), kept as BENCHMARKS cites them. PH3 uses the shipped
+ph3_heads_smollm2 artifact, probed on the first 16 NQ sample questions; the cost questions start after them
+(``--offset 16``).
 """
 
 from __future__ import annotations
@@ -29,52 +35,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.chdir(ROOT)
-
-TECHNIQUES = {
-    "regular": "pipelines/vanilla_rag.yaml",
-    "cad": "pipelines/cmt_cad.yaml",
-    "acd": "pipelines/cmt_acd.yaml",
-    "coiecd": "pipelines/cmt_coiecd.yaml",
-    "ph3_context": "pipelines/cmt_ph3_context.yaml",
-    "ph3_memory": "pipelines/cmt_ph3_memory.yaml",
-    "multi_agent": "pipelines/cmt_multi_agent.yaml",
-    "prompting": "pipelines/cmt_prompting.yaml",
-}
-TYPES = ("gold", "conflicting", "irrelevant")
-
-
-def matrix(questions, contexts, max_new_tokens, only):
-    from icr2_components.evaluation.compare.tuning import score_answer
-    from icr2_components.pipeline_spec import PipelineSpec
-
-    rows = {}
-    for name, path in TECHNIQUES.items():
-        if only and name not in only:
-            continue
-        spec = PipelineSpec.from_file(path)
-        scores = {t: [] for t in TYPES}
-        answers = []
-        start = time.perf_counter()
-        for question in questions:
-            for context_type in TYPES:
-                documents = contexts[question.id].documents(context_type)
-                if documents is None:
-                    continue
-                answer = spec.run(question.query, documents, controlled=True, max_new_tokens=max_new_tokens)["answer"]
-                scores[context_type].append(score_answer(answer, context_type, question.answers,
-                                                         contexts[question.id].conflicting_answer))
-                answers.append({"question": question.id, "context_type": context_type, "answer": answer})
-        bcu = {t: (sum(v) / len(v) if v else None) for t, v in scores.items()}
-        rows[name] = {"bcu": bcu, "n": {t: len(v) for t, v in scores.items()},
-                      "faithfulness": (bcu["gold"] + bcu["conflicting"]) / 2, "robustness": bcu["irrelevant"],
-                      "seconds": round(time.perf_counter() - start, 1), "answers": answers}
-        print(
-            f"{name:12s} gold {bcu['gold']:.2f} conflicting {bcu['conflicting']:.2f} irrelevant "
-            f"{bcu['irrelevant']:.2f} "
-            f"({rows[name]['seconds']} s)",
-            flush=True,
-        )
-    return rows
 
 
 def cost(questions, contexts, max_new_tokens, rounds):
@@ -118,78 +78,50 @@ def cost(questions, contexts, max_new_tokens, rounds):
     return {"seconds_per_token": per_token, "tokens": {n: t[1] for n, t in totals.items()}, "ratio_vs_plain": ratios}
 
 
-def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from icr2_components.evaluation.metrics.bcu import pareto_front
-
-    points = {n: (r["robustness"], r["faithfulness"]) for n, r in rows.items()}
-    front = set(pareto_front(points))
-    figure, axis = plt.subplots(figsize=(6, 5))
-    for name, (x, y) in points.items():
-        axis.scatter(x, y, color="crimson" if name in front else "grey", s=40)
-        axis.annotate(name, (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points")
-    ordered = sorted((points[n] for n in front))
-    axis.plot([p[0] for p in ordered], [p[1] for p in ordered], color="crimson", linewidth=1)
-    axis.set_xlabel("robustness (BCU irrelevant)")
-    axis.set_ylabel("faithfulness (avg BCU gold, conflicting)")
-    axis.set_xlim(-0.05, 1.05)
-    axis.set_ylim(-0.05, 1.05)
-    axis.set_title("CMTs on NQ sample, SmolLM2-135M-Instruct (Pareto front in red)", fontsize=9)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return sorted(front)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--questions", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=3, help="the matrix's questions (icr2 reproduce cub --limit)")
     parser.add_argument("--cost-questions", type=int, default=3)
     parser.add_argument("--cost-rounds", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="the matrix's answer budget (default: the preset's registered one)")
     parser.add_argument("--cost-tokens", type=int, default=16)
-    parser.add_argument("--only", nargs="*", help="a subset of techniques")
+    parser.add_argument("--only", nargs="*", help="a subset of techniques (icr2 reproduce cub --set techniques=...)")
+    parser.add_argument("--out", default="runs/reproduce/cub", help="the matrix's report and answer cache")
     parser.add_argument("--skip-matrix", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--offset", type=int, default=16, help="skip the first questions (PH3's probing set)")
     args = parser.parse_args()
 
+    if not args.skip_matrix:
+        from icr2_components.evaluation.experiments.runner import run_experiment
+
+        report = run_experiment("cub", limit=args.questions, out_dir=args.out, max_new_tokens=args.max_new_tokens,
+                                options={"techniques": ",".join(args.only)} if args.only else None)
+        print("Pareto front:", report["pareto_front"])
+        print(f"wrote {report['files']['html']}")
+    if args.skip_cost:
+        return
+
     from icr2_components.kilt.context_types import build_context_set
     from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
-    count = max(args.questions, args.cost_questions)
-    questions, skips, path = read_compare_questions(None, limit=args.offset + count)
+    questions, skips, path = read_compare_questions(None, limit=args.offset + args.cost_questions)
     questions = questions[args.offset:]
     pool = answer_pool(path)
     contexts = {
         q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool) for q in questions
     }
-    started = time.strftime("%Y-%m-%d %H:%M")
-    result = {"date": started, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                           "omp_threads": os.environ.get("OMP_NUM_THREADS"),
-                                           "note": "2-core CPU, 24 GB, no GPU, shared with other jobs (loaded)"},
-              "model": "smollm2-135m-instruct (float32, cpu)", "dataset": path, "questions": args.questions,
-              "max_new_tokens": args.max_new_tokens,
-              "question_offset": args.offset,
-              "ph3_artifact_note": "probed on the first 16 NQ sample questions"}
-    out = ROOT / "bench" / "results"
-    if not args.skip_matrix:
-        rows = matrix(questions[:args.questions], contexts, args.max_new_tokens, args.only)
-        result["matrix"] = rows
-        result["pareto_front"] = plot(rows, out / "cmt_matrix.png")
-        print("Pareto front:", result["pareto_front"])
-        (out / "cmt_matrix.json").write_text(json.dumps(result, indent=1))
-        print(f"wrote {out / 'cmt_matrix.json'}")
-    if not args.skip_cost:
-        result.pop("matrix", None)
-        result["cost"] = cost(questions[:args.cost_questions], contexts, args.cost_tokens, args.cost_rounds)
-        result["cost"]["target"] = "ACD/CAD at most 2.2x plain decoding per generated token"
-        (out / "cmt_cost.json").write_text(json.dumps(result, indent=1))
-        print(f"wrote {out / 'cmt_cost.json'}")
+    result = {"date": time.strftime("%Y-%m-%d %H:%M"),
+              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                          "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+                          "note": "2-core CPU, 24 GB, no GPU, shared with other jobs (loaded)"},
+              "model": "smollm2-135m-instruct (float32, cpu)", "dataset": path, "question_offset": args.offset}
+    result["cost"] = cost(questions[:args.cost_questions], contexts, args.cost_tokens, args.cost_rounds)
+    result["cost"]["target"] = "ACD/CAD at most 2.2x plain decoding per generated token"
+    out = ROOT / "bench" / "results" / "cmt_cost.json"
+    out.write_text(json.dumps(result, indent=1))
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
