@@ -16,6 +16,9 @@ The run, in ``out_dir``:
    concurrency against a server): closed-book (RetrievalQA Fig. 7) and with the passages (Fig. 8), under compare's
    ``open`` context type (the passages given as the question's gold documents). A gate's answer is whichever of the
    two its decision picks, so every method is scored on the same generations, as the paper does.
+   ``--set answers_from=LABELS`` seeds that cache from a label file of ``icr2 label-retrieval-need`` made by the
+   same reader and budget on the same passages (the same prompts): the registered run on the bundled reader reuses
+   the project's committed labels (``bench/results/gate_labels/heldout200_gate_eval.jsonl``) this way.
 3. The need label of a question (RetrievalQA A.2): the file's own (``needs_retrieval``) where every question
    carries one, else this reader's (``needs retrieval`` = wrong closed-book and right with the passages; both wrong
    = no need; ``evaluation.gates.need_labels``), as the project's labels are made.
@@ -233,6 +236,9 @@ class RetrievalGate(Experiment):
         "today": f"the date in TA-ARE's prompt (default {REGISTERED_TODAY}; 'now' for today)",
         "cost": f"lambda of the objective answer match - lambda x retrieval rate (default {REGISTERED_COST})",
         "index": f"the index that retrieves passages for questions without context (default {INDEX})",
+        "answers_from": "a label file of icr2 label-retrieval-need whose answers stand for this run's where its "
+                        "reader, answer budget, question and passages are this run's (they are the same prompts): "
+                        "they seed the answer cache instead of being generated again",
     }
 
     # -- the protocol ------------------------------------------------------------------------------------------------
@@ -397,6 +403,8 @@ class RetrievalGate(Experiment):
         check_held_apart(specs, [q.id for q in questions])  # before any answer: a trained-on question is refused
         paths = self.write_pipelines(out / "pipelines")
         dataset = self.write_icr2(questions, out / "data" / "questions.jsonl")
+        seeded = (self.seed_answers(Path(options["answers_from"]), paths, dataset, backend, settings.max_new_tokens,
+                                    out / "compare" / "answers.jsonl") if options.get("answers_from") else None)
         answered = run_compare([str(p) for p in paths], dataset=str(dataset), context_types=["open"],
                                out_dir=out / "compare", **settings.compare_settings())
         scores, counts = _scored(self, answered, "open")
@@ -435,10 +443,76 @@ class RetrievalGate(Experiment):
             "compare_reports": {"answers": answered["files"]["html"]},
             "counters": {"answers": answered["run"]["counters"], "gate_decisions_asked": asked},
             "answers_left_out": counts,
+            "answers_seeded": seeded,
             "drawn": drawn,
             "data": {"questions": str(dataset)},
         }
         return report
+
+    @staticmethod
+    def seed_answers(labels: Path, paths: list[Path], dataset: Path, backend: Any, max_new_tokens: int,
+                     cache_file: Path) -> dict[str, Any]:
+        """Write the answers of a label file of ``icr2 label-retrieval-need`` into compare's answer cache, as
+        compare would have written them, where the label's reader and answer budget are this run's and its question
+        id and passages are this run's: the labels were answered with these same prompts (RetrievalQA Fig. 7 and
+        Fig. 8, ``gate_eval``), so the run reuses them instead of answering again. Keys already answered are kept.
+        Returns the counts (seeded, kept, not matching and why)."""
+        from icr2_components.evaluation.compare.cache import AnswerCache, cache_key, context_sha
+        from icr2_components.evaluation.gates.need_labels import read_label_file
+        from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
+        from icr2_components.pipeline_spec import PipelineSpec
+        from icr2_components.records import SkipReport
+
+        if not labels.is_file():
+            raise UserInputError(f"--set answers_from={labels}: no such file (a label file of icr2 "
+                                 "label-retrieval-need).")
+        model = "smollm2-135m-instruct"  # the pipelines' reader
+        if backend is not None:
+            model = backend.kind.local_model() or model
+            reader = f"{backend.kind.reader_label(model)}:max_new_tokens={max_new_tokens}"
+        else:
+            reader = f"local:{model}:max_new_tokens={max_new_tokens}"
+        specs = {p.stem: PipelineSpec.from_file(str(p), backend=backend) for p in paths}
+        instances = {i.id: i for i in read_icr2_benchmark(dataset)}
+        skips = SkipReport(source=str(labels))
+        counts = {"file": str(labels), "reader": reader, "seeded": 0, "already_answered": 0, "other_reader": 0,
+                  "other_passages": 0, "not_in_this_run": 0}
+        cache = AnswerCache(cache_file)
+        for label in read_label_file(labels, skips):
+            instance = instances.get(label["id"])
+            if instance is None:
+                counts["not_in_this_run"] += 1
+                continue
+            if label["reader"] != reader:
+                counts["other_reader"] += 1
+                continue
+            documents = instance.documents()
+            if [d.content for d in documents] != label.get("passages"):
+                counts["other_passages"] += 1
+                continue
+            seconds = list(label.get("answer_seconds") or [None, None])
+            for name, answer, latency, reads in ((_CLOSED_BOOK, label["closed_book_answer"], seconds[0], False),
+                                                 (_WITH_CONTEXT, label["context_answer"], seconds[-1], True)):
+                spec = specs[name]
+                key = cache_key(spec.hash, instance.id, "open")
+                if cache.done(key):
+                    counts["already_answered"] += 1
+                    continue
+                record = {"key": key, "pipeline": spec.name, "pipeline_file": spec.path, "pipeline_hash": spec.hash,
+                          "question_id": instance.id, "query": instance.query, "task_type": instance.task_type,
+                          "context_type": "open", "answers": instance.answers,
+                          "gold_ids": [d.id for d in documents], "conflicting_answer": None,
+                          "selects_passages": False, "reads_context": reads}
+                if reads:
+                    record["context_sha"] = context_sha(documents)
+                record.update(answer=answer, shown_ids=[d.id for d in documents] if reads else None,
+                              shown_passages=[d.content for d in documents] if reads else None, prompt_tokens=None,
+                              latency_s=latency, finish_reason=None, gold_position=1 if reads else None,
+                              seeded_from=str(labels))
+                cache.add(record)
+                counts["seeded"] += 1
+        counts["unreadable_lines"] = skips.total
+        return counts
 
     def labelled(self, questions: list[Any], scores: dict[str, dict[str, bool]], file_labels: dict[str, bool] | None,
                  reader: str) -> list[Any]:
