@@ -174,3 +174,22 @@ def test_through_the_llama_cpp_server_on_the_shipped_set(backend, tmp_path):
     assert report["labels"]["source"].startswith("this reader's")
     _check_accuracy_from_caches(report, out)
     _check_files(report, out)
+
+
+def test_the_shipped_set_in_process_reuses_the_projects_labels_as_answers(tmp_path):
+    """--set answers_from: the committed labels of the same reader, budget and passages stand for the answers (no
+    model answers); the shipped set's first question, its passages retrieved from the sample index as labelled."""
+    labels = REPO / "bench" / "results" / "gate_labels" / "heldout200_gate_eval.jsonl"
+    out = tmp_path / "gate"
+    assert main(["reproduce", "retrieval-gate", "--limit", "1", "--conditions", "never", "--set",
+                 f"answers_from={labels}", "--out", str(out), "--no-progress"]) == 0
+    report = _report(out)
+    seeded = report["run"]["answers_seeded"]
+    assert seeded["seeded"] == 2 and seeded["other_passages"] == 0 and seeded["reader"].startswith("local:smollm2")
+    assert report["run"]["counters"]["answers"]["model_runs"] == 0
+    label = json.loads(labels.read_text().splitlines()[0])
+    assert report["questions"]["ids"] == [label["id"]]
+    assert report["methods"]["always"]["accuracy"]["value"] == float(label["context_match"])
+    assert report["methods"]["never"]["accuracy"]["value"] == float(label["closed_book_match"])
+    assert report["labels"]["source"].startswith("this reader's")
+    _check_accuracy_from_caches(report, out)
