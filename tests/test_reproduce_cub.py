@@ -122,6 +122,7 @@ def test_cub_through_the_llama_cpp_server_refuses_the_white_box_techniques(backe
     # the techniques needing logits or attention are refused with the backend's reason, not dropped
     refused = {r["technique"]: r["reason"] for r in report["refused"]}
     assert set(refused) == WHITE_BOX
+    assert refused["cad"].startswith("component 'reader' (ContextAwareDecodingReader)")
     assert "needs the full logits" in refused["acd"] and "needs the weights" in refused["ph3_context"]
     assert "techniques refused" in (out / "report.md").read_text() and "coiecd" in printed
     # 3 pipelines x 3 contexts and closed-book once (its answer reused for every context)

@@ -243,8 +243,9 @@ class ContextUtilisationBenchmark(Experiment):
             path = shipped_file("pipelines", pipeline)
             try:  # what compare does first: a component the backend cannot serve is refused here, with why
                 PipelineSpec.from_file(str(path), backend=settings.backend)
-            except BackendError as error:
-                refused.append({"technique": short, "pipeline": pipeline, "reason": str(error)})
+            except BackendError as error:  # the message opens with the file's path: the pipeline's name is shorter
+                reason = str(error).removeprefix(f"{path}: ")
+                refused.append({"technique": short, "pipeline": pipeline, "reason": reason})
                 continue
             kept.append((short, pipeline, path))
         if not any(pipeline == REGULAR for _, pipeline, _ in kept):
@@ -386,7 +387,7 @@ def cub_tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[l
                      status])
     n = report["questions"]
     out = [("BCU per technique and context type",
-            f"Yours: {n['drawn']} questions drawn, {n['complete']} answered by every technique under every context "
+            f"Yours: {n['drawn']} question(s) drawn, {n['complete']} answered by every technique under every context "
             f"built (contexts not built: {n['contexts_not_built'] or 'none'}); Wilson 95% intervals for BCU, a "
             "bootstrap over questions for faithfulness. Pareto front over the techniques: "
             f"{', '.join(report['pareto_front']) or 'none'}. Closed-book is robust by construction (its answer is "
@@ -411,7 +412,7 @@ def cub_tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[l
                 f"Paper: {report['experiment']['paper']}; as printed (percent / 100), other models on other "
                 "questions: shown beside, not tested. Yours: the same technique on your model (NQ sample).",
                 ["dataset", "model (paper)", "technique", "faithfulness (paper)", "robustness (paper)",
-                 "faithfulness (yours)", "robustness (yours)", "source"], paper_rows))
+                 "faithfulness (yours, NQ)", "robustness (yours, NQ)", "source"], paper_rows))
     if report.get("refused"):
         out.append(("techniques refused", "not run, with the reason (the backend cannot give what they need).",
                     ["technique", "pipeline", "reason"],
