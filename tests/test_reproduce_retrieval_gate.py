@@ -177,13 +177,20 @@ def test_through_the_llama_cpp_server_on_the_shipped_set(backend, tmp_path):
 
 
 def test_the_shipped_set_in_process_reuses_the_projects_labels_as_answers(tmp_path):
-    """--set answers_from: the committed labels of the same reader, budget and passages stand for the answers (no
-    model answers); the shipped set's first question, its passages retrieved from the sample index as labelled."""
+    """--set answers_from / decisions_from: the committed labels of the same reader, budget and passages stand for the
+    answers (no model answers) and the committed eval-gate run's TA-ARE decisions for its decisions; the shipped
+    set's first question, its passages retrieved from the sample index as labelled."""
     labels = REPO / "bench" / "results" / "gate_labels" / "heldout200_gate_eval.jsonl"
+    decisions = REPO / "bench" / "results" / "gate_tradeoff" / "tradeoff.json"
     out = tmp_path / "gate"
-    assert main(["reproduce", "retrieval-gate", "--limit", "1", "--conditions", "never", "--set",
-                 f"answers_from={labels}", "--out", str(out), "--no-progress"]) == 0
+    assert main(["reproduce", "retrieval-gate", "--limit", "1", "--conditions", "never,ta_are", "--set",
+                 f"answers_from={labels}", "--set", f"decisions_from={decisions}", "--out", str(out),
+                 "--no-progress"]) == 0
     report = _report(out)
+    # TA-ARE's decision is the committed eval-gate run's (same model, date and pools): no gate was asked
+    assert report["run"]["counters"]["gate_decisions_asked"] == {"always": 0, "never": 0, "ta_are": 0}
+    row = json.loads(decisions.read_text())["rows"][0]
+    assert report["methods"]["ta_are"]["retrieval_rate"]["value"] == float(row["ta_are retrieve"])
     seeded = report["run"]["answers_seeded"]
     assert seeded["seeded"] == 2 and seeded["other_passages"] == 0 and seeded["reader"].startswith("local:smollm2")
     assert report["run"]["counters"]["answers"]["model_runs"] == 0

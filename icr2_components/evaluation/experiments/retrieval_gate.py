@@ -18,7 +18,9 @@ The run, in ``out_dir``:
    two its decision picks, so every method is scored on the same generations, as the paper does.
    ``--set answers_from=LABELS`` seeds that cache from a label file of ``icr2 label-retrieval-need`` made by the
    same reader and budget on the same passages (the same prompts): the registered run on the bundled reader reuses
-   the project's committed labels (``bench/results/gate_labels/heldout200_gate_eval.jsonl``) this way.
+   the project's committed labels (``bench/results/gate_labels/heldout200_gate_eval.jsonl``) this way, and
+   ``--set decisions_from=TRADEOFF_JSON`` the decisions of an ``icr2 eval-gate --labels`` run of the same
+   in-process model and date for the methods that read no artifact (vanilla, TA-ARE).
 3. The need label of a question (RetrievalQA A.2): the file's own (``needs_retrieval``) where every question
    carries one, else this reader's (``needs retrieval`` = wrong closed-book and right with the passages; both wrong
    = no need; ``evaluation.gates.need_labels``), as the project's labels are made.
@@ -75,6 +77,7 @@ INDEX = "kilt-sample"
 MAX_PASSAGES = 3
 RETRIEVAL_METHOD = "hybrid"
 NEED_SOURCES = ("auto", "file", "reader")
+DECISION_CHUNK = 32  # questions a gate decides between two writes of the decisions cache
 
 _CLOSED_BOOK = "closed_book"
 _WITH_CONTEXT = "with_context"
@@ -239,6 +242,8 @@ class RetrievalGate(Experiment):
         "answers_from": "a label file of icr2 label-retrieval-need whose answers stand for this run's where its "
                         "reader, answer budget, question and passages are this run's (they are the same prompts): "
                         "they seed the answer cache instead of being generated again",
+        "decisions_from": "the tradeoff.json of an icr2 eval-gate --labels run on the same in-process model and date: "
+                          "the decisions of its methods that read no artifact (vanilla, TA-ARE) stand for this run's",
     }
 
     # -- the protocol ------------------------------------------------------------------------------------------------
@@ -413,8 +418,11 @@ class RetrievalGate(Experiment):
         complete = [q for q in questions if q.id in scores[_CLOSED_BOOK] and q.id in scores[_WITH_CONTEXT]]
         gate_label = (backend.describe() if backend is not None else f"local:{model}")
         labelled = self.labelled(complete, scores, file_labels if use_file else None, gate_label)
+        committed, committed_described = (
+            self.committed_decisions(Path(options["decisions_from"]), specs, model, today, backend)
+            if options.get("decisions_from") else ({}, None))
         runs, refused, asked = self.decide(specs, labelled, model, gate_options, gate_label, today, slots,
-                                           out / "gates", settings.progress)
+                                           out / "gates", settings.progress, committed)
         report = self.build(labelled, runs, cost, settings.seed)
         report["refused"] = refused
         report["experiment"] = self.describe()
@@ -444,6 +452,7 @@ class RetrievalGate(Experiment):
             "counters": {"answers": answered["run"]["counters"], "gate_decisions_asked": asked},
             "answers_left_out": counts,
             "answers_seeded": seeded,
+            "decisions_seeded": committed_described,
             "drawn": drawn,
             "data": {"questions": str(dataset)},
         }
@@ -526,10 +535,52 @@ class RetrievalGate(Experiment):
             result.append(LabelledQuestion(q.id, q.question, q.source, closed, context, outcome, label, reader))
         return result
 
+    @staticmethod
+    def committed_decisions(path: Path, specs: list[Any], model: str | None, today: str | None, backend: Any
+                            ) -> tuple[dict[str, dict[str, tuple[bool, float | None, float | None]]], dict[str, Any]]:
+        """Decisions of an ``icr2 eval-gate --labels`` run (its ``tradeoff.json``: per question each method's
+        decision and score) that stand for this run's: the methods that read no artifact (always, never, vanilla,
+        TA-ARE), under the same name, on the same in-process model, date and default demonstration pools.
+        Returns ``{method name: {question id: (retrieve, score, cut)}}`` and what was taken or not, and why."""
+        from icr2_components.evaluation.gates.gate_methods import parse_methods
+
+        if not path.is_file():
+            raise UserInputError(f"--set decisions_from={path}: no such file (the tradeoff.json of icr2 eval-gate "
+                                 "--labels --out-dir).")
+        try:
+            data = json.loads(path.read_text())
+            settings, rows, methods = data["settings"], data["rows"], data["all"]["methods"]
+        except (ValueError, KeyError, TypeError):
+            raise UserInputError(f"--set decisions_from={path}: not the tradeoff.json of icr2 eval-gate --labels.") \
+                from None
+        theirs = {s.name: s for s in parse_methods(settings["methods"])}
+        same_gate = (backend is None and settings.get("backend") is None and settings.get("model") == model
+                     and settings.get("today") == today and not settings.get("no_date")
+                     and (settings.get("yes_pool"), settings.get("no_pool"), settings.get("n_yes"),
+                          settings.get("n_no")) == ("default", "default", 2, 2))
+        taken: dict[str, dict[str, tuple[bool, float | None, float | None]]] = {}
+        described: dict[str, Any] = {"file": str(path), "taken": {}, "not_taken": {}}
+        for spec in specs:
+            other = theirs.get(spec.name)
+            if not same_gate:
+                described["not_taken"][spec.name] = "another model, date, backend or demonstration pools"
+            elif other is None or other.method != spec.method:
+                described["not_taken"][spec.name] = "no method of that name and kind there"
+            elif spec.artifact is not None or other.artifact is not None:
+                described["not_taken"][spec.name] = "reads an artifact (it may have been trained again since)"
+            else:
+                cut = methods.get(spec.name, {}).get("cut")
+                taken[spec.name] = {r["id"]: (bool(r[f"{spec.name} retrieve"]), r.get(f"{spec.name} score"), cut)
+                                    for r in rows if f"{spec.name} retrieve" in r}
+                described["taken"][spec.name] = len(taken[spec.name])
+        return taken, described
+
     def decide(self, specs: list[Any], labelled: list[Any], model: str | None, gate_options: dict[str, Any],
-               gate_label: str, today: str | None, slots: int, folder: Path, progress: bool
+               gate_label: str, today: str | None, slots: int, folder: Path, progress: bool,
+               committed: dict[str, dict[str, tuple[bool, float | None, float | None]]] | None = None
                ) -> tuple[dict[str, dict[str, Any]], list[dict[str, str]], dict[str, int]]:
-        """Every method's decisions on ``labelled`` (cached in ``folder/decisions.jsonl``, asked only where missing);
+        """Every method's decisions on ``labelled`` (cached in ``folder/decisions.jsonl`` as they come, a chunk of
+        questions at a time, so a killed run keeps them; asked only where missing, or taken from ``committed``);
         a method whose decisions carry no score says so in the returned refusals (no curve or AUROC for it); the
         decisions asked this run, per method."""
         from icr2_components.evaluation.compare.cache import AnswerCache
@@ -543,15 +594,24 @@ class RetrievalGate(Experiment):
             def key(question, spec=spec) -> str:
                 return (f"{spec.name}|{spec.method}|{spec.artifact}|{gate_label}|today={today}|{question.id}|"
                         f"{_sha(question.question)}")
+            given = (committed or {}).get(spec.name, {})
+            for question in labelled:
+                if question.id in given and not cache.done(key(question)):
+                    retrieve, score, cut = given[question.id]
+                    cache.add({"key": key(question), "method": spec.name, "question_id": question.id,
+                               "retrieve": retrieve, "score": score, "cut": cut, "from": "decisions_from"})
             missing = [q for q in labelled if not cache.done(key(q))]
             asked[spec.name] = len(missing)
             stats: dict[str, Any] = {}
-            if missing:
-                ran = run_methods([spec], missing, model=model, today=today, progress=progress,
+            for start in range(0, len(missing), DECISION_CHUNK):
+                chunk = missing[start:start + DECISION_CHUNK]
+                ran = run_methods([spec], chunk, model=model, today=today, progress=progress,
                                   gate_options=gate_options, concurrency=slots)[spec.name]
-                stats = ran["stats"]
-                scores = ran["scores"] or [None] * len(missing)
-                for question, decision, score in zip(missing, ran["decisions"], scores):
+                for name, value in ran["stats"].items():
+                    if isinstance(value, (int, float)):
+                        stats[name] = stats.get(name, 0) + value
+                scores = ran["scores"] or [None] * len(chunk)
+                for question, decision, score in zip(chunk, ran["decisions"], scores):
                     cache.add({"key": key(question), "method": spec.name, "question_id": question.id,
                                "retrieve": decision, "score": score, "cut": ran["cut"]})
             records = [cache.records[key(q)] for q in labelled]
