@@ -778,7 +778,10 @@ def gate_tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[
     out.append((f"the {labels['needs_retrieval']} questions that need retrieval, beside the paper's Table 1 "
                 "(retrieval rate / match)",
                 "On questions that need retrieval the retrieval rate is the paper's retrieval accuracy. Paper: the "
-                "1,271 questions of RetrievalQA that need retrieval (never: Table 6).",
+                "1,271 questions of RetrievalQA that need retrieval (never: Table 6)."
+                + (" With this reader's own labels a question needs retrieval exactly when it is right with the "
+                   "passages and wrong without, so here accuracy equals the retrieval rate by construction; the "
+                   "paper's labels are the data's." if labels["source"].startswith("this reader") else ""),
                 ["method", "retrieval rate (yours)", "accuracy (yours)", *[f"{m} (paper)" for m in models]], rows))
     tradeoff = report.get("tradeoff")
     if tradeoff:
