@@ -568,7 +568,8 @@ def plot_icr2_benchmark(report: dict[str, Any], path: str | Path) -> Path:
             continue
         values = [c["accuracy"] for c in shown]
         errors = [[v - c["ci95"][0] for v, c in zip(values, shown)], [c["ci95"][1] - v for v, c in zip(values, shown)]]
-        mine.errorbar([c["x"] for c in shown], values, yerr=errors, marker="o", capsize=3,
+        nudge = (index - (len(groups) - 1) / 2) * 0.015 * ((max(budgets) - min(budgets)) or max(budgets))
+        mine.errorbar([c["x"] + nudge for c in shown], values, yerr=errors, marker="o", capsize=3,
                       color=colours[index % len(colours)], label=f"vanilla RAG (CiC), {group}")
     for name, colour, style in (("closed_book", "grey", ":"), ("oracle", "black", "--")):
         cell = report["references"].get(name)
