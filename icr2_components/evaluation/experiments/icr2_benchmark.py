@@ -59,8 +59,9 @@ RATIOS: tuple[float, ...] = (0.0, 1.0)
 RETRIEVERS = ("bm25", "dense", "hybrid")
 TOP_K = 100  # candidates per retriever (ICR2: 200 over KILT's 36M passages; the sample index holds 3,717)
 FIRST_HELD_OUT_POSITION = 2000  # NQ-sample positions from here on are never trained on (the project's rule)
-#: the prompt's tokens beyond the budget (ID/title headers of each passage, the template): the refusal's estimate
-HEADER_SHARE = 0.2
+#: the budget counts each passage's block (ID, title, text) in SmolLM2 tokens; another model's tokenizer may count the
+#: same text somewhat longer: the refusal's margin on the budget
+TOKENIZER_MARGIN = 0.1
 CIC = "cic_vanilla_rag"
 
 #: Table 2, NQ columns: model -> (LOFT, ICR2) for closed-book, vanilla RAG and oracle RAG, as printed
@@ -212,24 +213,29 @@ class ICR2Benchmark(CurveExperiment):
         return paths
 
     def refusals(self, conditions, reader, max_new_tokens: int) -> list[Refusal]:
-        """A budget whose prompt would not fit: the template's tokens counted by the reader's tokenizer (served:
-        the server's), plus the budget and its passages' headers (estimated at ``HEADER_SHARE``)."""
+        """A budget whose prompt would not fit: the template's tokens (with one passage block) counted by the
+        reader's tokenizer (served: the server's), plus the budget, which counts the passages' blocks in SmolLM2
+        tokens, with ``TOKENIZER_MARGIN`` for another tokenizer."""
+        from haystack import Document
+
         from icr2_components.builders.prompt_builder import CorpusInContextPromptBuilder
         from icr2_components.evaluation.experiments.kv_retrieval import prompt_fit
 
         messages = CorpusInContextPromptBuilder(task_type="qa").run(
-            query="who wrote the novel that the film is based on", documents=[])["prompt"]
+            query="who wrote the novel that the film is based on",
+            documents=[Document(content="a passage", meta={"title": "a title"})])["prompt"]
         template, limit = prompt_fit(reader, messages, max_new_tokens)
         if template is None or limit is None:
             return []
         refused = []
         for condition in conditions:
             budget, _ = parse_condition(condition.name)
-            estimate = template + math.ceil(budget * (1 + HEADER_SHARE))
+            estimate = template + math.ceil(budget * (1 + TOKENIZER_MARGIN))
             if estimate > limit:
                 refused.append(Refusal(condition.name, (
                     f"a {budget}-token corpus makes a prompt of about {estimate} tokens (the template's {template} "
-                    f"by the model's tokenizer + the budget + {HEADER_SHARE:.0%} for passage headers), and the "
+                    f"by the model's tokenizer + the budget in SmolLM2 tokens + {TOKENIZER_MARGIN:.0%} for another "
+                    "tokenizer), and the "
                     f"model takes {limit} ({limit + max_new_tokens} context minus max_new_tokens={max_new_tokens})")))
         return refused
 
