@@ -1,9 +1,11 @@
 """The Lost-in-the-Middle experiment on the bundled NQ sample with SmolLM2-135M-Instruct: resumable, with intervals.
 
 The paper's protocol (10, 20 and 30 documents at its positions, query-aware too, beside its tables, on any backend)
-is the package's registered experiment: ``icr2 reproduce lost-in-the-middle`` (docs/reproducing.md). This script
-stays for what BENCHMARKS.md's "position of the gold passage" figures were measured with and the preset does not
-cover: every position of 10, the held-out question-id file, and the confounding-ratio contexts.
+is the package's registered experiment: ``icr2 reproduce lost-in-the-middle`` (docs/reproducing.md), and ICR2's
+confounding-ratio comparison (random against retrieved confounders at token budgets, with closed-book and oracle)
+is ``icr2 reproduce icr2-benchmark``. This script stays for what BENCHMARKS.md's "position of the gold passage"
+figures were measured with and the presets do not cover: every position of 10, the held-out question-id file, and
+the 10-passage ratio rows of the first 12-question run (``--ratios``).
 
 For each held-out question (``--question-ids``, default bench/data/heldout_nq_ids.txt; questions used by any probe,
 tuning run or earlier bench are not in it) whose gold paragraph is exactly one passage holding an answer:
