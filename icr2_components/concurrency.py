@@ -169,6 +169,7 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
     loop.set_default_executor(ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="icr2-request"))
     slots = asyncio.Semaphore(concurrency)
     window: deque[tuple[Job[K], asyncio.Task | None]] = deque()
+    awaited: asyncio.Task | None = None  # the task whose outcome is due: out of the window, still to be waited for
     try:
         if concurrency == 1:
             for job in jobs:
@@ -193,16 +194,30 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
                 window.append((job, task))
             if not window:
                 return
-            job, task = window.popleft()
-            yield loop.run_until_complete(task) if task is not None else Outcome(job.key)
+            job, awaited = window.popleft()
+            yield loop.run_until_complete(awaited) if awaited is not None else Outcome(job.key)
     finally:
-        pending = [task for _, task in window if task is not None and not task.done()]
+        tasks = [awaited, *(task for _, task in window)]
+        pending = [task for task in tasks if task is not None and not task.done()]
         for task in pending:
             task.cancel()
         if pending:  # the cancelled tasks end; a blocking call already in a thread finishes first
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_default_executor())
+            _run_to_the_end(loop, asyncio.gather(*pending, return_exceptions=True))
+        _run_to_the_end(loop, loop.shutdown_default_executor())
         loop.close()
+
+
+def _run_to_the_end(loop: asyncio.AbstractEventLoop, awaitable) -> Any:
+    """``loop.run_until_complete`` that survives a stale stop: when Ctrl-C lands in the loop's iteration in which
+    the awaited task finished, that task's done callback (which stops the loop) is already queued, and the next
+    ``run_until_complete`` would end at once with "Event loop stopped before Future completed"."""
+    future = asyncio.ensure_future(awaitable, loop=loop)
+    while True:
+        try:
+            return loop.run_until_complete(future)
+        except RuntimeError:
+            if future.done():
+                raise
 
 
 class FailureStreak:

@@ -162,6 +162,32 @@ def test_closing_the_generator_cancels_async_calls_not_started():
     assert len(started) < 20
 
 
+def test_ctrl_c_landing_as_the_awaited_call_finishes_is_raised_after_the_running_calls_are_cancelled():
+    # Ctrl-C in the event loop's iteration in which the awaited call finished leaves that call's done callback
+    # (which stops the loop) queued: the clean-up must still wait for the cancelled calls and re-raise Ctrl-C, not
+    # end with "Event loop stopped before Future completed" (found by CI in test_concurrent_requests' interruption)
+    async def finishes_as_ctrl_c_lands():
+        def ctrl_c():
+            raise KeyboardInterrupt
+
+        asyncio.get_running_loop().call_soon(ctrl_c)  # queued before this task's own done callbacks
+        return "answered"
+
+    cancelled = threading.Event()
+
+    async def still_running():
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    outcomes = ordered_calls([Job(0, finishes_as_ctrl_c_lands), Job(1, still_running)], concurrency=2)
+    with pytest.raises(KeyboardInterrupt):
+        next(outcomes)
+    assert cancelled.is_set()
+
+
 def test_a_call_returning_a_coroutine_instead_of_being_async_is_a_clear_error():
     (outcome,) = ordered_calls([Job(0, lambda: _sleep_then(0, 0))], concurrency=2)
     assert isinstance(outcome.error, TypeError) and "async function itself" in str(outcome.error)
