@@ -1,10 +1,13 @@
-"""The papers' experiments as data, each registered by name (``icr2 reproduce NAME``): ``kv_retrieval`` (Lost in
-the Middle's synthetic key-value retrieval), ``lost_in_the_middle`` (its multi-document QA); the protocol they
-follow is in ``protocol``, the run through ``icr2 compare``'s machinery in ``runner``, the report in ``report``."""
+"""The papers' experiments as data, each registered by name (``icr2 reproduce NAME``, ``icr2 reproduce --list``):
+``lost_in_the_middle`` (Lost in the Middle's multi-document QA), ``kv_retrieval`` (its synthetic key-value
+retrieval), ``icr2_benchmark`` (ICR2's Table 2 at corpus budgets, random against retrieved confounders), ``cub``
+(CUB's techniques over gold, conflicting and irrelevant contexts) and ``retrieval_gate`` (RetrievalQA's gates,
+retrieval rate against accuracy). The protocol they follow is in ``protocol``, the curve shape of Lost in the
+Middle's two in ``curve``, the run through ``icr2 compare``'s machinery in ``runner``, the report in ``report``."""
 
+from icr2_components.evaluation.experiments.curve import CurveExperiment
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    CurveExperiment,
     Experiment,
     PaperFigure,
     RunSettings,

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from icr2_components.errors import UserInputError
+from icr2_components.evaluation.experiments.curve import CurveExperiment
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    CurveExperiment,
     PaperFigure,
     PreparedData,
     Refusal,

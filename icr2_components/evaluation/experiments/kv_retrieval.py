@@ -18,9 +18,9 @@ from pathlib import Path
 
 from icr2_components.builders.key_value_prompt_builder import key_value_prompt
 from icr2_components.errors import UserInputError
+from icr2_components.evaluation.experiments.curve import CurveExperiment
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    CurveExperiment,
     PreparedData,
     Refusal,
     Variant,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from icr2_components.evaluation.experiments.curve import CurveExperiment
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
-    CurveExperiment,
     PaperFigure,
     PreparedData,
     Variant,

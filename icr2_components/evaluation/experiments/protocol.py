@@ -133,7 +133,7 @@ class Experiment:
     """The base of every registered experiment; subclasses fill the class attributes and the methods.
 
     An experiment owns how it runs (:meth:`run`), what its report's tables are (:meth:`tables`) and its plot
-    (:meth:`plot`). :class:`CurveExperiment` is the shape of Lost in the Middle's experiments (accuracy along a
+    (:meth:`plot`). ``curve.CurveExperiment`` is the shape of Lost in the Middle's experiments (accuracy along a
     curve of positions, per variant, with references); an experiment of another shape (techniques over context
     types, a gate's trade-off, fine-tuning arms) overrides the three and writes a report with the keys
     ``report.write_report`` reads: ``experiment`` (``describe()``), ``questions`` (``complete``, ``drawn``),
@@ -226,45 +226,6 @@ class Experiment:
         }
 
 
-class CurveExperiment(Experiment):
-    """An experiment of Lost in the Middle's shape: every question under every condition (a point of a curve) for
-    every variant (pipeline), answered under compare's ``corpus`` context from one ICR2 file the experiment writes,
-    and references (closed-book, oracle) under ``open``; accuracy per point with Wilson intervals, position tests
-    per curve, variants against the first (``runner.run_curves``, ``report.build_report``)."""
-
-    def write_pipelines(self, folder: Path) -> list[Path]:
-        """Write the variants' and references' pipeline YAMLs into ``folder``; returns them, variants first."""
-        raise NotImplementedError
-
-    def prepare(self, conditions: list[Condition], limit: int | None, folder: Path,
-                progress: bool = True) -> PreparedData:
-        """Draw the questions (the first ``limit``, else ``registered_size``) and write the conditions file (and
-        the references file) into ``folder``."""
-        raise NotImplementedError
-
-    def refusals(self, conditions: list[Condition], reader: Any, max_new_tokens: int) -> list[Refusal]:
-        """Conditions the reader cannot run, with the reason; none by default."""
-        return []
-
-    def score(self, reply: str, answers: list[str]) -> bool:
-        raise NotImplementedError
-
-    def run(self, settings: RunSettings) -> dict[str, Any]:
-        from icr2_components.evaluation.experiments.runner import run_curves
-
-        return run_curves(self, settings)
-
-    def tables(self, report: dict[str, Any]) -> list[tuple[str, str, list[str], list[list[str]]]]:
-        from icr2_components.evaluation.experiments.report import curve_tables
-
-        return curve_tables(report)
-
-    def plot(self, report: dict[str, Any], path: Path) -> Path:
-        from icr2_components.plotting import plot_reproduction
-
-        return plot_reproduction(report, path)
-
-
 EXPERIMENTS: Registry[type[Experiment]] = Registry(
     "experiment", UnknownExperimentError,
     how_to_add="`icr2 reproduce --list` lists them; a new one is a registered Experiment subclass in "
@@ -281,7 +242,7 @@ def register_experiment(cls: type[Experiment]) -> type[Experiment]:
     return cls
 
 
-_NOT_EXPERIMENTS = {"protocol", "runner", "report"}
+_NOT_EXPERIMENTS = {"protocol", "curve", "runner", "report"}
 
 
 def _load_all() -> None:

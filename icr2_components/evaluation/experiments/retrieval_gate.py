@@ -378,7 +378,7 @@ class RetrievalGate(Experiment):
     def run(self, settings: RunSettings) -> dict[str, Any]:
         from icr2_components.backends import request_concurrency
         from icr2_components.evaluation.compare.run import run_compare
-        from icr2_components.evaluation.experiments.runner import _scored
+        from icr2_components.evaluation.experiments.runner import scored_answers
         from icr2_components.evaluation.gates.gate_methods import check_held_apart, gate_model_settings
         from icr2_components.evaluation.gates.gate_tradeoff import check_cost
 
@@ -412,7 +412,7 @@ class RetrievalGate(Experiment):
                                     out / "compare" / "answers.jsonl") if options.get("answers_from") else None)
         answered = run_compare([str(p) for p in paths], dataset=str(dataset), context_types=["open"],
                                out_dir=out / "compare", **settings.compare_settings())
-        scores, counts = _scored(self, answered, "open")
+        scores, counts = scored_answers(self, answered, "open")
         model, gate_options = gate_model_settings("smollm2-135m-instruct", backend)
         slots = request_concurrency(backend, settings.concurrency)
         complete = [q for q in questions if q.id in scores[_CLOSED_BOOK] and q.id in scores[_WITH_CONTEXT]]

@@ -36,7 +36,7 @@ from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.protocol import (
-    CurveExperiment,
+    Experiment,
     RunSettings,
     get_experiment,
     split_question_id,
@@ -57,7 +57,7 @@ def reader_of(path: Path, backend) -> Any:
     return reader
 
 
-def _scored(experiment: CurveExperiment, report: dict, context_type: str) -> tuple[dict, dict]:
+def scored_answers(experiment: Experiment, report: dict, context_type: str) -> tuple[dict, dict]:
     """``{pipeline name: {question id: True/False}}`` of a compare run's answers, and per pipeline the counts of
     answers left out (failed requests, to be asked again) and of errors (scored wrong)."""
     from icr2_components.evaluation.compare.cache import read_answer_records
@@ -135,7 +135,7 @@ def run_experiment(
     return report
 
 
-def run_curves(experiment: CurveExperiment, settings: RunSettings) -> dict[str, Any]:
+def run_curves(experiment: Experiment, settings: RunSettings) -> dict[str, Any]:
     """A :class:`CurveExperiment`'s run (see the module doc); returns its report, not yet written."""
     from icr2_components.evaluation.compare.run import run_compare
     from icr2_components.evaluation.experiments.report import build_report
@@ -163,13 +163,13 @@ def run_curves(experiment: CurveExperiment, settings: RunSettings) -> dict[str, 
         references = run_compare([str(p) for p in reference_paths], dataset=str(prepared.references_file),
                                  context_types=["open"], out_dir=out / "references", **common)
 
-    scores, counts = _scored(experiment, main, "corpus")
+    scores, counts = scored_answers(experiment, main, "corpus")
     by_cell: dict[str, dict[str, dict[str, bool]]] = {}
     for variant, answers in scores.items():
         for question_id, right in answers.items():
             base, condition = split_question_id(question_id)
             by_cell.setdefault(variant, {}).setdefault(condition, {})[base] = right
-    reference_scores, reference_counts = (_scored(experiment, references, "open") if references is not None
+    reference_scores, reference_counts = (scored_answers(experiment, references, "open") if references is not None
                                           else ({}, {}))
     report = build_report(experiment, kept, by_cell, reference_scores, prepared, seed=settings.seed)
     report["refused"] = [{"condition": r.condition, "reason": r.reason} for r in refused]
