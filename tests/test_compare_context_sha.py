@@ -37,6 +37,11 @@ def test_reuse_decision_on_hand_built_records():
     assert reuse_decision({"answer": "Paris"}, now) == "context_unchecked"  # written before context_sha existed
     assert reuse_decision({"answer": "Paris", "context_sha": now}, NO_CONTEXT) == "stale_context"  # not built now
     assert reuse_decision({"answer": "Paris"}, None) == "reuse"  # open retrieval: the pipeline hash covers it
+    # the answer budget asked: another run's is stale whatever the context; records from before the field are reused
+    assert reuse_decision({"answer": "Par", "max_new_tokens": 2}, None, 16) == "stale_budget"
+    assert reuse_decision({"answer": "Paris", "max_new_tokens": None}, now, 16) == "stale_budget"
+    assert reuse_decision({"answer": "Paris", "max_new_tokens": 16, "context_sha": now}, now, 16) == "reuse"
+    assert reuse_decision({"answer": "Paris", "context_sha": now}, now, 16) == "reuse"
 
 
 def test_expected_context_sha_per_pipeline_and_context_type():
@@ -119,3 +124,25 @@ def test_a_changed_gold_context_is_reanswered_and_report_only_leaves_it_out(tmp_
     printed = capsys.readouterr().out
     assert "1 cached answer(s) were given other passages than this run builds (stale_context): left out" in printed
     assert "1 cached answer(s) predate context hashes (context_unchecked)" in printed
+
+
+def test_answers_cached_under_another_max_new_tokens_are_reanswered_not_reused(tmp_path, smollm2, capsys):
+    """Closed-book (real SmolLM2) on 2 questions at 2 new tokens, then the same command at 12: both answers are
+    redone (counted as stale_budget) and come back longer; the same 12 again reuses them."""
+    out = tmp_path / "run"
+    command = ["compare", "--pipelines", "pipelines/closed_book.yaml", "--limit", "2", "--context-types", "gold",
+               "--out", str(out), "--no-progress", "--max-new-tokens"]
+    assert main([*command, "2"]) == 0
+    short = {r["question_id"]: r for r in read_answer_records(out / "answers.jsonl")}
+    assert len(short) == 2 and all(r["max_new_tokens"] == 2 for r in short.values())
+    assert main([*command, "12"]) == 0
+    counters = json.loads((out / "report.json").read_text())["run"]["counters"]
+    assert (counters["stale_budget"], counters["model_runs"], counters["cached"]) == (2, 2, 0)
+    longer = {r["question_id"]: r for r in read_answer_records(out / "answers.jsonl")}
+    assert all(r["max_new_tokens"] == 12 for r in longer.values())
+    assert all(len(longer[q]["answer"]) > len(short[q]["answer"]) for q in short)
+    assert "2 cached answer(s) were answered under another --max-new-tokens (stale_budget): re-answered" in (
+        capsys.readouterr().out)
+    assert main([*command, "12"]) == 0
+    counters = json.loads((out / "report.json").read_text())["run"]["counters"]
+    assert (counters["stale_budget"], counters["model_runs"], counters["cached"]) == (0, 0, 2)

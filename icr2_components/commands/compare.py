@@ -168,6 +168,9 @@ def print_report(report: dict) -> None:
     if counters.get("stale_context"):
         console.print(f"{counters['stale_context']} cached answer(s) were given other passages than this run builds "
                       "(stale_context): " + ("left out of this report" if run.get("report_only") else "re-answered"))
+    if counters.get("stale_budget"):
+        console.print(f"{counters['stale_budget']} cached answer(s) were answered under another --max-new-tokens "
+                      "(stale_budget): " + ("left out of this report" if run.get("report_only") else "re-answered"))
     if counters.get("context_unchecked"):
         console.print(f"{counters['context_unchecked']} cached answer(s) predate context hashes (context_unchecked): "
                       "reused without checking their passages; delete them from the cache to redo them")

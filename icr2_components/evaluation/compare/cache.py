@@ -24,7 +24,10 @@ What a key covers, so that a resumed run never mixes answers to different inputs
   oracle's gold passages under ``open``) are not in the key: each record stores ``context_sha``
   (``context_sha``: ids and contents, in order), and a record whose ``context_sha`` differs from the context
   built now is ``stale_context`` (``reuse_decision``): re-answered, or left out by ``--report-only``. Records
-  written before ``context_sha`` existed are reused but counted as ``context_unchecked``.
+  written before ``context_sha`` existed are reused but counted as ``context_unchecked``;
+- the answer budget a run asks (``--max-new-tokens``; None: the pipeline's own, which its hash covers) is not in
+  the key either: each record stores ``max_new_tokens``, and one answered under another budget is
+  ``stale_budget``, re-answered like a stale context (records from before the field are reused).
 
 Usage:
     >>> from haystack import Document
@@ -45,8 +48,11 @@ from icr2_components.errors import UserInputError
 
 #: ``context_sha`` of a controlled context type that could not be built for a question (no passages given)
 NO_CONTEXT = "none"
-#: the reuse decisions (``reuse_decision``); the last two are also run counters
-REUSE, STALE_CONTEXT, CONTEXT_UNCHECKED = "reuse", "stale_context", "context_unchecked"
+#: the reuse decisions (``reuse_decision``); all but the first are also run counters
+REUSE, STALE_CONTEXT, CONTEXT_UNCHECKED, STALE_BUDGET = "reuse", "stale_context", "context_unchecked", "stale_budget"
+#: the decisions that redo a cached answer (or, in a report-only run, leave it out)
+STALE = (STALE_CONTEXT, STALE_BUDGET)
+_ANY_BUDGET = object()
 
 
 def cache_key(pipeline_hash: str, question_id: str, context_type: str) -> str:
@@ -61,11 +67,14 @@ def context_sha(documents: Sequence[Any] | None) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def reuse_decision(record: dict[str, Any], expected_sha: str | None) -> str:
+def reuse_decision(record: dict[str, Any], expected_sha: str | None, max_new_tokens: Any = _ANY_BUDGET) -> str:
     """Whether a finished cached ``record`` may stand for the context built now (``expected_sha``: its
     ``context_sha``, None where compare gives no passages, i.e. open retrieval): ``"reuse"``; ``"stale_context"``
     (recorded for other passages: re-answer it, or leave it out of a report-only run); or ``"context_unchecked"``
-    (a record written before ``context_sha`` existed: reused, and counted so that it shows)."""
+    (a record written before ``context_sha`` existed: reused, and counted so that it shows). Given the run's
+    ``max_new_tokens``, a record answered under another budget is ``"stale_budget"`` (re-answered likewise)."""
+    if max_new_tokens is not _ANY_BUDGET and "max_new_tokens" in record and record["max_new_tokens"] != max_new_tokens:
+        return STALE_BUDGET
     if expected_sha is None:
         return REUSE
     if "context_sha" not in record or record["context_sha"] is None:

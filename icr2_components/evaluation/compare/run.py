@@ -49,6 +49,8 @@ from icr2_components.errors import ComponentLoadError, find_in_causes
 from icr2_components.evaluation.compare.batching import batched_jobs, check_batch_size
 from icr2_components.evaluation.compare.cache import (
     CONTEXT_UNCHECKED,
+    STALE,
+    STALE_BUDGET,
     STALE_CONTEXT,
     AnswerCache,
     cache_key,
@@ -123,7 +125,7 @@ def expected_context_sha(spec: PipelineSpec, question: CompareQuestion, contexts
 
 
 def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet,
-                 sha: str | None = None) -> dict:
+                 sha: str | None = None, max_new_tokens: int | None = None) -> dict:
     record = {
         "key": cache_key(spec.hash, question.id, context_type),
         "pipeline": spec.name,
@@ -138,6 +140,7 @@ def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: st
         "conflicting_answer": contexts.conflicting_answer if context_type == "conflicting" else None,
         "selects_passages": "documents" in spec.outputs and not spec.documents_input,
         "reads_context": spec.context_input is not None,
+        "max_new_tokens": max_new_tokens,  # the budget asked (None: the pipeline's own): another run's is stale
     }
     if sha is not None:
         record["context_sha"] = sha
@@ -200,9 +203,9 @@ def _plan_steps(questions, specs, types, contexts, cache: AnswerCache, report_on
             first_key = None
             for context_type in types:
                 sha = expected_context_sha(spec, question, contexts[question.id], context_type)
-                record = _base_record(spec, question, context_type, contexts[question.id], sha)
+                record = _base_record(spec, question, context_type, contexts[question.id], sha, max_new_tokens)
                 key = record["key"]
-                cached = cache.done(key) and reuse_decision(cache.records[key], sha) != STALE_CONTEXT
+                cached = cache.done(key) and reuse_decision(cache.records[key], sha, max_new_tokens) not in STALE
                 documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
                 step = _Step(spec, question, context_type, sha, record, first_key, documents, controlled, missing,
                              report_only)
@@ -227,12 +230,12 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
     spec, question, record = step.spec, step.question, dict(step.record)
     key = record["key"]
     if cache.done(key):
-        decision = reuse_decision(cache.records[key], step.sha)
-        if decision != STALE_CONTEXT:
+        decision = reuse_decision(cache.records[key], step.sha, max_new_tokens)
+        if decision not in STALE:
             counters["cached"] += 1
             counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
             return None
-        counters[STALE_CONTEXT] += 1  # answered for other passages: redo it (report_only: leave out)
+        counters[decision] += 1  # answered for other passages or another budget: redo it (report_only: leave out)
     if step.report_only:
         return None
     if step.missing:  # counted once per question, for every pipeline alike
@@ -369,10 +372,11 @@ def run_compare(
     ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
     cache = AnswerCache(out / CACHE_FILE)
     # stale_context: cached answers given other passages than this run's (re-answered, or left out by
-    # report_only); context_unchecked: cached answers from before context_sha, reused unchecked
+    # report_only); stale_budget: cached answers under another --max-new-tokens (likewise); context_unchecked:
+    # cached answers from before context_sha, reused unchecked
     # truncated: answers of this run cut at their token budget (finish_reason "length", where the reader says)
     counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "failed_requests": 0,
-                "truncated": 0, STALE_CONTEXT: 0, CONTEXT_UNCHECKED: 0}
+                "truncated": 0, STALE_CONTEXT: 0, STALE_BUDGET: 0, CONTEXT_UNCHECKED: 0}
     missing_contexts: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
         for context_type, reason in (context_set.reasons or {}).items():
@@ -407,8 +411,9 @@ def run_compare(
             expected_context_sha(
                 by_hash[r["pipeline_hash"]], by_id[r["question_id"]], contexts[r["question_id"]], r["context_type"]
             ),
+            max_new_tokens,
         )
-        != STALE_CONTEXT
+        not in STALE
     ]
     partial = None
     if report_only:
