@@ -55,9 +55,23 @@ def run(args) -> int:
     report = run_experiment(args.name, backend=args.backend, limit=args.limit, out_dir=args.out,
                             max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
                             conditions=args.conditions, concurrency=args.concurrency, train=args.train,
-                            options=_settings(args.settings))
+                            options=_settings(args.settings),
+                            trainer=_trainer(progress=not args.no_progress) if args.train else None)
     print_report(report, get_experiment(args.name).tables(report))
     return 0
+
+
+def _trainer(progress: bool):
+    """The package's training entry point (what ``icr2 train`` runs) as an experiment's trainer: a recipe file and
+    dotted overrides in, the training summary out."""
+
+    def train(recipe: str, overrides: dict) -> dict:
+        from icr2_components.training.recipe import load_recipe
+        from icr2_components.training.runner import run_recipe
+
+        return run_recipe(load_recipe(recipe, overrides), progress=progress, announce=print)
+
+    return train
 
 
 def _settings(items: list[str]) -> dict[str, str]:

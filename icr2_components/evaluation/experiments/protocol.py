@@ -119,6 +119,9 @@ class RunSettings:
     seed: int = 0
     train: bool = False  # --train: an experiment with training arms trains them first (icr2-fine-tuning)
     options: dict[str, str] = field(default_factory=dict)  # --set KEY=VALUE, checked against Experiment.options
+    #: with ``train``: a function (recipe file, dotted overrides) -> training summary that trains a recipe (the CLI
+    #: passes the package's training entry point; evaluation/ never imports training/)
+    trainer: Any = None
 
     def compare_settings(self) -> dict[str, Any]:
         """The keyword arguments every ``run_compare`` of the run shares."""

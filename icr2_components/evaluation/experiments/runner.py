@@ -93,12 +93,14 @@ def run_experiment(
     stats_seed: int | None = None,
     train: bool = False,
     options: dict[str, str] | None = None,
+    trainer: Any = None,
 ) -> dict[str, Any]:
     """Run the registered experiment ``name`` (see the module doc) and write its report; returns the report.
     ``limit``: the first N questions (default: the registered size); ``conditions``: a subset of the conditions
     by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``);
-    ``train``: train the experiment's arms first (only where ``Experiment.trains``); ``options``: the experiment's
-    own settings (``Experiment.options``).
+    ``train``: train the experiment's arms first (only where ``Experiment.trains``), with ``trainer`` (a function
+    (recipe file, dotted overrides) -> training summary; ``icr2 reproduce --train`` passes the package's training
+    entry point); ``options``: the experiment's own settings (``Experiment.options``).
 
     :raises UserInputError: an unknown experiment, a bad ``limit`` or ``max_new_tokens``, a condition pattern
         matching nothing, an option or ``--train`` the experiment does not take, or every condition refused.
@@ -129,7 +131,7 @@ def run_experiment(
         limit=limit, max_new_tokens=max_new_tokens or experiment.registered_max_new_tokens, out=out,
         progress=progress, concurrency=concurrency,
         seed=experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed, train=train,
-        options=options)
+        options=options, trainer=trainer)
     report = experiment.run(settings)
     write_report(report, out, experiment)
     return report
