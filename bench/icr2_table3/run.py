@@ -11,6 +11,12 @@
 
 Every step calls the package (`icr2 build-benchmark`, `icr2 train`, `icr2 compare`); this file only names the
 registered inputs. The benchmark files are derived from `../shared/data/` and are rebuilt, never committed.
+
+The arms' table is also the package's preset, runnable from the wheel on any model: `icr2 reproduce icr2-fine-tuning
+--set adapters=bench/results/icr2_table3 --set answers_from=bench/results/icr2_table3/arms` reports these committed
+answers with the same figures (docs/reproducing.md). The steps here stay: `eval` answers into the committed
+`bench/results/icr2_table3/arms` caches under this folder's pipeline files, and `report` adds what the preset does not
+(the selecting arms' gold recall against chance, the heads' hit rate before and after fine-tuning, figure 4's counts).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ on the registered training questions' corpora in context (``out/train/data``, bu
 training questions as ``icr2 probe-heads`` does (``probe_to_artifact``: 4 generated-token queries, mean, M = 1).
 A weight already trained there is kept (run the command again to resume after a kill). ``--limit N`` trains on the
 first N training and dev questions with the steps scaled to one epoch of them: on CPU, only that is quick; the
-registered recipes take about an hour an arm on 2 cores, and a large model needs GPU recipes.
+registered recipes took 8 to 80 minutes an arm on 2 cores, and a large model needs GPU recipes.
 """
 
 from __future__ import annotations
