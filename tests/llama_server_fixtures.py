@@ -94,3 +94,18 @@ def llama_server_url():
     yield url
     if started_here and not _keep():
         run_script("stop", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_backend(llama_server_url, tmp_path_factory) -> str:
+    """What ``--backend`` takes for the llama.cpp server under test: the shipped ``llama_cpp_server`` when it points
+    there, else a copy of its file pointed at ``llama_server_url``."""
+    from icr2_components.backends import load_backend
+
+    shipped_file = REPO_ROOT / "backends" / "llama_cpp_server.yaml"
+    if load_backend(shipped_file).settings.served_model.api_base_url == llama_server_url:
+        return "llama_cpp_server"
+    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
+    file.write_text(shipped_file.read_text().replace("http://127.0.0.1:8089/v1", llama_server_url))
+    return str(file)
+

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.backends import load_backend
 from icr2_components.cli import main
 from icr2_components.evaluation.experiments import experiment_names, get_experiment
 from icr2_components.evaluation.experiments.runner import run_experiment
@@ -106,21 +105,10 @@ def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
     _check_files(report, out)
 
 
-@pytest.fixture(scope="module")
-def backend(llama_server_url, tmp_path_factory):
-    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.settings.served_model.api_base_url == llama_server_url:
-        return "llama_cpp_server"
-    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
-    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
-                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
-    return str(file)
-
-
 @pytest.mark.llama_server
-def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
+def test_kv_retrieval_through_the_llama_cpp_server(llama_cpp_backend, tmp_path):
     out = tmp_path / "kv"
-    assert main(["reproduce", "kv-retrieval", "--backend", backend, "--limit", "1", "--conditions",
+    assert main(["reproduce", "kv-retrieval", "--backend", llama_cpp_backend, "--limit", "1", "--conditions",
                  "75keys@1,140keys@1", "--out", str(out), "--max-new-tokens", "24", "--no-progress",
                  # the python server answers one request at a time: 4 long prompts queued at once outwait its timeout
                  "--concurrency", "1"]) == 0
@@ -134,9 +122,9 @@ def test_kv_retrieval_through_the_llama_cpp_server(backend, tmp_path):
 
 
 @pytest.mark.llama_server
-def test_lost_in_the_middle_through_the_llama_cpp_server(backend, tmp_path):
+def test_lost_in_the_middle_through_the_llama_cpp_server(llama_cpp_backend, tmp_path):
     out = tmp_path / "litm"
-    assert main(["reproduce", "lost-in-the-middle", "--backend", backend, "--limit", "1", "--conditions",
+    assert main(["reproduce", "lost-in-the-middle", "--backend", llama_cpp_backend, "--limit", "1", "--conditions",
                  "10docs@1,10docs@10", "--out", str(out), "--max-new-tokens", "16", "--no-progress",
                  "--concurrency", "2"]) == 0
     report = _report(out)

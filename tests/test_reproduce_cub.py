@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.backends import load_backend
 from icr2_components.cli import main
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.cub import registered_question_ids
@@ -99,21 +98,10 @@ def test_cub_in_process_pairs_cad_against_regular_and_resumes(tmp_path, capsys):
     assert _report(out)["run"]["counters"]["model_runs"] == 0
 
 
-@pytest.fixture(scope="module")
-def backend(llama_server_url, tmp_path_factory):
-    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.settings.served_model.api_base_url == llama_server_url:
-        return "llama_cpp_server"
-    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
-    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
-                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
-    return str(file)
-
-
 @pytest.mark.llama_server
-def test_cub_through_the_llama_cpp_server_refuses_the_white_box_techniques(backend, tmp_path, capsys):
+def test_cub_through_the_llama_cpp_server_refuses_the_white_box_techniques(llama_cpp_backend, tmp_path, capsys):
     out = tmp_path / "cub"
-    assert main(["reproduce", "cub", "--backend", backend, "--limit", "1", "--max-new-tokens", "8", "--out",
+    assert main(["reproduce", "cub", "--backend", llama_cpp_backend, "--limit", "1", "--max-new-tokens", "8", "--out",
                  str(out), "--no-progress", "--concurrency", "2"]) == 0
     printed = capsys.readouterr().out
     report = _report(out)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.backends import load_backend
 from icr2_components.cli import main
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.icr2_benchmark import RETRIEVERS
@@ -119,21 +118,10 @@ def test_icr2_benchmark_in_process_from_outside_the_checkout(tmp_path, monkeypat
     assert again["cells"] == report["cells"] and again["confounding"] == report["confounding"]
 
 
-@pytest.fixture(scope="module")
-def backend(llama_server_url, tmp_path_factory):
-    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.settings.served_model.api_base_url == llama_server_url:
-        return "llama_cpp_server"
-    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
-    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
-                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
-    return str(file)
-
-
 @pytest.mark.llama_server
-def test_icr2_benchmark_through_the_llama_cpp_server(backend, tmp_path):
+def test_icr2_benchmark_through_the_llama_cpp_server(llama_cpp_backend, tmp_path):
     out = tmp_path / "icr2"
-    assert main(["reproduce", "icr2-benchmark", "--backend", backend, "--limit", "1", "--set", "budgets=300",
+    assert main(["reproduce", "icr2-benchmark", "--backend", llama_cpp_backend, "--limit", "1", "--set", "budgets=300",
                  "--out", str(out), "--max-new-tokens", "12", "--no-progress"]) == 0
     report = _report(out)
     assert "smollm2-135m-instruct at http://127.0.0.1:" in report["run"]["backend"]  # the served model answered

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.backends import load_backend
 from icr2_components.cli import main
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (
@@ -140,21 +139,10 @@ def test_in_process_from_outside_the_checkout_an_adapter_arm_beside_the_untraine
     assert again["arms"] == report["arms"]
 
 
-@pytest.fixture(scope="module")
-def backend(llama_server_url, tmp_path_factory):
-    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.settings.served_model.api_base_url == llama_server_url:
-        return "llama_cpp_server"
-    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
-    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
-                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
-    return str(file)
-
-
 @pytest.mark.llama_server
-def test_through_the_llama_cpp_server_the_arms_needing_weights_are_refused(backend, tmp_path):
+def test_through_the_llama_cpp_server_the_arms_needing_weights_are_refused(llama_cpp_backend, tmp_path):
     out = tmp_path / "ft"
-    assert main(["reproduce", "icr2-fine-tuning", "--backend", backend, "--limit", "1", "--conditions",
+    assert main(["reproduce", "icr2-fine-tuning", "--backend", llama_cpp_backend, "--limit", "1", "--conditions",
                  "closed_book,untrained,oracle,sft_da,sft_da_rap,rethead", "--set", f"adapters={COMMITTED}",
                  "--max-new-tokens", "8", "--out", str(out), "--no-progress"]) == 0
     report = _report(out)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.backends import load_backend
 from icr2_components.cli import main
 from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.evaluation.experiments import get_experiment
@@ -144,21 +143,10 @@ def test_in_process_on_a_retrievalqa_file_with_its_labels_and_resumes(tmp_path, 
     assert again["methods"] == report["methods"]
 
 
-@pytest.fixture(scope="module")
-def backend(llama_server_url, tmp_path_factory):
-    shipped = load_backend(REPO / "backends" / "llama_cpp_server.yaml")
-    if shipped.settings.served_model.api_base_url == llama_server_url:
-        return "llama_cpp_server"
-    file = tmp_path_factory.mktemp("backend") / "llama.yaml"
-    file.write_text((REPO / "backends" / "llama_cpp_server.yaml").read_text()
-                    .replace("http://127.0.0.1:8089/v1", llama_server_url))
-    return str(file)
-
-
 @pytest.mark.llama_server
-def test_through_the_llama_cpp_server_on_the_shipped_set(backend, tmp_path):
+def test_through_the_llama_cpp_server_on_the_shipped_set(llama_cpp_backend, tmp_path):
     out = tmp_path / "gate"
-    assert main(["reproduce", "retrieval-gate", "--backend", backend, "--limit", "2", "--out", str(out),
+    assert main(["reproduce", "retrieval-gate", "--backend", llama_cpp_backend, "--limit", "2", "--out", str(out),
                  "--no-progress", "--concurrency", "2"]) == 0
     report = _report(out)
     served = "smollm2-135m-instruct at http://127.0.0.1:"
