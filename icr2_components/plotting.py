@@ -15,6 +15,19 @@ if TYPE_CHECKING:
     from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 
 
+def save_figure(figure, path: str | os.PathLike, tight: bool = False, dpi: int = 120) -> Path:
+    """Lay out ``figure``, write it to ``path`` as PNG (its folder made), close it and return the path; ``tight``
+    crops to what is drawn (for a legend outside the axes)."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, **({"bbox_inches": "tight"} if tight else {}))
+    plt.close(figure)
+    return path
+
+
 def plot_layer_head_heatmap(
     values: Sequence[Sequence[float]],
     outlined: Sequence[tuple[Sequence[Sequence[int]], str]],
@@ -44,12 +57,7 @@ def plot_layer_head_heatmap(
     axis.set_xticks(range(heads))
     axis.set_title(title, fontsize=8)
     figure.colorbar(image, ax=axis, label=colorbar_label)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 def plot_hit_rate_heatmap(artifact: "RetrievalHeadArtifact", path: str | os.PathLike, m: int | None = None) -> Path:
@@ -233,12 +241,7 @@ def plot_gate_tradeoff(comparison: dict, path: str | os.PathLike, title: str = "
     axes.grid(alpha=0.3)
     # the legend goes under the axes: beside them its long labels squeezed the plot to a strip
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8, ncol=1, borderaxespad=0.0)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, tight=True)
 
 
 def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
@@ -296,9 +299,4 @@ def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
                   fontsize=8, bbox_to_anchor=(0.5, -0.02 - 0.045 * ((len(labels) + 2) // 3)))
     figure.suptitle(f"{experiment['title']}: yours (n = {report['questions']['complete']}) beside "
                     f"{experiment.get('figure') or 'the paper'}", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, tight=True)

@@ -439,6 +439,8 @@ def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from icr2_components.plotting import save_figure
+
     figure, (mine, theirs) = plt.subplots(1, 2, figsize=(13, 5.4))
     colours = plt.get_cmap("tab10").colors
     entries = report["techniques"]
@@ -483,12 +485,7 @@ def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
         axes.grid(alpha=0.3)
         axes.legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), fontsize=7)
     figure.suptitle("CUB: faithfulness against robustness per context-utilisation technique", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, tight=True)
 
 
 __all__ = ["CONTEXT_TYPES", "ContextUtilisationBenchmark", "TECHNIQUES", "cub_tables", "paired_against_regular",

@@ -563,6 +563,8 @@ def plot_icr2_benchmark(report: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from icr2_components.plotting import save_figure
+
     figure, (mine, theirs) = plt.subplots(1, 2, figsize=(13, 5.2))
     colours = plt.get_cmap("tab10").colors
     groups = list(dict.fromkeys(c["group"] for c in report["conditions"]))
@@ -604,12 +606,7 @@ def plot_icr2_benchmark(report: dict[str, Any], path: str | Path) -> Path:
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7, loc="upper left")
     figure.suptitle("ICR2: closed-book, corpus in context at each budget and confounding ratio, oracle", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, tight=True)
 
 
 __all__ = ["BUDGETS", "ICR2Benchmark", "RATIOS", "condition_name", "icr2_benchmark_tables", "parse_condition",

@@ -93,6 +93,8 @@ def plot_fine_tuning(report: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from icr2_components.plotting import save_figure
+
     names = list(report["arms"])
     rates = [report["arms"][n]["answer_match"] for n in names]
     values = [r["rate"] or 0.0 for r in rates]
@@ -113,12 +115,7 @@ def plot_fine_tuning(report: dict[str, Any], path: str | Path) -> Path:
     axis.set_title("ICR2 Table 3: the fine-tuning arms, yours beside the paper's", fontsize=10)
     axis.grid(axis="y", alpha=0.3)
     axis.legend(fontsize=8, loc="upper left")
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    return save_figure(figure, path)
 
 
 __all__ = ["fine_tuning_tables", "plot_fine_tuning"]

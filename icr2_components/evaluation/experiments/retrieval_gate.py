@@ -823,6 +823,8 @@ def plot_gate_reproduction(report: dict[str, Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from icr2_components.plotting import save_figure
+
     colours = plt.get_cmap("tab10").colors
     paper_colours = plt.get_cmap("Dark2").colors  # the paper's lines apart from the user's points
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
@@ -879,12 +881,7 @@ def plot_gate_reproduction(report: dict[str, Any], path: str | Path) -> Path:
         axes.grid(alpha=0.3)
         axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=7.5, ncol=2, borderaxespad=0.0)
     figure.suptitle(f"retrieval-gate: yours beside RetrievalQA (backend {report['run'].get('backend')})", fontsize=10)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_figure(figure, path, tight=True, dpi=110)
 
 
 __all__ = ["CLOSED_BOOK_TEMPLATE", "DEFAULT_METHODS", "RetrievalGate", "WITH_CONTEXT_TEMPLATE", "gate_tables",
