@@ -733,28 +733,36 @@ cluster_wait_for_health() {
 }
 
 # SIGTERM to every node, SIGKILL after the timeout; the single node is never among them (other pid files).
+# Waits on the pids read before the SIGTERM, not on the pid files: Elasticsearch deletes its pid file in a
+# shutdown hook while the JVM is still flushing translogs, so a wait on the file ends early and a --wipe that
+# follows races the node's last writes ("Directory not empty").
 cluster_stop_nodes() {
-    local i pid waited pidf
+    local i pid waited
+    local -a pids=()
     for ((i = 1; i <= CLUSTER_NODES; i++)); do
         if pid="$(node_pid "$i")"; then
             log "stopping $CLUSTER-$i (pid $pid)"
             kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$i:$pid")
         fi
     done
-    for ((i = 1; i <= CLUSTER_NODES; i++)); do
-        pidf="$(node_dir "$i")/run/elasticsearch.pid"
+    for entry in "${pids[@]}"; do
+        i="${entry%%:*}"
+        pid="${entry#*:}"
         waited=0
-        while pid="$(node_pid "$i")"; do
+        while kill -0 "$pid" 2>/dev/null; do
             sleep 1
             waited=$((waited + 1))
             if [ "$waited" -ge "$STOP_TIMEOUT" ]; then
                 log "$CLUSTER-$i still running after ${STOP_TIMEOUT}s; sending SIGKILL"
                 kill -KILL "$pid" 2>/dev/null || true
-                sleep 1
+                while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
                 break
             fi
         done
-        rm -f "$pidf"
+    done
+    for ((i = 1; i <= CLUSTER_NODES; i++)); do
+        rm -f "$(node_dir "$i")/run/elasticsearch.pid"
     done
 }
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
@@ -38,21 +39,22 @@ def _curve(folder: Path) -> list[tuple[int, float]]:
     return [(h["step"], h["loss"]) for h in history if "loss" in h]
 
 
-def _start_whole_and_kill_after(recipe: Path, root: Path, marker: Path) -> tuple[subprocess.Popen, object]:
+def _start_whole_and_kill_after(recipe: Path, root: Path, checkpoint: Path,
+                                is_complete: Callable[[Path], bool]) -> tuple[subprocess.Popen, object]:
     """Start the uninterrupted run (output ``root/whole``) and the one to kill (the recipe's ``output_dir``) side
-    by side; SIGKILL the second as soon as ``marker`` (a checkpoint's last-written file) exists. Returns the
-    uninterrupted run and its stderr log (a file, not a pipe nobody reads while it runs)."""
+    by side; SIGKILL the second as soon as ``checkpoint`` is whole by ``is_complete`` (not merely begun). Returns
+    the uninterrupted run and its stderr log (a file, not a pipe nobody reads while it runs)."""
     whole_log = (root / "whole.log").open("w")
     whole = subprocess.Popen(_command(recipe, "--set", f"output_dir={root / 'whole'}"), cwd=ROOT, env=_environment(),
                              stdout=subprocess.DEVNULL, stderr=whole_log)
     process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + LIMIT_S
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+    while not is_complete(checkpoint) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     _, errors = process.communicate()
-    assert marker.exists(), errors[-3000:]
+    assert is_complete(checkpoint), errors[-3000:]
     assert process.returncode == -signal.SIGKILL  # it was killed, not finished
     return whole, whole_log
 
@@ -79,8 +81,10 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_uninterrupted_weights_an
 
     root = recipe.parent
     killed = root / "killed"
-    whole, whole_log = _start_whole_and_kill_after(recipe, root, killed / f"checkpoint-{SAVE_EVERY}" /
-                                                   "trainer_state.json")
+    from icr2_components.training.sft import trainer_checkpoint_is_complete
+
+    whole, whole_log = _start_whole_and_kill_after(recipe, root, killed / f"checkpoint-{SAVE_EVERY}",
+                                                   trainer_checkpoint_is_complete)
     assert not (killed / "model.safetensors").exists() and not (killed / "training_summary.json").exists()
     saved = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*"))
     assert saved and max(saved) < STEPS
@@ -130,8 +134,9 @@ def test_a_joint_retrieval_head_run_killed_after_a_checkpoint_resumes_to_the_sam
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump(values))
     killed = tmp_path / "killed"
-    whole, whole_log = _start_whole_and_kill_after(recipe, tmp_path, killed / f"checkpoint-{JOINT_SAVE_EVERY}" /
-                                                   "step.json")
+    # step.json is written last, and atomically: its presence marks a whole checkpoint
+    whole, whole_log = _start_whole_and_kill_after(recipe, tmp_path, killed / f"checkpoint-{JOINT_SAVE_EVERY}",
+                                                   lambda path: (path / "step.json").is_file())
     assert not (killed / "training_summary.json").exists()
     saved = sorted(int(p.name.split("-")[1]) for p in killed.glob("checkpoint-*") if (p / "step.json").exists())
     assert saved and max(saved) < JOINT_STEPS

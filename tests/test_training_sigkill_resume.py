@@ -71,13 +71,16 @@ def test_a_lora_run_killed_with_sigkill_and_run_again_ends_with_the_uninterrupte
                              stdout=subprocess.DEVNULL, stderr=whole_log)
     process = subprocess.Popen(_command(recipe), cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
-    marker = killed / f"checkpoint-{SAVE_EVERY}" / "trainer_state.json"
+    from icr2_components.training.sft import trainer_checkpoint_is_complete
+
+    checkpoint = killed / f"checkpoint-{SAVE_EVERY}"
     deadline = time.monotonic() + LIMIT_S
-    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+    # killed once the checkpoint is whole (its trainer_state.json parses), not merely begun
+    while not trainer_checkpoint_is_complete(checkpoint) and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     _, errors = process.communicate()
-    assert marker.exists(), errors[-3000:]
+    assert trainer_checkpoint_is_complete(checkpoint), errors[-3000:]
     assert process.returncode == -signal.SIGKILL
     assert not (killed / "adapter").exists() and not (killed / "training_summary.json").exists()
 
@@ -124,3 +127,21 @@ def test_auto_refuses_checkpoints_of_another_recipe_naming_what_differs(tmp_path
     record.write_text(record.read_text().replace("0.0002", "0.001"))
     with pytest.raises(ResumeMismatchError, match="does not match the content hash"):
         checkpoint_to_resume(load_recipe(tmp_path / "b.yaml"), complete)
+
+
+def test_auto_passes_over_a_checkpoint_whose_trainer_state_a_kill_cut_short(tmp_path):
+    """A SIGKILL while Trainer writes ``trainer_state.json`` (its last file) leaves it empty or cut: that checkpoint
+    is not whole, so ``auto`` resumes from the one before (CI once killed a run at exactly that moment)."""
+    from icr2_components.training.recipe import load_recipe
+    from icr2_components.training.resume import checkpoint_to_resume, record_recipe
+    from icr2_components.training.sft import trainer_checkpoint_is_complete
+
+    values = yaml.safe_load((ROOT / "training" / "smollm2_cpu_rta_lora.yaml").read_text())
+    values["output_dir"] = str(tmp_path / "out")
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(values))
+    recipe = load_recipe(tmp_path / "a.yaml")
+    record_recipe(recipe)
+    for step, state in [(2, '{"global_step": 2}'), (4, ""), (6, '{"global_st')]:
+        (tmp_path / "out" / f"checkpoint-{step}").mkdir()
+        (tmp_path / "out" / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    assert checkpoint_to_resume(recipe, trainer_checkpoint_is_complete) == tmp_path / "out" / "checkpoint-2"

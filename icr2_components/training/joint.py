@@ -32,6 +32,7 @@ import torch
 
 from icr2_components.rankers.head_inputs import HeadInput, encode_for_head, final_hidden_states
 from icr2_components.rankers.retrieval_head import HEAD_FOLDER, HeadConfig, RetrievalHead
+from icr2_components.records.integrity import atomic_write_bytes
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
@@ -131,11 +132,12 @@ BEST_HEAD_FILE = "best_head.pt"
 def save_progress(checkpoint: Path, step: int, history: list[dict], best: float, bad_evals: int,
                   best_state: dict | None) -> None:
     """What a resumed run needs beyond accelerate's state: the loss curve so far and the early-stopping state (the
-    best head by validation L_ret). ``step.json`` last: it marks the checkpoint complete."""
+    best head by validation L_ret). ``step.json`` last, written whole or not at all: it marks the checkpoint
+    complete, so a kill while it is written must not leave an empty one behind."""
     if best_state is not None:
         torch.save(best_state, checkpoint / BEST_HEAD_FILE)
-    (checkpoint / "step.json").write_text(json.dumps({"step": step, "history": history, "best": best,
-                                                      "bad_evals": bad_evals}))
+    progress = json.dumps({"step": step, "history": history, "best": best, "bad_evals": bad_evals}).encode()
+    atomic_write_bytes(checkpoint / "step.json", lambda stream: stream.write(progress))
 
 
 def load_progress(checkpoint: Path) -> tuple[int, list[dict], float, int, dict | None]:

@@ -182,11 +182,19 @@ def make_trainer(recipe: TrainingRecipe, new_token_ids: Sequence[int], **kwargs)
     return RecipeTrainer(**kwargs)
 
 
+def trainer_checkpoint_is_complete(checkpoint: Path) -> bool:
+    """Whether a Trainer checkpoint was written whole: Trainer writes ``trainer_state.json`` last, and a SIGKILL
+    while it writes that file leaves it empty or cut short, so the file must also parse and name its step."""
+    try:
+        return isinstance(json.loads((checkpoint / "trainer_state.json").read_text())["global_step"], int)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def resolve_checkpoint(recipe: TrainingRecipe) -> Path | None:
     """The checkpoint the run resumes from, by ``training.resume_from_checkpoint`` (``auto``: the newest complete
-    one of the same recipe, if any; see :mod:`icr2_components.training.resume`); None for a fresh run. A Trainer
-    checkpoint is complete once it holds ``trainer_state.json``, which Trainer writes last."""
-    return checkpoint_to_resume(recipe, lambda path: (path / "trainer_state.json").is_file())
+    one of the same recipe, if any; see :mod:`icr2_components.training.resume`); None for a fresh run."""
+    return checkpoint_to_resume(recipe, trainer_checkpoint_is_complete)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
