@@ -96,7 +96,7 @@ def train_recipe(name: str, folder: Path, data: Path, limit: int | None, recipes
             "weights": str(find_weights(folder, name))}
 
 
-def probe_heads(reader: str, folder: Path, data: Path, limit: int | None) -> dict[str, Any]:
+def probe_heads(reader: str, folder: Path, data: Path, limit: int | None, progress: bool = True) -> dict[str, Any]:
     """RAP heads of the fine-tuned ``reader`` (``folder/rap_heads_READER.json``), probed on training questions."""
     from icr2_components.filters.probing.cic_instances import read_benchmark_instances
     from icr2_components.filters.probing.probing_job import choose_instances, probe_to_artifact
@@ -108,7 +108,8 @@ def probe_heads(reader: str, folder: Path, data: Path, limit: int | None) -> dic
     instances = choose_instances(list(read_benchmark_instances(data / "train.jsonl")),
                                  min(limit or PROBE_QUESTIONS, PROBE_QUESTIONS), 0)
     probe_to_artifact(instances, str(model), m=1, q=4, query_position_mode="generated_tokens", aggregate="mean",
-                      dtype="bfloat16", artifact_path=str(artifact), heatmap_path=str(artifact.with_suffix(".png")))
+                      dtype="bfloat16", artifact_path=str(artifact), heatmap_path=str(artifact.with_suffix(".png")),
+                      progress=progress)
     return {"heads": str(artifact), "probed": "now", "questions": len(instances)}
 
 
@@ -121,7 +122,7 @@ def train_arms(arms: list[Arm], folder: Path, limit: int | None, recipes: str | 
     data = folder / "data"
     built = build_training_data(data, limit, progress)
     trained = {name: train_recipe(name, folder, data, limit, recipes, trainer) for name in names}
-    heads = {reader: probe_heads(reader, folder, data, limit) for reader in probed}
+    heads = {reader: probe_heads(reader, folder, data, limit, progress) for reader in probed}
     return {"data": built, "trained": trained, "probed": heads}
 
 
