@@ -11,6 +11,9 @@ skipped.
 
 ``es_client`` (session): an ``elasticsearch.Elasticsearch`` client for that URL.
 ``es_index_name`` (function): a unique index name, deleted after the test.
+``es_sample_index`` (session): indexing/kilt-sample-elasticsearch.yaml as shipped, pointed at the node and a fresh
+index that holds the embedded sample index's passages and vectors, written once for every test that reads it
+(``(config_path, index_name)``; deleted at the end). Tests that only search it share one write, not one each.
 """
 
 from __future__ import annotations
@@ -98,3 +101,31 @@ def es_index_name(es_client, request):
     name = f"icr2-test-{stem}-{uuid.uuid4().hex[:8]}"
     yield name
     es_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def es_sample_index(elasticsearch_url, es_client, tmp_path_factory):
+    import yaml
+
+    from icr2_components.stores import load_index_config, open_index
+    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
+
+    folder = tmp_path_factory.mktemp("es-sample")
+    index = f"{os.environ.get('ICR2_TEST_INDEX_PREFIX', 'icr2-test')}-sample-{uuid.uuid4().hex[:8]}"
+    data = yaml.safe_load((REPO_ROOT / "indexing" / "kilt-sample-elasticsearch.yaml").read_text())
+    data["store"].update(hosts=elasticsearch_url, index=index)
+    data["writer"]["checkpoint_path"] = str(folder / "checkpoint.json")
+    path = folder / "kilt-sample-elasticsearch.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    # the passages with the vectors the embedded sample index already computed (same model, same passages): the
+    # tests spend their time on retrieval and pipelines, not on embedding the sample again
+    embedded = open_index(REPO_ROOT / "indexing" / "kilt-sample.yaml")  # cached on disk after its first build
+    documents = sorted(embedded.document_store.storage.values(), key=lambda d: d.id)
+    assert all(d.embedding is not None for d in documents)
+    config = load_index_config(path)
+    assert config.embedding.model == embedded.config.embedding.model
+    report = ElasticsearchStreamingWriter.from_config(config, progress=False).write(documents)
+    assert report.count_ok and report.passages_streamed == len(documents) == embedded.count()
+    yield str(path), index
+    es_client.indices.delete(index=index, ignore_unavailable=True)

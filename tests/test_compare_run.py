@@ -43,19 +43,19 @@ def count_calls(monkeypatch):
     return state
 
 
-def test_compare_20_questions_three_pipelines_report_matches_saved_answers(tmp_path, smollm2, count_calls, capsys):
+def test_compare_10_questions_three_pipelines_report_matches_saved_answers(tmp_path, smollm2, count_calls, capsys):
     out = tmp_path / "run"
-    code = main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
+    code = main(["compare", "--pipelines", *PIPELINES, "--limit", "10", "--context-types", "open",
                  "--max-new-tokens", "6", "--out", str(out), "--no-progress"])
     assert code == 0
-    assert count_calls["calls"] == 60
+    assert count_calls["calls"] == 30
     report = json.loads((out / "report.json").read_text())
     records = read_answer_records(out / "answers.jsonl")
-    assert len(records) == 60 and len({r["question_id"] for r in records}) == 20
+    assert len(records) == 30 and len({r["question_id"] for r in records}) == 10
     for pipeline in ("closed_book", "vanilla_rag", "oracle"):
         mine = [r for r in records if r["pipeline"] == pipeline]
         row = report["summary"][pipeline]["open"]
-        assert row["n"] == 20
+        assert row["n"] == 10
         for metric in ("exact_match", "answer_match", "token_f1", "rouge_l"):
             expected = statistics.fmean(answer_scores(r["answer"], r["answers"])[metric] for r in mine)
             assert row[metric] == pytest.approx(expected)
@@ -90,8 +90,8 @@ def check_hand_worked_report(out, records, count_calls):
         and by_question["nq-sample-00001"][0] == "May 18, 2018"
     )
     hand = {
-        # closed_book: the gold answer verbatim for questions 0-4, a wrong word for the other 15
-        "closed_book": lambda i, gold: gold if i < 5 else "zzz",
+        # closed_book: the gold answer verbatim for questions 0-1, a wrong word for the other 8
+        "closed_book": lambda i, gold: gold if i < 2 else "zzz",
         # vanilla_rag: q0 contains the gold and 2 more words, q1 is 2 of the gold's 3 tokens, the rest wrong
         "vanilla_rag": lambda i, gold: {0: "Wilhelm Conrad Röntgen won it", 1: "May 18"}.get(i, "zzz"),
         # oracle: every answer is the gold answer verbatim
@@ -102,45 +102,45 @@ def check_hand_worked_report(out, records, count_calls):
         index = int(r["question_id"].rsplit("-", 1)[1])
         cache.add({**r, "answer": hand[r["pipeline"]](index, r["answers"][0])})
     count_calls["calls"] = 0
-    assert main(["compare", "--pipelines", *PIPELINES, "--limit", "20", "--context-types", "open",
+    assert main(["compare", "--pipelines", *PIPELINES, "--limit", "10", "--context-types", "open",
                  "--max-new-tokens", "6", "--out", str(out), "--no-progress"]) == 0
     assert count_calls["calls"] == 0
     summary = json.loads((out / "report.json").read_text())["summary"]
     closed, rag, oracle = (summary[p]["open"] for p in ("closed_book", "vanilla_rag", "oracle"))
-    # closed_book: 5 of 20 exactly right, 15 with no common token
+    # closed_book: 2 of 10 exactly right, 8 with no common token
     assert (closed["exact_match"], closed["answer_match"], closed["token_f1"], closed["rouge_l"]) == pytest.approx(
-        (0.25, 0.25, 0.25, 0.25))
+        (0.2, 0.2, 0.2, 0.2))
     # vanilla_rag, q0: 3 common tokens of 5 predicted and 3 gold -> P 3/5, R 1, F1 = 2 * 0.6 / 1.6 = 0.75 (LCS 3:
     # ROUGE-L 0.75), the gold is contained (match 1), not equal (EM 0); q1: "may 18" against "may 18 2018" ->
-    # P 1, R 2/3, F1 = 0.8, ROUGE-L 0.8, not contained. Means over 20: EM 0, match 1/20, F1 = ROUGE-L = 1.55 / 20.
+    # P 1, R 2/3, F1 = 0.8, ROUGE-L 0.8, not contained. Means over 10: EM 0, match 1/10, F1 = ROUGE-L = 1.55 / 10.
     assert (rag["exact_match"], rag["answer_match"], rag["token_f1"], rag["rouge_l"]) == pytest.approx(
-        (0.0, 0.05, 0.0775, 0.0775))
+        (0.0, 0.1, 0.155, 0.155))
     assert (oracle["exact_match"], oracle["answer_match"], oracle["token_f1"], oracle["rouge_l"]) == pytest.approx(
         (1.0, 1.0, 1.0, 1.0))
-    assert closed["n"] == rag["n"] == oracle["n"] == 20
-    # answer match's Wilson 95% intervals (5/20, 1/20, 20/20) and the paired tests against closed-book: on the
-    # same 20 questions the oracle alone is right on 15 (q5-q19) -> exact McNemar p = 2 / 2^15; vanilla is right
-    # only on q0, where closed-book is right too; closed-book alone on q1-q4 -> p = 2 / 2^4
-    assert closed["answer_match_ci95"] == pytest.approx(list(wilson_interval(5, 20)))
-    assert rag["answer_match_ci95"] == pytest.approx(list(wilson_interval(1, 20)))
-    assert oracle["answer_match_ci95"] == pytest.approx([wilson_interval(20, 20)[0], 1.0])
+    assert closed["n"] == rag["n"] == oracle["n"] == 10
+    # answer match's Wilson 95% intervals (2/10, 1/10, 10/10) and the paired tests against closed-book: on the
+    # same 10 questions the oracle alone is right on 8 (q2-q9) -> exact McNemar p = 2 / 2^8; vanilla is right
+    # only on q0, where closed-book is right too; closed-book alone on q1 -> p = min(1, 2 / 2^1) = 1
+    assert closed["answer_match_ci95"] == pytest.approx(list(wilson_interval(2, 10)))
+    assert rag["answer_match_ci95"] == pytest.approx(list(wilson_interval(1, 10)))
+    assert oracle["answer_match_ci95"] == pytest.approx([wilson_interval(10, 10)[0], 1.0])
     section = json.loads((out / "report.json").read_text())["paired"]
     assert section["baseline"] == "closed_book"  # the first pipeline given
     paired = {c["pipeline"]: c for c in section["comparisons"] if c["metric"] == "answer_match"}
     assert {k: paired["oracle"][k] for k in ("n", "both", "only_pipeline", "only_baseline", "neither")} == {
-        "n": 20, "both": 5, "only_pipeline": 15, "only_baseline": 0, "neither": 0}
-    assert paired["oracle"]["p_value"] == pytest.approx(2 / 2**15)
+        "n": 10, "both": 2, "only_pipeline": 8, "only_baseline": 0, "neither": 0}
+    assert paired["oracle"]["p_value"] == pytest.approx(2 / 2**8)
     vanilla = paired["vanilla_rag"]
-    assert (vanilla["both"], vanilla["only_pipeline"], vanilla["only_baseline"]) == (1, 0, 4)
-    assert vanilla["p_value"] == pytest.approx(2 / 2**4)
+    assert (vanilla["both"], vanilla["only_pipeline"], vanilla["only_baseline"]) == (1, 0, 1)
+    assert vanilla["p_value"] == pytest.approx(1.0)
     # Holm over the two pipelines: the oracle's p doubled, vanilla's (the larger) as is; the oracle is better,
-    # vanilla undecided: MDE = (z(1 - 0.025/2) + z(0.8)) * sqrt(4/20) / sqrt(20) = (2.2414 + 0.8416) * 0.1 = 0.31
-    assert paired["oracle"]["p_holm"] == pytest.approx(2 * 2 / 2**15) and paired["oracle"]["verdict"] == "better"
-    assert vanilla["p_holm"] == pytest.approx(2 / 2**4)
-    assert vanilla["verdict"] == "no detectable difference at n = 20 (could detect ≥ 0.31)"
-    # vanilla closes (1/20 - 5/20) / (20/20 - 5/20) = -4/15 of the closed-book -> oracle gap
+    # vanilla undecided: MDE = (z(1 - 0.025/2) + z(0.8)) * sqrt(1/10) / sqrt(10) = (2.2414 + 0.8416) * 0.1 = 0.31
+    assert paired["oracle"]["p_holm"] == pytest.approx(2 * 2 / 2**8) and paired["oracle"]["verdict"] == "better"
+    assert vanilla["p_holm"] == pytest.approx(1.0)
+    assert vanilla["verdict"] == "no detectable difference at n = 10 (could detect ≥ 0.31)"
+    # vanilla closes (1/10 - 2/10) / (10/10 - 2/10) = -1/8 of the closed-book -> oracle gap
     gap = {r["pipeline"]: r for r in section["gap_closed"]["results"]}
-    assert gap["vanilla_rag"]["mean"] == pytest.approx(-4 / 15) and "target_met" not in gap["vanilla_rag"]
+    assert gap["vanilla_rag"]["mean"] == pytest.approx(-1 / 8) and "target_met" not in gap["vanilla_rag"]
 
 
 def check_position_curves(report, records):

@@ -4,7 +4,8 @@ folder, killed with SIGKILL a few seconds into the load, then run again.
 
 - on an empty cache (no ``checkpoints/`` folder) the load starts and records its checkpoint there;
 - what the index held a few seconds before the kill is in the checkpoint, so the re-run skips it: it is neither
-  embedded nor sent again (the report's ``resumed_from`` and ``written``);
+  embedded nor sent again (the report's ``resumed_from`` and ``written``); the checkpoint the kill left is seconds
+  old (before time-based checkpoints, nothing was recorded before 10 bulks, so a kill started the load over);
 - the re-run ends with exactly the passages of the corpus, each once, each with its embedding.
 
 Only ``store.index`` (a fresh index per test) and ``corpus.max_articles`` (700 of the sample's 2,938 articles:
@@ -25,6 +26,7 @@ import pytest
 
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.kilt.sample import build_sample
+from icr2_components.stores import load_index_config
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTICLES = 700
@@ -73,6 +75,7 @@ def test_shipped_config_on_an_empty_cache_killed_with_sigkill_resumes_without_re
             time.sleep(0.5)
         assert child.poll() is None, "the load ended before the kill:\n" + (tmp_path / "killed.log").read_text()[-3000:]
         child.send_signal(signal.SIGKILL)
+        killed_at = time.time()
         child.wait(timeout=60)
     finally:
         if child.poll() is None:
@@ -87,6 +90,10 @@ def test_shipped_config_on_an_empty_cache_killed_with_sigkill_resumes_without_re
     # everything the index held CONFIRMED_FOR_S before the kill is recorded (at most the last seconds are not)
     assert checkpoint["position"] >= first_seen[1] > 0
     assert checkpoint["position"] <= held_at_kill
+    # what the kill threw away is what the checkpoint had not recorded: seconds, not the load
+    seconds = load_index_config(ROOT / "indexing" / "kilt-sample-elasticsearch.yaml").writer.checkpoint_seconds
+    age = killed_at - checkpoint_path.stat().st_mtime
+    assert age < seconds + 20, f"the last checkpoint was {age:.1f} s old when the load was killed"
 
     rerun = subprocess.run(_command(es_index_name, tmp_path / "rerun.json"), cwd=ROOT, env=_environment(cache),
                            capture_output=True, text=True, timeout=LIMIT_S)

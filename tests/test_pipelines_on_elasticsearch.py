@@ -11,7 +11,6 @@ time on the pipelines, not on embedding the sample again.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,6 @@ import yaml
 
 from icr2_components.kilt import read_kilt_tasks
 from icr2_components.pipeline_spec import PipelineSpec
-from icr2_components.stores import load_index_config, open_index
-from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 from icr2_components.stores.index_switch import INDEX_CONFIG_ENV
 
 pytestmark = pytest.mark.elasticsearch
@@ -33,24 +30,9 @@ MAX_NEW_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def es_sample_config(elasticsearch_url, es_client, tmp_path_factory):
-    """A copy of kilt-sample-elasticsearch.yaml on the test node and a fresh index, loaded with the sample."""
-    folder = tmp_path_factory.mktemp("es-pipelines")
-    index = f"{INDEX_PREFIX}-pipelines-{uuid.uuid4().hex[:8]}"
-    data = yaml.safe_load(ES_CONFIG.read_text())
-    data["store"].update(hosts=elasticsearch_url, index=index)
-    data["writer"]["checkpoint_path"] = str(folder / "checkpoint.json")
-    path = folder / "kilt-sample-elasticsearch.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-
-    embedded = open_index(REPO_ROOT / "indexing" / "kilt-sample.yaml")  # cached on disk after its first build
-    documents = sorted(embedded.document_store.storage.values(), key=lambda d: d.id)
-    config = load_index_config(path)
-    assert config.embedding.model == embedded.config.embedding.model
-    report = ElasticsearchStreamingWriter.from_config(config, progress=False).write(documents)
-    assert report.count_ok and report.passages_streamed == len(documents)
-    yield str(path), index
-    es_client.indices.delete(index=index, ignore_unavailable=True)
+def es_sample_config(es_sample_index):
+    """A copy of kilt-sample-elasticsearch.yaml on the test node and an index loaded with the sample (shared)."""
+    return es_sample_index
 
 
 @pytest.fixture

@@ -9,18 +9,17 @@ approximate (HNSW). Measured on 30 NQ questions: BM25 0.99, dense 0.98, hybrid 0
 both stores.
 
 Elasticsearch is given the embedded index's own passages, vectors and stored token counts (the sample's cached
-in-memory index, as tests/test_pipelines_on_elasticsearch.py does): the vectors are computed once, and what is
+in-memory index, written once by the session fixture ``es_sample_index`` that
+tests/test_pipelines_on_elasticsearch.py shares): the vectors are computed once, and what is
 compared is the two stores' retrieval. Building an Elasticsearch index from the corpus (reading, embedding,
 resuming) is tested in tests/test_elasticsearch_shipped_config.py and tests/test_elasticsearch_one_corpus.py.
 """
 
-import uuid
 
 import pytest
 
 from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
 from icr2_components.stores import IndexHandle, load_index_config, open_index
-from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
 pytestmark = pytest.mark.elasticsearch
 
@@ -28,27 +27,11 @@ QUESTIONS = 30
 
 
 @pytest.fixture(scope="module")
-def both_stores(elasticsearch_url, tmp_path_factory):
+def both_stores(es_sample_index):
     in_memory = open_index("indexing/kilt-sample.yaml")
-    index_name = f"icr2-test-cross-{uuid.uuid4().hex[:8]}"
-    checkpoint = tmp_path_factory.mktemp("es") / "checkpoint.json"
-    config = load_index_config(
-        "indexing/kilt-sample-elasticsearch.yaml",
-        overrides={
-            "store.hosts": elasticsearch_url,
-            "store.index": index_name,
-            "writer.checkpoint_path": str(checkpoint),
-        },
-    )
-    documents = sorted(in_memory.document_store.storage.values(), key=lambda d: d.id)
-    assert all(d.embedding is not None for d in documents)
-    assert config.embedding.model == in_memory.config.embedding.model
-    report = ElasticsearchStreamingWriter.from_config(config, progress=False).write(documents)
-    assert report.count_ok and report.passages_streamed == len(documents) == in_memory.count()
-    elastic = IndexHandle(config)
+    elastic = IndexHandle(load_index_config(es_sample_index[0]))
     assert elastic.count() == in_memory.count()
-    yield in_memory, elastic
-    elastic.document_store.client.indices.delete(index=index_name, ignore_unavailable=True)
+    return in_memory, elastic
 
 
 @pytest.fixture(scope="module")
