@@ -485,9 +485,9 @@ def test_load_settings_are_switched_during_the_load_and_restored_after(
 
     seen_during_load = []
 
-    def observed(documents, fail_at=None):
+    def observed(documents, fail_at=None, observe_at=350):
         for i, document in enumerate(documents):
-            if i == 350:
+            if i == observe_at:
                 seen_during_load.append(load_settings(es_client, es_index_name))
             if i == fail_at:
                 raise RuntimeError("the corpus reader failed")
@@ -510,7 +510,9 @@ def test_load_settings_are_switched_during_the_load_and_restored_after(
     state = json.loads(checkpoint.read_text())
     assert not state["completed"] and 0 < state["position"] <= 450
 
-    report = writer.write(observed(sample_documents(sample_files.corpus, limit=600)))
+    # the re-run reads past the recorded prefix (up to 450 passages, as many as were confirmed before the failure)
+    # before it writes, and switches the settings only then: look after it
+    report = writer.write(observed(sample_documents(sample_files.corpus, limit=600), observe_at=550))
     assert report.resumed_from == state["position"]
     assert report.count_ok and report.index_count == 600
     assert seen_during_load[-1] == {"index.refresh_interval": "-1", "index.number_of_replicas": "0"}
