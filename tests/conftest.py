@@ -34,3 +34,17 @@ def minilm():
     from icr2_components.models import MODEL_CACHE
 
     return MODEL_CACHE.sentence_transformer("all-minilm-l6-v2", device="cpu")
+
+
+@pytest.fixture
+def cache_after_setup(tmp_path):
+    """An empty cache folder (``ICR2_CACHE_DIR``) but for the bundled SmolLM2 converted to safetensors, as
+    ``scripts/setup.sh`` leaves a fresh machine's cache (linked to this machine's: the conversion is ~20 s a
+    time, and what a test of a fresh cache checks is its checkpoints, sample and indexes)."""
+    from icr2_components.models import resolve_model
+
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / "smollm2-135m-instruct").symlink_to(resolve_model("smollm2-135m-instruct"),
+                                                           target_is_directory=True)
+    return cache

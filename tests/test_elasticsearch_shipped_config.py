@@ -1,8 +1,9 @@
 """The shipped Elasticsearch config as a user runs it: ``icr2 index --config indexing/kilt-sample-elasticsearch.yaml``
-with its default settings (embeddings on, the checkpoint in the cache, time-based checkpoints) on an empty cache
-folder, killed with SIGKILL a few seconds into the load, then run again.
+with its default settings (embeddings on, the checkpoint in the cache, time-based checkpoints) on a fresh machine's
+cache folder (only the bundled model that scripts/setup.sh converts), killed with SIGKILL a few seconds into the
+load, then run again.
 
-- on an empty cache (no ``checkpoints/`` folder) the load starts and records its checkpoint there;
+- on a fresh cache (no ``checkpoints/`` folder, no sample) the load starts and records its checkpoint there;
 - what the index held a few seconds before the kill is in the checkpoint, so the re-run skips it: it is neither
   embedded nor sent again (the report's ``resumed_from`` and ``written``); the checkpoint the kill left is seconds
   old (before time-based checkpoints, nothing was recorded before 10 bulks, so a kill started the load over);
@@ -54,10 +55,10 @@ def _count(es_client, index: str) -> int:
 
 @pytest.mark.elasticsearch
 @pytest.mark.slow
-def test_shipped_config_on_an_empty_cache_killed_with_sigkill_resumes_without_redoing_what_the_index_confirmed(
-    es_client, es_index_name, tmp_path
+def test_shipped_config_on_a_fresh_cache_killed_with_sigkill_resumes_without_redoing_what_the_index_confirmed(
+    es_client, es_index_name, tmp_path, cache_after_setup
 ):
-    cache = tmp_path / "cache"  # does not exist: the fresh machine's cache
+    cache = cache_after_setup  # the fresh machine's cache: the bundled model set up, no checkpoints/ folder
     expected_ids = [d.id for d in KiltKnowledgeSource(build_sample().corpus, max_articles=ARTICLES).documents()]
     total = len(expected_ids)
     log = (tmp_path / "killed.log").open("w")

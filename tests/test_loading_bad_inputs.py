@@ -51,7 +51,7 @@ def _config(tmp_path: Path, **store) -> Path:
     return path
 
 
-def test_a_lone_surrogate_and_other_bad_records_are_skipped_named_and_the_load_goes_on(tmp_path):
+def test_a_lone_surrogate_and_other_bad_records_are_skipped_named_and_the_load_goes_on(tmp_path, cache_after_setup):
     good = _real_articles(12)
     article = json.loads(good[3])
     surrogate_in_text = json.dumps({**article, "wikipedia_id": "99000001", "text": ["Lone \ud800 surrogate"]})
@@ -63,7 +63,7 @@ def test_a_lone_surrogate_and_other_bad_records_are_skipped_named_and_the_load_g
     expected = sum(1 for _ in KiltKnowledgeSource(tmp_path / "corpus.jsonl").documents())
 
     result = _icr2("index", "--config", str(_config(tmp_path)), "--report", str(tmp_path / "report.json"),
-                   "--no-progress", cache=tmp_path / "cache")
+                   "--no-progress", cache=cache_after_setup)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     skips = report["skips"]
