@@ -269,10 +269,12 @@ def test_a_served_gate_asked_concurrently_decides_as_asked_one_at_a_time(llama_s
 
 class CountingProxy(ForwardingProxy):
     """A real HTTP proxy in front of the real server that counts the chat requests in flight through it (the most at
-    once); everything is forwarded."""
+    once); everything is forwarded, each chat after ``hold_s`` in flight (so that chats sent together overlap
+    however fast the server answers)."""
 
-    def __init__(self, target_root: str) -> None:
+    def __init__(self, target_root: str, hold_s: float = 0.0) -> None:
         self.in_flight = self.peak = self.chats = 0
+        self.hold_s = hold_s
         super().__init__(target_root, timeout_s=300)
 
     def exchange(self, method, path, body, forward):
@@ -282,6 +284,8 @@ class CountingProxy(ForwardingProxy):
             self.chats += chat
             self.peak = max(self.peak, self.in_flight)
         try:
+            if chat and self.hold_s:
+                time.sleep(self.hold_s)
             return forward()
         finally:
             with self.lock:
@@ -298,13 +302,14 @@ def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_o
 
     questions = ["What is the capital of France?", "Who wrote Hamlet?", "What is 2 + 2?", "Where is Berlin?",
                  "Who painted the Mona Lisa?", "What is the largest ocean?", "Who wrote Faust?", "What is water?"]
-    proxy = CountingProxy(llama_server_url.rstrip("/").removesuffix("/v1"))
+    # each chat held 1 s in the proxy before it goes on: on an idle fast machine the server answered 16 tokens of a
+    # prompt it had just seen so quickly (~0.2 s) that the first chat ended before the third run sent its own (CI,
+    # peak 2), as each run's tokenize request waits behind the chats the one-request server is answering
+    proxy = CountingProxy(llama_server_url.rstrip("/").removesuffix("/v1"), hold_s=1.0)
     file = backend_file(tmp_path, proxy.url)
     file.write_text(file.read_text().replace("max_concurrency: 4", "max_concurrency: 3"))
     try:
-        # no concurrency given: the backend file's 3; a queue long enough to admit every client. 16 tokens: each
-        # answer takes long enough that the first three runs' chats overlap on any machine (with 4, a fast machine
-        # finished one before the third was sent, as each run's tokenize request waits behind the chats in flight)
+        # no concurrency given: the backend file's 3; a queue long enough to admit every client
         with serving(REPO / "pipelines" / "closed_book.yaml", backend=load_backend(file), max_new_tokens=16,
                      max_queue=len(questions)) as (url, app):
             assert app.state.icr2_wrapper.concurrency == 3
