@@ -302,10 +302,10 @@ def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_o
 
     questions = ["What is the capital of France?", "Who wrote Hamlet?", "What is 2 + 2?", "Where is Berlin?",
                  "Who painted the Mona Lisa?", "What is the largest ocean?", "Who wrote Faust?", "What is water?"]
-    # each chat held 1 s in the proxy before it goes on: on an idle fast machine the server answered 16 tokens of a
+    # each chat held 0.5 s in the proxy before it goes on: on an idle fast machine the server answered 16 tokens of a
     # prompt it had just seen so quickly (~0.2 s) that the first chat ended before the third run sent its own (CI,
     # peak 2), as each run's tokenize request waits behind the chats the one-request server is answering
-    proxy = CountingProxy(llama_server_url.rstrip("/").removesuffix("/v1"), hold_s=1.0)
+    proxy = CountingProxy(llama_server_url.rstrip("/").removesuffix("/v1"), hold_s=0.5)
     file = backend_file(tmp_path, proxy.url)
     file.write_text(file.read_text().replace("max_concurrency: 4", "max_concurrency: 3"))
     try:
