@@ -87,6 +87,8 @@ def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
     report = run_experiment("lost-in-the-middle", limit=1, conditions="10docs@1,10docs@10", out_dir=out,
                             max_new_tokens=8, progress=False)
     assert report["questions"] == {**report["questions"], "drawn": 1, "complete": 1}
+    # the registered draw (29 distractors) on a subset of the conditions too, so its answers are the whole run's
+    assert "fewer than 29 distractors" in report["run"]["drawn"]["skipped"]
     assert [c["condition"] for c in report["cells"]] == ["10docs@1", "10docs@1", "10docs@10", "10docs@10"]
     data = [json.loads(line) for line in (out / "data" / "conditions.jsonl").read_text().splitlines()]
     assert len(data) == 2 and all(len(r["context"]) == 10 for r in data)

@@ -161,7 +161,9 @@ class LostInTheMiddle(CurveExperiment):
         from icr2_components.stores.config import corpus_path
 
         size = limit or self.registered_size
-        most = max(int(c.name.split("docs@")[0]) for c in conditions)
+        # the registered question set and distractors whatever subset is asked: a run on some conditions is then a
+        # part of the registered run, its cached answers reused by the whole (the same questions, the same prompts)
+        most = max(PAPER_POSITIONS)
         sample = build_sample()
         tasks = list(read_kilt_tasks(sample.tasks))[FIRST_HELD_OUT_POSITION:]
         handle = open_index(self.index)
