@@ -81,6 +81,32 @@ def test_kv_retrieval_in_process_refuses_what_does_not_fit_and_resumes(tmp_path,
     assert _report(out)["run"]["counters"]["conditions"]["model_runs"] == 0
 
 
+def test_each_condition_is_tested_against_the_references_on_hand_made_scores(tmp_path):
+    from icr2_components.evaluation.experiments.protocol import PreparedData
+    from icr2_components.evaluation.experiments.report import build_report, curve_tables
+
+    experiment = get_experiment("lost-in-the-middle")
+    conditions = [c for c in experiment.conditions() if c.name in ("10docs@1", "10docs@10")]
+    ids = [f"q{i}" for i in range(12)]
+    # gold first: right on q0-q1; gold last: right on q0-q9; closed-book: q0-q2; the oracle: every question but q11
+    right = {"10docs@1": set(ids[:2]), "10docs@10": set(ids[:10])}
+    scores = {v.name: {c: {q: q in right[c] for q in ids} for c in right} for v in experiment.variants()}
+    references = {"closed_book": {q: q in ids[:3] for q in ids}, "oracle": {q: q != "q11" for q in ids[:11]}}
+    report = build_report(experiment, conditions, scores, references, PreparedData(tmp_path / "c.jsonl", ids))
+    families = {(f["reference"], f["variant"]): f for f in report["conditions_vs_references"]}
+    assert len(families) == 4  # 2 references x 2 variants
+    closed = families[("closed_book", "multi_document_qa")]
+    first, last = closed["rows"]
+    assert closed["n"] == 12 and (first["only_condition"], first["only_reference"]) == (0, 1)
+    assert (last["only_condition"], last["only_reference"]) == (7, 0)
+    assert last["difference"] == pytest.approx(7 / 12) and last["p_value"] == pytest.approx(2 / 2 ** 7)
+    assert last["p_holm"] == pytest.approx(min(1.0, 2 * last["p_value"]))  # the smaller of 2 p values, doubled
+    oracle = families[("oracle", "multi_document_qa")]  # q11 unanswered by the oracle: paired on the other 11
+    assert oracle["n"] == 11 and oracle["rows"][0]["only_reference"] == 9 and oracle["rows"][1]["only_reference"] == 1
+    titles = [title for title, *_ in curve_tables(report)]
+    assert "multi_document_qa against closed_book (paired)" in titles
+
+
 @pytest.mark.slow  # drawing the distractors (the sample index, MiniLM) and 6 answers of ~1,300-token prompts
 def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
     out = tmp_path / "litm"

@@ -4,7 +4,8 @@ Numbers: per condition and variant, accuracy (the experiment's metric) with its 
 questions answered under every condition and variant (so every comparison is paired); per curve and variant,
 Cochran's Q across the positions and exact McNemar between the first and last position
 (``statistics.position_tests``); per condition, each further variant (query-aware) against the first (exact
-McNemar, Holm across the conditions); the references (closed-book, oracle) on the same questions. The paper's
+McNemar, Holm across the conditions); the references (closed-book, oracle) on the same questions, each condition
+tested against each of them (exact McNemar, Holm across the conditions, per variant and reference). The paper's
 figures are printed beside them with the paper's model named; they come from another model and other questions,
 so they are shown, never tested against.
 """
@@ -82,6 +83,7 @@ def build_report(experiment: Experiment, conditions: list[Condition], scores: di
     for name, answers in references.items():
         outcomes = [answers[q] for q in complete if q in answers]
         reference_cells[name] = {**_cell(outcomes), "questions_missing": len(complete) - len(outcomes)}
+    against_references = _against_references(variants, conditions, scores, references, complete)
     return {
         "experiment": experiment.describe(),
         "questions": {"drawn": len(prepared.question_ids), "complete": len(complete),
@@ -91,13 +93,43 @@ def build_report(experiment: Experiment, conditions: list[Condition], scores: di
         "curves": curves,
         "variants_vs_first": versus,
         "references": reference_cells,
+        "conditions_vs_references": against_references,
         "paper": [asdict(f) for f in experiment.paper_figures],
         "statistics": {"interval": "Wilson 95% per cell (0/1 scores)",
                        "curves": "Cochran's Q across positions; exact McNemar first vs last (same questions)",
                        "variants": "exact McNemar per condition, Holm across conditions",
+                       "references": "each condition against each reference, per variant: exact McNemar on the "
+                                     "questions the reference answered too, Holm across the conditions",
                        "seed": seed,
                        "paper": "the paper's figures are another model on other questions: shown beside, not tested"},
     }
+
+
+def _against_references(variants, conditions, scores, references, complete) -> list[dict[str, Any]]:
+    """Each condition against each reference (closed-book, oracle), per variant: the paper's own reading of figure
+    5 (is the middle below closed-book?), paired on the questions the reference answered too."""
+    from icr2_components.evaluation.statistics.paired_comparison import holm
+    from icr2_components.evaluation.statistics.proportions import paired_outcomes
+
+    families = []
+    for name, answers in references.items():
+        shared = [q for q in complete if q in answers]
+        if not shared:
+            continue
+        for variant in variants:
+            rows = []
+            for condition in conditions:
+                a = [scores[variant.name][condition.name][q] for q in shared]
+                b = [answers[q] for q in shared]
+                result = paired_outcomes(a, b)
+                rows.append({"condition": condition.name, "difference": (sum(a) - sum(b)) / len(shared),
+                             "only_condition": result["only_a"], "only_reference": result["only_b"],
+                             "p_value": float(result["p_value"])})
+            for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
+                row["p_holm"] = adjusted
+            families.append({"reference": name, "variant": variant.name, "n": len(shared), "test": "exact McNemar",
+                             "holm_family": f"the {len(rows)} conditions", "rows": rows})
+    return families
 
 
 def _pct(value: float | None) -> str:
@@ -150,6 +182,14 @@ def curve_tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]
                      "p (Holm)"],
                     [[r["condition"], f"{r['difference']:+.3f}", str(r["only_variant"]), str(r["only_baseline"]),
                       f"{r['p_value']:.3g}", f"{r['p_holm']:.3g}"] for r in versus["rows"]]))
+    for family in report.get("conditions_vs_references", []):
+        out.append((f"{family['variant']} against {family['reference']} (paired)",
+                    f"each condition minus {family['reference']} on the {family['n']} questions both answered, "
+                    f"questions right only with each, exact McNemar p (Holm across {family['holm_family']}).",
+                    ["condition", "difference", "only the condition", f"only {family['reference']}", "p",
+                     "p (Holm)"],
+                    [[r["condition"], f"{r['difference']:+.3f}", str(r["only_condition"]), str(r["only_reference"]),
+                      f"{r['p_value']:.3g}", f"{r['p_holm']:.3g}"] for r in family["rows"]]))
     if report.get("refused"):
         out.append(("conditions refused", "not run, with the reason.", ["condition", "reason"],
                     [[r["condition"], r["reason"]] for r in report["refused"]]))
