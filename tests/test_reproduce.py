@@ -107,11 +107,17 @@ def test_each_condition_is_tested_against_the_references_on_hand_made_scores(tmp
     assert "multi_document_qa against closed_book (paired)" in titles
 
 
-@pytest.mark.slow  # drawing the distractors (the sample index, MiniLM) and 6 answers of ~1,300-token prompts
+@pytest.mark.slow  # drawing the distractors twice (the sample index, MiniLM) and 6 answers of ~1,300-token prompts
 def test_lost_in_the_middle_in_process_beside_tables_5_to_7(tmp_path):
     out = tmp_path / "litm"
+    # a run in parts: one position first, then two, into the same folder; the second answers only the new one
+    run_experiment("lost-in-the-middle", limit=1, conditions="10docs@1", out_dir=out, max_new_tokens=8,
+                   progress=False)
     report = run_experiment("lost-in-the-middle", limit=1, conditions="10docs@1,10docs@10", out_dir=out,
                             max_new_tokens=8, progress=False)
+    assert report["run"]["counters"]["conditions"] == {**report["run"]["counters"]["conditions"], "model_runs": 2,
+                                                       "cached": 2, "stale_context": 0}
+    assert report["run"]["counters"]["references"]["model_runs"] == 0
     assert report["questions"] == {**report["questions"], "drawn": 1, "complete": 1}
     # the registered draw (29 distractors) on a subset of the conditions too, so its answers are the whole run's
     assert "fewer than 29 distractors" in report["run"]["drawn"]["skipped"]
