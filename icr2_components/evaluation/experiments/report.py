@@ -35,9 +35,7 @@ def build_report(experiment: Experiment, conditions: list[Condition], scores: di
                  references: dict[str, dict[str, bool]], prepared: PreparedData, seed: int = 0) -> dict[str, Any]:
     """The report's numbers (see the module doc). ``scores[variant][condition][question id]`` and
     ``references[pipeline][question id]`` are the scored answers."""
-    from icr2_components.evaluation.statistics.paired_comparison import holm
     from icr2_components.evaluation.statistics.position_tests import paired_position_test, shape_verdict
-    from icr2_components.evaluation.statistics.proportions import paired_outcomes
 
     variants = [v for v in experiment.variants() if v.name in scores]
     complete = [q for q in prepared.question_ids
@@ -67,16 +65,8 @@ def build_report(experiment: Experiment, conditions: list[Condition], scores: di
     if len(variants) >= 2 and complete:
         first = variants[0]
         for other in variants[1:]:
-            rows = []
-            for condition in conditions:
-                a = [scores[other.name][condition.name][q] for q in complete]
-                b = [scores[first.name][condition.name][q] for q in complete]
-                result = paired_outcomes(a, b)
-                rows.append({"condition": condition.name, "difference": (sum(a) - sum(b)) / len(complete),
-                             "only_variant": result["only_a"], "only_baseline": result["only_b"],
-                             "p_value": float(result["p_value"])})
-            for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
-                row["p_holm"] = adjusted
+            rows = _paired_rows(conditions, complete, lambda c, q, o=other: scores[o.name][c.name][q],
+                                lambda c, q: scores[first.name][c.name][q], ("only_variant", "only_baseline"))
             versus.append({"variant": other.name, "baseline": first.name, "test": "exact McNemar",
                            "holm_family": f"the {len(rows)} conditions", "rows": rows})
     reference_cells = {}
@@ -105,28 +95,36 @@ def build_report(experiment: Experiment, conditions: list[Condition], scores: di
     }
 
 
-def _against_references(variants, conditions, scores, references, complete) -> list[dict[str, Any]]:
-    """Each condition against each reference (closed-book, oracle), per variant: the paper's own reading of figure
-    5 (is the middle below closed-book?), paired on the questions the reference answered too."""
+def _paired_rows(conditions, questions, first, second, names: tuple[str, str]) -> list[dict[str, Any]]:
+    """Per condition, ``first(condition, question)`` against ``second(condition, question)`` on ``questions``: the
+    difference, the questions right only with each (under ``names``), exact McNemar p and Holm across the
+    conditions."""
     from icr2_components.evaluation.statistics.paired_comparison import holm
     from icr2_components.evaluation.statistics.proportions import paired_outcomes
 
+    rows = []
+    for condition in conditions:
+        a = [first(condition, q) for q in questions]
+        b = [second(condition, q) for q in questions]
+        result = paired_outcomes(a, b)
+        rows.append({"condition": condition.name, "difference": (sum(a) - sum(b)) / len(questions),
+                     names[0]: result["only_a"], names[1]: result["only_b"], "p_value": float(result["p_value"])})
+    for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
+        row["p_holm"] = adjusted
+    return rows
+
+
+def _against_references(variants, conditions, scores, references, complete) -> list[dict[str, Any]]:
+    """Each condition against each reference (closed-book, oracle), per variant: the paper's own reading of figure
+    5 (is the middle below closed-book?), paired on the questions the reference answered too."""
     families = []
     for name, answers in references.items():
         shared = [q for q in complete if q in answers]
         if not shared:
             continue
         for variant in variants:
-            rows = []
-            for condition in conditions:
-                a = [scores[variant.name][condition.name][q] for q in shared]
-                b = [answers[q] for q in shared]
-                result = paired_outcomes(a, b)
-                rows.append({"condition": condition.name, "difference": (sum(a) - sum(b)) / len(shared),
-                             "only_condition": result["only_a"], "only_reference": result["only_b"],
-                             "p_value": float(result["p_value"])})
-            for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
-                row["p_holm"] = adjusted
+            rows = _paired_rows(conditions, shared, lambda c, q, v=variant: scores[v.name][c.name][q],
+                                lambda c, q, a=answers: a[q], ("only_condition", "only_reference"))
             families.append({"reference": name, "variant": variant.name, "n": len(shared), "test": "exact McNemar",
                              "holm_family": f"the {len(rows)} conditions", "rows": rows})
     return families
@@ -140,6 +138,11 @@ def _interval(cell: dict) -> str:
     if cell.get("accuracy") is None:
         return "n = 0"
     return f"{cell['accuracy']:.3f} [{cell['ci95'][0]:.2f}-{cell['ci95'][1]:.2f}]"
+
+
+def _paired_table(rows: list[dict], only_a: str, only_b: str) -> list[list[str]]:
+    return [[r["condition"], f"{r['difference']:+.3f}", str(r[only_a]), str(r[only_b]), f"{r['p_value']:.3g}",
+             f"{r['p_holm']:.3g}"] for r in rows]
 
 
 def curve_tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]]]]:
@@ -180,16 +183,14 @@ def curve_tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]
                     f"{versus['holm_family']}).",
                     ["condition", "difference", f"only {versus['variant']}", f"only {versus['baseline']}", "p",
                      "p (Holm)"],
-                    [[r["condition"], f"{r['difference']:+.3f}", str(r["only_variant"]), str(r["only_baseline"]),
-                      f"{r['p_value']:.3g}", f"{r['p_holm']:.3g}"] for r in versus["rows"]]))
+                    _paired_table(versus["rows"], "only_variant", "only_baseline")))
     for family in report.get("conditions_vs_references", []):
         out.append((f"{family['variant']} against {family['reference']} (paired)",
                     f"each condition minus {family['reference']} on the {family['n']} questions both answered, "
                     f"questions right only with each, exact McNemar p (Holm across {family['holm_family']}).",
                     ["condition", "difference", "only the condition", f"only {family['reference']}", "p",
                      "p (Holm)"],
-                    [[r["condition"], f"{r['difference']:+.3f}", str(r["only_condition"]), str(r["only_reference"]),
-                      f"{r['p_value']:.3g}", f"{r['p_holm']:.3g}"] for r in family["rows"]]))
+                    _paired_table(family["rows"], "only_condition", "only_reference")))
     if report.get("refused"):
         out.append(("conditions refused", "not run, with the reason.", ["condition", "reason"],
                     [[r["condition"], r["reason"]] for r in report["refused"]]))
