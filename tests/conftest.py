@@ -2,15 +2,51 @@
 
 Telemetry and the hub are switched off before anything imports Haystack or transformers, as the ``icr2`` command
 does (the library itself sets nothing on import: tests of that run in a fresh interpreter without these).
+
+Under pytest-xdist (the README's test command runs two workers) each worker gets its share of the cores for torch
+and for the interpreters its tests start (``OMP_NUM_THREADS``, unless set), so two workers do not run four threads
+on two cores; and the tests that use the llama.cpp servers run on one worker, one after another, as they would
+without xdist (a single-slot server answering two workers at once would stretch their timeouts). The rest is
+grouped by file, so a module's fixtures are built once.
 """
+
+import os
+import tempfile
+from pathlib import Path
 
 from icr2_components._environment import apply_environment_defaults
 
 apply_environment_defaults()
 
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 import pytest  # noqa: E402
 
+from tests.stop_at_run_end import FOLDER_VARIABLE, run_recorded_stops  # noqa: E402
+
 pytest_plugins = ["tests.es_fixtures", "tests.llama_server_fixtures"]
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): its workers inherit this
+        os.environ[FOLDER_VARIABLE] = tempfile.mkdtemp(prefix="icr2-tests-started-")
+
+
+def pytest_unconfigure(config):
+    folder = os.environ.get(FOLDER_VARIABLE)
+    if not hasattr(config, "workerinput") and folder and Path(folder).is_dir():
+        for line in run_recorded_stops(Path(folder)):
+            print(f"stopped after the run: {line}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """xdist's groups (used by ``--dist loadgroup``): the llama.cpp server's tests together, the rest by file."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "llama_server" if item.get_closest_marker("llama_server") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

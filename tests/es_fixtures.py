@@ -32,6 +32,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+from tests.stop_at_run_end import stop_now_or_at_run_end  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "elasticsearch.sh"
 
@@ -50,12 +52,17 @@ def node_health(url: str, timeout: float = 3.0) -> dict | None:
     return body if isinstance(body, dict) and "status" in body else None
 
 
-def _run_script(command: str, timeout: float) -> subprocess.CompletedProcess:
+def _script_env() -> dict[str, str]:
     env = dict(os.environ)
     if "ICR2_ES_URL" not in os.environ:
         env.setdefault("ICR2_ES_PORT", "9200")
+    return env
+
+
+def _run_script(command: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        ["bash", str(SCRIPT), command], cwd=REPO_ROOT, env=_script_env(), capture_output=True, text=True,
+        timeout=timeout
     )
 
 
@@ -82,7 +89,7 @@ def elasticsearch_url():
         started_here = True
     yield url
     if started_here and os.environ.get("ICR2_ES_KEEP", "") not in ("1", "true", "yes"):
-        _run_script("stop", timeout=180)
+        stop_now_or_at_run_end(["bash", str(SCRIPT), "stop"], REPO_ROOT, _script_env(), timeout=180)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+from tests.stop_at_run_end import stop_now_or_at_run_end  # noqa: E402
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "llama_server.sh"
 DEFAULT_ALIAS = "smollm2-135m-instruct"
@@ -93,7 +95,7 @@ def llama_server_url():
         started_here = True
     yield url
     if started_here and not _keep():
-        run_script("stop", timeout=120)
+        stop_now_or_at_run_end(["bash", str(SCRIPT), "stop"], REPO_ROOT, dict(os.environ), timeout=120)
 
 
 @pytest.fixture(scope="session")

@@ -169,7 +169,7 @@ def test_readme_opens_with_the_commands_then_the_install_line_then_a_python_pipe
     text = (ROOT / "README.md").read_text()
     head = text[: text.index("```python")]
     assert "bash scripts/setup.sh && .venv/bin/icr2 quickstart" in head
-    assert "bash scripts/setup.sh --tests && .venv/bin/python -m pytest" in head
+    assert "bash scripts/setup.sh --tests && .venv/bin/python -m pytest -n 2 --dist loadgroup" in head
     assert re.search(r'pip install "icr2-components\[local\]', head)
     code = readme_first_python()
     for name in ("InMemoryDocumentStore", "InMemoryBM25Retriever", "ConfounderAwareCorpusBuilder",
