@@ -3,11 +3,13 @@
 Telemetry and the hub are switched off before anything imports Haystack or transformers, as the ``icr2`` command
 does (the library itself sets nothing on import: tests of that run in a fresh interpreter without these).
 
-Under pytest-xdist (the README's test command runs two workers) each worker gets its share of the cores for torch
-and for the interpreters its tests start (``OMP_NUM_THREADS``, unless set), so two workers do not run four threads
-on two cores; and the tests that use the llama.cpp servers run on one worker, one after another, as they would
-without xdist (a single-slot server answering two workers at once would stretch their timeouts). The rest is
-grouped by file, so a module's fixtures are built once.
+Under pytest-xdist (the README's test command runs two workers) each worker gets its share of the cores: for torch,
+for the interpreters its tests start and for a llama.cpp server they start (``OMP_NUM_THREADS``,
+``ICR2_LLAMA_THREADS``, unless set), so two workers do not run four threads on two cores (a llama.cpp server with
+more threads than free cores stalls at its threads' barrier: bench/llama_threads_beside_a_worker.py). The tests that
+use the llama.cpp servers run on one worker, one after another, as they would without xdist (a single-slot server
+answering two workers at once would stretch their timeouts); the rest is grouped by file, so a module's fixtures are
+built once.
 """
 
 import os
@@ -19,8 +21,10 @@ from icr2_components._environment import apply_environment_defaults
 apply_environment_defaults()
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    os.environ.setdefault(
-        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
+    # and a llama.cpp server a test starts (none is up): more threads than its share stall at their barrier
+    os.environ.setdefault("ICR2_LLAMA_THREADS", _share)
 
 import pytest  # noqa: E402
 

@@ -113,7 +113,10 @@ def native_server_url():
     url = f"http://127.0.0.1:{port}/v1"
     started_here = False
     if model_alias() not in (served_models(url) or []):
-        environment = {"ICR2_LLAMA_PORT": port, "ICR2_LLAMA_PARALLEL": "4", "ICR2_LLAMA_SERVER": "native"}
+        # every core, whatever a test worker's share (conftest): on one thread four sequences decoded together took
+        # 4.0x one, so batching could not show
+        environment = {"ICR2_LLAMA_PORT": port, "ICR2_LLAMA_PARALLEL": "4", "ICR2_LLAMA_SERVER": "native",
+                       "ICR2_LLAMA_THREADS": str(os.cpu_count() or 1)}
         result = run_script("start", timeout=2400, env=environment)
         if result.returncode != 0 or model_alias() not in (served_models(url) or []):
             pytest.fail(f"`ICR2_LLAMA_PORT={port} ICR2_LLAMA_PARALLEL=4 bash scripts/llama_server.sh start native` "
