@@ -13,7 +13,9 @@ to the idle baseline.
     .venv/bin/python bench/llama_threads_beside_a_worker.py \\
         --server threads2=http://127.0.0.1:8091/v1 --server threads1=http://127.0.0.1:8092/v1
 
-Writes ``bench/results/llama_threads_beside_a_worker.json`` (with the machine's load average).
+``--prompt-words N`` puts N words before the question, to time prompt processing (``ICR2_LLAMA_THREADS_BATCH``
+sets its threads apart from generation's). Writes ``--out`` (default
+``bench/results/llama_threads_beside_a_worker.json``, with the machine's load average).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -39,14 +42,20 @@ while True:
 """
 
 
-def time_requests(url: str, model: str, tokens: int, repeats: int) -> list[float]:
-    body = {"model": model, "max_tokens": tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": "Describe the city of Paris in detail."}],
-            "cache_prompt": False, "ignore_eos": True}
+def time_requests(url: str, model: str, tokens: int, repeats: int, prompt_words: int) -> list[float]:
+    # a long prompt (--prompt-words) times prompt processing, a short one generation
+    words = " ".join(f"word{i % 997}" for i in range(prompt_words))
     seconds = []
     with httpx.Client(timeout=600) as client:
-        client.post(f"{url}/chat/completions", json=body).raise_for_status()  # the first request's set-up
-        for _ in range(repeats):
+        for repeat in range(-1, repeats):  # -1: the first request's set-up, not timed
+            # a new first word each time: llama-cpp-python's server reuses a prompt's common prefix whatever
+            # cache_prompt says, so the same prompt twice would not be processed again
+            content = f"Request {uuid.uuid4().hex}. {words} Describe the city of Paris in detail."
+            body = {"model": model, "max_tokens": tokens, "temperature": 0,
+                    "messages": [{"role": "user", "content": content}], "cache_prompt": False, "ignore_eos": True}
+            if repeat < 0:
+                client.post(f"{url}/chat/completions", json=body).raise_for_status()
+                continue
             start = time.perf_counter()
             reply = client.post(f"{url}/chat/completions", json=body)
             reply.raise_for_status()
@@ -61,25 +70,28 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prompt-words", type=int, default=0, help="words before the question (prompt processing)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "llama_threads_beside_a_worker.json")
     args = parser.parse_args()
     servers = dict(item.split("=", 1) for item in args.server)
 
     rows = {}
     for name, url in servers.items():
-        idle = time_requests(url, args.model, args.tokens, args.repeats)
+        idle = time_requests(url, args.model, args.tokens, args.repeats, args.prompt_words)
         busy_process = subprocess.Popen([sys.executable, "-c", BUSY], env={**os.environ, "OMP_NUM_THREADS": "1"})
         try:
             time.sleep(2)  # the busy process running
-            beside = time_requests(url, args.model, args.tokens, args.repeats)
+            beside = time_requests(url, args.model, args.tokens, args.repeats, args.prompt_words)
         finally:
             busy_process.kill()
             busy_process.wait()
         rows[name] = {"idle_s": idle, "beside_one_busy_thread_s": beside,
                       "ratio": statistics.median(beside) / statistics.median(idle)}
-        print(f"{name}: {args.tokens} tokens, median idle {statistics.median(idle):.2f} s, beside one busy thread "
+        print(f"{name}: {args.prompt_words} prompt words, {args.tokens} tokens, median idle "
+              f"{statistics.median(idle):.2f} s, beside one busy thread "
               f"{statistics.median(beside):.2f} s: {rows[name]['ratio']:.2f}x its idle baseline")
-    args.out.write_text(json.dumps({"servers": servers, "tokens": args.tokens, "repeats": args.repeats,
+    args.out.write_text(json.dumps({"servers": servers, "tokens": args.tokens, "prompt_words": args.prompt_words,
+                                    "repeats": args.repeats,
                                     "rows": rows, "load_average": os.getloadavg()}, indent=2))
     print(f"written: {args.out}")
 

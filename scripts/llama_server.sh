@@ -53,6 +53,7 @@
 #   ICR2_LLAMA_MODEL_ALIAS     model name the server answers to (default smollm2-135m-instruct)
 #   ICR2_LLAMA_N_CTX           context size in tokens (default 8192; SmolLM2 was trained to 8192)
 #   ICR2_LLAMA_THREADS         threads for generation and prompt processing (default: the number of cores)
+#   ICR2_LLAMA_THREADS_BATCH   threads for prompt processing alone (default: ICR2_LLAMA_THREADS)
 #   ICR2_LLAMA_EXTRA_ARGS      further server arguments, e.g. "--n_batch 256 --verbose True" (python)
 #   ICR2_LLAMA_SERVER          python (default) or native; `start native` / `start python` overrides it
 #   ICR2_LLAMA_PARALLEL        native: slots decoded together (default 4; backends/llama_cpp_server.yaml's
@@ -75,6 +76,7 @@ URL="http://$HOST:$PORT"
 ALIAS="${ICR2_LLAMA_MODEL_ALIAS:-smollm2-135m-instruct}"
 N_CTX="${ICR2_LLAMA_N_CTX:-8192}"
 THREADS="${ICR2_LLAMA_THREADS:-$(nproc)}"
+THREADS_BATCH="${ICR2_LLAMA_THREADS_BATCH:-$THREADS}"
 START_TIMEOUT="${ICR2_LLAMA_START_TIMEOUT:-120}"
 STOP_TIMEOUT="${ICR2_LLAMA_STOP_TIMEOUT:-30}"
 SERVER_KIND="${ICR2_LLAMA_SERVER:-python}"
@@ -92,6 +94,7 @@ check_count() { # variable-name value
 check_count ICR2_LLAMA_PORT "$PORT"
 check_count ICR2_LLAMA_N_CTX "$N_CTX"
 check_count ICR2_LLAMA_THREADS "$THREADS"
+check_count ICR2_LLAMA_THREADS_BATCH "$THREADS_BATCH"
 check_count ICR2_LLAMA_START_TIMEOUT "$START_TIMEOUT"
 check_count ICR2_LLAMA_STOP_TIMEOUT "$STOP_TIMEOUT"
 check_count ICR2_LLAMA_PARALLEL "$PARALLEL"
@@ -512,7 +515,7 @@ cmd_start() {
             --parallel "$PARALLEL"
             --cont-batching
             --threads "$THREADS"
-            --threads-batch "$THREADS"
+            --threads-batch "$THREADS_BATCH"
             --no-webui
         )
         # shellcheck disable=SC2206  # ICR2_LLAMA_EXTRA_ARGS is split on spaces on purpose
@@ -539,7 +542,7 @@ cmd_start() {
         --port "$PORT"
         --n_ctx "$N_CTX"
         --n_threads "$THREADS"
-        --n_threads_batch "$THREADS"
+        --n_threads_batch "$THREADS_BATCH"
         # one log line per request from uvicorn, not llama.cpp's per-request timing report
         --verbose False
         # a request arriving while another streams waits its turn instead of cutting that stream short
