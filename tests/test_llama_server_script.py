@@ -105,6 +105,9 @@ def test_a_malformed_setting_is_refused_naming_the_variable():
     result = run_script("status", timeout=30, env={"ICR2_LLAMA_N_CTX": "8k"})
     assert result.returncode == 1
     assert result.stderr.strip() == "[llama_server.sh] ERROR: ICR2_LLAMA_N_CTX=8k is not a positive whole number"
+    result = run_script("status", timeout=30, env={"ICR2_LLAMA_THREADS_BATCH": "0"})
+    assert result.returncode == 1
+    assert result.stderr.strip() == "[llama_server.sh] ERROR: ICR2_LLAMA_THREADS_BATCH=0 is not a positive whole number"
 
 
 @pytest.mark.llama_server
