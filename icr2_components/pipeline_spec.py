@@ -96,6 +96,10 @@ def file_hash(text: str) -> str:
 # What decides a pipeline's answers. Comments and descriptive metadata (baseline, differs_in, technique) are left
 # out, so documenting a pipeline does not throw away `icr2 compare`'s cached answers for it.
 BEHAVIOUR_KEYS = ("components", "connections", "inputs", "outputs")
+# Init parameters that change how fast a component answers, not what: left out of the hash, so turning one on
+# keeps the cached answers (LocalChatReader's prompt-prefix reuse: in float32 the same greedy replies, tested on
+# real prompts and counted by bench/prompt_prefix_reuse.py, as `icr2 compare --batch-size` is left out).
+SPEED_PARAMETERS = ("reuse_prompt_prefix",)
 
 
 # The init parameter through which components name the index config they read (IndexRetriever's `index`, the
@@ -253,6 +257,33 @@ def trained_fingerprint(data: dict) -> dict[str, Any]:
     return found
 
 
+def _without_speed_parameters(components: Any) -> Any:
+    """``components`` without the ``SPEED_PARAMETERS`` among their init parameters (anything else as it is)."""
+    if not isinstance(components, dict):
+        return components
+    kept = {}
+    for name, component in components.items():
+        parameters = component.get("init_parameters") if isinstance(component, dict) else None
+        if isinstance(parameters, dict) and any(key in parameters for key in SPEED_PARAMETERS):
+            component = {**component, "init_parameters": {k: v for k, v in parameters.items()
+                                                          if k not in SPEED_PARAMETERS}}
+        kept[name] = component
+    return kept
+
+
+def with_prompt_prefix_reuse(data: dict, pipeline: Pipeline) -> dict:
+    """``data`` with ``reuse_prompt_prefix: true`` for every component of ``pipeline`` (loaded from it) whose class
+    takes that init parameter (``LocalChatReader``); the others as they are."""
+    import inspect
+
+    changed = copy.deepcopy(data)
+    for name, component in pipeline.walk():
+        if "reuse_prompt_prefix" in inspect.signature(type(component).__init__).parameters:
+            entry = changed["components"][name]
+            entry["init_parameters"] = {**(entry.get("init_parameters") or {}), "reuse_prompt_prefix": True}
+    return changed
+
+
 def behaviour_hash(data: dict) -> str:
     """Hash of the parts of a parsed pipeline YAML that change its answers (``BEHAVIOUR_KEYS`` and
     ``metadata.context_input``, which decides what a controlled context type replaces); for a pipeline whose
@@ -264,6 +295,7 @@ def behaviour_hash(data: dict) -> str:
     import json
 
     material = {key: data.get(key) for key in BEHAVIOUR_KEYS}
+    material["components"] = _without_speed_parameters(material["components"])
     material["context_input"] = (data.get("metadata") or {}).get("context_input")
     configs = index_configs(data)
     if configs:  # only then: index-free pipelines (closed_book, oracle) keep their hash and their cached answers
@@ -293,10 +325,12 @@ class PipelineSpec:
     _pipelines: dict[str, Pipeline] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_file(cls, path: str, backend: Backend | None = None) -> "PipelineSpec":
+    def from_file(cls, path: str, backend: Backend | None = None,
+                  reuse_prompt_prefix: bool = False) -> "PipelineSpec":
         """Load and check ``path`` (a pipeline YAML, or a shipped pipeline's name); with ``backend``
         (``icr2_components.backends``) its model-using components follow that backend (a served reader, served token
-        counts), and the hash covers the backend."""
+        counts), and the hash covers the backend. ``reuse_prompt_prefix``: every reader that can reuse the last
+        prompt's key/value cache does (``with_prompt_prefix_reuse``); the hash stays (``SPEED_PARAMETERS``)."""
         file = resolve_file("pipelines", path)
         if not file.exists():
             raise FileNotFoundError(f"Pipeline file not found: {path}")
@@ -317,6 +351,10 @@ class PipelineSpec:
             text = yaml.safe_dump(data, sort_keys=False)
             source = f"{source} on index {index_switch()}"
         pipeline = loads_pipeline(text, source=source)  # refuses modules outside the allowlist
+        if reuse_prompt_prefix:
+            data = with_prompt_prefix_reuse(data, pipeline)
+            text = yaml.safe_dump(data, sort_keys=False)
+            pipeline = loads_pipeline(text, source=f"{source} reusing prompt prefixes")
         inputs, outputs = parse_declared_io(data, str(path))
         check_targets(pipeline, inputs, outputs, str(path))
         context_input = (data.get("metadata") or {}).get("context_input")

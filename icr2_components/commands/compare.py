@@ -83,6 +83,11 @@ def register(subparsers) -> None:
                         "whose reader batches (LocalChatReader as the last step); the others, and white-box decoding "
                         "readers, answer one at a time (logged). The cache and report are those of 1 with a float32 "
                         "reader; in bfloat16/float16 some greedy replies differ (warned)")
+    parser.add_argument("--reuse-prompt-prefix", action="store_true",
+                        help="in-process readers (LocalChatReader) start each reply from the last prompt's key/value "
+                        "cache where the two prompts share a prefix (the same documents with one moved, the same "
+                        "instruction): faster, the same greedy replies in float32, so the cache and report are those "
+                        "without it")
     parser.add_argument("--judge", metavar="BACKEND",
                         help="also judge every answer without gold labels, with ragas' judge metrics asked of this "
                         "backend's model (a shipped name such as llama_cpp_server, or a backend file): groundedness "
@@ -207,7 +212,7 @@ def _run(args) -> int:
                          split_seed=args.split_seed, dev_fraction=args.dev_fraction, baseline=args.baseline,
                          seed=args.stats_seed, report_only=args.report_only, concurrency=args.concurrency,
                          batch_size=args.batch_size, judge=args.judge, judge_metrics=args.judge_metrics,
-                         judge_concurrency=args.judge_concurrency)
+                         judge_concurrency=args.judge_concurrency, reuse_prompt_prefix=args.reuse_prompt_prefix)
     print_report(report)
     print_questions(report["run"])
     refuse_if_every_request_failed(report["run"])

@@ -30,6 +30,10 @@ def register(subparsers) -> None:
                         help="train the experiment's arms first (icr2-fine-tuning), else evaluate what exists")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                         help="one of the experiment's own settings (icr2 reproduce --list names them), repeatable")
+    parser.add_argument("--reuse-prompt-prefix", action="store_true",
+                        help="in-process readers start each reply from the last prompt's key/value cache for the "
+                        "prefix the next prompt shares with it (the gold document moved through the same "
+                        "distractors): faster, the same greedy replies in float32 and the same answer cache")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -55,7 +59,7 @@ def run(args) -> int:
     report = run_experiment(args.name, backend=args.backend, limit=args.limit, out_dir=args.out,
                             max_new_tokens=args.max_new_tokens, progress=not args.no_progress,
                             conditions=args.conditions, concurrency=args.concurrency, train=args.train,
-                            options=_settings(args.settings),
+                            options=_settings(args.settings), reuse_prompt_prefix=args.reuse_prompt_prefix,
                             trainer=_trainer(progress=not args.no_progress) if args.train else None)
     print_report(report, get_experiment(args.name).tables(report))
     return 0

@@ -13,6 +13,7 @@ from icr2_components.errors import ContextTooLongError
 from icr2_components.extras import require_extra
 from icr2_components.models.cache import MODEL_CACHE, check_dtype_device
 from icr2_components.models.chat_messages import messages_to_dicts
+from icr2_components.models.generation_prefix_cache import GenerationPrefixCache
 from icr2_components.models.generation_settings import decoding_arguments
 from icr2_components.models.introspection import context_limit
 from icr2_components.models.resolver import check_model_name
@@ -124,7 +125,7 @@ class LocalChatModel:
 
     def reply(
         self, messages: list[ChatMessage], max_new_tokens: int, do_sample: bool = False, temperature: float = 1.0,
-        on_text: Callable[[str], None] | None = None,
+        on_text: Callable[[str], None] | None = None, prefix_cache: GenerationPrefixCache | None = None,
     ) -> ChatMessage:
         """One assistant reply to ``messages`` (greedy unless ``do_sample``), with `model`, `prompt_tokens`,
         `completion_tokens`, `finish_reason` (`stop`: the model ended it; `length`: the budget did) and
@@ -132,6 +133,9 @@ class LocalChatModel:
 
         ``on_text`` receives the reply's text while it is generated, in pieces whose concatenation is exactly
         the returned text (``ReplyStreamer``); the generation itself is the same, with or without it.
+        ``prefix_cache`` starts the generation from the last prompt's keys and values where the two prompts share
+        a prefix (:class:`~icr2_components.models.generation_prefix_cache.GenerationPrefixCache`); `reused_tokens`
+        in the meta says how many prompt tokens it did not run again.
         """
         import torch
 
@@ -141,8 +145,13 @@ class LocalChatModel:
         if on_text is not None:
             arguments["streamer"] = ReplyStreamer(self.tokenizer, on_text)
         start = time.perf_counter()
+        reused = 0
         with torch.inference_mode():
-            output = self.model.generate(**encoded, **arguments)
+            if prefix_cache is None:
+                output = self.model.generate(**encoded, **arguments)
+            else:
+                output, reused = prefix_cache.generate(self.model, encoded["input_ids"], encoded.get("attention_mask"),
+                                                       **arguments)
         prompt_tokens = int(encoded["input_ids"].shape[1])
         new_tokens = output[0, prompt_tokens:]
         text = reply_text(self.tokenizer, new_tokens.tolist())
@@ -154,6 +163,8 @@ class LocalChatModel:
             "finish_reason": "length" if not ended and new_tokens.shape[0] >= max_new_tokens else "stop",
             "latency_s": time.perf_counter() - start,
         }
+        if prefix_cache is not None:
+            meta["reused_tokens"] = reused
         return ChatMessage.from_assistant(text, meta=meta)
 
     def reply_batch(

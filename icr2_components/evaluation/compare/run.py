@@ -77,6 +77,7 @@ from icr2_components.kilt.questions import (
     read_compare_questions,
 )
 from icr2_components.models.served_model import ServedModelError
+from icr2_components.parameters import boolean
 from icr2_components.pipeline_spec import PipelineSpec
 
 logger = logging.getLogger(__name__)
@@ -97,12 +98,14 @@ def parse_context_types(text: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def load_specs(paths: Sequence[str], backend: Backend | None = None) -> list[PipelineSpec]:
+def load_specs(paths: Sequence[str], backend: Backend | None = None,
+               reuse_prompt_prefix: bool = False) -> list[PipelineSpec]:
     """Load and check every pipeline before any question runs (a bad file fails the run at once); with
-    ``backend``, each follows it (``icr2_components.backends``) and its cache key covers it."""
+    ``backend``, each follows it (``icr2_components.backends``) and its cache key covers it; with
+    ``reuse_prompt_prefix``, its readers that can reuse the last prompt's key/value cache do (the key stays)."""
     if not paths:
         raise ValueError("Name at least one pipeline YAML (--pipelines pipelines/closed_book.yaml ...).")
-    specs = [PipelineSpec.from_file(p, backend=backend) for p in paths]
+    specs = [PipelineSpec.from_file(p, backend=backend, reuse_prompt_prefix=reuse_prompt_prefix) for p in paths]
     seen: dict[str, int] = {}
     for spec in specs:
         if spec.name in seen:
@@ -302,6 +305,7 @@ def run_compare(
     judge: Any = None,
     judge_metrics: Sequence[str] | str | None = None,
     judge_concurrency: int | None = None,
+    reuse_prompt_prefix: bool = False,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
@@ -315,7 +319,9 @@ def run_compare(
     pipeline whose reader batches (``compare.batching``); the cache and report are again those of 1. ``judge``: a
     judge backend (name, file, ``Backend`` or ``judging.RagasJudge``) that scores every answer with ragas' judge
     metrics (``judge_metrics``, default all; ``evaluation.judging``), cached in ``judgements.jsonl``, at
-    ``judge_concurrency`` (default the judge backend's); the report's ``judge`` section."""
+    ``judge_concurrency`` (default the judge backend's); the report's ``judge`` section. ``reuse_prompt_prefix``:
+    readers that can (``LocalChatReader``) start each reply from the last prompt's key/value cache, cropped to
+    the prefix both prompts share (in float32 the same greedy replies: the cache and report are those without)."""
     from tqdm.auto import tqdm
 
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
@@ -328,7 +334,7 @@ def run_compare(
         raise ValueError("--max-new-tokens must be a positive integer.")
     slots = request_concurrency(backend, concurrency)
     check_batch_size(batch_size)
-    specs = load_specs(pipelines, backend)
+    specs = load_specs(pipelines, backend, reuse_prompt_prefix=boolean(reuse_prompt_prefix, "reuse_prompt_prefix"))
     if judge is not None:  # a bad judge backend or metric name fails before any question runs
         from icr2_components.evaluation.judging import RagasJudge, parse_metrics
 

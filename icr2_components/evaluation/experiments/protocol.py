@@ -122,11 +122,14 @@ class RunSettings:
     #: with ``train``: a function (recipe file, dotted overrides) -> training summary that trains a recipe (the CLI
     #: passes the package's training entry point; evaluation/ never imports training/)
     trainer: Any = None
+    #: --reuse-prompt-prefix: in-process readers start each reply from the last prompt's shared prefix (a speed
+    #: setting: the same greedy replies in float32, the same cache)
+    reuse_prompt_prefix: bool = False
 
     def compare_settings(self) -> dict[str, Any]:
         """The keyword arguments every ``run_compare`` of the run shares."""
         return {"max_new_tokens": self.max_new_tokens, "progress": self.progress, "backend": self.backend,
-                "seed": self.seed, "concurrency": self.concurrency}
+                "seed": self.seed, "concurrency": self.concurrency, "reuse_prompt_prefix": self.reuse_prompt_prefix}
 
     def at_registered_size(self, registered_size: int) -> bool:
         return (self.limit is None or self.limit >= registered_size) and self.conditions_asked is None

@@ -41,6 +41,7 @@ from icr2_components.evaluation.experiments.protocol import (
     get_experiment,
     split_question_id,
 )
+from icr2_components.parameters import boolean
 
 logger = logging.getLogger(__name__)
 DEFAULT_OUT = "runs/reproduce"
@@ -94,13 +95,16 @@ def run_experiment(
     train: bool = False,
     options: dict[str, str] | None = None,
     trainer: Any = None,
+    reuse_prompt_prefix: bool = False,
 ) -> dict[str, Any]:
     """Run the registered experiment ``name`` (see the module doc) and write its report; returns the report.
     ``limit``: the first N questions (default: the registered size); ``conditions``: a subset of the conditions
     by name or shell pattern (``75keys@*``); ``backend``: a backend file or shipped name (``llama_cpp_server``);
     ``train``: train the experiment's arms first (only where ``Experiment.trains``), with ``trainer`` (a function
     (recipe file, dotted overrides) -> training summary; ``icr2 reproduce --train`` passes the package's training
-    entry point); ``options``: the experiment's own settings (``Experiment.options``).
+    entry point); ``options``: the experiment's own settings (``Experiment.options``); ``reuse_prompt_prefix``:
+    in-process readers reuse the last prompt's key/value cache for the prefix the next prompt shares with it
+    (``run_compare``'s; the answers and their cache are the same).
 
     :raises UserInputError: an unknown experiment, a bad ``limit`` or ``max_new_tokens``, a condition pattern
         matching nothing, an option or ``--train`` the experiment does not take, or every condition refused.
@@ -131,7 +135,7 @@ def run_experiment(
         limit=limit, max_new_tokens=max_new_tokens or experiment.registered_max_new_tokens, out=out,
         progress=progress, concurrency=concurrency,
         seed=experiment.seeds.get("stats_seed", 0) if stats_seed is None else stats_seed, train=train,
-        options=options, trainer=trainer)
+        options=options, trainer=trainer, reuse_prompt_prefix=boolean(reuse_prompt_prefix, "reuse_prompt_prefix"))
     report = experiment.run(settings)
     write_report(report, out, experiment)
     return report
