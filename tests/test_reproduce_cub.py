@@ -116,3 +116,25 @@ def test_cub_through_the_llama_cpp_server_refuses_the_white_box_techniques(llama
     # 3 pipelines x 3 contexts and closed-book once (its answer reused for every context)
     assert report["run"]["counters"]["model_runs"] == 10
     _check_files(report, out)
+
+
+def test_the_plot_zooms_to_the_techniques_of_the_committed_run(tmp_path):
+    """The registered run's points lie within 0.2 x 0.07 near the axes of the whole square: the middle panel zooms
+    to every technique's point and 95% interval, leaving closed-book (F 0.04, R 1.00) out, so the front is read."""
+    import matplotlib.image
+
+    from icr2_components.evaluation.experiments.cub import MEMORY, _techniques_extent, plot_cub
+
+    report = json.loads((REPO / "bench/results/reproduce/cub/report.json").read_text())
+    (x_low, x_high), (y_low, y_high) = _techniques_extent(report)
+    for name, entry in report["techniques"].items():
+        inside = (x_low <= entry["faithfulness"] <= x_high and y_low <= entry["robustness"] <= y_high)
+        assert inside == (name != MEMORY), name
+        if name != MEMORY:
+            for key, (low, high) in (("faithfulness", (x_low, x_high)), ("robustness", (y_low, y_high))):
+                interval = entry["intervals"][key]["ci95"]
+                assert low <= interval[0] and interval[1] <= high, (name, key)
+    assert y_high - y_low < 0.3  # the whole square's 1.1 would squeeze the front onto the axis
+    path = plot_cub(report, tmp_path / "cub.png")
+    height, width = matplotlib.image.imread(path).shape[:2]
+    assert width > 2 * height  # three panels side by side

@@ -430,10 +430,59 @@ def _bar(value: float | None, interval: dict | None) -> list[list[float]] | None
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 
 
+def _draw_yours(axes, report: dict[str, Any], colours, with_reference: bool) -> None:
+    """Your techniques as points with 95% error bars, the Pareto front joined, closed-book if ``with_reference``."""
+    entries = report["techniques"]
+    for index, (name, entry) in enumerate(entries.items()):
+        x, y = entry["faithfulness"], entry["robustness"]
+        reference = name == MEMORY
+        if x is None or y is None or (reference and not with_reference):
+            continue
+        colour = "grey" if reference else colours[index % len(colours)]
+        xerr = _bar(x, entry["intervals"].get("faithfulness"))
+        yerr = _bar(y, entry["intervals"].get("robustness"))
+        if xerr or yerr:
+            axes.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="none", ecolor=colour, elinewidth=1, capsize=3,
+                          alpha=0.6)
+        front = "  *front" if name in report["pareto_front"] else ""
+        axes.scatter([x], [y], s=70, marker=_MARKERS[index % len(_MARKERS)], facecolors="none", edgecolors=[colour],
+                     linewidths=1.8, zorder=3,
+                     label=(f"closed-book (memory reference)  (F {x:.2f}, R {y:.2f})" if reference
+                            else f"{entry['short']}  (F {x:.2f}, R {y:.2f}){front}"))
+    front_points = sorted((entries[n]["faithfulness"], entries[n]["robustness"]) for n in report["pareto_front"])
+    if len(front_points) > 1:
+        axes.plot([p[0] for p in front_points], [p[1] for p in front_points], "--", color="crimson", linewidth=1.2,
+                  label="Pareto front (yours)")
+
+
+def _techniques_extent(report: dict[str, Any]) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The x and y limits that hold every technique's point and 95% interval (closed-book left out), with a margin;
+    None when no technique has a point."""
+    xs, ys = [], []
+    for name, entry in report["techniques"].items():
+        if name == MEMORY or entry["faithfulness"] is None or entry["robustness"] is None:
+            continue
+        for key, values in (("faithfulness", xs), ("robustness", ys)):
+            values.append(entry[key])
+            interval = (entry["intervals"].get(key) or {}).get("ci95")
+            if interval:
+                values.extend(interval)
+    if not xs:
+        return None
+
+    def padded(values: list[float]) -> tuple[float, float]:
+        low, high = min(values), max(values)
+        margin = max(0.02, 0.08 * (high - low))
+        return low - margin, high + margin
+
+    return padded(xs), padded(ys)
+
+
 def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
-    """Two panels, faithfulness (x) against robustness (y): yours, one point per technique with its 95% intervals
-    as error bars, the Pareto front joined and closed-book as the reference; and the paper's Table 3 points, each
-    named with its model and technique, one colour per dataset."""
+    """Three panels, faithfulness (x) against robustness (y): yours on the whole square, one point per technique
+    with its 95% intervals as error bars, the Pareto front joined and closed-book as the reference; yours again,
+    zoomed to the techniques' points and intervals, so that a front close to the axes can be read; and the paper's
+    Table 3 points, each named with its model and technique, one colour per dataset."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,29 +490,9 @@ def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
 
     from icr2_components.plotting import save_figure
 
-    figure, (mine, theirs) = plt.subplots(1, 2, figsize=(13, 5.4))
+    figure, (mine, zoomed, theirs) = plt.subplots(1, 3, figsize=(17, 5.8))
     colours = plt.get_cmap("tab10").colors
-    entries = report["techniques"]
-    for index, (name, entry) in enumerate(entries.items()):
-        x, y = entry["faithfulness"], entry["robustness"]
-        if x is None or y is None:
-            continue
-        reference = name == MEMORY
-        colour = "grey" if reference else colours[index % len(colours)]
-        xerr = _bar(x, entry["intervals"].get("faithfulness"))
-        yerr = _bar(y, entry["intervals"].get("robustness"))
-        if xerr or yerr:
-            mine.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt="none", ecolor=colour, elinewidth=1, capsize=3,
-                          alpha=0.6)
-        front = "  *front" if name in report["pareto_front"] else ""
-        mine.scatter([x], [y], s=70, marker=_MARKERS[index % len(_MARKERS)], facecolors="none", edgecolors=[colour],
-                     linewidths=1.8, zorder=3,
-                     label=(f"closed-book (memory reference)  (F {x:.2f}, R {y:.2f})" if reference
-                            else f"{entry['short']}  (F {x:.2f}, R {y:.2f}){front}"))
-    front_points = sorted((entries[n]["faithfulness"], entries[n]["robustness"]) for n in report["pareto_front"])
-    if len(front_points) > 1:
-        mine.plot([p[0] for p in front_points], [p[1] for p in front_points], "--", color="crimson", linewidth=1,
-                  label="Pareto front (yours)")
+    _draw_yours(mine, report, colours, with_reference=True)
     mine.set_title(f"yours: {report['run']['backend']}, n = {report['questions']['drawn']} NQ questions\n"
                    "error bars: 95% intervals", fontsize=9)
     datasets = list(dict.fromkeys(p["dataset"] for p in report["paper"]))
@@ -479,11 +508,20 @@ def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
                                  f"(F {p['faithfulness']:.2f}, R {p['robustness']:.2f})")
     theirs.set_title("the paper's Table 3: Pareto points per dataset (other models)", fontsize=9)
     for axes in (mine, theirs):
-        axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="faithfulness = avg(BCU gold, BCU conflicting)",
-                 ylabel="robustness = BCU irrelevant")
+        axes.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05))
         axes.set_aspect("equal")
-        axes.grid(alpha=0.3)
         axes.legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), fontsize=7)
+    extent = _techniques_extent(report)
+    if extent is not None:
+        _draw_yours(zoomed, report, colours, with_reference=False)
+        zoomed.set(xlim=extent[0], ylim=extent[1])
+        zoomed.set_title("yours, zoomed to the techniques (closed-book left out)\nthe same points, bars and front",
+                         fontsize=9)
+    else:
+        zoomed.set_axis_off()
+    for axes in (mine, zoomed, theirs):
+        axes.set(xlabel="faithfulness = avg(BCU gold, BCU conflicting)", ylabel="robustness = BCU irrelevant")
+        axes.grid(alpha=0.3)
     figure.suptitle("CUB: faithfulness against robustness per context-utilisation technique", fontsize=10)
     return save_figure(figure, path, tight=True)
 
