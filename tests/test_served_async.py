@@ -3,14 +3,14 @@
 The served reader and the served gate answer through OpenAI's async client: the same replies, errors and decisions
 as their ``run``. Four ``Pipeline.run_async`` calls awaited together through the served reader against llama.cpp's
 batching ``llama-server`` (4 slots, ``scripts/llama_server.sh start native`` on port ``ICR2_LLAMA_NATIVE_PORT``,
-default 8090, started here when nothing serves there) are at the server at once and end together.
+default 8090, started here when nothing serves there) are at the server at once and worked on together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import statistics
 import time
 
 import pytest
@@ -113,10 +113,9 @@ def native_server_url():
     url = f"http://127.0.0.1:{port}/v1"
     started_here = False
     if model_alias() not in (served_models(url) or []):
-        # every core, whatever a test worker's share (conftest): on one thread four sequences decoded together took
-        # 4.0x one, so batching could not show
-        environment = {"ICR2_LLAMA_PORT": port, "ICR2_LLAMA_PARALLEL": "4", "ICR2_LLAMA_SERVER": "native",
-                       "ICR2_LLAMA_THREADS": str(os.cpu_count() or 1)}
+        # the worker's share of the cores (conftest's ICR2_LLAMA_THREADS, inherited): the test reads the server's own
+        # timings, which show the four requests worked on together on any thread count
+        environment = {"ICR2_LLAMA_PORT": port, "ICR2_LLAMA_PARALLEL": "4", "ICR2_LLAMA_SERVER": "native"}
         result = run_script("start", timeout=2400, env=environment)
         if result.returncode != 0 or model_alias() not in (served_models(url) or []):
             pytest.fail(f"`ICR2_LLAMA_PORT={port} ICR2_LLAMA_PARALLEL=4 bash scripts/llama_server.sh start native` "
@@ -128,13 +127,14 @@ def native_server_url():
 
 
 class TimingProxy(ForwardingProxy):
-    """A real proxy in front of the batching server: the chats in flight at once (the most), and how long the
-    server took over each chat of the current round."""
+    """A real proxy in front of the batching server: the chats in flight at once (the most), and for each chat of the
+    current round when its reply came back and how long the server says it worked on it (llama-server's own
+    ``timings`` in the reply: prompt processing plus decoding, without any wait in its queue)."""
 
     def __init__(self, target_root: str) -> None:
         super().__init__(target_root, timeout_s=300)
         self.in_flight = self.peak = 0
-        self.seconds: list[float] = []
+        self.worked: list[tuple[float, float]] = []  # (reply back at, the server's own seconds of work)
 
     def exchange(self, method, path, body, forward):
         if not self.is_chat(method, path):
@@ -142,55 +142,49 @@ class TimingProxy(ForwardingProxy):
         with self.lock:
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
-        start = time.perf_counter()
         try:
-            return forward()
+            reply = forward()
         finally:
             with self.lock:
                 self.in_flight -= 1
-                self.seconds.append(time.perf_counter() - start)
+        timings = json.loads(reply.body).get("timings") or {}
+        with self.lock:
+            self.worked.append((time.perf_counter(), (timings["prompt_ms"] + timings["predicted_ms"]) / 1000))
+        return reply
 
 
 @pytest.mark.slow
 def test_four_concurrent_pipeline_runs_are_decoded_together_by_a_batching_server(native_server_url):
-    """Four ``Pipeline.run_async`` calls through the served reader reach llama.cpp's 4-slot server at once and end
-    together: the proxy in front of it sees 4 chats in flight, and the four calls take at most 1.25x the longest of
-    their own chats at the server (one after another they would take the sum), and less than four single calls.
-
-    How much four cost against one is the server's hardware: on 2 CPU cores llama.cpp decodes 4 sequences of this
-    quantised model in about 2.7x the time of one (its own timings), so four calls take about that; on a GPU, where
-    a batch costs about what one sequence does, the same overlap gives close to 1x. The ratio is printed and kept in
-    BENCHMARKS ("Serving and LLM backends")."""
+    """Four ``Pipeline.run_async`` calls through the served reader reach llama.cpp's 4-slot server at once and are
+    worked on together: the proxy in front of it sees 4 chats in flight, and by the server's own timings of each
+    chat (prompt processing and decoding, not its queue) the four spans of work overlap. Served one after another
+    they would follow each other. Wall times depend on what else the cores do (a busy test worker beside this
+    all-core server stretched four calls to 19x one), so they are printed, not asserted: what four cost against one
+    is measured in BENCHMARKS ("Overlapping requests with `Pipeline.run_async`")."""
     tokens = 48
     proxy = TimingProxy(native_server_url.removesuffix("/v1"))
     pipeline = _reading_pipeline(proxy.url, tokens)
     data = {"prompt": {"query": "Describe the city of Paris in detail.", "documents": PARIS}}
 
-    async def timed(calls: int) -> tuple[float, list, list[float], int]:
-        proxy.seconds, proxy.peak = [], 0
+    async def timed(calls: int) -> tuple[float, list, list[tuple[float, float]], int]:
+        proxy.worked, proxy.peak = [], 0
         start = time.perf_counter()
         results = await asyncio.gather(*(pipeline.run_async(data) for _ in range(calls)))
-        return time.perf_counter() - start, results, list(proxy.seconds), proxy.peak
+        return time.perf_counter() - start, results, list(proxy.worked), proxy.peak
 
     async def measure():
         await timed(1)  # connections and the model's first request
-        ones, fours = [], []
-        for _ in range(3):  # interleaved, so a change in the machine's load falls on both
-            ones.append((await timed(1))[0])
-            fours.append(await timed(4))
-        return ones, fours
+        return await timed(1), await timed(4)
 
     try:
-        ones, fours = asyncio.run(measure())
+        (one, *_), (four, results, worked, peak) = asyncio.run(measure())
     finally:
         proxy.close()
-    one, four = statistics.median(ones), statistics.median(wall for wall, *_ in fours)
-    print(f"\nServedChatReader through Pipeline.run_async, {tokens} tokens each, llama-server 4 slots: "
-          f"one call {one:.2f} s (runs {', '.join(f'{s:.2f}' for s in ones)}), four at once {four:.2f} s "
-          f"(runs {', '.join(f'{wall:.2f}' for wall, *_ in fours)}): {four / one:.2f}x")
-    for wall, results, seconds, peak in fours:
-        assert peak == 4, (peak, seconds)  # all four at the server at once
-        assert len(seconds) == 4 and wall <= 1.25 * max(seconds), (wall, seconds)  # and ended together
-        # the same work in every request
-        assert all(r["reader"]["replies"][0].meta["completion_tokens"] == tokens for r in results)
-    assert four < 4 * one, (ones, fours)
+    print(f"\nServedChatReader through Pipeline.run_async, {tokens} tokens each, llama-server 4 slots: one call "
+          f"{one:.2f} s, four at once {four:.2f} s ({four / one:.2f}x; wall times, an indication)")
+    assert peak == 4, worked  # all four at the server at once
+    assert len(worked) == 4
+    spans = [(back - seconds, back) for back, seconds in worked]  # when the server worked on each chat
+    assert max(begin for begin, _ in spans) < min(end for _, end in spans), spans  # all four at the same time
+    # the same work in every request
+    assert all(r["reader"]["replies"][0].meta["completion_tokens"] == tokens for r in results)
