@@ -117,3 +117,16 @@ def test_compare_hash_leaves_prefix_reuse_out_and_the_spec_turns_it_on(tmp_path)
     # a pipeline whose components take no such parameter loads as it is
     closed = PipelineSpec.from_file(str(ROOT / "pipelines" / "closed_book.yaml"), reuse_prompt_prefix=True)
     assert closed.hash == PipelineSpec.from_file(str(ROOT / "pipelines" / "closed_book.yaml")).hash
+
+
+def test_compare_records_the_setting_in_its_report(tmp_path, monkeypatch):
+    """Nothing is answered here (report only): the run section says whether prefixes were reused."""
+    from icr2_components.evaluation.compare.run import run_compare
+
+    monkeypatch.chdir(ROOT)
+    report = run_compare(["closed_book"], limit=1, out_dir=tmp_path, context_types=["open"], report_only=True,
+                         progress=False, reuse_prompt_prefix=True)
+    assert report["run"]["reuse_prompt_prefix"] is True
+    assert report["run"]["counters"]["model_runs"] == 0
+    with pytest.raises((TypeError, ValueError), match="reuse_prompt_prefix"):
+        run_compare(["closed_book"], limit=1, out_dir=tmp_path, report_only=True, reuse_prompt_prefix="yes")

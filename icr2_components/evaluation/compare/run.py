@@ -460,6 +460,7 @@ def run_compare(
         "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
         "max_new_tokens": max_new_tokens,
         "batch_size": batch_size,
+        "reuse_prompt_prefix": reuse_prompt_prefix,
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "counters": counters,
         "concurrency": slots,

@@ -330,6 +330,7 @@ class ContextUtilisationBenchmark(Experiment):
                 "out": str(settings.out),
                 "backend": run["backend"],
                 "max_new_tokens": settings.max_new_tokens,
+                "reuse_prompt_prefix": settings.reuse_prompt_prefix,
                 "compare_max_new_tokens": run["max_new_tokens"],
                 "limit": settings.limit,
                 "registered_size": self.registered_size,

@@ -353,6 +353,7 @@ class Icr2FineTuning(Experiment):
                 "out": str(settings.out),
                 "backend": settings.backend.describe() if settings.backend is not None else "pipelines' own (local)",
                 "max_new_tokens": settings.max_new_tokens,
+                "reuse_prompt_prefix": settings.reuse_prompt_prefix,
                 "limit": settings.limit,
                 "registered_size": self.registered_size,
                 "conditions_asked": settings.conditions_asked,

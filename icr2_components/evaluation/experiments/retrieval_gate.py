@@ -441,6 +441,7 @@ class RetrievalGate(Experiment):
             "today": today or "today (at run time)",
             "cost": cost,
             "max_new_tokens": settings.max_new_tokens,
+            "reuse_prompt_prefix": settings.reuse_prompt_prefix,
             "limit": settings.limit,
             "registered_size": self.registered_size,
             "at_registered_size": (settings.at_registered_size(self.registered_size)

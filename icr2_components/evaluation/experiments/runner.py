@@ -183,6 +183,7 @@ def run_curves(experiment: Experiment, settings: RunSettings) -> dict[str, Any]:
         "out": str(out),
         "backend": backend.describe() if backend is not None else "pipelines' own (local)",
         "max_new_tokens": settings.max_new_tokens,
+        "reuse_prompt_prefix": settings.reuse_prompt_prefix,
         "limit": settings.limit,
         "registered_size": experiment.registered_size,
         "at_registered_size": settings.at_registered_size(experiment.registered_size),
