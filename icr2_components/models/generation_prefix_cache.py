@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 from typing import Any
 
-from icr2_components.models.prefix_cache import common_prefix_length
+from icr2_components.models.prefix_cache import LastPromptCache, common_prefix_length
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ def _cache_keyword() -> str:
     return "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"
 
 
-class GenerationPrefixCache:
+class GenerationPrefixCache(LastPromptCache):
     """Keeps the last prompt's key/value cache and generates the next reply from its shared prefix."""
 
     def __init__(self, min_reuse_tokens: int = 16, min_reuse_fraction: float = 0.25,
@@ -57,27 +56,11 @@ class GenerationPrefixCache:
         :raises ValueError: a count that is not a positive integer, ``max_cached_tokens < min_reuse_tokens``, or a
             fraction outside [0, 1].
         """
-        if isinstance(min_reuse_tokens, bool) or not isinstance(min_reuse_tokens, int) or min_reuse_tokens < 1:
-            raise ValueError(f"min_reuse_tokens must be a positive integer, got {min_reuse_tokens!r}.")
-        if (isinstance(max_cached_tokens, bool) or not isinstance(max_cached_tokens, int)
-                or max_cached_tokens < min_reuse_tokens):
-            raise ValueError(f"max_cached_tokens must be an integer >= min_reuse_tokens, got {max_cached_tokens!r}.")
+        super().__init__(min_reuse_tokens, max_cached_tokens)
         if (isinstance(min_reuse_fraction, bool) or not isinstance(min_reuse_fraction, (int, float))
                 or not 0 <= min_reuse_fraction <= 1):
             raise ValueError(f"min_reuse_fraction must be a number from 0 to 1, got {min_reuse_fraction!r}.")
-        self.min_reuse_tokens = min_reuse_tokens
         self.min_reuse_fraction = float(min_reuse_fraction)
-        self.max_cached_tokens = max_cached_tokens
-        self._lock = threading.Lock()
-        self._model_id: int | None = None
-        self._ids: list[int] = []
-        self._cache = None
-        self.disabled_reason: str | None = None
-        self.stats = {"calls": 0, "reused_calls": 0, "reused_tokens": 0, "computed_tokens": 0}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._model_id, self._ids, self._cache = None, [], None
 
     def generate(self, model, input_ids, attention_mask=None, **arguments: Any) -> tuple[Any, int]:
         """``model.generate`` for one prompt (``input_ids`` of shape (1, n), no padding), starting from the last
@@ -112,7 +95,7 @@ class GenerationPrefixCache:
                     cache.crop(-excess)  # transformers 5: a negative count removes that many tokens
             else:
                 shared = 0
-                if self.disabled_reason is None and len(ids) <= self.max_cached_tokens:
+                if self._disabled_reason is None and len(ids) <= self.max_cached_tokens:
                     cache = DynamicCache(config=model.config)
             output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                     **({_cache_keyword(): cache} if cache is not None else {}), **arguments)
@@ -133,8 +116,8 @@ class GenerationPrefixCache:
             if excess > 0:
                 cache.crop(-excess)
         except (AttributeError, NotImplementedError, RuntimeError, TypeError, ValueError) as error:
-            self.disabled_reason = f"{type(error).__name__}: {error}"
+            self._disabled_reason = f"{type(error).__name__}: {error}"
             logger.warning("Prompt prefix reuse turned off for this model (%s); prompts run whole.",
-                           self.disabled_reason)
+                           self._disabled_reason)
             return
         self._model_id, self._ids, self._cache = id(model), ids, cache

@@ -34,17 +34,20 @@ def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
     return count
 
 
-class PrefixKVCache:
-    """Keeps the last prompt's key/value cache and reuses its shared prefix for the next prompt."""
+class LastPromptCache:
+    """The last prompt's ids and key/value cache for one model, behind a lock, with the reuse counters: what the
+    scoring cache below and the generation cache (``generation_prefix_cache``) both keep."""
 
-    def __init__(self, min_reuse_tokens: int = 16, max_cached_tokens: int = 4096) -> None:
+    def __init__(self, min_reuse_tokens: int, max_cached_tokens: int) -> None:
         """
         :param min_reuse_tokens: Shorter shared prefixes are not worth a cached call; the prompt runs whole.
-        :param max_cached_tokens: Prompts longer than this are scored without keeping their cache.
+        :param max_cached_tokens: Prompts longer than this run without keeping their cache.
+        :raises ValueError: a count that is not a positive integer, or ``max_cached_tokens < min_reuse_tokens``.
         """
-        if not isinstance(min_reuse_tokens, int) or min_reuse_tokens < 1:
+        if isinstance(min_reuse_tokens, bool) or not isinstance(min_reuse_tokens, int) or min_reuse_tokens < 1:
             raise ValueError(f"min_reuse_tokens must be a positive integer, got {min_reuse_tokens!r}.")
-        if not isinstance(max_cached_tokens, int) or max_cached_tokens < min_reuse_tokens:
+        if (isinstance(max_cached_tokens, bool) or not isinstance(max_cached_tokens, int)
+                or max_cached_tokens < min_reuse_tokens):
             raise ValueError(f"max_cached_tokens must be an integer >= min_reuse_tokens, got {max_cached_tokens!r}.")
         self.min_reuse_tokens = min_reuse_tokens
         self.max_cached_tokens = max_cached_tokens
@@ -58,6 +61,17 @@ class PrefixKVCache:
     def clear(self) -> None:
         with self._lock:
             self._model_id, self._ids, self._cache = None, [], None
+
+
+class PrefixKVCache(LastPromptCache):
+    """Keeps the last prompt's key/value cache and reuses its shared prefix for the next prompt."""
+
+    def __init__(self, min_reuse_tokens: int = 16, max_cached_tokens: int = 4096) -> None:
+        """
+        :param min_reuse_tokens: Shorter shared prefixes are not worth a cached call; the prompt runs whole.
+        :param max_cached_tokens: Prompts longer than this are scored without keeping their cache.
+        """
+        super().__init__(min_reuse_tokens, max_cached_tokens)
 
     def next_token_logits(self, model, ids: Sequence[int]):
         """Float logits of the token after ``ids`` (a 1-D vocabulary tensor) and how many prompt tokens were reused."""
