@@ -26,6 +26,8 @@ import pytest
 
 from icr2_components.resources import KINDS, resolve_file, shipped_file, shipped_names
 
+from .wheel_build import build_wheel
+
 ROOT = Path(__file__).resolve().parents[1]
 # pipelines whose reader or head is a folder `icr2 train` writes: before training, the reader refuses at load and
 # the head at warm-up, each naming the folder and the command that makes it
@@ -74,10 +76,7 @@ def test_an_unknown_name_in_a_loader_is_one_line_listing_the_names():
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """The wheel built from this checkout, installed (no dependencies, not editable) into a folder of its own."""
-    wheels = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
-                    "-w", str(wheels)], check=True, capture_output=True, timeout=600)
-    [wheel] = wheels.glob("icr2_components-*.whl")
+    wheel = build_wheel(tmp_path_factory.mktemp("wheel"))
     target = tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=600)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+
+from .wheel_build import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -79,18 +80,6 @@ print(json.dumps({
 '''
 
 
-def _wheel(work: Path) -> Path:
-    """The wheel of a clean copy of the package (the checkout's own build/ folder is not touched)."""
-    source = work / "source"
-    shutil.copytree(ROOT / "icr2_components", source / "icr2_components",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy2(ROOT / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(work / "wheel"), str(source)], check=True, capture_output=True, timeout=600)
-    return next((work / "wheel").glob("icr2_components-*.whl"))
-
-
 def _passages(path: Path) -> dict:
     """The first NQ-Open question, its gold passage and the 1,000 DPR passages (real text from ../shared/data)."""
     with gzip.open(DATA / "nq-open-oracle.jsonl.gz", "rt", encoding="utf-8") as handle:
@@ -107,7 +96,7 @@ def _passages(path: Path) -> dict:
 
 def test_the_core_wheel_answers_through_a_served_reader_without_torch_or_environment_changes(
         tmp_path, llama_server_url, llama_model_alias):
-    wheel = _wheel(tmp_path)
+    wheel = build_wheel(tmp_path)
     environment = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(environment)
     python = environment / "bin" / "python"
