@@ -80,6 +80,11 @@ def test_the_cache_refuses_batches_and_a_cache_of_the_callers(smollm2):
     short.generate(model, ids, max_new_tokens=2, do_sample=False)
     again, reused = short.generate(model, ids, max_new_tokens=2, do_sample=False)
     assert reused == ids.shape[1] - 1 and again.tolist() == output.tolist()
+    # a generate that fails takes the kept cache with it (generate extends it in place): the next prompt runs whole
+    with pytest.raises(ValueError):
+        short.generate(model, ids, max_new_tokens=0, do_sample=False)
+    after, reused = short.generate(model, ids, max_new_tokens=2, do_sample=False)
+    assert reused == 0 and after.tolist() == output.tolist()
 
 
 @pytest.mark.parametrize("kwargs", [{"min_reuse_tokens": 0}, {"min_reuse_tokens": True}, {"min_reuse_fraction": 1.5},

@@ -15,7 +15,6 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 

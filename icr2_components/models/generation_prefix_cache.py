@@ -3,7 +3,7 @@
 Prompts answered one after another often start the same way: Lost in the Middle's gold document moved through the
 same distractors (at positions 10 and 15 of 30, the first 9 documents are the same), the same instruction and
 corpus before another question, a chat's earlier turns. The keys and values of a shared prefix do not depend on
-what follows it, so ``generate`` is given a copy of the last prompt's cache, cropped to the prefix both share, and
+what follows it, so ``generate`` is given the last prompt's cache, cropped to the prefix both share, and
 runs only the rest of the prompt. In float32 greedy replies equal those of the whole prompt (a test compares them
 on real prompts; ``bench/prompt_prefix_reuse.py`` counts them and times both); in half precision the rounding of
 a shorter forward pass can differ, so a near tie may go the other way.
@@ -25,7 +25,6 @@ Usage:
 
 from __future__ import annotations
 
-import copy
 import logging
 from typing import Any
 
@@ -50,7 +49,7 @@ class GenerationPrefixCache(LastPromptCache):
     def __init__(self, min_reuse_tokens: int = 16, min_reuse_fraction: float = 0.25,
                  max_cached_tokens: int = 32768) -> None:
         """
-        :param min_reuse_tokens: Shorter shared prefixes are not worth copying the cache; the prompt runs whole.
+        :param min_reuse_tokens: Shorter shared prefixes are not worth a cached call; the prompt runs whole.
         :param min_reuse_fraction: Nor are shared prefixes below this fraction of the prompt (0 to 1).
         :param max_cached_tokens: Prompts longer than this are generated without keeping their cache.
         :raises ValueError: a count that is not a positive integer, ``max_cached_tokens < min_reuse_tokens``, or a
@@ -87,9 +86,12 @@ class GenerationPrefixCache(LastPromptCache):
             if self._cache is not None and self._model_id == id(model):
                 # at least the prompt's last token runs, to give the first reply token's logits
                 shared = min(common_prefix_length(self._ids, ids), len(ids) - 1)
+            # the kept cache is taken, not copied: generate extends it in place, and it is kept again (as this
+            # prompt's) only once generate returns, so a failed call leaves nothing half-extended behind
+            kept, self._model_id, self._ids, self._cache = self._cache, None, [], None
             cache = None
             if shared >= max(self.min_reuse_tokens, self.min_reuse_fraction * len(ids)):
-                cache = copy.deepcopy(self._cache)
+                cache = kept
                 excess = cache.get_seq_length() - shared
                 if excess > 0:
                     cache.crop(-excess)  # transformers 5: a negative count removes that many tokens
