@@ -7,7 +7,8 @@ same run on the same passages and NQ questions, printed as a ratio.
 The passages are the bundled sample's (3,717), repeated ``--copies`` times with new ids (ranking cost, not
 quality: the copies are the same text). Haystack's scoring walks every passage in Python on each query, so it
 answers only ``--old-queries`` questions (the first ones); the new BM25 answers ``--queries``. Build time is
-reported for both. Figures for BENCHMARKS.md are taken on idle cores; on busy ones only the ratio means much.
+reported for both. Figures for docs/benchmarks/retrieval-and-context.md are taken on idle cores; on busy ones only
+the ratio means much.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ here.
 
 The matrix writes its report under --out (default runs/reproduce/cub); the cost writes bench/results/cmt_cost.json.
 bench/results/cmt_matrix.json and cmt_matrix.png are an earlier run of the matrix by this script (20 questions
-after PH3's 16 probing ones, no intervals), kept as BENCHMARKS cites them. PH3 uses the shipped
+after PH3's 16 probing ones, no intervals), kept as docs/benchmarks/rap-and-heads.md cites them. PH3 uses the shipped
 ph3_heads_smollm2 artifact, probed on the first 16 NQ sample questions; the cost questions start after them
 (``--offset 16``).
 """

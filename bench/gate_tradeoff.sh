@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Gates that pay off: need labels from the shipped reader, a calibrated threshold, learned gates, and every
-# gate on held-apart questions (BENCHMARKS.md, "Gates that pay off"). Every step is resumable or cheap: the labelling
+# gate on held-apart questions (docs/benchmarks/gate.md, "Gates that pay off"). Every step is resumable or cheap: the
+# labelling
 # appends one line per question to its labels file and skips what it holds, so a re-run after a kill continues.
 #
 #   bash bench/gate_tradeoff.sh [label-train|label-eval|train|eval|all]
@@ -68,7 +69,7 @@ if [[ $which == eval || $which == all ]]; then
   # questions are these 253 (shipped in the package), its answers the labels' (answers_from: same reader, budget,
   # passages and prompts, so nothing is answered again), its gates these plus the logistic one trained above.
   # bench/results/gate_tradeoff/{tradeoff.json,curves.md,tradeoff.png} are the earlier eval-gate --labels run that
-  # BENCHMARKS.md cites; the preset's report goes beside them, in reproduce/.
+  # docs/benchmarks/gate.md cites; the preset's report goes beside them, in reproduce/.
   .venv/bin/icr2 reproduce retrieval-gate --set answers_from=$LABELS/heldout200_gate_eval.jsonl --set cost="$COST" \
     --set today=2025-12-01 \
     --set methods="always,never,vanilla,ta_are,threshold:threshold=adaptive_rag.threshold,logistic:learned=$GATES/logistic.json,knn:learned=adaptive_rag.learned" \

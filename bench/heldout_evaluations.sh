@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The three held-out evaluations of BENCHMARKS.md ("Trustworthy A/B"). Each is resumable: compare and the position
+# The three held-out evaluations of docs/benchmarks/answer-quality.md ("Trustworthy A/B"). Each is resumable: compare
+# and the position
 # sweep cache every answer, so re-running a command after a kill (or on a later day) continues where it stopped.
 # On 2 CPU cores they take hours; THREADS=1 lets two run side by side without oversubscribing the cores.
 set -euo pipefail

@@ -10,7 +10,8 @@ in --out.
 
     PYTHONPATH=. .venv/bin/python bench/judge_agreement.py --limit 12 --context-type gold
 
-Writes bench/results/judge_agreement.json; the figures are in BENCHMARKS.md ("Judging without gold labels").
+Writes bench/results/judge_agreement.json; the figures are in docs/benchmarks/answer-quality.md ("Judging without
+gold labels").
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The paper's protocol (10, 20 and 30 documents at its positions, query-aware too, beside its tables, on any backend)
 is the package's registered experiment: ``icr2 reproduce lost-in-the-middle`` (docs/reproducing.md), and ICR2's
 confounding-ratio comparison (random against retrieved confounders at token budgets, with closed-book and oracle)
-is ``icr2 reproduce icr2-benchmark``. This script stays for what BENCHMARKS.md's "position of the gold passage"
+is ``icr2 reproduce icr2-benchmark``. This script stays for what docs/benchmarks/answer-quality.md's "position of the
+gold passage"
 figures were measured with and the presets do not cover: every position of 10, the held-out question-id file, and
 the 10-passage ratio rows of the first 12-question run (``--ratios``).
 

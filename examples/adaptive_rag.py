@@ -9,7 +9,8 @@ that received it, and its `BranchJoiner` passes the one prompt that arrives on t
 
 The gate is the library's shipped learned gate (`adaptive_rag.learned`: nearest neighbours over the question's
 MiniLM embedding, trained on SmolLM2-135M's own need labels). For that small reader no question was worth skipping
-retrieval for, so it sends every question to retrieval (BENCHMARKS.md, "Gates that pay off"); a gate trained for a
+retrieval for, so it sends every question to retrieval (docs/benchmarks/gate.md, "Gates that pay off"); a gate
+trained for a
 capable reader, or `method="ta_are"` with one, skips retrieval where the reader knows the answer.
 
 Needs: pip install "icr2-components[local]". Run: python adaptive_rag.py

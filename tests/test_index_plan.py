@@ -156,7 +156,8 @@ def test_plan_json_for_the_full_kilt_config(tmp_path, capsys):
     assert plan["passages"] == KILT_FULL_PASSAGES and plan["index_type"] == "int8_hnsw"   # the node's default type
     assert plan["vector_memory_bytes"] == 16_272_000_000 and plan["disk_bytes_primary"] == 36_000_000_000
     assert plan["indexing_seconds"] == 36_000 and plan["embedding_seconds"] == 360_000
-    # the shipped layout keeps one replica (BENCHMARKS "Scale bench"): two nodes like this one at least
+    # the shipped layout keeps one replica (docs/benchmarks/indexing-and-scale.md "Scale bench"): two nodes like this
+    # one at least
     assert not plan["one_node_enough"] and plan["nodes_needed"] == 2 and "did not answer" in plan["node"]["source"]
     assert any(limit.startswith("replicas 1") for limit in plan["one_node_limits"])
     assert plan["embedding_device_note"] == "the config embeds on cuda; the rate is cpu's on this machine"

@@ -22,7 +22,7 @@ from icr2_components.training.sample_data import nq_sample_instances
 PASSAGES = 4
 Q = 4
 # Generated-token queries with mean aggregation separate gold from confounders best on SmolLM2 (see
-# BENCHMARKS.md); the last prompt token alone is weaker on a 135M model.
+# docs/benchmarks/rap-and-heads.md); the last prompt token alone is weaker on a 135M model.
 MODE, AGGREGATE, GENERATED = "generated_tokens", "mean", 4
 
 

@@ -1,5 +1,6 @@
 """``icr2 reproduce``: the registered experiments end to end on the bundled reader in process and through the real
-llama.cpp server, at a few questions and conditions (the registered sizes take hours; BENCHMARKS.md lists them).
+llama.cpp server, at a few questions and conditions (the registered sizes take hours; docs/benchmarks/reproduce.md
+lists them).
 
 Each run asserts what the report must hold: the cells of the conditions asked with their n and Wilson interval, the
 paper's figures beside them with its model named, the refusals with the reason, the plot opened by the HTML, and a

@@ -1,6 +1,6 @@
 """``icr2 reproduce cub``: CUB's techniques over gold, conflicting and irrelevant contexts, end to end on the bundled
 reader in process and through the real llama.cpp server, at one question (the registered size, 100 questions x 9
-pipelines x 3 contexts, takes hours on 2 cores; BENCHMARKS.md).
+pipelines x 3 contexts, takes hours on 2 cores; docs/benchmarks/reproduce.md).
 
 Each run asserts what the report must hold: BCU per technique and context type with n and its interval,
 faithfulness and robustness with theirs, each technique paired against regular decoding, the paper's Table 3

@@ -3,7 +3,8 @@ NQ-sample examples (against the retrieval loss alone on the same examples), and 
 trained head by path and runs in the committed YAML pipeline, keeping the passage its head scores highest.
 
 Whether a trained head ranks the gold passages of questions it never saw above chance is measured at the scale of
-the registered ICR2 Table 3 run, not here (BENCHMARKS.md, "The retrieval head at the registered scale"): over 1,000
+the registered ICR2 Table 3 run, not here (docs/benchmarks/rap-and-heads.md, "The retrieval head at the registered
+scale"): over 1,000
 training questions neither the joint objective nor the retrieval loss alone takes the head above chance on the 100
 dev questions (recall@2 0.34 and 0.35 against 0.33), and the RetHead arm's selections on the 426 evaluation
 questions are tested against chance in `bench/results/icr2_table3/report.md`. The two strict xfails this file held
@@ -66,7 +67,8 @@ def test_the_generation_term_keeps_the_joint_heads_retrieval_loss_above_the_retr
     while with the generation term (through the straight-through top-1 mask) it goes from 0.63 to 0.99 (measured
     when this was an xfail): the generation gradient pulls an example's choice to a confounder. At the registered
     scale (1,000 questions) the same holds: the joint head ends above a uniform head's L_ret (dev 2.13 against
-    ln 6 = 1.79), the retrieval-only head at it (1.75); BENCHMARKS.md, "The retrieval head at the registered
+    ln 6 = 1.79), the retrieval-only head at it (1.75); docs/benchmarks/rap-and-heads.md, "The retrieval head at the
+    registered
     scale"."""
     summary, root = trained_head
     history = summary["history"]

@@ -160,7 +160,7 @@ def test_four_concurrent_pipeline_runs_are_decoded_together_by_a_batching_server
     chat (prompt processing and decoding, not its queue) the four spans of work overlap. Served one after another
     they would follow each other. Wall times depend on what else the cores do (a busy test worker beside this
     all-core server stretched four calls to 19x one), so they are printed, not asserted: what four cost against one
-    is measured in BENCHMARKS ("Overlapping requests with `Pipeline.run_async`")."""
+    is measured in docs/benchmarks/serving-and-speed.md ("Overlapping requests with `Pipeline.run_async`")."""
     tokens = 48
     proxy = TimingProxy(native_server_url.removesuffix("/v1"))
     pipeline = _reading_pipeline(proxy.url, tokens)

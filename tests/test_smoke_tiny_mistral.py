@@ -2,12 +2,12 @@
 RAP probing of the fine-tuned reader and the jointly trained retrieval head in bf16 on ``tiny-random-mistral``,
 the GPU recipes' reader architecture (MistralForCausalLM, grouped-query attention, rope base 1e6) built from its
 config with random weights: nothing is downloaded. On a GPU the same script runs with ``cuda``
-(BENCHMARKS.md, "GPU smoke recipe", says where its figures go).
+(docs/benchmarks/rap-and-heads.md, "GPU smoke recipe", says where its figures go).
 
 On CPU the run's contexts hold 2 passages instead of the recipe's 3 (``--set data.build_sample.budget_passages=2``,
 the fewest the sample builder takes: the retrieval head still scores a gold passage against a distractor): 235
 instead of 353 tokens an example on a CPU with no bf16 matrix unit (a bf16 matmul about 10x an fp32 one), 144 s
-against 164 s for the script back to back (BENCHMARKS.md, "CI time")."""
+against 164 s for the script back to back (docs/benchmarks/ci.md, "CI time")."""
 
 import json
 import os

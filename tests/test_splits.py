@@ -150,7 +150,8 @@ def test_committed_artifacts_record_their_probed_ids_and_compare_leaves_them_out
     assert select_questions(specs[:1], question_ids=str(ids_file)).ids == ["nq-sample-00100", "nq-sample-00027"]
     # without those pipelines nothing is left out
     assert select_questions(specs[:1], limit=3).ids == all_ids[:3]
-    # the pool the held-out evaluations of BENCHMARKS.md run on: 600 ids of the sample, none probed, run as they are
+    # the pool the held-out evaluations of docs/benchmarks/answer-quality.md run on: 600 ids of the sample, none
+    # probed, run as they are
     heldout = select_questions(specs, question_ids=str(ROOT / "bench/data/heldout_nq_ids.txt"))
     assert len(heldout.ids) == 600 and heldout.file["unknown"] == 0 and not set(heldout.ids) & probed
 

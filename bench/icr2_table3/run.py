@@ -173,7 +173,7 @@ def cmd_keep(args) -> None:
 def cmd_probe(args) -> None:
     """RAP heads of a fine-tuned reader (or of the untrained base reader: the hit rate before fine-tuning), probed on
     100 training questions (never evaluation ones), as the project's RAP bench found best for SmolLM2
-    (generated-token queries, mean over them; BENCHMARKS "Retrieval Attention Probing")."""
+    (generated-token queries, mean over them; docs/benchmarks/rap-and-heads.md "Retrieval Attention Probing")."""
     model = BASE_READER if args.arm == "untrained" else str(ADAPTERS / args.arm)
     subprocess.run(ICR2 + ["probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", model,
                            "--output", str(RESULTS / f"rap_heads_{args.arm}.json"), "--limit", "100", "--q", "4",

@@ -143,7 +143,7 @@ class TimeAwareRetrievalGate:
     need labels from `icr2 label-retrieval-need`, read from `artifact`), `always` and `never`;
     `register_gate_decider` adds one. Whether a gate pays off for a reader is measured by `icr2 eval-gate
     --labels` (retrieval rate against answer match, with intervals): on SmolLM2-135M TA-ARE's P(yes) ranks need
-    at chance, so TA-ARE needs a capable reader (BENCHMARKS.md).
+    at chance, so TA-ARE needs a capable reader (docs/benchmarks/gate.md).
 
     Where the model runs:
 

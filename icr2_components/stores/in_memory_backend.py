@@ -5,7 +5,8 @@ store: BM25 with the same analyzer, fields, formula and ``k1``/``b``
 (:class:`~icr2_components.stores.in_memory_bm25.FieldedBM25`, built from the saved passages when the store is
 opened), cosine similarity for dense retrieval.
 
-**Where it stops** (``bench/scale.py``, BENCHMARKS.md "Scale bench"): with 384-d vectors the process holds
+**Where it stops** (``bench/scale.py``, docs/benchmarks/indexing-and-scale.md "Scale bench"): with 384-d vectors the
+process holds
 about 28 KB of RAM per passage (3.3 GiB at 100K passages, 0.9 GiB at 10K), the saved JSON about 9 KB per
 passage, and dense search scans an exact matrix (p50 7.4 ms at 100K, growing linearly). An 8 GiB process
 holds about 280K passages; the store logs a warning past :data:`LARGE_STORE_PASSAGES`. Beyond that, use
