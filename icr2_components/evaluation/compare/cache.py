@@ -29,6 +29,15 @@ What a key covers, so that a resumed run never mixes answers to different inputs
   the key either: each record stores ``max_new_tokens``, and one answered under another budget is
   ``stale_budget``, re-answered like a stale context (records from before the field are reused).
 
+The file is plain JSON lines or gzip JSON lines, as its name says (``answers.jsonl`` / ``answers.jsonl.gz``;
+gzip is recognised by its content too). A cache named one way is found under the other name when only that one
+exists (``resolve_cache_path``), so a reader given ``answers.jsonl`` reads a committed ``answers.jsonl.gz`` and a
+run resumes an old plain cache in place; runs name new caches ``.gz``. A gzip cache grows by one gzip member per
+record (``records.gzip_lines``), and every ``COMPACT_EVERY`` records those small members are rewritten as one
+(atomically), so a finished cache compresses about as well as one compressed at once. A run killed while writing
+leaves a cut last member: the lines before it are read, the cut line is counted in ``cut_tail_lines`` like a cut
+plain line, and a writer rewrites the file without it before appending.
+
 Usage:
     >>> from haystack import Document
     >>> from icr2_components.evaluation.compare.cache import context_sha, reuse_decision
@@ -41,10 +50,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from icr2_components.errors import UserInputError
+from icr2_components.records.gzip_lines import (
+    GzipLinesError,
+    append_member,
+    is_gzip_file,
+    read_members,
+    rewrite,
+)
 
 #: ``context_sha`` of a controlled context type that could not be built for a question (no passages given)
 NO_CONTEXT = "none"
@@ -93,6 +110,49 @@ class AnswerCacheError(UserInputError):
     that replaces one not in the file, or (for writing) lines written before records were sealed."""
 
 
+#: the suffix of a gzip cache; a gzip cache's small one-record members are merged every this many records
+GZIP_SUFFIX, COMPACT_EVERY = ".gz", 100
+
+
+def other_form(path: str | Path) -> Path:
+    """``X.gz`` for ``X``, ``X`` for ``X.gz``: the name of the same cache in the other form."""
+    path = Path(path)
+    return path.with_suffix("") if path.suffix == GZIP_SUFFIX else path.with_name(path.name + GZIP_SUFFIX)
+
+
+def resolve_cache_path(path: str | Path) -> Path:
+    """The file of the cache named ``path``: ``path`` if it exists, else its other form (``other_form``) if that
+    exists, else ``path`` (a new cache is written in the form its name says).
+
+    :raises AnswerCacheError: both forms exist (two caches of one run: keep one).
+    """
+    path = Path(path)
+    other = other_form(path)
+    if path.exists() and other.exists():
+        raise AnswerCacheError(f"Both {path} and {other} exist: one cache in two files. Keep the one the run wrote "
+                               "last (compare their record counts) and delete the other.")
+    return other if not path.exists() and other.exists() else path
+
+
+def cache_bytes(path: str | Path) -> tuple[bytes, bool]:
+    """A cache file's content, decompressed when it is gzip (a cut last member's partial data included, as a plain
+    file's cut last line is), and whether it is gzip.
+
+    :raises AnswerCacheError: named ``.gz`` but not gzip, or a damaged (not cut) gzip member.
+    """
+    path = Path(path)
+    if not is_gzip_file(path):
+        if path.suffix == GZIP_SUFFIX and path.stat().st_size:
+            raise AnswerCacheError(f"{path} is named .gz but is not gzip-compressed; rename it without .gz if it is "
+                                   "plain JSON lines.")
+        return path.read_bytes(), path.suffix == GZIP_SUFFIX
+    try:
+        content = read_members(path)
+    except GzipLinesError as error:
+        raise AnswerCacheError(str(error)) from None
+    return content.data + content.cut_data, True
+
+
 def record_sha(record: dict[str, Any]) -> str:
     """A short SHA-256 of a record's content (every field but ``record_sha``; keys sorted, ASCII escapes, so the
     same record always hashes alike)."""
@@ -122,7 +182,8 @@ def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
 class AnswerCache:
     """Append-only JSONL of sealed answer records keyed by ``cache_key`` (module docstring).
 
-    :param path: The cache file (created by the first ``add``).
+    :param path: The cache file (created by the first ``add``), plain or ``.gz``; found under its other form's name
+        when only that exists (``resolve_cache_path``).
     :param writable: True (default) for a run that appends: a cut last line is cut off (counted in
         ``cut_tail_lines``) and a file of unsealed lines is refused. False for readers: the file is not touched,
         unsealed lines are read and counted in ``unsealed_lines``.
@@ -131,11 +192,16 @@ class AnswerCache:
     """
 
     def __init__(self, path: str | Path, writable: bool = True) -> None:
-        self.path = Path(path)
+        self.path = resolve_cache_path(path)
         self.records: dict[str, dict[str, Any]] = {}
         self.cut_tail_lines = 0
         self.unsealed_lines = 0
         self.replaced_lines = 0
+        self.gzip = self.path.suffix == GZIP_SUFFIX
+        # a gzip cache's trailing one-record members (merged every COMPACT_EVERY records): where they start in the
+        # file, and their data
+        self._tail_start = 0
+        self._tail: list[bytes] = []
         if self.path.is_dir():
             raise AnswerCacheError(f"{self.path} is a folder; the answer cache is a file (answers.jsonl).")
         if self.path.exists():
@@ -147,7 +213,7 @@ class AnswerCache:
         return self.cut_tail_lines
 
     def _read(self, writable: bool) -> None:
-        raw = self.path.read_bytes()
+        raw, self.gzip = cache_bytes(self.path)
         lines = raw.split(b"\n")
         tail = lines.pop()  # b"" when the file ends with a newline
         parsed = [(number, _parse_line(self.path, number, line)) for number, line in enumerate(lines, 1)
@@ -197,12 +263,38 @@ class AnswerCache:
             self.replaced_lines += earlier is not None
             self.records[key] = record
             lines_of[key] = number
-        if writable and repair == "terminate":
+        if writable and self.gzip:
+            self._repair_gzip(raw, tail, repair)
+        elif writable and repair == "terminate":
             with self.path.open("ab") as handle:
                 handle.write(b"\n")
         elif writable and repair == "cut":
             with self.path.open("r+b") as handle:
                 handle.truncate(len(raw) - len(tail))
+
+    def _repair_gzip(self, raw: bytes, tail: bytes, repair: str | None) -> None:
+        """Before appending to a gzip cache: rewrite it whole without a cut line (or with a missing newline), and
+        merge a tail of small members left by a run that ended before merging them."""
+        content = read_members(self.path)
+        if repair is not None or content.cut_offset is not None:
+            kept = raw[:len(raw) - len(tail)] + (tail + b"\n" if repair == "terminate" else b"")
+            rewrite(self.path, 0, kept)
+            return
+        small = 0
+        for member in reversed(content.members):
+            if member.lines >= COMPACT_EVERY:
+                break
+            small += 1
+        if small > 1:
+            first = content.members[-small]
+            rewrite(self.path, first.start, content.data[first.data_start:])
+
+    def compact(self) -> None:
+        """Merge a gzip cache's trailing one-record members into one member (atomically); nothing for a plain
+        cache. ``add`` does it every ``COMPACT_EVERY`` records; a run calls it once more when it ends."""
+        if self.gzip and len(self._tail) > 1:
+            rewrite(self.path, self._tail_start, b"".join(self._tail))
+        self._tail = []
 
     def _whole_tail(self, tail: bytes) -> dict[str, Any] | None:
         try:
@@ -224,9 +316,18 @@ class AnswerCache:
             body[REPLACES_FIELD] = earlier[SEAL_FIELD]
         sealed = seal(body)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(sealed, ensure_ascii=False) + "\n")
-            handle.flush()
+        line = (json.dumps(sealed, ensure_ascii=False) + "\n").encode("utf-8")
+        if self.gzip:
+            if not self._tail:
+                self._tail_start = os.path.getsize(self.path) if self.path.exists() else 0
+            append_member(self.path, line)
+            self._tail.append(line)
+            if len(self._tail) >= COMPACT_EVERY:
+                self.compact()
+        else:
+            with self.path.open("ab") as handle:
+                handle.write(line)
+                handle.flush()
         self.records[body["key"]] = sealed
         return sealed
 
@@ -247,12 +348,12 @@ def seal_cache(path: str | Path) -> dict[str, Any]:
 
     :raises AnswerCacheError: the file is sealed already, or missing.
     """
-    path = Path(path)
+    path = resolve_cache_path(path)
     if not path.is_file():
         raise AnswerCacheError(f"No cache file at {path}.")
     kept: list[dict[str, Any]] = []
     dropped: list[int] = []
-    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+    for number, line in enumerate(cache_bytes(path)[0].split(b"\n"), 1):
         if not line.strip():
             continue
         try:
