@@ -19,7 +19,8 @@ Accuracy: Lost in the Middle's best_subspan_em (an accepted answer, normalised, 
 with a 95% Wilson interval per condition; the shape is tested on the same questions (paired): each position
 against position 1 (exact McNemar, Holm-adjusted) and all positions together (Cochran's Q).
 
-Every reply is appended to ``<out>/answers.jsonl`` as it arrives; a re-run skips what is there (resumable
+Every reply is appended to ``<out>/answers.jsonl.gz`` (one gzip member each, merged when the run ends; an older
+plain ``answers.jsonl`` there is read and appended to as it is) as it arrives; a re-run skips what is there (resumable
 after a kill or a restart), and ``--report-only`` re-scores the cache without a model.
 
     .venv/bin/python bench/position_sweep.py --questions 100 --positions-10 all --max-new-tokens 32
@@ -66,10 +67,20 @@ def parse_positions(text: str, passages: int) -> list[int]:
     return positions
 
 
+def cache_file(out: Path) -> Path:
+    """The run's cache: ``answers.jsonl.gz``, or an older plain ``answers.jsonl`` already there."""
+    plain = out / "answers.jsonl"
+    return plain if plain.exists() else out / "answers.jsonl.gz"
+
+
 def read_cache(path: Path) -> dict[tuple[str, str], dict]:
+    from icr2_components.records.gzip_lines import read_members
+
     cache: dict[tuple[str, str], dict] = {}
     if path.exists():
-        for line in path.read_text().splitlines():
+        content = read_members(path) if path.suffix == ".gz" else None
+        text = (content.data + content.cut_data).decode("utf-8") if content else path.read_text()
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
                 cache[(record["question_id"], record["condition"])] = record
@@ -103,12 +114,13 @@ def main() -> int:
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
     from icr2_components.readers import LocalChatReader
+    from icr2_components.records.gzip_lines import append_member, rewrite
     from icr2_components.reorderers import GoldAtPositionReorderer
     from icr2_components.stores import open_index
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache_path = out / "answers.jsonl"
+    cache_path = cache_file(out)
     cache = read_cache(cache_path)
     positions = {10: parse_positions(args.positions_10, 10), 20: parse_positions(args.positions_20, 20)}
     positions = {k: v for k, v in positions.items() if v}
@@ -140,6 +152,8 @@ def main() -> int:
     todo = [(t, g) for t, g in chosen if any((t.id, c) not in cache for c in conditions)]
     start = time.perf_counter()
     if todo and not args.report_only:
+        if cache_path.suffix == ".gz" and cache_path.exists():  # whole records only, one member, before appending
+            rewrite(cache_path, 0, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in cache.values()).encode())
         torch.manual_seed(args.seed)
         handle = open_index(args.index)
         reader = LocalChatReader(model=args.model, max_new_tokens=args.max_new_tokens, dtype="float32")
@@ -158,8 +172,12 @@ def main() -> int:
             record = {"question_id": task.id, "condition": condition, "query": task.input, "answers": task.answers,
                       "reply": reply.text, "prompt_tokens": reply.meta.get("prompt_tokens"),
                       "seconds": round(time.perf_counter() - began, 3)}
-            with cache_path.open("a") as handle_out:
-                handle_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            line = json.dumps(record, ensure_ascii=False) + "\n"
+            if cache_path.suffix == ".gz":
+                append_member(cache_path, line.encode("utf-8"))
+            else:
+                with cache_path.open("a") as handle_out:
+                    handle_out.write(line)
             cache[(task.id, condition)] = record
             progress.update()
 
@@ -193,6 +211,8 @@ def main() -> int:
                     )["documents"]
                     ask(task, f"10 docs p={r:g}", prompt_builder.run(query=task.input, documents=mixed)["prompt"])
         progress.close()
+        if cache_path.suffix == ".gz":  # the one-record members merged: the cache compresses as one file
+            rewrite(cache_path, 0, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in cache.values()).encode())
     seconds = time.perf_counter() - start
     done = [t for t, _ in chosen if all((t.id, c) in cache for c in conditions)]
     write_report(args, out, cache, done, conditions, positions, ratios, skipped, len(chosen), seconds)

@@ -3,9 +3,9 @@ records answered by SmolLM2, kept in bench/results), an edited answer, a copied 
 last line are each caught, appends start on a fresh line, and the committed unsealed caches read as they always
 did."""
 
+import gzip
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,14 +20,16 @@ from icr2_components.evaluation.compare.cache import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-ARM = ROOT / "bench" / "results" / "icr2_table3" / "arms" / "closed_book" / "answers.jsonl"
+ARM = ROOT / "bench" / "results" / "icr2_table3" / "arms" / "closed_book" / "answers.jsonl.gz"
+#: the committed cache's lines (it is committed gzip-compressed; the copies below are plain caches)
+ARM_BYTES = gzip.decompress(ARM.read_bytes())
 
 
 @pytest.fixture
 def sealed(tmp_path) -> Path:
     """The arm's cache copied and sealed (``icr2 seal-cache``)."""
     path = tmp_path / "answers.jsonl"
-    shutil.copy(ARM, path)
+    path.write_bytes(ARM_BYTES)
     assert main(["seal-cache", str(path)]) == 0
     return path
 
@@ -41,21 +43,21 @@ def write_lines(path: Path, rows: list[str], newline_at_end: bool = True) -> Non
 
 
 def test_committed_unsealed_caches_read_as_before_and_are_refused_for_writing(tmp_path):
-    plain = [json.loads(line) for line in ARM.read_text(encoding="utf-8").splitlines() if line.strip()]
+    plain = [json.loads(line) for line in ARM_BYTES.decode("utf-8").splitlines() if line.strip()]
     assert read_answer_records(ARM) == plain  # one record per key: the Table 3 report's input is unchanged
     assert AnswerCache(ARM, writable=False).unsealed_lines == 426
     copy = tmp_path / "answers.jsonl"
-    shutil.copy(ARM, copy)
+    copy.write_bytes(ARM_BYTES)
     with pytest.raises(AnswerCacheError, match=rf"{copy} holds 426 record\(s\) written before .*\(icr2 seal-cache"):
         AnswerCache(copy)
 
 
 def test_sealing_keeps_every_record_and_later_lines_of_a_key_replace_earlier(sealed, tmp_path):
     records = read_answer_records(sealed)
-    plain = [json.loads(line) for line in ARM.read_text(encoding="utf-8").splitlines() if line.strip()]
+    plain = [json.loads(line) for line in ARM_BYTES.decode("utf-8").splitlines() if line.strip()]
     assert [{k: v for k, v in r.items() if k != "record_sha"} for r in records] == plain
     assert all(r["record_sha"] == record_sha(r) for r in records)
-    assert (tmp_path / "answers.jsonl.unsealed").read_bytes() == ARM.read_bytes()
+    assert (tmp_path / "answers.jsonl.unsealed").read_bytes() == ARM_BYTES
     with pytest.raises(AnswerCacheError, match="sealed already"):
         seal_cache(sealed)
 

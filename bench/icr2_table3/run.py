@@ -228,6 +228,7 @@ def cmd_report(_args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from icr2_components.evaluation.compare.cache import resolve_cache_path
     from icr2_components.evaluation.reports.arms_report import (
         arms_markdown,
         arms_report,
@@ -243,7 +244,7 @@ def cmd_report(_args) -> None:
 
     arms = {}
     for arm, (pipeline, context_type) in ARMS.items():
-        answers = RESULTS / "arms" / arm / "answers.jsonl"
+        answers = resolve_cache_path(RESULTS / "arms" / arm / "answers.jsonl.gz")  # or an older answers.jsonl
         arms[arm] = load_arm(answers, context_type, pipeline) if answers.exists() else {}
     # the table's rows and its secondary Holm families are the registered arms; untrained_rap only measures the
     # heads before fine-tuning (preregistration Deviations) and is read in its own family below

@@ -28,7 +28,7 @@ The run, in ``out_dir``:
    head or the model's attention cannot run on a server that serves a plain GGUF and is refused, with the reason.
 3. ``arms/ARM``: one ``icr2 compare`` run per arm (``run_compare``: its answer cache, resume, concurrency against a
    server, its report) on ``data/eval.jsonl`` (built only when an answer is missing, by the library function behind
-   ``icr2 build-benchmark``). ``--set answers_from=DIR`` first seeds each arm's cache from ``DIR/ARM/answers.jsonl``
+   ``icr2 build-benchmark``). ``--set answers_from=DIR`` first seeds each arm's cache from ``DIR/ARM/answers.jsonl.gz`` (or ``.jsonl``)
    (an earlier run's, e.g. the committed ``bench/results/icr2_table3/arms``), keeping an answer only where its
    question is one of this run's, under the arm's context type and pipeline, with the question's gold answers;
    the rest are generated.
@@ -125,7 +125,7 @@ class Icr2FineTuning(Experiment):
         "adapters": "a folder of the arms' weights: ARM or adapters/ARM (a LoRA adapter or fine-tuned model), "
                     "rethead (the retrieval head), rap_heads_sft_da.json / rap_heads_sft_rta.json (probed heads); "
                     "e.g. bench/results/icr2_table3. Default none: the arms without weights only",
-        "answers_from": "a folder of earlier answers, ARM/answers.jsonl (icr2 compare caches, e.g. "
+        "answers_from": "a folder of earlier answers, ARM/answers.jsonl.gz (icr2 compare caches, e.g. "
                         "bench/results/icr2_table3/arms): each answer to one of this run's questions, under the arm's "
                         "context type and pipeline, with the question's gold answers, seeds the arm's cache",
         "recipes": "with --train: a folder of recipes ARM.yaml to train with instead of the registered ones (e.g. "
@@ -169,7 +169,7 @@ class Icr2FineTuning(Experiment):
             raise UserInputError(f"--set recipes={options['recipes']}: no such folder (of recipes ARM.yaml).")
         answers_from = Path(options["answers_from"]) if "answers_from" in options else None
         if answers_from is not None and not answers_from.is_dir():
-            raise UserInputError(f"--set answers_from={answers_from}: no such folder (of ARM/answers.jsonl).")
+            raise UserInputError(f"--set answers_from={answers_from}: no such folder (of ARM/answers.jsonl.gz).")
         if answers_from is not None and (not registered_budget or "reader" in options):
             raise UserInputError("--set answers_from: its answers are the arms' at their registered budgets and "
                                  "reader; drop --max-new-tokens and --set reader to seed from them.")
@@ -231,11 +231,16 @@ class Icr2FineTuning(Experiment):
         return report
 
     def seed_answers(self, arm: Arm, spec: Any, folder: Path, ids: list[str], out: Path) -> dict[str, Any]:
-        """Copy the answers of ``folder/ARM/answers.jsonl`` that stand for this run's into the arm's answer cache,
+        """Copy the answers of ``folder/ARM/answers.jsonl.gz`` (or ``.jsonl``) that stand for this run's into the arm's answer cache,
         under this run's pipeline (see the module doc, step 3); returns the counts, and why answers were left."""
-        from icr2_components.evaluation.compare.cache import AnswerCache, cache_key, read_answer_records
+        from icr2_components.evaluation.compare.cache import (
+            AnswerCache,
+            cache_key,
+            read_answer_records,
+            resolve_cache_path,
+        )
 
-        source = folder / arm.name / ANSWER_FILE
+        source = resolve_cache_path(folder / arm.name / ANSWER_FILE)  # answers.jsonl.gz or an older answers.jsonl
         counts = {"file": str(source), "seeded": 0, "already_answered": 0, "not_in_this_run": 0,
                   "other_arm": 0, "other_answers": 0, "failed": 0}
         if not source.is_file():
@@ -306,14 +311,14 @@ class Icr2FineTuning(Experiment):
     def build(self, kept: list[tuple[Arm, dict[str, str]]], specs: dict[str, Any], ids: list[str],
               settings: RunSettings) -> dict[str, Any]:
         """The report's numbers from every arm's cache (``arms_report``: the committed report's statistics)."""
-        from icr2_components.evaluation.compare.cache import read_answer_records
+        from icr2_components.evaluation.compare.cache import read_answer_records, resolve_cache_path
         from icr2_components.evaluation.reports.arms_report import arms_report
 
         wanted = set(ids)
         answers: dict[str, dict[str, dict]] = {}
         left_out: dict[str, int] = {}
         for arm, _ in kept:
-            spec, path = specs[arm.name], settings.out / "arms" / arm.name / ANSWER_FILE
+            spec, path = specs[arm.name], resolve_cache_path(settings.out / "arms" / arm.name / ANSWER_FILE)
             records = read_answer_records(path) if path.is_file() else []
             chosen = {}
             for record in records:
