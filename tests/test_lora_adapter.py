@@ -59,10 +59,15 @@ def test_adapter_is_small_and_names_its_base_by_alias(trained):
         json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m-instruct"
     )
     assert json.loads((folder / "training_ids.json").read_text())
+    # no copy of the base's tokenizer: only the two markers the fine-tuning added, with their ids
+    assert not (folder / "tokenizer.json").exists()
+    added = json.loads((folder / "tokenizer_added_tokens.json").read_text())
+    assert [(t["content"], t["id"], t["special"]) for t in added] == [("<RETRIEVAL>", 49152, False),
+                                                                     ("</RETRIEVAL>", 49153, False)]
 
 
 def test_adapter_resolves_to_a_merged_model_with_the_trained_logits(trained):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from icr2_components.models import resolve_model
 
@@ -77,3 +82,25 @@ def test_adapter_resolves_to_a_merged_model_with_the_trained_logits(trained):
         merged_logits = merged(input_ids=ids).logits
     assert merged.get_input_embeddings().weight.shape[0] == len(tokenizer) == 49154
     assert torch.allclose(trained_logits, merged_logits, atol=1e-3)
+    # the merged folder's tokenizer, rebuilt from the base and the listed markers, is the trained one
+    rebuilt = AutoTokenizer.from_pretrained(merged_path)
+    assert json.loads(rebuilt.backend_tokenizer.to_str()) == json.loads(tokenizer.backend_tokenizer.to_str())
+
+
+def test_committed_adapters_tokenizers_are_the_base_plus_their_markers():
+    from transformers import AutoTokenizer
+
+    from icr2_components.models.adapters import adapter_tokenizer
+    from icr2_components.models.resolver import resolve_model
+
+    adapters = Path(__file__).resolve().parents[1] / "bench" / "results" / "icr2_table3" / "adapters"
+    base_path = resolve_model("smollm2-135m-instruct")
+    base = AutoTokenizer.from_pretrained(base_path)
+    text = "Context <RETRIEVAL> PSG001 </RETRIEVAL> The answer is"
+    for name, markers in (("sft_da", False), ("sft_cci", True), ("sft_rta", True)):
+        assert not (adapters / name / "tokenizer.json").exists()
+        tokenizer = adapter_tokenizer(adapters / name, base_path)
+        assert len(tokenizer) == len(base) + (2 if markers else 0), name
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert (49152 in ids and 49153 in ids) == markers, name
+        assert tokenizer.chat_template == base.chat_template and tokenizer.pad_token == base.pad_token

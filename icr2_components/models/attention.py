@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from icr2_components.extras import extra_import
 from icr2_components.models.generation_settings import decoding_arguments
+from icr2_components.models.transformers_internals import builds_mask_through_registry, set_kernel_name
 
 with extra_import("local") as torch_import:
     import torch
@@ -188,7 +189,7 @@ def _register(implementation: str) -> str:
             AttentionInterface.register(name, _make_tapped_kernel(implementation))
             # transformers builds a mask only for implementations in the mask registry's global mapping;
             # mirror the kernel's membership so the tapped model gets exactly the mask (or None) it gets untapped.
-            if implementation in AttentionMaskInterface._global_mapping:
+            if builds_mask_through_registry(implementation):
                 AttentionMaskInterface.register(name, _make_tapped_mask(implementation))
             _REGISTERED.add(implementation)
     return name
@@ -215,11 +216,11 @@ def _switch(config: Any) -> None:
         implementation = _implementation_of(config)
         tapped = _register(implementation)
         kernel_config = copy.copy(config)
-        kernel_config._attn_implementation_internal = implementation
+        set_kernel_name(kernel_config, implementation)
         _SWITCHED[id(config)] = _SwitchedConfig(config, implementation, 1, kernel_config)
-        # The internal attribute, not the property: the property would also rewrite the sub-configs (a vision
-        # tower's own kernel, say), which the tap leaves alone.
-        config._attn_implementation_internal = tapped
+        # Not the property: it would also rewrite the sub-configs (a vision tower's own kernel, say), which the tap
+        # leaves alone (transformers_internals.set_kernel_name).
+        set_kernel_name(config, tapped)
     else:
         switch.holders += 1
 
@@ -228,7 +229,7 @@ def _switch_back(config: Any) -> None:
     switch = _SWITCHED[id(config)]
     switch.holders -= 1
     if switch.holders == 0:
-        config._attn_implementation_internal = switch.implementation
+        set_kernel_name(config, switch.implementation)
         del _SWITCHED[id(config)]
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from icr2_components.models.adapters import save_adapter_tokenizer
 from icr2_components.training.dataset import LoadedExamples, load_sft_examples
 from icr2_components.training.examples import EncodedExample, pad_batch
 from icr2_components.training.model_loading import effective_max_length, load_trainable
@@ -245,6 +246,15 @@ def training_arguments(recipe: TrainingRecipe, has_validation: bool):
     )
 
 
+def base_tokenizer(model: str):
+    """The tokenizer of the recipe's base model as it ships (before the markers are added)."""
+    from transformers import AutoTokenizer
+
+    from icr2_components.models.resolver import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model(model))
+
+
 def save_result(model, tokenizer, recipe: TrainingRecipe) -> str:
     """Write a plain model folder at ``output_dir`` (merged LoRA) or, with ``merge: false``, the adapter."""
     out = Path(recipe.output_dir)
@@ -255,7 +265,8 @@ def save_result(model, tokenizer, recipe: TrainingRecipe) -> str:
             # the marker rows are saved as peft trainable tokens; the resized embedding matrix itself (28M parameters,
             # saved by default after a resize) is rebuilt by models/adapters.py when the adapter is merged
             model.save_pretrained(out / "adapter", save_embedding_layers=False)
-            tokenizer.save_pretrained(out / "adapter")
+            # the tokenizer is the base's plus the markers: only the markers are written (no tokenizer.json copy)
+            save_adapter_tokenizer(tokenizer, out / "adapter", base_tokenizer(recipe.model))
             name_base_model(out / "adapter", recipe.model)
             return str(out / "adapter")
     model.save_pretrained(out)
