@@ -378,6 +378,7 @@ class TimeAwareRetrievalGate:
         if _TRUNCATION_FILTER not in generator_logger.filters:
             generator_logger.addFilter(_TRUNCATION_FILTER)
         served = self._served
+        served.check_model_served()  # a model the server does not list is refused before the first question
         return OpenAIChatGenerator(
             api_key=Secret.from_token(served.api_key()), model=served.model, api_base_url=served.api_base_url,
             timeout=float(served.timeout_s), max_retries=int(served.max_retries),

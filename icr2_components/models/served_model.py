@@ -14,6 +14,14 @@ know of it besides chat completions, which Haystack's ``OpenAIChatGenerator`` do
 Every network failure is a :class:`ServedModelError` with one line that names the server and what to do; nothing
 hangs (each request has the time-out, and retries are bounded).
 
+What the server is told is checked before the first request (:meth:`ServedModel.check_model_served`, which the
+served reader and the gate run at warm-up): a model name the server does not list at ``/v1/models`` is refused in
+one line naming the model, the server and the models it does serve (a server that lists none is taken at its
+word). An ``api_key_env`` naming a variable that is not set is logged once as a warning naming the variable: a
+local server (llama.cpp, vLLM without ``--api-key``, Ollama) takes no key, so the placeholder goes instead; a server
+that then refuses it is a :class:`ServedModelError` naming the unset variable. Each reply records the model the
+server reports answering with (``meta["model"]``), not the name asked for.
+
 Usage example:
 ```python
 from icr2_components.models.served_model import ServedModel
@@ -25,6 +33,7 @@ print(served.served_tokenizer().count("What is the capital of France?"), served.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -35,7 +44,7 @@ from typing import Any
 
 from icr2_components.errors import ContextTooLongError, UserInputError
 from icr2_components.retrying import RetryPolicy
-from icr2_components.strict_mapping import check_known_keys
+from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_MAX_RETRIES = 2
@@ -48,6 +57,10 @@ RETRY_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 NO_KEY = "no-key"
 """Sent as the API key when ``api_key_env`` is unset: local servers (llama.cpp, vLLM, Ollama) ignore it."""
+# seconds the warm-up's GET /v1/models may take: a hanging server is reported by the chat request's own time-out
+MODEL_CHECK_TIMEOUT_S = 10.0
+
+logger = logging.getLogger(__name__)
 
 
 class ServedModelError(UserInputError):
@@ -69,7 +82,9 @@ class ServedModel:
     :param api_base_url: The API root, e.g. ``http://127.0.0.1:8089/v1`` (llama.cpp), ``http://host:8000/v1``
         (vLLM), ``http://127.0.0.1:11434/v1`` (Ollama), ``https://api.openai.com/v1``.
     :param model: The model name the server knows (``--model_alias``, ``--served-model-name``, ``gpt-4o-mini``).
-    :param api_key_env: Environment variable holding the API key; None (or unset) sends a placeholder.
+    :param api_key_env: Environment variable holding the API key; None sends a placeholder. Named but unset: the
+        placeholder too (local servers take no key), with one warning naming the variable; a server that refuses
+        it is an error naming the unset variable.
     :param timeout_s: Seconds one request may take before it counts as failed.
     :param max_retries: Retries, with backoff, after a connection error or time-out (chat completions: also a 429
         or 5xx, by the OpenAI client's own retries); then the error is raised.
@@ -95,11 +110,14 @@ class ServedModel:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], source: str = "served model") -> ServedModel:
+        if not isinstance(values, dict):
+            raise UserInputError(f"{source} must be a mapping (api_base_url, model, ...), got {values!r}.")
         check_known_keys(values, (f.name for f in fields(cls)), source, UserInputError)
         missing = [name for name in ("api_base_url", "model") if not values.get(name)]
         if missing:
             raise UserInputError(f"{source}: set {' and '.join(missing)} (e.g. api_base_url: http://127.0.0.1:8089/v1).")
-        return cls(**values)
+        # each key against its declared type (strict: no bool or NaN for timeout_s, no "3" for max_retries)
+        return dataclass_from_mapping(cls, dict(values), source, UserInputError)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,12 +128,53 @@ class ServedModel:
         return server_root(self.api_base_url)
 
     def api_key(self) -> str:
-        """The key from ``api_key_env``, or a placeholder when none is configured or the variable is unset."""
+        """The key from ``api_key_env``, or a placeholder when none is configured or the variable is unset (then
+        logged once per variable and server as a warning naming it: a local server takes no key, a remote one
+        will refuse the placeholder, and that refusal names the variable too)."""
         if self.api_key_env:
             value = os.environ.get(self.api_key_env)
             if value:
                 return value
+            if (self.api_key_env, self.api_base_url) not in _WARNED_UNSET_KEYS:
+                _WARNED_UNSET_KEYS.add((self.api_key_env, self.api_base_url))
+                logger.warning("api_key_env names %s, which is not set (or empty) in the environment: the requests "
+                               "to %s go without a key. Export %s, or remove api_key_env if the server takes no key.",
+                               self.api_key_env, self.api_base_url, self.api_key_env)
         return NO_KEY
+
+    def key_is_unset(self) -> bool:
+        """Whether ``api_key_env`` names a variable that is not set (or is empty)."""
+        return bool(self.api_key_env) and not os.environ.get(self.api_key_env)
+
+    def check_model_served(self) -> bool:
+        """Refuse a model name the server does not serve, before anything is sent to it.
+
+        Asks ``GET <api_base_url>/models`` once (zero retries, at most ``MODEL_CHECK_TIMEOUT_S``): when the server
+        lists models and ``model`` is not one of them (Ollama's ``name`` also matches its ``name:latest``), raises a
+        :class:`ServedModelError` naming the model, the server and the models it serves. A server that does not
+        list models (no such route, an error, not an OpenAI list, a key it wants) is not judged here.
+
+        :returns: True when the question is settled (served, or the server lists none), False when the server could
+            not be reached (the first real request then reports it; call again later to check).
+        :raises ServedModelError: the server lists models and ``model`` is not among them.
+        """
+        key = (self.api_base_url, self.model)
+        if key in _MODELS_CHECKED:
+            return True
+        listed = list_served_models(self.api_base_url, min(self.timeout_s, MODEL_CHECK_TIMEOUT_S), self.api_key())
+        if listed is _UNREACHABLE:
+            return False
+        if listed is not None and not model_is_listed(self.model, listed):
+            models_url = self.api_base_url.rstrip("/") + "/models"
+            shown = ", ".join(repr(name) for name in listed[:20]) + (f" and {len(listed) - 20} more"
+                                                                     if len(listed) > 20 else "")
+            raise ServedModelError(
+                f"The LLM server at {self.api_base_url} does not serve model {self.model!r}; it serves "
+                f"{shown or 'no model'} (GET {models_url}). Set the model name (served_model.model in the backend "
+                "file, or the reader's model) to one it serves."
+            )
+        _MODELS_CHECKED.add(key)
+        return True
 
     def tokenizer_spec(self) -> str:
         """What a component's ``tokenizer`` parameter holds to count with this model's tokenizer."""
@@ -132,6 +191,36 @@ class ServedModel:
         if self.context_length:
             return int(self.context_length)
         return discover_context_length(self.api_base_url, self.model, self.timeout_s)
+
+
+_WARNED_UNSET_KEYS: set[tuple[str, str]] = set()
+_MODELS_CHECKED: set[tuple[str, str]] = set()
+_UNREACHABLE: Any = object()  # list_served_models: no answer at all (as opposed to None: an answer, but no list)
+
+
+def model_is_listed(model: str, listed: list[str]) -> bool:
+    """Whether ``model`` is one of the ids a server lists; ``name`` matches ``name:latest`` (Ollama answers to
+    both)."""
+    return model in listed or f"{model}:latest" in listed
+
+
+def list_served_models(api_base_url: str, timeout_s: float, api_key: str = NO_KEY) -> Any:
+    """The model ids ``GET <api_base_url>/models`` lists; None when the server answers but lists none (no such
+    route, an error status, not an OpenAI model list); ``_UNREACHABLE`` when it does not answer."""
+    import httpx
+
+    try:
+        with httpx.Client() as client:
+            status, body = _request_json(client, "GET", api_base_url.rstrip("/") + "/models", None, timeout_s, 0,
+                                         headers={"Authorization": f"Bearer {api_key}"})
+    except ServedModelError:  # not reachable or timed out: the first real request says so, with its retries
+        return _UNREACHABLE
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
+        return None
+    ids = [entry.get("id") for entry in body["data"] if isinstance(entry, dict)]
+    if not ids or not all(isinstance(name, str) for name in ids):
+        return None  # an empty or odd list says nothing about what the server answers to
+    return ids
 
 
 def check_server_settings(api_base_url: object, model: object, timeout_s: object, max_retries: object,
@@ -231,12 +320,13 @@ def _status_and_json(response) -> tuple[int, Any]:
         return response.status_code, None
 
 
-def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int) -> tuple[int, Any]:
+def _request_json(client, method: str, url: str, body: dict | None, timeout_s: float, retries: int,
+                  headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """(status, parsed JSON or None) for one request, retrying connection errors and time-outs ``retries`` times
     with backoff (:class:`~icr2_components.retrying.RetryPolicy`); then a :class:`ServedModelError` naming the
     server and the last error."""
     response = _request_policy(retries).call(
-        lambda: client.request(method, url, json=body, timeout=timeout_s),
+        lambda: client.request(method, url, json=body, timeout=timeout_s, headers=headers),
         retry_if=_transport_failure, give_up=_request_give_up(method, url, timeout_s))
     return _status_and_json(response)
 
@@ -425,11 +515,13 @@ def served_chat_errors(served: ServedModel, hint: str = "") -> Iterator[None]:
             f"{where} is not reachable ({_one_line(error)}, {_attempts(served.max_retries)}). {_FAILURE_HINT}"
         ) from error
     except openai.AuthenticationError as error:
-        raise ServedModelError(
-            f"{where} refused the API key"
-            + (f" from ${served.api_key_env}" if served.api_key_env else " (none configured: set api_key_env)")
-            + f": {_one_line(error.message)}"
-        ) from error
+        if served.key_is_unset():
+            given = f" (none sent: ${served.api_key_env} is not set; export {served.api_key_env})"
+        elif served.api_key_env:
+            given = f" from ${served.api_key_env}"
+        else:
+            given = " (none configured: set api_key_env)"
+        raise ServedModelError(f"{where} refused the API key{given}: {_one_line(error.message)}") from error
     except openai.NotFoundError as error:
         raise ServedModelError(
             f"{where} answered 404: {_one_line(error.message)}. Check the model name against "
@@ -494,6 +586,8 @@ __all__ = [
     "check_server_settings",
     "discover_context_length",
     "is_served_tokenizer",
+    "list_served_models",
+    "model_is_listed",
     "parse_served_tokenizer",
     "served_chat_errors",
     "served_tokenizer_spec",

@@ -58,6 +58,8 @@ class ServedChatReader:
       refusal into the same `ContextTooLongError` (`icr2 serve` answers 413);
     * bounds every call (`timeout_s`, `max_retries`) and turns a server that is down, slow, or answering something
       that is not a chat completion into one line naming the server and what to do (`ServedModelError`);
+    * refuses, at warm-up, a `model` the server does not list at `/v1/models`, naming the models it serves, and
+      records in each reply's meta the model the server reports answering with (`model`);
     * decodes greedily by default and puts `prompt_tokens`, `completion_tokens` and `latency_s` in the reply's meta.
 
     White-box techniques (RAP, CAD/ACD/COIECD, PH3, the retrieval-head ranker) need the weights and refuse to load
@@ -103,7 +105,8 @@ class ServedChatReader:
         :param api_base_url: The server's API root, ending in `/v1` (e.g. `http://127.0.0.1:8089/v1`).
         :param model: The served model's name (as `/v1/models` lists it).
         :param api_key_env: Environment variable with the API key (OpenAI: `OPENAI_API_KEY`); None sends a
-            placeholder, which local servers ignore.
+            placeholder, which local servers ignore (named but unset: the placeholder too, with a warning naming
+            the variable).
         :param max_new_tokens: Most tokens generated per reply (sent as `max_tokens`).
         :param temperature: 0 decodes greedily (the default, as `LocalChatReader`).
         :param timeout_s: Seconds one request may take.
@@ -138,11 +141,22 @@ class ServedChatReader:
         self.tokenizer = tokenizer
         self.generation_kwargs = dict(generation_kwargs or {})
         self._generator = None
+        self._model_checked = False
         self._counter: PassageTokenCounter | None = None
         self._async_generator = None
         self._async_loop: asyncio.AbstractEventLoop | None = None
 
     def warm_up(self) -> None:
+        """Check that the server serves `model` (where it lists models at `/v1/models`) and build the client.
+
+        :raises ServedModelError: the server lists models and `model` is not one of them (the message names them).
+        """
+        if not self._model_checked:
+            # a server not reachable now is checked again at the next call; its chat request reports it first
+            self._model_checked = self.served.check_model_served()
+        self._warm_up_clients()
+
+    def _warm_up_clients(self) -> None:
         if self._generator is None:
             self._generator = self._new_generator()
         if self._counter is None and self.tokenizer:
@@ -160,7 +174,7 @@ class ServedChatReader:
         """`prompt_tokens`, the server's tokenize requests awaited together (a local tokenizer counts in place)."""
         from icr2_components.models.served_model import ServedTokenizer
 
-        self.warm_up()
+        self._warm_up_clients()
         assert self._counter is not None
         texts = [m.text or "" for m in messages]
         tokenizer = self._counter.tokenizer
@@ -253,7 +267,9 @@ class ServedChatReader:
         :raises ServedModelError: the server is down, timed out, or answered something that is not a completion.
         """
         budget, kwargs = self._request(messages, max_new_tokens)
-        self.warm_up()
+        if not self._model_checked:  # the model check's request, off the event loop
+            self._model_checked = await asyncio.to_thread(self.served.check_model_served)
+        self._warm_up_clients()
         await self._check_fits_async(messages, budget)
         generator = self._generator_for_this_loop()
         start = time.perf_counter()
