@@ -53,13 +53,37 @@ class RetrievalHeadArtifact(HeadArtifactIO):
             raise ValueError(f"An artifact needs M >= 1 and Q >= 1, got M={self.m}, Q={self.q}.")
         if len(self.heads) != self.q:
             raise ValueError(f"The artifact lists {len(self.heads)} heads but Q={self.q}.")
-        layers, heads = self.model_signature["num_layers"], self.model_signature["num_heads"]
-        for layer, head in self.ranking:
-            if not (0 <= layer < layers and 0 <= head < heads):
-                raise ValueError(f"Head ({layer}, {head}) is outside the model's {layers} layers x {heads} heads.")
+        for name in ("heads", "ranking"):
+            for pair in getattr(self, name):
+                if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                        or any(isinstance(i, bool) or not isinstance(i, int) for i in pair)):
+                    raise ValueError(f"The artifact's {name} holds {pair!r}, not a [layer, head] pair of integers.")
+        self.check_heads(self.model_signature["num_layers"], self.model_signature["num_heads"], "the probed model")
+        # the selected heads are the ranking's first Q: the filter uses the ranking, so two lists that differ
+        # would mean heads other than those the artifact names
+        if [list(h) for h in self.heads] != [list(h) for h in self.ranking[: self.q]]:
+            raise ValueError(
+                f"The artifact's heads {self.heads} are not its ranking's first Q={self.q} "
+                f"{self.ranking[: self.q]}; the file was edited or damaged. Probe again with `icr2 probe-heads`."
+            )
         if self.probed_ids is not None and (not isinstance(self.probed_ids, list)
                                             or not all(isinstance(i, str) for i in self.probed_ids)):
             raise ValueError("probed_ids must be a list of question id strings (or None: not recorded).")
+
+    def check_heads(self, num_layers: int, num_heads: int, model: str) -> None:
+        """Every head the artifact names (selected and ranked) lies within ``num_layers`` x ``num_heads``.
+
+        :param model: what the shape is of, for the message (the probed model, or the loaded reader at warm-up).
+        :raises ValueError: a head outside that shape, named with the shape.
+        """
+        for name in ("heads", "ranking"):
+            for layer, head in getattr(self, name):
+                if not (0 <= layer < num_layers and 0 <= head < num_heads):
+                    raise ValueError(
+                        f"The artifact's {name} name layer {layer}, head {head}, outside {model}'s {num_layers} "
+                        f"layers x {num_heads} heads (layers 0-{num_layers - 1}, heads 0-{num_heads - 1}); "
+                        "probe this reader again with `icr2 probe-heads`."
+                    )
 
     def head_hit_rate(self, layer: int, head: int, m: int | None = None) -> float:
         return self.hit_rates[(m or self.m) - 1][layer][head]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from haystack import Document
 
 from icr2_components.corpora.settings import ChunkingSettings, ConfigError
+from icr2_components.text.blank import is_blank
 
 # what DocumentSplitter adds to a passage's meta that is of no use in a store (the parent's hash id, the overlap
 # bookkeeping as a list of mappings): left out
@@ -78,7 +79,7 @@ class Chunker:
         tag = self.settings.tag()
         paged = pages or "\f" in (document.content or "")
         for piece in pieces["documents"]:
-            if not piece.content or not piece.content.strip():
+            if not piece.content or is_blank(piece.content):
                 continue
             index = len(passages)
             meta = {key: value for key, value in piece.meta.items() if key not in _SPLITTER_META}

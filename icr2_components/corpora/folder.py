@@ -41,6 +41,7 @@ from icr2_components.corpora.chunking import Chunker
 from icr2_components.corpora.reader import CorpusReader, register_corpus_reader
 from icr2_components.corpora.settings import ChunkingSettings, ConfigError, CorpusConfig
 from icr2_components.extras import require_extra
+from icr2_components.text.blank import is_blank
 
 # extension -> (Haystack converter class name, the modules it needs from the formats extra)
 CONVERTERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -200,7 +201,7 @@ class FolderCorpusReader(CorpusReader):
             if document is None:
                 self.skips.skip("unreadable or corrupt file", None, f"{relative}: {why[:160]}")
                 continue
-            if not document.content or not document.content.strip():
+            if not document.content or is_blank(document.content):
                 self.skips.skip("empty text", None, relative)
                 continue
             meta = {"file_path": relative, "title": _title_of(path, suffix, document)}

@@ -25,6 +25,7 @@ from icr2_components.corpora.chunking import Chunker
 from icr2_components.corpora.settings import ChunkingSettings, ConfigError, CorpusConfig, FieldMapping
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport
+from icr2_components.text.blank import is_blank
 
 
 @dataclass
@@ -86,7 +87,7 @@ class RecordMapper:
         if not isinstance(text, str):
             self.skips.skip("text is not a string", position, f"'{fields.text}' is {type(text).__name__}")
             return []
-        if not text.strip():
+        if is_blank(text):  # white space or characters that print nothing (a zero-width space)
             self.skips.skip("empty text", position, f"'{fields.text}' is blank")
             return []
         if fields.id is None:

@@ -141,7 +141,11 @@ class RetrievalAttentionFilter:
             model, tokenizer = MODEL_CACHE.causal_lm(
                 self._reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa"
             )
-            artifact.check_model(self._reader, model_signature(model))
+            signature = model_signature(model)
+            # the heads' indices against the loaded model's shape first: a head past its last layer or head would
+            # otherwise be a question of which other head gets used
+            artifact.check_heads(signature["num_layers"], signature["num_heads"], f"the reader {self._reader}")
+            artifact.check_model(self._reader, signature)
             self._model, self._tokenizer = model, tokenizer
 
     @component.output_types(documents=list[Document], report=dict)

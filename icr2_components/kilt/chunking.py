@@ -12,6 +12,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from icr2_components.text.blank import is_blank
+
 _WORD = re.compile(r"\S+")
 
 
@@ -77,7 +79,8 @@ def chunk_article(
             continue
         if paragraph_id == 0 and skip_title_paragraph and paragraph.strip() == title.strip():
             continue
-        words.extend((paragraph_id, m.start(), m.end()) for m in _WORD.finditer(paragraph))
+        # a "word" of characters that print nothing (zero-width spaces) is no word: an article of them is empty
+        words.extend((paragraph_id, m.start(), m.end()) for m in _WORD.finditer(paragraph) if not is_blank(m.group()))
     if not words:
         return []
     groups = [words[i : i + passage_words] for i in range(0, len(words), passage_words)]

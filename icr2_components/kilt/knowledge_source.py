@@ -19,6 +19,7 @@ from haystack import Document
 from icr2_components.kilt.chunking import Passage, chunk_article
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.text.blank import is_blank
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class KiltArticle:
         """The paragraphs that hold text (paragraph 0 left out when it merely repeats the title)."""
         kept = []
         for index, paragraph in enumerate(self.paragraphs):
-            if not isinstance(paragraph, str) or not paragraph.strip():
+            if not isinstance(paragraph, str) or is_blank(paragraph):
                 continue
             if index == 0 and skip_title_paragraph and paragraph.strip() == self.title.strip():
                 continue

@@ -8,7 +8,8 @@ from typing import Any
 from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
-from icr2_components.parameters import override, positive_int
+from icr2_components.parameters import document_list, override, positive_int
+from icr2_components.text.blank import is_blank
 
 
 @component
@@ -84,10 +85,20 @@ class BiEncoderRanker:
         :param documents: Candidates (any order).
         :param top_k: Overrides the init value for this call (checked as at init: a positive integer).
         :returns: `documents`: the top K by score, best first, each a copy with `score` set.
+        :raises ValueError: an empty query, `top_k` not a positive integer, or a document with no text (content
+            None, blank, or only characters that print nothing): the embedding of an empty passage is not a
+            relevance and could rank it first, so it is refused, naming it; drop such documents upstream.
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError(f"BiEncoderRanker.run needs a non-empty query, got {query!r:.60}.")
         k = override(positive_int(top_k, "top_k", optional=True, hint=" (keep all)"), self.top_k)
+        document_list(documents)
+        for document in documents:
+            if not isinstance(document.content, str) or is_blank(document.content):
+                raise ValueError(
+                    f"Document {document.id} has no text (content {document.content!r:.40}); a ranker cannot score "
+                    "it. Drop documents without text upstream."
+                )
         if not documents:
             return {"documents": []}
         self.warm_up()

@@ -2,7 +2,9 @@
 
 Conventions differ between libraries, so ours are stated exactly. Every reorderer takes its input in
 *relevance order* (index 0 the most relevant, as retrievers and rankers emit them), or sorts by
-``Document.score`` (highest first, ties kept in input order) when ``relevance="score"``.
+``Document.score`` (highest first, ties kept in input order) when ``relevance="score"``. A score must then be a
+finite number: a NaN compares false with everything and would leave the order to chance, so a NaN, an infinity or
+a score that is not a number is refused, naming the document.
 
 Lost in the middle, for relevance ranks 1..n: ``1, 3, 5, ..., 6, 4, 2`` - rank 1 first and rank 2 last,
 whatever the parity of n. This matches Haystack's ``LostInTheMiddleRanker``. LangChain's
@@ -15,6 +17,8 @@ not fit ends the selection (Haystack's ``word_count_threshold`` keeps the passag
 
 from __future__ import annotations
 
+import math
+from numbers import Real
 from typing import Callable, Sequence
 
 from haystack import Document
@@ -40,6 +44,13 @@ def by_relevance(documents: Sequence[Document], relevance: str) -> list[Document
             f"relevance='score' but {len(missing)} document(s) have no score (e.g. {missing[0]}); "
             "use relevance='input_order' or put a ranker upstream."
         )
+    for document in documents:
+        score = document.score
+        if isinstance(score, bool) or not isinstance(score, Real) or not math.isfinite(float(score)):
+            raise ValueError(
+                f"relevance='score' but Document {document.id} has score {score!r}, not a finite number; fix the "
+                "scorer upstream (or drop that document), or use relevance='input_order'."
+            )
     return sorted(documents, key=lambda d: -float(d.score))  # sorted() is stable: ties keep input order
 
 

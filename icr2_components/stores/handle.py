@@ -40,6 +40,7 @@ from icr2_components.stores.errors import (
     IndexNotBuiltError,
 )
 from icr2_components.stores.retrieval_methods import UnknownRetrievalMethodError, retrieval_method
+from icr2_components.text.blank import is_blank
 
 
 @dataclass
@@ -146,9 +147,10 @@ class IndexHandle:
         """Index the configured corpus (or the given ``documents``, e.g. a BEIR corpus) into the store.
 
         Nothing is lost silently: the corpus reader's skips (bad lines, rows or files, repeated ids) and, for given
-        ``documents``, repeated ids (the first one wins) are in ``report.skips``. A corpus that yields no passage
-        is an :class:`EmptyCorpusError`, raised before the store is touched; a store that ends up holding another
-        number of passages than were streamed is a :class:`~icr2_components.stores.errors.DocumentCountMismatchError`.
+        ``documents``, documents with no text and repeated ids (the first one wins) are in ``report.skips``. A
+        corpus that yields no passage is an :class:`EmptyCorpusError`, raised before the store is touched; a store
+        that ends up holding another number of passages than were streamed is a
+        :class:`~icr2_components.stores.errors.DocumentCountMismatchError`.
         With ``corpus.format: existing`` nothing is written: the store is opened and checked
         (:meth:`check_existing`).
         """
@@ -325,9 +327,13 @@ class IndexHandle:
 
 
 def _first_id_wins(documents: Iterable[Document], skips: SkipReport) -> Iterator[Document]:
-    """Given documents with a repeated id: the first is kept, each repeat counted (a store would overwrite)."""
+    """Given documents: one with no text (blank, or characters that print nothing, as a zero-width space) is
+    skipped as ``empty text``; of a repeated id the first is kept, each repeat counted (a store would overwrite)."""
     seen = SeenIds()
     for position, document in enumerate(documents, start=1):
+        if not isinstance(document.content, str) or is_blank(document.content):
+            skips.skip("empty text", position, document.id)
+            continue
         if not seen.add(document.id):
             skips.skip("duplicate document id (first kept)", position, document.id)
             continue
