@@ -131,6 +131,21 @@ def test_a_server_answering_garbage_is_one_clear_line(html_server):
     assert "\n" not in str(caught.value)
 
 
+def test_a_model_name_the_server_does_not_serve_is_refused_at_warm_up(llama_server_url):
+    """The server would answer any name with its one model (and the name sent would be recorded as the one that
+    answered): the name is checked against its /v1/models before anything is sent."""
+    wrong = ServedChatReader(api_base_url=llama_server_url, model="gpt-4o", tokenizer=None, max_retries=0)
+    with pytest.raises(ServedModelError) as caught:
+        wrong.run(messages=[ChatMessage.from_user("What is the capital of France?")])
+    message = str(caught.value)
+    assert "\n" not in message and "does not serve model 'gpt-4o'" in message
+    assert f"The LLM server at {llama_server_url}" in message and f"it serves {MODEL!r}" in message
+    right = ServedChatReader(api_base_url=llama_server_url, model=MODEL, tokenizer=None, max_retries=0,
+                             max_new_tokens=4)
+    reply = right.run(messages=[ChatMessage.from_user("What is the capital of France?")])["replies"][0]
+    assert reply.meta["model"] == MODEL  # the model the server reports answering with
+
+
 def test_an_unknown_served_model_name_says_what_to_check(llama_server_url):
     reader = ServedChatReader(api_base_url=llama_server_url.replace("/v1", "/v2"), model=MODEL, tokenizer=None,
                               max_retries=0)

@@ -20,8 +20,11 @@ def register(subparsers) -> None:
         "context type): re-running the same command redoes only what is missing. The pipeline hash covers the "
         "YAML's behaviour and, for a pipeline that reads an index, the index config's contents and the stores' "
         "retrieval version; each answer to given passages records their hash (context_sha), and one recorded for "
-        "other passages than this run builds is redone (counted as stale_context; left out by --report-only). "
-        "Answers cached before context_sha existed are reused and counted as context_unchecked.",
+        "other passages than this run builds is redone (counted as stale_context; left out by --report-only); "
+        "one asked another question text than the dataset's now likewise (stale_question). Answers cached before "
+        "context_sha existed are reused and counted as context_unchecked. Gold labels are not part of an answer: "
+        "every answer, cached or new, is scored with the dataset's labels now (an edited gold re-scores, it asks "
+        "nothing), and the report names the dataset and its SHA-256.",
     )
     parser.add_argument("--pipelines", nargs="+", required=True,
                         help="shipped pipeline names (e.g. closed_book vanilla_rag) or pipeline YAMLs with declared "
@@ -176,6 +179,17 @@ def print_report(report: dict) -> None:
     if counters.get("stale_budget"):
         console.print(f"{counters['stale_budget']} cached answer(s) were answered under another --max-new-tokens "
                       "(stale_budget): " + ("left out of this report" if run.get("report_only") else "re-answered"))
+    if counters.get("stale_question"):
+        console.print(f"{counters['stale_question']} cached answer(s) were asked another question text than the "
+                      "question set's now (stale_question): "
+                      + ("left out of this report" if run.get("report_only") else "asked again"))
+    if counters.get("question_unchecked"):
+        console.print(f"{counters['question_unchecked']} cached answer(s) hold no question text "
+                      "(question_unchecked): reused without checking their question; delete them from the cache to "
+                      "redo them")
+    if counters.get("labels_changed"):
+        console.print(f"{counters['labels_changed']} cached answer(s) were written with other gold labels than "
+                      f"{run['dataset']} has now: scored with its labels now, not asked again")
     if counters.get("context_unchecked"):
         console.print(f"{counters['context_unchecked']} cached answer(s) predate context hashes (context_unchecked): "
                       "reused without checking their passages; delete them from the cache to redo them")

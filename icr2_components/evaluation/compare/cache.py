@@ -13,21 +13,34 @@ terminates it, when it is a whole record), so the next answer starts on a fresh 
 carried ``record_sha`` are read by the report readers (``read_answer_records``) as they are, counted as
 ``unsealed_lines``, and refused for writing: ``icr2 seal-cache FILE`` seals such a file once its answers are checked.
 
-What a key covers, so that a resumed run never mixes answers to different inputs:
+What decides an answer, and how a cached record is checked against it, so that a resumed run never mixes answers
+to different inputs. An answer's identity is the key (``cache_key``: pipeline hash, question id, context type)
+plus three inputs each record stores and ``reuse_decision`` compares with the run's own:
 
-- the pipeline hash (``icr2_components.pipeline_spec.behaviour_hash``): the YAML's components, connections,
-  inputs, outputs and context entry, and, for a pipeline that reads an index, the index config's contents and
-  the stores' ``RETRIEVAL_BEHAVIOUR_VERSION`` (so open-retrieval answers follow the index), and, for a pipeline
-  whose components read artifacts (a gate's ``artifact:``, probed heads), their contents (so a retrained gate or
-  re-probed heads are answered again);
+- the pipeline hash (``icr2_components.pipeline_spec.behaviour_hash``, in the key): the YAML's components,
+  connections, inputs, outputs and context entry, after a ``--backend`` has been applied to them (so the served
+  model, its URL and a model override are in it), and, for a pipeline that reads an index, the index config's
+  contents and the stores' ``RETRIEVAL_BEHAVIOUR_VERSION`` (so open-retrieval answers follow the index), and, for
+  a pipeline whose components read artifacts (a gate's ``artifact:``, probed heads), their contents (so a
+  retrained gate or re-probed heads are answered again);
+- the question's text: every record stores the text it was asked (``query``, sealed with the line), and a record
+  whose ``query`` differs from the question set's text now is ``stale_question``: asked again, or left out by
+  ``--report-only`` (a question id reused by another set, or a question reworded, never inherits an answer).
+  A record holding no ``query`` (none written by compare) is reused and counted as ``question_unchecked``;
 - the passages compare itself gives (the controlled ``gold``, ``conflicting``, ``irrelevant`` contexts, and the
-  oracle's gold passages under ``open``) are not in the key: each record stores ``context_sha``
-  (``context_sha``: ids and contents, in order), and a record whose ``context_sha`` differs from the context
-  built now is ``stale_context`` (``reuse_decision``): re-answered, or left out by ``--report-only``. Records
-  written before ``context_sha`` existed are reused but counted as ``context_unchecked``;
-- the answer budget a run asks (``--max-new-tokens``; None: the pipeline's own, which its hash covers) is not in
-  the key either: each record stores ``max_new_tokens``, and one answered under another budget is
-  ``stale_budget``, re-answered like a stale context (records from before the field are reused).
+  oracle's gold passages under ``open``): each record stores ``context_sha`` (``context_sha``: ids and contents,
+  in order), and a record whose ``context_sha`` differs from the context built now is ``stale_context``:
+  re-answered, or left out by ``--report-only``. Records written before ``context_sha`` existed are reused but
+  counted as ``context_unchecked``;
+- the answer budget a run asks (``--max-new-tokens``; None: the pipeline's own, which its hash covers): each
+  record stores ``max_new_tokens``, and one answered under another budget is ``stale_budget``, re-answered like
+  a stale context (records from before the field are reused).
+
+The question set's labels (``LABEL_FIELDS``: gold answers, gold passage ids, the conflicting answer, the task
+type) are not part of an answer. A record keeps the labels it was written with, for reading the file alone, but a
+run scores every answer, cached or new, with the labels of the question set it is given now
+(``with_labels``), so an edited gold answer re-scores the cached answers without asking the model again, and the
+report names the question set (path and SHA-256) whose labels it scored.
 
 The file is plain JSON lines or gzip JSON lines, as its name says (``answers.jsonl`` / ``answers.jsonl.gz``;
 gzip is recognised by its content too). A cache named one way is found under the other name when only that one
@@ -44,6 +57,8 @@ Usage:
     >>> sha = context_sha([Document(id="p1", content="Paris is the capital of France.")])
     >>> reuse_decision({"context_sha": sha}, sha), reuse_decision({}, sha), reuse_decision({"context_sha": "x"}, sha)
     ('reuse', 'context_unchecked', 'stale_context')
+    >>> reuse_decision({"query": "Capital of France?", "context_sha": sha}, sha, question="Capital of Spain?")
+    'stale_question'
 """
 
 from __future__ import annotations
@@ -67,12 +82,20 @@ from icr2_components.records.gzip_lines import (
 NO_CONTEXT = "none"
 #: the reuse decisions (``reuse_decision``); all but the first are also run counters
 REUSE, STALE_CONTEXT, CONTEXT_UNCHECKED, STALE_BUDGET = "reuse", "stale_context", "context_unchecked", "stale_budget"
+STALE_QUESTION, QUESTION_UNCHECKED = "stale_question", "question_unchecked"
 #: the decisions that redo a cached answer (or, in a report-only run, leave it out)
-STALE = (STALE_CONTEXT, STALE_BUDGET)
+STALE = (STALE_CONTEXT, STALE_BUDGET, STALE_QUESTION)
+#: the decisions that reuse a cached answer whose inputs the record cannot show (counted, so that it shows)
+UNCHECKED = (CONTEXT_UNCHECKED, QUESTION_UNCHECKED)
+#: the fields of an answer record that are the question set's labels, not part of the answer (``with_labels``)
+LABEL_FIELDS = ("answers", "gold_ids", "conflicting_answer", "task_type")
 _ANY_BUDGET = object()
+_ANY_QUESTION = object()
 
 
 def cache_key(pipeline_hash: str, question_id: str, context_type: str) -> str:
+    """The key of one answer: pipeline hash, question id and context type (the inputs a record stores besides are
+    checked by ``reuse_decision``)."""
     return f"{pipeline_hash}|{question_id}|{context_type}"
 
 
@@ -84,20 +107,40 @@ def context_sha(documents: Sequence[Any] | None) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def reuse_decision(record: dict[str, Any], expected_sha: str | None, max_new_tokens: Any = _ANY_BUDGET) -> str:
-    """Whether a finished cached ``record`` may stand for the context built now (``expected_sha``: its
-    ``context_sha``, None where compare gives no passages, i.e. open retrieval): ``"reuse"``; ``"stale_context"``
-    (recorded for other passages: re-answer it, or leave it out of a report-only run); or ``"context_unchecked"``
-    (a record written before ``context_sha`` existed: reused, and counted so that it shows). Given the run's
-    ``max_new_tokens``, a record answered under another budget is ``"stale_budget"`` (re-answered likewise)."""
+def reuse_decision(record: dict[str, Any], expected_sha: str | None, max_new_tokens: Any = _ANY_BUDGET,
+                   question: Any = _ANY_QUESTION) -> str:
+    """Whether a finished cached ``record`` may stand for the answer this run would give.
+
+    :param record: the cached answer record.
+    :param expected_sha: the ``context_sha`` of the passages compare gives now (None where it gives none, i.e.
+        open retrieval, which the pipeline hash covers).
+    :param max_new_tokens: the run's answer budget (left out: not checked).
+    :param question: the question's text now (left out: not checked).
+    :returns: ``"reuse"``; ``"stale_budget"`` (answered under another budget), ``"stale_question"`` (asked another
+        text), ``"stale_context"`` (given other passages): re-answer it, or leave it out of a report-only run (checked
+        in that order); or, when nothing is stale, ``"context_unchecked"`` (a record from before ``context_sha``) or
+        ``"question_unchecked"`` (a record holding no question text): reused, and counted so that it shows.
+    """
     if max_new_tokens is not _ANY_BUDGET and "max_new_tokens" in record and record["max_new_tokens"] != max_new_tokens:
         return STALE_BUDGET
-    if expected_sha is None:
-        return REUSE
-    if "context_sha" not in record or record["context_sha"] is None:
-        return CONTEXT_UNCHECKED
-    return REUSE if record["context_sha"] == expected_sha else STALE_CONTEXT
+    question_known = isinstance(record.get("query"), str)
+    if question is not _ANY_QUESTION and question_known and record["query"] != question:
+        return STALE_QUESTION
+    if expected_sha is not None:
+        if "context_sha" not in record or record["context_sha"] is None:
+            return CONTEXT_UNCHECKED
+        if record["context_sha"] != expected_sha:
+            return STALE_CONTEXT
+    if question is not _ANY_QUESTION and not question_known:
+        return QUESTION_UNCHECKED
+    return REUSE
 
+
+def with_labels(record: dict[str, Any], labels: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an answer ``record`` carrying the question set's labels now (``labels``: the ``LABEL_FIELDS`` a run
+    builds for its question and context type) in place of those it was written with; the answer's own fields
+    stay. Scoring reads the copy, never the cached labels."""
+    return {**record, **{k: labels[k] for k in LABEL_FIELDS if k in labels}}
 
 
 #: the field holding a line's own content hash (``seal``), and the one naming the record a line replaces

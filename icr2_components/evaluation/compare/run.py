@@ -15,7 +15,11 @@ Each answer record keeps the passages shown (``shown_ids``, prompt order), the q
 from which the report draws its position curves. Records of given passages (controlled types, the oracle's
 ``open``) carry ``context_sha``; a cached one whose passages differ from this run's is redone (or, with
 ``report_only``, left out) and counted in ``run.counters.stale_context``; ones from before ``context_sha`` are
-reused and counted in ``run.counters.context_unchecked`` (``compare_cache``).
+reused and counted in ``run.counters.context_unchecked``. Every record keeps the question's text (``query``); one
+asked another text than the question set's now is redone likewise (``run.counters.stale_question``). Gold labels
+are not part of an answer: every answer, cached or new, is scored with the labels of the question set given now,
+and cached answers written with other labels are counted in ``run.counters.labels_changed``
+(``evaluation.compare.cache``).
 
 Datasets (``kilt.questions``): a KILT task file (default: the bundled NQ sample), an ICR2 benchmark JSONL, or a
 question set in a user's format (``kilt.question_sets.QuestionSet``: JSON lines, CSV, Parquet, a saved ``datasets``
@@ -49,13 +53,18 @@ from icr2_components.errors import ComponentLoadError, find_in_causes
 from icr2_components.evaluation.compare.batching import batched_jobs, check_batch_size
 from icr2_components.evaluation.compare.cache import (
     CONTEXT_UNCHECKED,
+    LABEL_FIELDS,
+    QUESTION_UNCHECKED,
     STALE,
     STALE_BUDGET,
     STALE_CONTEXT,
+    STALE_QUESTION,
+    UNCHECKED,
     AnswerCache,
     cache_key,
     context_sha,
     reuse_decision,
+    with_labels,
 )
 from icr2_components.evaluation.compare.held_out import pipeline_seeds, question_file_comments, select_questions
 from icr2_components.evaluation.compare.splits import (
@@ -127,20 +136,32 @@ def expected_context_sha(spec: PipelineSpec, question: CompareQuestion, contexts
     return context_sha(contexts.documents(context_type))
 
 
+def question_labels(question: CompareQuestion, contexts: ContextSet, context_type: str) -> dict[str, Any]:
+    """The question set's labels of one question and context type (``cache.LABEL_FIELDS``): what its answers are
+    scored with, never part of the answer."""
+    return {
+        "answers": question.answers,
+        "gold_ids": [d.id for d in question.gold_documents],
+        "conflicting_answer": contexts.conflicting_answer if context_type == "conflicting" else None,
+        "task_type": question.task_type,
+    }
+
+
 def _base_record(spec: PipelineSpec, question: CompareQuestion, context_type: str, contexts: ContextSet,
                  sha: str | None = None, max_new_tokens: int | None = None) -> dict:
+    labels = question_labels(question, contexts, context_type)
     record = {
         "key": cache_key(spec.hash, question.id, context_type),
         "pipeline": spec.name,
         "pipeline_file": spec.path,
         "pipeline_hash": spec.hash,
         "question_id": question.id,
-        "query": question.query,
-        "task_type": question.task_type,
+        "query": question.query,  # the text asked: a record asked another text is stale_question
+        "task_type": labels["task_type"],
         "context_type": context_type,
-        "answers": question.answers,
-        "gold_ids": [d.id for d in question.gold_documents],
-        "conflicting_answer": contexts.conflicting_answer if context_type == "conflicting" else None,
+        "answers": labels["answers"],
+        "gold_ids": labels["gold_ids"],
+        "conflicting_answer": labels["conflicting_answer"],
         "selects_passages": "documents" in spec.outputs and not spec.documents_input,
         "reads_context": spec.context_input is not None,
         "max_new_tokens": max_new_tokens,  # the budget asked (None: the pipeline's own): another run's is stale
@@ -208,7 +229,8 @@ def _plan_steps(questions, specs, types, contexts, cache: AnswerCache, report_on
                 sha = expected_context_sha(spec, question, contexts[question.id], context_type)
                 record = _base_record(spec, question, context_type, contexts[question.id], sha, max_new_tokens)
                 key = record["key"]
-                cached = cache.done(key) and reuse_decision(cache.records[key], sha, max_new_tokens) not in STALE
+                cached = cache.done(key) and reuse_decision(cache.records[key], sha, max_new_tokens,
+                                                            question.query) not in STALE
                 documents, controlled, missing = _context_documents(spec, question, contexts[question.id], context_type)
                 step = _Step(spec, question, context_type, sha, record, first_key, documents, controlled, missing,
                              report_only)
@@ -233,12 +255,14 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
     spec, question, record = step.spec, step.question, dict(step.record)
     key = record["key"]
     if cache.done(key):
-        decision = reuse_decision(cache.records[key], step.sha, max_new_tokens)
+        decision = reuse_decision(cache.records[key], step.sha, max_new_tokens, question.query)
         if decision not in STALE:
             counters["cached"] += 1
-            counters[CONTEXT_UNCHECKED] += int(decision == CONTEXT_UNCHECKED)
+            if decision in UNCHECKED:
+                counters[decision] += 1
             return None
-        counters[decision] += 1  # answered for other passages or another budget: redo it (report_only: leave out)
+        # asked another text, given other passages or another budget: redo it (report_only: leave it out)
+        counters[decision] += 1
     if step.report_only:
         return None
     if step.missing:  # counted once per question, for every pipeline alike
@@ -306,6 +330,7 @@ def run_compare(
     judge_metrics: Sequence[str] | str | None = None,
     judge_concurrency: int | None = None,
     reuse_prompt_prefix: bool = False,
+    records_out: list[dict] | None = None,
 ) -> dict[str, Any]:
     """Run, cache, aggregate and write the report (``report.json``, ``report.md``, ``report.html``, PNGs) and the
     question ids used (``question_ids.txt``). ``baseline``: the pipeline (name) every other is compared with on the
@@ -321,12 +346,97 @@ def run_compare(
     metrics (``judge_metrics``, default all; ``evaluation.judging``), cached in ``judgements.jsonl``, at
     ``judge_concurrency`` (default the judge backend's); the report's ``judge`` section. ``reuse_prompt_prefix``:
     readers that can (``LocalChatReader``) start each reply from the last prompt's key/value cache, cropped to
-    the prefix both prompts share (in float32 the same greedy replies: the cache and report are those without)."""
-    from tqdm.auto import tqdm
-
+    the prefix both prompts share (in float32 the same greedy replies: the cache and report are those without).
+    ``records_out``: a list that receives the answer records the report scored (cached or new, each carrying the
+    question set's labels now), for a caller that scores them further (``icr2 reproduce``'s experiments)."""
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
     from icr2_components.evaluation.reports.rendering import write_report
 
+    types, slots = _checked_settings(context_types, limit, max_new_tokens, backend, concurrency, batch_size)
+    specs = load_specs(pipelines, backend, reuse_prompt_prefix=boolean(reuse_prompt_prefix, "reuse_prompt_prefix"))
+    if judge is not None:  # a bad judge backend or metric name fails before any question runs
+        judge, judge_metrics = _judge_and_metrics(judge, judge_metrics)
+    baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
+    if not report_only:
+        _warm_up(specs, types, slots)
+    selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
+                                 split_seed=split_seed, dev_fraction=dev_fraction)
+    questions, dataset_path = _read_selected_questions(selection, index)
+    contexts = _build_contexts(questions, dataset_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
+    cache = AnswerCache(out / CACHE_FILE)
+    # stale_context: cached answers given other passages than this run's (re-answered, or left out by
+    # report_only); stale_question: asked another question text (likewise); stale_budget: cached answers under
+    # another --max-new-tokens (likewise); context_unchecked / question_unchecked: cached answers that cannot show
+    # their passages / their question, reused unchecked; labels_changed: reported answers written with other gold
+    # labels than the question set's now (scored with now's); truncated: answers of this run cut at their token
+    # budget (finish_reason "length", where the reader says)
+    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "failed_requests": 0,
+                "truncated": 0, STALE_CONTEXT: 0, STALE_QUESTION: 0, STALE_BUDGET: 0, CONTEXT_UNCHECKED: 0,
+                QUESTION_UNCHECKED: 0, "labels_changed": 0}
+    missing_contexts = _missing_contexts(contexts, types)
+    answer_wall_seconds = _answer_every_step(questions, specs, types, contexts, cache, counters, report_only,
+                                             max_new_tokens, slots, batch_size, progress)
+    records = _reported_records(cache, specs, questions, contexts, types, max_new_tokens, counters)
+    partial = None
+    if report_only:
+        records, partial = _complete_questions_only(records, questions, specs, types, contexts)
+    if records_out is not None:
+        records_out.extend(dict(r) for r in records)
+    report = build_report(records, specs, types, baseline=baseline, seed=seed,
+                          questions=partial["complete_questions"] if partial else len(questions),
+                          not_built=None if partial else missing_contexts)
+    if judge is not None:
+        from icr2_components.evaluation.judging.compare_judging import given_passages, judge_section
+
+        report["judge"] = judge_section(records, judge, out, [s.name for s in specs], types,
+                                        report["paired"]["baseline"], given=given_passages(questions, contexts, types),
+                                        metrics=judge_metrics, concurrency=judge_concurrency, progress=progress,
+                                        ask=not report_only, seed=seed)
+    report["run"] = {
+        "dataset": dataset_label(dataset_path),
+        # the format read, and for a question set its field mapping and how many questions have each field
+        "question_set": describe_question_source(dataset_path, questions),
+        # the question set whose labels scored every answer, cached or new (its path above and its SHA-256)
+        "dataset_sha256": selection.dataset_sha256,
+        "questions": len(questions),
+        "question_ids": selection.ids,
+        "question_ids_sha256": ids_hash(selection.ids),
+        "question_ids_file": str(ids_file),
+        "selection": selection.describe(),
+        "seeds": {"split_seed": split_seed if split is not None else None, "stats_seed": seed, **(seeds or {}),
+                  "pipelines": {s.name: pipeline_seeds(s.data) for s in specs}},
+        "context_types": types,
+        "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
+        "max_new_tokens": max_new_tokens,
+        "batch_size": batch_size,
+        "reuse_prompt_prefix": reuse_prompt_prefix,
+        "backend": backend.describe() if backend is not None else "pipelines' own (local)",
+        "counters": counters,
+        "concurrency": slots,
+        # this run's answering: wall seconds of the loop and model answers per wall second (timing, not results)
+        "answer_wall_seconds": round(answer_wall_seconds, 3),
+        "answers_per_second": round(counters["model_runs"] / answer_wall_seconds, 3) if answer_wall_seconds else None,
+        "dataset_skips": selection.skips.as_dict(),
+        "missing_contexts": missing_contexts,
+        "unreadable_cache_lines": cache.unreadable_lines,
+        "cache": str(out / CACHE_FILE),
+        # the summed generation time of the answers reported (their latency_s), whatever run produced them
+        "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
+        "report_only": partial,
+    }
+    write_report(report, out)
+    return report
+
+
+def _checked_settings(context_types: Sequence[str] | str, limit: int | None, max_new_tokens: int | None,
+                      backend: Backend | None, concurrency: int | None, batch_size: int) -> tuple[list[str], int]:
+    """The context types asked and the answers requested at once, once the run's numbers are checked.
+
+    :raises ValueError: an unknown context type, a limit or token budget below 1, a bad concurrency or batch size.
+    """
     types = parse_context_types(context_types)
     if limit is not None and limit < 1:
         raise ValueError("--limit must be a positive integer.")
@@ -334,21 +444,31 @@ def run_compare(
         raise ValueError("--max-new-tokens must be a positive integer.")
     slots = request_concurrency(backend, concurrency)
     check_batch_size(batch_size)
-    specs = load_specs(pipelines, backend, reuse_prompt_prefix=boolean(reuse_prompt_prefix, "reuse_prompt_prefix"))
-    if judge is not None:  # a bad judge backend or metric name fails before any question runs
-        from icr2_components.evaluation.judging import RagasJudge, parse_metrics
+    return types, slots
 
-        judge = judge if isinstance(judge, RagasJudge) else RagasJudge(judge)
-        judge_metrics = parse_metrics(judge_metrics)
-    baseline = resolve_baseline(baseline, [s.name for s in specs])  # a wrong name fails before any question runs
-    if not report_only:
-        for spec in specs:  # a component that cannot load fails the run now, not as n failed questions
-            spec.warm_up(spec.pipeline(controlled=False))
-            if slots > 1 and set(types) - {"open"}:  # loaded here, not by the first of several threads at once
-                spec.warm_up(spec.pipeline(controlled=True))
-    selection = select_questions(specs, dataset, limit=limit, question_ids=question_ids, split=split,
-                                 split_seed=split_seed, dev_fraction=dev_fraction)
-    skips = selection.skips
+
+def _judge_and_metrics(judge: Any, judge_metrics: Sequence[str] | str | None) -> tuple[Any, list[str]]:
+    """The judge (a ``RagasJudge`` from a backend name, file or ``Backend``) and its metrics, checked."""
+    from icr2_components.evaluation.judging import RagasJudge
+    from icr2_components.evaluation.judging.ragas_judge import parse_metrics
+
+    return (judge if isinstance(judge, RagasJudge) else RagasJudge(judge)), parse_metrics(judge_metrics)
+
+
+def _warm_up(specs: Sequence[PipelineSpec], types: Sequence[str], slots: int) -> None:
+    """Load every pipeline's components, so that one that cannot load fails the run now, not as n failed
+    questions; a controlled pipeline too when several threads would otherwise load it at once."""
+    for spec in specs:
+        spec.warm_up(spec.pipeline(controlled=False))
+        if slots > 1 and set(types) - {"open"}:
+            spec.warm_up(spec.pipeline(controlled=True))
+
+
+def _read_selected_questions(selection: Any, index: str) -> tuple[list[CompareQuestion], str | QuestionSet]:
+    """The selected questions read with their passages, and what was read; what the selection left out is logged.
+
+    :raises RuntimeError: a selected question the reader could not read back (both apply the same rules).
+    """
     questions, _, dataset_path = read_compare_questions(selection.dataset, index=index, ids=selection.ids)
     read_ids = {q.id for q in questions}
     lost = [i for i in selection.ids if i not in read_ids]
@@ -369,26 +489,35 @@ def run_compare(
             "%d question(s) left out: a pipeline's artifact was probed or trained on them (report run.selection)",
             excluded,
         )
+    return questions, dataset_path
+
+
+def _build_contexts(questions: Sequence[CompareQuestion], dataset_path: str | QuestionSet) -> dict[str, ContextSet]:
+    """Each question's controlled contexts (gold, conflicting, irrelevant, corpus), by question id."""
     pool = answer_pool(dataset_path)
-    contexts = {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus,
-                                        conflicting_answer=q.conflicting_answer)
-                for q in questions}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ids_file = write_question_ids(out / QUESTION_IDS_FILE, selection.ids, question_file_comments(selection))
-    cache = AnswerCache(out / CACHE_FILE)
-    # stale_context: cached answers given other passages than this run's (re-answered, or left out by
-    # report_only); stale_budget: cached answers under another --max-new-tokens (likewise); context_unchecked:
-    # cached answers from before context_sha, reused unchecked
-    # truncated: answers of this run cut at their token budget (finish_reason "length", where the reader says)
-    counters = {"model_runs": 0, "cached": 0, "reused_no_context": 0, "errors": 0, "failed_requests": 0,
-                "truncated": 0, STALE_CONTEXT: 0, STALE_BUDGET: 0, CONTEXT_UNCHECKED: 0}
-    missing_contexts: dict[str, dict[str, int]] = {}
+    return {q.id: build_context_set(q.id, q.answers, q.gold_documents, q.irrelevant_candidates, pool, q.corpus,
+                                    conflicting_answer=q.conflicting_answer)
+            for q in questions}
+
+
+def _missing_contexts(contexts: dict[str, ContextSet], types: Sequence[str]) -> dict[str, dict[str, int]]:
+    """``context type -> reason -> questions`` of the controlled contexts asked that could not be built."""
+    missing: dict[str, dict[str, int]] = {}
     for context_set in contexts.values():
         for context_type, reason in (context_set.reasons or {}).items():
             if context_type in types:
-                bucket = missing_contexts.setdefault(context_type, {})
+                bucket = missing.setdefault(context_type, {})
                 bucket[reason] = bucket.get(reason, 0) + 1
+    return missing
+
+
+def _answer_every_step(questions, specs, types, contexts, cache: AnswerCache, counters: dict[str, int],
+                       report_only: bool, max_new_tokens: int | None, slots: int, batch_size: int,
+                       progress: bool) -> float:
+    """Answer every (question, pipeline, context type) the cache cannot answer, into the cache, in the order of a
+    sequential run; returns the loop's wall seconds."""
+    from tqdm.auto import tqdm
+
     total = len(questions) * len(specs) * len(types)
     steps = _plan_steps(questions, specs, types, contexts, cache, report_only, max_new_tokens, concurrent=slots > 1)
     steps = batched_jobs(steps, batch_size, max_new_tokens)  # the same steps; some calls answer N at once
@@ -402,78 +531,48 @@ def run_compare(
                 streak.observe(ran)
                 bar.set_postfix_str(f"{counters['model_runs'] / (time.perf_counter() - started):.2f} model answers/s",
                                     refresh=False)
-        answer_wall_seconds = time.perf_counter() - started
+        return time.perf_counter() - started
+
+
+def _reported_records(cache: AnswerCache, specs: Sequence[PipelineSpec], questions: Sequence[CompareQuestion],
+                      contexts: dict[str, ContextSet], types: Sequence[str], max_new_tokens: int | None,
+                      counters: dict[str, int]) -> list[dict]:
+    """The cache's records of this run's pipelines, questions and context types that stand for this run's answers
+    (a stale one not redone, in a report-only run or for a context no longer built, stays out), each carrying the
+    labels of the question set now (``cache.with_labels``); those written with other labels are counted in
+    ``counters["labels_changed"]``."""
     by_hash = {s.hash: s for s in specs}
     by_id = {q.id: q for q in questions}
-    records = [
-        r
-        for r in cache
-        if r["pipeline_hash"] in by_hash
-        and r["question_id"] in contexts
-        and r["context_type"] in types
-        # a stale record not redone (report_only, or its context no longer built) stays out of the report
-        and reuse_decision(
-            r,
-            expected_context_sha(
-                by_hash[r["pipeline_hash"]], by_id[r["question_id"]], contexts[r["question_id"]], r["context_type"]
-            ),
-            max_new_tokens,
-        )
-        not in STALE
-    ]
-    partial = None
-    if report_only:
-        # keep only questions answered by every pipeline under every context type built for them, so each paired
-        # comparison stands on the same questions
-        answered: dict[str, set] = {}
-        for r in records:
-            if not r.get("error"):
-                answered.setdefault(r["question_id"], set()).add((r["pipeline_hash"], r["context_type"]))
-        complete = {q.id for q in questions
-                    if {(s.hash, t) for s in specs for t in types if t == "open"
-                        or contexts[q.id].documents(t) is not None} <= answered.get(q.id, set())}
-        records = [r for r in records if r["question_id"] in complete]
-        partial = {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}
-    report = build_report(records, specs, types, baseline=baseline, seed=seed,
-                          questions=partial["complete_questions"] if partial else len(questions),
-                          not_built=None if partial else missing_contexts)
-    if judge is not None:
-        from icr2_components.evaluation.judging.compare_judging import given_passages, judge_section
+    records = []
+    for record in cache:
+        spec, question = by_hash.get(record["pipeline_hash"]), by_id.get(record["question_id"])
+        if spec is None or question is None or record["context_type"] not in types:
+            continue
+        context_set, kind = contexts[question.id], record["context_type"]
+        expected = expected_context_sha(spec, question, context_set, kind)
+        if reuse_decision(record, expected, max_new_tokens, question.query) in STALE:
+            continue
+        labels = question_labels(question, context_set, kind)
+        if any(record.get(k) != labels[k] for k in LABEL_FIELDS):
+            counters["labels_changed"] += 1
+            record = with_labels(record, labels)
+            record["gold_position"] = gold_position(record)  # the first gold passage shown, by now's gold ids
+        records.append(record)
+    return records
 
-        report["judge"] = judge_section(records, judge, out, [s.name for s in specs], types,
-                                        report["paired"]["baseline"], given=given_passages(questions, contexts, types),
-                                        metrics=judge_metrics, concurrency=judge_concurrency, progress=progress,
-                                        ask=not report_only, seed=seed)
-    report["run"] = {
-        "dataset": dataset_label(dataset_path),
-        # the format read, and for a question set its field mapping and how many questions have each field
-        "question_set": describe_question_source(dataset_path, questions),
-        "dataset_sha256": selection.dataset_sha256,
-        "questions": len(questions),
-        "question_ids": selection.ids,
-        "question_ids_sha256": ids_hash(selection.ids),
-        "question_ids_file": str(ids_file),
-        "selection": selection.describe(),
-        "seeds": {"split_seed": split_seed if split is not None else None, "stats_seed": seed, **(seeds or {}),
-                  "pipelines": {s.name: pipeline_seeds(s.data) for s in specs}},
-        "context_types": types,
-        "pipelines": {s.name: {"file": s.path, "hash": s.hash} for s in specs},
-        "max_new_tokens": max_new_tokens,
-        "batch_size": batch_size,
-        "reuse_prompt_prefix": reuse_prompt_prefix,
-        "backend": backend.describe() if backend is not None else "pipelines' own (local)",
-        "counters": counters,
-        "concurrency": slots,
-        # this run's answering: wall seconds of the loop and model answers per wall second (timing, not results)
-        "answer_wall_seconds": round(answer_wall_seconds, 3),
-        "answers_per_second": round(counters["model_runs"] / answer_wall_seconds, 3) if answer_wall_seconds else None,
-        "dataset_skips": skips.as_dict(),
-        "missing_contexts": missing_contexts,
-        "unreadable_cache_lines": cache.unreadable_lines,
-        "cache": str(out / CACHE_FILE),
-        # the summed generation time of the answers reported (their latency_s), whatever run produced them
-        "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
-        "report_only": partial,
-    }
-    write_report(report, out)
-    return report
+
+def _complete_questions_only(records: list[dict], questions: Sequence[CompareQuestion],
+                             specs: Sequence[PipelineSpec], types: Sequence[str], contexts: dict[str, ContextSet]
+                             ) -> tuple[list[dict], dict[str, int]]:
+    """For a report-only run: the records of the questions answered by every pipeline under every context type
+    built for them, so each paired comparison stands on the same questions; and how many questions were
+    complete and incomplete."""
+    answered: dict[str, set] = {}
+    for r in records:
+        if not r.get("error"):
+            answered.setdefault(r["question_id"], set()).add((r["pipeline_hash"], r["context_type"]))
+    complete = {q.id for q in questions
+                if {(s.hash, t) for s in specs for t in types if t == "open"
+                    or contexts[q.id].documents(t) is not None} <= answered.get(q.id, set())}
+    kept = [r for r in records if r["question_id"] in complete]
+    return kept, {"complete_questions": len(complete), "incomplete_questions": len(questions) - len(complete)}

@@ -113,17 +113,19 @@ def _selected_techniques(value: str | None) -> list[tuple[str, str, str, str | N
     return [entry for entry in TECHNIQUES if entry[1] in chosen]
 
 
-def _bcu_by_question(compare_report: dict[str, Any], context_types: list[str]
+def _bcu_by_question(compare_report: dict[str, Any], context_types: list[str], scored: list[dict] | None = None
                      ) -> dict[str, dict[str, dict[str, float]]]:
-    """``{pipeline: {context type: {question id: BCU}}}`` of the run's answers (compare's cache, its ``record_bcu``
-    with the closed-book answer as memory target); answers with an error are left out, as compare leaves them."""
+    """``{pipeline: {context type: {question id: BCU}}}`` of the run's answers (compare's ``record_bcu`` with the
+    closed-book answer as memory target); answers with an error are left out, as compare leaves them. ``scored``:
+    the records compare scored (``run_compare``'s ``records_out``: each with the questions' gold now); None: its
+    cache file as written."""
     from icr2_components.evaluation.compare.cache import read_answer_records
     from icr2_components.evaluation.reports.compare_report import memory_answers, record_bcu
 
     run = compare_report["run"]
     names = {info["hash"]: name for name, info in run["pipelines"].items()}
     wanted = set(run["question_ids"])
-    records = [r for r in read_answer_records(run["cache"])
+    records = [dict(r) for r in (scored if scored is not None else read_answer_records(run["cache"]))
                if r["pipeline_hash"] in names and r["question_id"] in wanted and r["context_type"] in context_types
                and not r.get("error")]
     for record in records:
@@ -263,12 +265,13 @@ class ContextUtilisationBenchmark(Experiment):
         common["max_new_tokens"] = (None if settings.max_new_tokens == self.registered_max_new_tokens
                                     else settings.max_new_tokens)
         paths = [str(path) for _, _, path in kept] + [str(shipped_file("pipelines", MEMORY))]
+        records: list[dict] = []  # scored with the questions' gold now, not a cached answer's
         compared = run_compare(paths, dataset=None, context_types=types, question_ids=ids,
-                               out_dir=settings.out / "compare", baseline=REGULAR, **common)
-        return self.build(compared, [pipeline for _, pipeline, _ in kept], refused, types, settings)
+                               out_dir=settings.out / "compare", baseline=REGULAR, records_out=records, **common)
+        return self.build(compared, [pipeline for _, pipeline, _ in kept], refused, types, settings, records)
 
     def build(self, compared: dict[str, Any], techniques: list[str], refused: list[dict[str, str]],
-              types: list[str], settings: RunSettings) -> dict[str, Any]:
+              types: list[str], settings: RunSettings, records: list[dict] | None = None) -> dict[str, Any]:
         """The report from compare's run: its BCU cells and faithfulness/robustness with their intervals, the
         Pareto front over the techniques (closed-book, robust by construction, is the reference, not a point of
         it), the paired comparisons with regular decoding, the paper's points."""
@@ -292,7 +295,7 @@ class ContextUtilisationBenchmark(Experiment):
                   if entries[n]["faithfulness"] is not None and entries[n]["robustness"] is not None}
         front = pareto_front(points)
         status = pareto_status({n: entries[n] for n in points}, front)
-        scores = _bcu_by_question(compared, types)
+        scores = _bcu_by_question(compared, types, records)
         # a question is complete when every pipeline answered it under every context built for it (a context not
         # built, e.g. no conflicting substitute, has no answer of any pipeline)
         everyone = [*techniques, MEMORY]

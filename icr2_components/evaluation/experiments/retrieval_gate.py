@@ -410,9 +410,10 @@ class RetrievalGate(Experiment):
         dataset = self.write_icr2(questions, out / "data" / "questions.jsonl")
         seeded = (self.seed_answers(Path(options["answers_from"]), paths, dataset, backend, settings.max_new_tokens,
                                     out / "compare" / "answers.jsonl") if options.get("answers_from") else None)
+        records: list[dict] = []  # scored with the gold of the questions now, not a cached answer's
         answered = run_compare([str(p) for p in paths], dataset=str(dataset), context_types=["open"],
-                               out_dir=out / "compare", **settings.compare_settings())
-        scores, counts = scored_answers(self, answered, "open")
+                               out_dir=out / "compare", records_out=records, **settings.compare_settings())
+        scores, counts = scored_answers(self, answered, "open", records)
         model, gate_options = gate_model_settings("smollm2-135m-instruct", backend)
         slots = request_concurrency(backend, settings.concurrency)
         complete = [q for q in questions if q.id in scores[_CLOSED_BOOK] and q.id in scores[_WITH_CONTEXT]]

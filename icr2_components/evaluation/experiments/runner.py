@@ -58,9 +58,12 @@ def reader_of(path: Path, backend) -> Any:
     return reader
 
 
-def scored_answers(experiment: Experiment, report: dict, context_type: str) -> tuple[dict, dict]:
+def scored_answers(experiment: Experiment, report: dict, context_type: str,
+                   records: list[dict] | None = None) -> tuple[dict, dict]:
     """``{pipeline name: {question id: True/False}}`` of a compare run's answers, and per pipeline the counts of
-    answers left out (failed requests, to be asked again) and of errors (scored wrong)."""
+    answers left out (failed requests, to be asked again) and of errors (scored wrong). ``records``: the answer
+    records the run scored (``run_compare``'s ``records_out``: each with the question set's gold now); None: the
+    run's cache file as written."""
     from icr2_components.evaluation.compare.cache import read_answer_records
 
     run = report["run"]
@@ -68,7 +71,7 @@ def scored_answers(experiment: Experiment, report: dict, context_type: str) -> t
     wanted = set(run["question_ids"])
     scores: dict[str, dict[str, bool]] = {name: {} for name in run["pipelines"]}
     counts: dict[str, dict[str, int]] = {name: {"failed_requests": 0, "errors": 0} for name in run["pipelines"]}
-    for record in read_answer_records(run["cache"]):
+    for record in (records if records is not None else read_answer_records(run["cache"])):
         name = names.get(record["pipeline_hash"])
         if name is None or record["question_id"] not in wanted or record["context_type"] != context_type:
             continue
@@ -162,20 +165,25 @@ def run_curves(experiment: Experiment, settings: RunSettings) -> dict[str, Any]:
     if not prepared.question_ids:
         raise UserInputError(f"{experiment.name}: no question could be drawn ({prepared.drawn}).")
     common = settings.compare_settings()
+    # the answers scored with the gold of the data prepared now (never the gold a cached answer was written with)
+    main_records: list[dict] = []
     main = run_compare([str(p) for p in variant_paths], dataset=str(prepared.conditions_file),
-                       context_types=["corpus"], out_dir=out / "compare", **common)
+                       context_types=["corpus"], out_dir=out / "compare", records_out=main_records, **common)
     references = None
+    reference_records: list[dict] = []
     if reference_paths and prepared.references_file is not None:
         references = run_compare([str(p) for p in reference_paths], dataset=str(prepared.references_file),
-                                 context_types=["open"], out_dir=out / "references", **common)
+                                 context_types=["open"], out_dir=out / "references", records_out=reference_records,
+                                 **common)
 
-    scores, counts = scored_answers(experiment, main, "corpus")
+    scores, counts = scored_answers(experiment, main, "corpus", main_records)
     by_cell: dict[str, dict[str, dict[str, bool]]] = {}
     for variant, answers in scores.items():
         for question_id, right in answers.items():
             base, condition = split_question_id(question_id)
             by_cell.setdefault(variant, {}).setdefault(condition, {})[base] = right
-    reference_scores, reference_counts = (scored_answers(experiment, references, "open") if references is not None
+    reference_scores, reference_counts = (scored_answers(experiment, references, "open", reference_records)
+                                          if references is not None
                                           else ({}, {}))
     report = build_report(experiment, kept, by_cell, reference_scores, prepared, seed=settings.seed)
     report["refused"] = [{"condition": r.condition, "reason": r.reason} for r in refused]

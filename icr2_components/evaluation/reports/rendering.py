@@ -309,6 +309,18 @@ def question_set_lines(described: dict | None) -> list[str]:
     return [line]
 
 
+def dataset_fingerprint(run: dict) -> str:
+    """What a report says after the dataset's path: its SHA-256 (the question set whose gold labels scored every
+    answer, cached or new) and how many cached answers were written with other labels; empty for a report from
+    before the run recorded the SHA-256."""
+    sha = run.get("dataset_sha256")
+    if not sha:
+        return ""
+    changed = (run.get("counters") or {}).get("labels_changed")
+    return (f" (SHA-256 `{sha}`; every answer scored with this file's gold labels"
+            + (f", {changed} cached answer(s) written with other labels re-scored" if changed else "") + ")")
+
+
 def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns
     paths."""
@@ -327,8 +339,8 @@ def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
     run = report.get("run", {})
-    notes = [f"Dataset: `{run.get('dataset')}`, {run.get('questions')} questions; BCU memory target for irrelevant "
-             f"context: {report['memory_target']}.",
+    notes = [f"Dataset: `{run.get('dataset')}`{dataset_fingerprint(run)}, {run.get('questions')} questions; BCU "
+             f"memory target for irrelevant context: {report['memory_target']}.",
              f"Dataset skips: {json.dumps((run.get('dataset_skips') or {}).get('counts', {}))}; contexts not built: "
              f"{json.dumps(run.get('missing_contexts', {}))}; model runs {json.dumps(run.get('counters', {}))}.",
              *question_set_lines(run.get("question_set"))]
