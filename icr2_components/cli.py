@@ -13,6 +13,10 @@ reason; a YAML syntax error gives the file, line and column; a component that fa
 unexpected (a bug, or a case not handled yet): it also gets one line, with its class and the hint
 "unexpected error; run with --debug for the traceback", and exit status 1.
 
+Every input a run skips (a bad row, an unreadable file) is named in the run's skip file, one JSON line each
+(``skips.jsonl`` in its output folder, beside its output file, or under the cache root); the console shows the
+first few of each reason and, at the end, the count and the file's path.
+
 ``--debug`` (or ``ICR2_DEBUG=1`` in the environment) lets the exception propagate with its full traceback;
 ``-v/--verbose`` only turns on debug logging.
 """
@@ -165,6 +169,20 @@ def describe_error(error: BaseException, args: argparse.Namespace | None = None)
     return prefix + f"{type(error).__name__}: {one_line(error)}", False
 
 
+def _run_recording_skips(args: argparse.Namespace) -> int:
+    """Run the command with its run's skip file open (every input skipped, named; the path on stderr at the end)."""
+    from icr2_components.preflight import run_skip_file_path
+    from icr2_components.records.skips import skip_file
+
+    with skip_file(run_skip_file_path(args.command, args)) as skipped:
+        code = int(args.handler(args) or 0)
+    if skipped.written:
+        print(f"icr2 {args.command}: {skipped.summary()}", file=sys.stderr)
+    elif skipped.path.is_file() and skipped.path.stat().st_size:
+        skipped.path.write_text("")  # an earlier run's skips: this run skipped nothing
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     apply_environment_defaults()
     parser = build_parser()
@@ -179,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     debug = debug_requested(args)
     try:
-        return int(args.handler(args) or 0)
+        return _run_recording_skips(args)
     except KeyboardInterrupt:
         if debug:
             raise

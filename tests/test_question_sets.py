@@ -82,8 +82,8 @@ def test_csv_lists_in_cells_short_rows_and_a_missing_column_named(tmp_path, nq):
     rows, skips = read_question_rows(questions)
     assert [(r.id, r.answers, r.gold_passage_ids) for r in rows] == [
         ("a", [*nq[0].answers, "Röntgen"], [nq[0].gold_documents[0].id]), ("b", nq[1].answers, [])]
-    assert dict(skips.counts) == {"row has more cells than the header": 1}
-    assert skips.examples["row has more cells than the header"][0].startswith("line 4")
+    assert dict(skips.counts) == {"row does not match the header": 1}
+    assert skips.examples["row does not match the header"][0].startswith("line 4")
     with pytest.raises(QuestionSetError, match=r"answers field is mapped to column 'answer'.*\['qid', 'q', 'gold'"):
         read_question_rows(QuestionSet.from_options(path, fields={"question": "q", "answers": "answer"}))
     with pytest.raises(QuestionSetError, match="no column 'question' holds the questions"):

@@ -7,9 +7,11 @@ Files are read in sorted order of their path relative to the folder, which is ea
 and the stem of its id (``library/json.html-word100o0-00003``); ``title`` is the HTML ``<title>``, the first
 Markdown heading, the PDF's title, or the file's name. ``include`` and ``exclude`` are shell patterns matched
 against that relative path, where ``*`` also crosses folders (``library/*`` is everything under ``library``).
-Counted and skipped: a file the converter cannot read (``unreadable or corrupt file``, with the converter's
-reason: a damaged PDF, bytes that are not UTF-8 in a text file, no permission), a file with no text
-(``empty text``), and a file whose extension no converter reads (``unsupported file type``). HTML, Markdown and
+Counted, named and skipped: a file the converter cannot read (``unreadable or corrupt file``, with the
+converter's reason: a damaged PDF, bytes that are not UTF-8 in a text file, no permission), a file with no text
+(``empty text``: empty, blank, or markup without text, whichever converter reads it), a file whose extension no
+converter reads (``unsupported file type``), a file whose name is not UTF-8 (``file name is not UTF-8``: its
+name would be the passages' ids) and a FIFO, socket, device or broken link (``not a regular file``). HTML, Markdown and
 PDF need the ``formats`` extra (trafilatura, markdown-it-py and mdit_plain, pypdf).
 
 Usage (``indexing/*.yaml``; ``scripts/python_docs.sh`` unpacks the Python documentation this reads):
@@ -41,6 +43,7 @@ from icr2_components.corpora.chunking import Chunker
 from icr2_components.corpora.reader import CorpusReader, register_corpus_reader
 from icr2_components.corpora.settings import ChunkingSettings, ConfigError, CorpusConfig
 from icr2_components.extras import require_extra
+from icr2_components.paths import folder_entry_problem
 from icr2_components.text.blank import is_blank
 
 # extension -> (Haystack converter class name, the modules it needs from the formats extra)
@@ -123,6 +126,21 @@ def _title_of(path: Path, suffix: str, document: Document) -> str:
     return path.stem
 
 
+_SCRIPT_OR_STYLE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _has_visible_text(path: Path) -> bool:
+    """Whether a text, Markdown or HTML file holds any text outside its tags; True for one that is not UTF-8 or
+    cannot be read (the converter's failure is then the reason)."""
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return True
+    text = _TAG.sub(" ", _SCRIPT_OR_STYLE.sub(" ", re.sub(r"<!--.*?-->", " ", text, flags=re.DOTALL)))
+    return bool(html.unescape(text).strip())
+
+
 @register_corpus_reader("folder")
 class FolderCorpusReader(CorpusReader):
     settings_class = FolderCorpusSettings
@@ -190,6 +208,10 @@ class FolderCorpusReader(CorpusReader):
         for relative, path in self.files():
             if self.at_limit():
                 return
+            problem = folder_entry_problem(path, relative)
+            if problem is not None:  # checked first: a FIFO would block the converter, such a name the store
+                self.skips.skip(problem[0], None, problem[1])
+                continue
             suffix = path.suffix.lower()
             if suffix not in CONVERTERS:
                 self.skips.skip("unsupported file type", None, f"{relative} (reads {', '.join(CONVERTERS)})")
@@ -199,7 +221,12 @@ class FolderCorpusReader(CorpusReader):
                 continue
             document, why = self.convert(path, suffix)
             if document is None:
-                self.skips.skip("unreadable or corrupt file", None, f"{relative}: {why[:160]}")
+                # a converter that finds no text in a file it could read (HTML of tags only) returns nothing, as
+                # for a damaged one: the file tells the two apart, so one reason means one thing everywhere
+                if suffix != ".pdf" and not _has_visible_text(path):
+                    self.skips.skip("empty text", None, relative)
+                else:
+                    self.skips.skip("unreadable or corrupt file", None, f"{relative}: {why[:160]}")
                 continue
             if not document.content or is_blank(document.content):
                 self.skips.skip("empty text", None, relative)

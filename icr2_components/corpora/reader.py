@@ -49,6 +49,7 @@ from typing import Any, Callable, ClassVar, Iterator
 from haystack import Document
 
 from icr2_components.corpora.settings import ConfigError, CorpusConfig
+from icr2_components.paths import input_path_problem, special_file_kind
 from icr2_components.records import SkipReport
 from icr2_components.registry import Registry
 
@@ -98,10 +99,16 @@ class CorpusReader(ABC):
         return self.settings.resolved_path()
 
     def path(self) -> Path:
-        """The existing file or folder read; :class:`FileNotFoundError` naming the key when there is none."""
+        """The existing file or folder read; :class:`FileNotFoundError` naming the key when there is none, a
+        :class:`ConfigError` when it is a FIFO, socket or device (reading one waits or never ends), on /proc or
+        /sys, or unreadable."""
         path = self.source_path()
-        if not path.exists():
+        if not path.exists() and special_file_kind(path) is None:
             raise FileNotFoundError(f"corpus.path {path} does not exist (corpus.format: {self.format}).")
+        problem = input_path_problem(path)
+        if problem is not None:
+            raise ConfigError(f"corpus.path: {problem} (corpus.format: {self.format}); give a regular file or "
+                              "folder that can be read.")
         return path
 
     def at_limit(self) -> bool:

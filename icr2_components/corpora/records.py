@@ -2,8 +2,10 @@
 
 One place decides what a bad record is for every tabular format, so that they count alike: the text field
 missing or null (``missing text field``), not a string (``text is not a string``), empty or blank (``empty
-text``); the id field missing, null, empty or not a string or integer; a repeated id (the first record wins, as
-in the KILT reader: a second record with the same id would overwrite the first one's passages).
+text``); the id field missing, null, empty or not a string or integer (a whole float, what an integer column with
+a null becomes in pandas, is the integer: ``7.0`` is the id ``7``); a repeated id (the first record wins, as in the
+KILT reader: a second record with the same id would overwrite the first one's passages). Metadata keeps its type
+(a year stays the integer ``1969``).
 
 Usage:
     >>> from icr2_components.corpora.records import RecordMapper, TableCorpusSettings
@@ -56,6 +58,14 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def _text(value: Any) -> str:
+    """A cell as text; a whole float as the integer it holds (``1969.0`` -> ``1969``: a year in an integer column
+    with a null, which pandas writes as floats)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _meta_value(value: Any) -> Any:
     """A metadata value a store keeps: JSON scalars and lists as they are, anything else as its string."""
     if isinstance(value, (str, int, float, bool)) or value is None:
@@ -97,6 +107,8 @@ class RecordMapper:
             if _is_missing(raw_id):
                 self.skips.skip("missing id field", position, f"no value in '{fields.id}'")
                 return []
+            if isinstance(raw_id, float) and raw_id.is_integer():
+                raw_id = int(raw_id)  # an integer column with a null, as pandas writes it: 7.0 is the id 7
             if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)) or not str(raw_id).strip():
                 self.skips.skip("id is not a string or an integer", position, repr(raw_id)[:60])
                 return []
@@ -107,7 +119,7 @@ class RecordMapper:
         meta: dict[str, Any] = {}
         if fields.title is not None:
             title = record.get(fields.title)
-            meta["title"] = "" if _is_missing(title) else str(title)
+            meta["title"] = "" if _is_missing(title) else _text(title)
         for name in fields.meta:
             if name in record and not _is_missing(record[name]):
                 meta[name] = _meta_value(record[name])

@@ -42,10 +42,10 @@ Usage:
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,10 +248,17 @@ class _BadValue(ValueError):
 
 
 def _scalar_text(value: Any, what: str) -> str:
+    """A cell as text: a string stripped, an integer as written, a float whole or not (``1969.0``, what an integer
+    column with a null becomes in a Parquet file written by pandas, is ``1969``); a NaN or infinite float, or any
+    other type, is a :class:`_BadValue`."""
     if isinstance(value, str):
         return value.strip()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _BadValue(f"{what} is the float {value!r}, not a value")
+        return str(int(value)) if value.is_integer() else repr(value)
     raise _BadValue(f"{what} is {type(value).__name__} {str(value)[:40]!r}")
 
 
@@ -262,11 +269,15 @@ def _text_list(value: Any, what: str, separator: str | None) -> list[str]:
         return []
     if isinstance(value, str):
         text = value.strip()
-        if separator is not None and text.startswith("[") and text.endswith("]"):
+        if separator is not None and text.startswith("["):
+            # a cell opening a JSON list must be one: a broken list (``["a", "b"``) is no answer of its own
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as error:
-                raise _BadValue(f"{what} looks like a JSON list but is not one ({error.msg})") from error
+                raise _BadValue(f"{what} looks like a JSON list but is not one ({error.msg} at character "
+                                f"{error.pos}): {text[:60]!r}") from error
+            if not isinstance(value, list):
+                raise _BadValue(f"{what} starts with '[' but is JSON {type(value).__name__}, not a list")
         else:
             parts = text.split(separator) if separator is not None else [text]
             return [p.strip() for p in parts if p.strip()]
@@ -304,37 +315,14 @@ def _check_columns(questions: QuestionSet, columns: list[str]) -> None:
                                "question-set file).")
 
 
-_EXTRA_CELLS = "\x00extra"  # DictReader's key for the cells past the header
-
-
 def _csv_rows(questions: QuestionSet, skips: SkipReport) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    """The rows of a CSV question set by the package's strict CSV reader (an unclosed quote, a malformed row, a
+    row of another width or bytes that are not UTF-8 are counted and named; a repeated column is an error)."""
+    from icr2_components.records.csv_rows import csv_records
+
     delimiter = "\t" if ".tsv" in [s.lower() for s in Path(questions.path).suffixes] else ","
-    with open(questions.path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle, delimiter=delimiter, restkey=_EXTRA_CELLS)
-        try:
-            header = reader.fieldnames
-        except (csv.Error, UnicodeDecodeError) as error:
-            raise QuestionSetError(f"{questions.path}: the header cannot be read as CSV ({error}).") from error
-        if not header:
-            raise QuestionSetError(f"{questions.path} is empty: a CSV question set needs a header row.")
-        _check_columns(questions, list(header))
-        while True:
-            try:
-                record = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as error:
-                raise QuestionSetError(f"{questions.path} line {reader.line_num}: not readable as CSV ({error}); "
-                                       "fix the line and run again.") from error
-            if _EXTRA_CELLS in record:
-                skips.skip("row has more cells than the header", reader.line_num,
-                           f"{len(header) + len(record[_EXTRA_CELLS])} cells, header {len(header)}")
-                continue
-            if None in record.values() and any(v for v in record.values()):
-                skips.skip("row has fewer cells than the header", reader.line_num,
-                           f"{sum(v is not None for v in record.values())} cells, header {len(header)}")
-                continue
-            yield reader.line_num, record
+    yield from csv_records(questions.path, skips, delimiter, error=QuestionSetError,
+                           on_header=lambda header: _check_columns(questions, header))
 
 
 def _parquet_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, Any]]]:
@@ -347,6 +335,9 @@ def _parquet_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, An
         table = parquet.ParquetFile(questions.path)
     except Exception as error:  # pyarrow raises its own ArrowInvalid for a file that is not Parquet
         raise QuestionSetError(f"{questions.path} is not a Parquet file ({error}).") from error
+    from icr2_components.records.csv_rows import check_header
+
+    check_header(list(table.schema_arrow.names), questions.path, QuestionSetError)
     _check_columns(questions, list(table.schema_arrow.names))
     number = 0
     for batch in table.iter_batches(batch_size=1024):
