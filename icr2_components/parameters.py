@@ -21,19 +21,19 @@ Usage:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from pydantic import Field
 
 from icr2_components.errors import UserInputError
+from icr2_components.strict_mapping import NonNegativeInt, PositiveInt, PositiveNumber, TypeCheckError, check_type
 
 T = TypeVar("T")
 
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+# The declarations of the numeric checks, read by pydantic in strict mode (strict_mapping): no bool for a number,
+# no NaN or infinity, the range beside the type. A component declares a parameter once with one of these (or its
+# own ``Annotated`` type, ranges beside it) and checks the init value and a run's override with :func:`checked`.
+FiniteNumber = float
 
 
 def _refuse(name: str, what: str, value: Any, optional: bool, hint: str) -> UserInputError:
@@ -42,52 +42,69 @@ def _refuse(name: str, what: str, value: Any, optional: bool, hint: str) -> User
     )
 
 
+def _fits(value: Any, declared: Any) -> bool:
+    try:
+        check_type(value, declared, "")
+    except TypeCheckError:
+        return False
+    return True
+
+
+def checked(value: Any, declared: Any, name: str, what: str, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it fits ``declared`` (a type, with its range in ``Annotated``: ``Annotated[float,
+    Field(gt=0, le=2)]``), checked by pydantic in strict mode; None passes with ``optional``. A number comes back
+    as given (an int stays an int in a float parameter).
+
+    :param what: the words for what the parameter must be, e.g. ``"a number in (0, 2]"``.
+    :raises UserInputError: one line naming ``name``, ``what`` and the value (a bool, NaN or infinity is refused
+        wherever a number is declared).
+    """
+    if value is None and optional:
+        return None
+    if not _fits(value, declared):
+        raise _refuse(name, what, value, optional, hint)
+    return value
+
+
 def positive_int(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is an integer >= 1 (or None with ``optional``); else a one-line error naming ``name``.
 
     :param hint: text after "or None", e.g. ``" (no limit)"``.
     """
-    if value is None and optional:
-        return None
-    if not _is_int(value) or value < 1:
-        raise _refuse(name, "a positive integer", value, optional, hint)
-    return value
+    return checked(value, PositiveInt, name, "a positive integer", optional=optional, hint=hint)
 
 
 def non_negative_int(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is an integer >= 0 (or None with ``optional``)."""
-    if value is None and optional:
-        return None
-    if not _is_int(value) or value < 0:
-        raise _refuse(name, "a non-negative integer", value, optional, hint)
-    return value
+    return checked(value, NonNegativeInt, name, "a non-negative integer", optional=optional, hint=hint)
 
 
 def int_between(value: Any, name: str, low: int, high: int, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is an integer in ``[low, high]`` (or None with ``optional``)."""
-    if value is None and optional:
-        return None
-    if not _is_int(value) or not low <= value <= high:
-        raise _refuse(name, f"an integer from {low} to {high}", value, optional, hint)
-    return value
+    return checked(value, Annotated[int, Field(ge=low, le=high)], name, f"an integer from {low} to {high}",
+                   optional=optional, hint=hint)
 
 
 def positive_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
-    """``value`` when it is a number > 0 (or None with ``optional``)."""
-    if value is None and optional:
-        return None
-    if not _is_number(value) or not value > 0:
+    """``value`` when it is a finite number > 0 (or None with ``optional``): infinity and NaN are refused."""
+    if isinstance(value, str):  # a float parameter in code is not YAML: "1e-5" is a string there
         raise _refuse(name, "a number > 0", value, optional, hint)
-    return value
+    return checked(value, PositiveNumber, name, "a number > 0", optional=optional, hint=hint)
 
 
 def number_between(value: Any, name: str, low: float, high: float, *, optional: bool = False, hint: str = "") -> Any:
-    """``value`` when it is a number in ``[low, high]`` (or None with ``optional``)."""
-    if value is None and optional:
-        return None
-    if not _is_number(value) or not low <= value <= high:
+    """``value`` when it is a finite number in ``[low, high]`` (or None with ``optional``)."""
+    if isinstance(value, str):
         raise _refuse(name, f"a number in [{low}, {high}]", value, optional, hint)
-    return value
+    return checked(value, Annotated[float, Field(ge=low, le=high)], name, f"a number in [{low}, {high}]",
+                   optional=optional, hint=hint)
+
+
+def finite_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
+    """``value`` when it is a finite number (not a bool, NaN or infinity), or None with ``optional``."""
+    if isinstance(value, str):
+        raise _refuse(name, "a finite number", value, optional, hint)
+    return checked(value, FiniteNumber, name, "a finite number", optional=optional, hint=hint)
 
 
 def one_of(value: Any, name: str, choices: Iterable[Any], *, optional: bool = False) -> Any:
@@ -161,7 +178,13 @@ def override(call_value: T | None, init_value: T) -> T:
 
 
 __all__ = [
+    "FiniteNumber",
+    "NonNegativeInt",
+    "PositiveInt",
+    "PositiveNumber",
     "boolean",
+    "checked",
+    "finite_number",
     "document_list",
     "int_between",
     "message_list",

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from icr2_components.artifacts.gate_artifact import GateArtifact
-from icr2_components.backends import BackendError, backend_from_dict
+from icr2_components.backends import BackendError
+from icr2_components.backends.pipelines import backend_from_dict
 from icr2_components.models.served_model import ServedModel
 from icr2_components.readers.context_aware_decoding_reader import ContextAwareDecodingReader
 from icr2_components.stores.config import ConfigError, index_config_from_dict
@@ -58,6 +59,7 @@ def test_every_reader_of_a_mapping_uses_it(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"unknown parameters \['coiecd_alfa'\] in ContextAwareDecodingReader; allowed parameters: "
-        r"\[.*'coiecd_alpha'.*\]\. A decoding rule's own parameters are named <rule>_<parameter>\.",
+        r"\[.*'coiecd_alpha'.*\]\. Did you mean 'coiecd_alpha' for 'coiecd_alfa'\? A decoding rule's own parameters "
+        r"are named <rule>_<parameter>\.",
     ):
         ContextAwareDecodingReader._checked_rule_parameters({"coiecd_alfa": 0.5})

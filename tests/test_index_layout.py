@@ -11,8 +11,9 @@ from itertools import islice
 import numpy as np
 import pytest
 
+from icr2_components.errors import ConfigError
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict
+from icr2_components.stores import IndexHandle, index_config_from_dict
 from icr2_components.stores.elasticsearch.index_layout import NODE_DEFAULT_VECTOR_INDEX, IndexLayout, reported_layout
 from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter
 
@@ -81,7 +82,8 @@ def test_layout_values_are_validated_with_one_line_errors(store, embedding, expe
 
 def test_writer_load_replicas_is_validated_and_reaches_the_writer():
     assert es_config().writer.load_replicas == 0
-    for value, expected in ((-1, "writer.load_replicas must be >= 0, or null"), ("x", "key 'load_replicas' is 'x'")):
+    for value, expected in ((-1, r"section 'writer' of test config: key 'load_replicas' is -1 \(an integer\); expected an integer >= 0 or "
+                                r"null \(null keeps the index's replicas\)\."), ("x", "key 'load_replicas' is 'x'")):
         with pytest.raises(ConfigError, match=expected):
             index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                     "writer": {"load_replicas": value}}, source="test config")
@@ -238,7 +240,8 @@ def test_vectors_left_out_of_source_still_answer_knn_and_come_back_without_embed
 @pytest.mark.elasticsearch
 def test_writer_force_merges_after_a_counted_load_when_the_config_asks(elasticsearch_url, es_client, layout_index,
                                                                          sample_files, tmp_path):
-    with pytest.raises(ConfigError, match="writer.force_merge_segments must be >= 1"):
+    with pytest.raises(ConfigError, match=r"key 'force_merge_segments' is 0 \(an integer\); expected an integer >= 1 or null "
+                       r"\(null: no merge\)\."):
         index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                 "writer": {"force_merge_segments": 0}}, source="test config")
     config = index_config_from_dict({

@@ -36,8 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icr2_components.resources import resolve_file, shipped_names
-from icr2_components.strict_mapping import check_known_keys
+from icr2_components.resources import shipped_names
+from icr2_components.resources.lookup import resolve_file
+from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -123,10 +124,8 @@ class GateArtifact:
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a gate artifact (a JSON object); make one with {MAKE_WITH}.")
         check_known_keys(data, cls.__dataclass_fields__, str(path), hint="It is not a gate artifact of this version.")
-        try:
-            return cls(**data)
-        except TypeError as error:
-            raise ValueError(f"{path} is not a complete gate artifact ({error}); make it with {MAKE_WITH}.") from None
+        # every key against its declared type (strict: no NaN or infinity in a cut or a weight, no "0.5" for 0.5)
+        return dataclass_from_mapping(cls, data, str(path), ValueError)
 
     def vectors_path(self, artifact_path: str | os.PathLike) -> Path:
         """The ``.npz`` of a knn artifact, relative to the JSON file's folder."""

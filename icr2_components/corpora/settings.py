@@ -22,13 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from icr2_components.errors import ConfigError
 from icr2_components.models.resolver import SMOLLM2_ALIAS
 from icr2_components.paths import cache_dir
-
-
-class ConfigError(ValueError):
-    """A configuration file or mapping is invalid; the message names the key and what is allowed."""
-
+from icr2_components.strict_mapping import NonNegativeInt, PositiveInt, check_fields
 
 #: what ``{cache}`` in ``corpus.path`` stands for: the project's cache root (``ICR2_CACHE_DIR`` or
 #: ``~/.cache/icr2_components``), where ``scripts/python_docs.sh`` unpacks the Python documentation
@@ -49,16 +46,15 @@ class ChunkingSettings:
     shared by neighbours; or ``split_by: none``: each record is one passage, as it is."""
 
     split_by: str = "word"
-    split_length: int = 100
-    split_overlap: int = 0
+    split_length: PositiveInt = 100
+    split_overlap: NonNegativeInt = 0
 
     def validate(self) -> None:
+        check_fields(self, "section 'corpus.chunking'", ConfigError)
         if self.split_by not in SPLIT_UNITS:
             raise ConfigError(
                 f"corpus.chunking.split_by must be one of {', '.join(SPLIT_UNITS)}, got {self.split_by!r}."
             )
-        if self.split_length < 1:
-            raise ConfigError(f"corpus.chunking.split_length must be >= 1, got {self.split_length}.")
         if not 0 <= self.split_overlap < self.split_length:
             raise ConfigError(
                 f"corpus.chunking.split_overlap must be >= 0 and below split_length ({self.split_length}), got "
@@ -115,9 +111,9 @@ class CorpusConfig:
     # a KILT knowledge-source file, or "sample" for the bundled sample built from shared/data; for other formats
     # their file or folder
     path: str = "sample"
-    passage_words: int = 100
+    passage_words: PositiveInt = 100
     skip_title_paragraph: bool = True
-    max_articles: int | None = None
+    max_articles: PositiveInt | None = None
     # tokenizers whose cost of each passage is counted once at indexing and stored with it (meta token_counts),
     # so a token-budget corpus builder reads it instead of tokenizing (default: the bundled reader's; [] for none)
     count_tokens_for: list[str] = field(default_factory=lambda: [SMOLLM2_ALIAS])
@@ -128,8 +124,7 @@ class CorpusConfig:
     reads_documents: ClassVar[bool] = True
 
     def validate(self) -> None:
-        if self.passage_words < 1:
-            raise ConfigError(f"corpus.passage_words must be >= 1, got {self.passage_words}.")
+        check_fields(self, "section 'corpus'", ConfigError)
         for name in self.count_tokens_for:
             if not isinstance(name, str) or not name.strip():
                 raise ConfigError(
@@ -137,8 +132,6 @@ class CorpusConfig:
                 )
         if len(set(self.count_tokens_for)) != len(self.count_tokens_for):
             raise ConfigError(f"corpus.count_tokens_for repeats a tokenizer: {self.count_tokens_for}.")
-        if self.max_articles is not None and self.max_articles < 1:
-            raise ConfigError("corpus.max_articles must be a positive integer or null.")
         if self.chunking is not None:
             self.chunking.validate()
         self.validate_path()

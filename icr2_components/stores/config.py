@@ -7,9 +7,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field
 
 from icr2_components.corpora import corpus_reader, corpus_settings_from_mapping
 from icr2_components.corpora.kilt import KiltCorpusSettings
@@ -21,7 +22,13 @@ from icr2_components.stores.store_types import (
     store_backend,
     store_backend_names,
 )
-from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
+from icr2_components.strict_mapping import (
+    PositiveInt,
+    PositiveNumber,
+    check_fields,
+    check_known_keys,
+    dataclass_from_mapping,
+)
 
 # The store a config gets when its store section does not say `type` (the embedded one, nothing to start).
 DEFAULT_STORE_TYPE = "in_memory"
@@ -31,7 +38,7 @@ DEFAULT_STORE_TYPE = "in_memory"
 class EmbeddingConfig:
     enabled: bool = True
     model: str = "all-minilm-l6-v2"
-    batch_size: int = 64
+    batch_size: PositiveInt = 64
     # Embeds "title\ncontent", as DPR does.
     meta_fields_to_embed: list[str] = field(default_factory=lambda: ["title"])
     device: str | None = None
@@ -42,15 +49,14 @@ class EmbeddingConfig:
     # one worker process per entry, e.g. [cuda:0, cuda:1] or [cpu, cpu] (null: encode in this process on `device`)
     devices: list[str] | None = None
     # worker processes per device (with `devices`) or on `device`; 1 and no `devices`: no pool
-    processes: int = 1
+    processes: PositiveInt = 1
     # intra-op threads of ONNX Runtime / OpenVINO (and torch in pool workers) per process (null: their default)
-    threads: int | None = None
+    threads: PositiveInt | None = None
     # read passage vectors from the shards `icr2 embed CONFIG --out DIR` wrote, instead of computing them
     vectors_dir: str | None = None
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError("embedding.batch_size must be >= 1.")
+        check_fields(self, "index config section 'embedding'", ConfigError)
         from icr2_components.stores.embedding import validate_embedding_settings
 
         validate_embedding_settings(self, ConfigError)
@@ -58,40 +64,25 @@ class EmbeddingConfig:
 
 @dataclass
 class WriterConfig:
-    batch_size: int = 500
+    batch_size: PositiveInt = 500
     # Elasticsearch: a JSON file recording how far a load got, so an interrupted run resumes
     checkpoint_path: str | None = None
     # Elasticsearch: write the checkpoint every this many confirmed bulks, and at least every checkpoint_seconds,
     # so that a load killed at any moment redoes (re-embeds) only about that many seconds of work
-    checkpoint_every: int = 10
-    checkpoint_seconds: float = 5.0
+    checkpoint_every: PositiveInt = 10
+    checkpoint_seconds: PositiveNumber = 5.0
     # bulk requests in flight at once (Elasticsearch)
-    thread_count: int = 2
-    max_chunk_bytes: int = 50 * 1024 * 1024
+    thread_count: PositiveInt = 2
+    max_chunk_bytes: PositiveInt = 50 * 1024 * 1024
     # Elasticsearch: replicas while the load runs: 0 (fastest; the index's own replicas are restored afterwards) or
     # null (keep them, so that a cluster which loses a node mid-load loses no written passage)
-    load_replicas: int | None = 0
+    load_replicas: Annotated[int, Field(ge=0, description="null keeps the index's replicas")] | None = 0
     # Elasticsearch: force-merge to this many segments per shard after a load whose count check passed (null: no
     # merge); an index loaded once and then read answers faster merged (bench/scale.py)
-    force_merge_segments: int | None = None
+    force_merge_segments: Annotated[int, Field(ge=1, description="null: no merge")] | None = None
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError("writer.batch_size must be >= 1.")
-        if self.thread_count < 1:
-            raise ConfigError("writer.thread_count must be >= 1.")
-        if self.checkpoint_every < 1:
-            raise ConfigError(f"writer.checkpoint_every must be >= 1 (bulk requests), got {self.checkpoint_every}.")
-        if not self.checkpoint_seconds > 0:
-            raise ConfigError(f"writer.checkpoint_seconds must be > 0, got {self.checkpoint_seconds}.")
-        if self.load_replicas is not None and self.load_replicas < 0:
-            raise ConfigError(
-                f"writer.load_replicas must be >= 0, or null to keep the index's replicas; got {self.load_replicas}."
-            )
-        if self.force_merge_segments is not None and self.force_merge_segments < 1:
-            raise ConfigError(
-                f"writer.force_merge_segments must be >= 1, or null for no merge; got {self.force_merge_segments}."
-            )
+        check_fields(self, "index config section 'writer'", ConfigError)
         problem = output_file_problem(self.checkpoint_path) if self.checkpoint_path else None
         if problem:
             raise ConfigError(f"writer.checkpoint_path cannot be written: {problem}.")
@@ -190,7 +181,7 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
 def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> IndexConfig:
     """Load an index config, by path or by shipped name (``kilt-sample``, ``kilt-sample-elasticsearch``);
     ``overrides`` maps dotted keys (``store.index``) to values."""
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     path = resolve_file("indexing", path)
     if not path.exists():

@@ -43,6 +43,7 @@ from icr2_components.stores.errors import (
     IndexNotBuiltError,
 )
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
+from icr2_components.strict_mapping import Fraction, NonNegativeNumber, check_fields
 
 #: past this many passages the in-memory store warns (measured ~28 KB of RAM per passage with 384-d vectors: ~5.5 GiB)
 LARGE_STORE_PASSAGES = 200_000
@@ -59,18 +60,15 @@ class InMemoryStoreSettings(StoreSettings):
     type: str = "in_memory"
     # where the store is saved so that `icr2 search` in another process finds it (default: in the cache)
     persist_path: str | None = None
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
+    bm25_k1: NonNegativeNumber = 0.9
+    bm25_b: Fraction = 0.4
     # BM25's analyzer: english (stemming, stop words) or standard (lower case only); see stores/text_analysis.py.
     # Not saved with the store: the BM25 index is built from the saved passages with this setting at open.
     analyzer: str = DEFAULT_ANALYZER
 
     def validate(self) -> None:
+        check_fields(self, "index config section 'store'", ConfigError)
         validate_analyzer(self.analyzer)
-        if self.bm25_k1 < 0 or not 0 <= self.bm25_b <= 1:
-            raise ConfigError(
-                f"store.bm25_k1 must be >= 0 and store.bm25_b in [0, 1], got {self.bm25_k1} and {self.bm25_b}."
-            )
         # checked with the config, not after the corpus was read and embedded
         problem = output_file_problem(self.persist_path) if self.persist_path else None
         if problem:

@@ -28,10 +28,23 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from icr2_components.paths import output_folder_problem
-from icr2_components.strict_mapping import check_known_keys, check_type, dataclass_from_mapping, field_types
+from icr2_components.strict_mapping import (
+    Fraction,
+    NonNegativeInt,
+    NonNegativeNumber,
+    PositiveInt,
+    PositiveNumber,
+    check_fields,
+    check_known_keys,
+    check_type,
+    dataclass_from_mapping,
+    field_types,
+)
 from icr2_components.text.retrieval_replies import SFT_METHODS
 from icr2_components.training.examples import TRUNCATION_POLICIES
 
@@ -47,29 +60,36 @@ class RecipeError(ValueError):
     """A recipe that cannot be run; the message names the file, the key and what is allowed."""
 
 
+# The ranges of the recipe's numbers are declared beside each field (checked by strict_mapping, in strict mode: no
+# bool, NaN or infinity): a NaN learning rate would otherwise fail inside torch after training had started.
+Positive = PositiveInt
+NonNegative = NonNegativeInt
+HeldOut = Annotated[float, Field(ge=0, lt=1)]
+
+
 @dataclass
 class SampleBuild:
-    limit: int = 16
-    budget_passages: int = 3
-    offset: int = 0
+    limit: Positive = 16
+    budget_passages: Positive = 3
+    offset: NonNegative = 0
     retrievers: list[str] = field(default_factory=lambda: ["bm25"])
-    seed: int = 0
+    seed: NonNegative = 0
 
 
 @dataclass
 class DataOptions:
     train: str | None = None
     validation: str | None = None
-    validation_fraction: float = 0.0
-    limit: int | None = None
+    validation_fraction: HeldOut = 0.0
+    limit: Positive | None = None
     build_sample: SampleBuild | None = None
 
 
 @dataclass
 class LoraOptions:
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
+    r: Positive = 16
+    alpha: Positive = 32
+    dropout: HeldOut = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     merge: bool = True
     train_new_token_embeddings: bool = True
@@ -77,33 +97,33 @@ class LoraOptions:
 
 @dataclass
 class TrainingOptions:
-    learning_rate: float = 1e-5
+    learning_rate: PositiveNumber = 1e-5
     # Full fine-tuning only. Mean-initialised marker rows need a large logit change before greedy decoding emits
     # them: at the base rate a short run learns the whole target except the markers, and a high rate on the whole
     # (tied) embedding matrix wrecks the vocabulary. Set, the marker rows train at this rate and the old vocabulary
     # rows are frozen; the transformer layers train at learning_rate. None: everything at learning_rate.
-    new_token_learning_rate: float | None = None
-    max_steps: int = 10000
-    num_train_epochs: float = 2.0
-    per_device_train_batch_size: int = 1
-    gradient_accumulation_steps: int = 4
+    new_token_learning_rate: PositiveNumber | None = None
+    max_steps: Positive = 10000
+    num_train_epochs: PositiveNumber = 2.0
+    per_device_train_batch_size: Positive = 1
+    gradient_accumulation_steps: Positive = 4
     dtype: str = "float32"
     bf16: bool = False
     gradient_checkpointing: bool = False
     attn_implementation: str = "sdpa"
-    rope_theta: float | None = None
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
+    rope_theta: PositiveNumber | None = None
+    warmup_ratio: Fraction = 0.0
+    weight_decay: NonNegativeNumber = 0.0
     lr_scheduler_type: str = "constant"
-    logging_steps: int = 1
-    eval_steps: int | None = None
-    save_steps: int | None = None
-    save_total_limit: int = 2
-    early_stopping_patience: int | None = None
+    logging_steps: Positive = 1
+    eval_steps: Positive | None = None
+    save_steps: Positive | None = None
+    save_total_limit: Positive = 2
+    early_stopping_patience: Positive | None = None
     # auto: go on from the newest complete checkpoint of the same recipe in output_dir, if any (training/resume.py);
     # true: from the newest (an error when none); false: start over; a path: that checkpoint
     resume_from_checkpoint: bool | str = "auto"
-    seed: int = 0
+    seed: NonNegative = 0
     device: str | None = None
     report_to: str = "none"
     # Throughput levers (bench/training_throughput.py measures each against plain transformers.Trainer):
@@ -112,21 +132,21 @@ class TrainingOptions:
     # batch examples of similar length together (less padding at per_device_train_batch_size > 1);
     group_by_length: bool = False
     # torch threads for the run (None: torch's default, one per core);
-    threads: int | None = None
+    threads: Positive | None = None
     # torch.compile the model (inductor; compile time is paid once per new sequence length bucket).
     torch_compile: bool = False
 
 
 @dataclass
 class HeadOptions:
-    top_k: int = 2
-    proj_dim: int = 256
-    head_learning_rate: float = 1e-3
+    top_k: Positive = 2
+    proj_dim: Positive = 256
+    head_learning_rate: PositiveNumber = 1e-3
     loss: str = "joint"
-    generation_weight: float = 1.0
-    retrieval_weight: float = 1.0
-    tau_start: float = 1.0
-    tau_end: float = 0.1
+    generation_weight: NonNegativeNumber = 1.0
+    retrieval_weight: NonNegativeNumber = 1.0
+    tau_start: PositiveNumber = 1.0
+    tau_end: PositiveNumber = 0.1
     tau_schedule: str = "exponential"
     train_lm: bool = False
     query_aware: bool = False  # the prompt names the question before the corpus too (the head's passages see it)
@@ -138,7 +158,7 @@ class TrainingRecipe:
     model: str
     output_dir: str
     data: DataOptions
-    max_seq_length: int | None = None
+    max_seq_length: Positive | None = None
     truncation: str = "drop_distractors"
     finetuning: str = "full"
     lora: LoraOptions = field(default_factory=LoraOptions)
@@ -172,13 +192,6 @@ def _device(value: Any, where: str) -> None:
                       "present, else CPU).")
 
 
-def _positive(value: Any, where: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise RecipeError(f"{where} must be a positive number, got {value!r}.")
-
-
 def recipe_from_dict(
     values: dict[str, Any], source: str = "<dict>", base_dir: str | os.PathLike | None = None
 ) -> TrainingRecipe:
@@ -208,8 +221,6 @@ def recipe_from_dict(
             path = getattr(data_options, name)
             if path and not os.path.isabs(path):
                 setattr(data_options, name, str(Path(base_dir) / path))
-    if not 0.0 <= data_options.validation_fraction < 1.0:
-        raise RecipeError(f"{source}: data.validation_fraction must be in [0, 1).")
     recipe = TrainingRecipe(
         method=values["method"],
         model=values["model"],
@@ -228,7 +239,10 @@ def recipe_from_dict(
 
 
 def check_recipe(recipe: TrainingRecipe) -> None:
+    """Checks a recipe, read or built in code: every field against its declaration (types and ranges), then the
+    choices and the combinations; one :class:`RecipeError` line naming the file and the key."""
     s, t, h = recipe.source, recipe.training, recipe.retrieval_head
+    check_fields(recipe, s, RecipeError)
     _choice(recipe.truncation, TRUNCATION_POLICIES, f"{s}: truncation")
     _choice(recipe.finetuning, FINETUNING, f"{s}: finetuning")
     _choice(t.attn_implementation, ATTENTION, f"{s}: training.attn_implementation")
@@ -236,16 +250,6 @@ def check_recipe(recipe: TrainingRecipe) -> None:
     _device(t.device, f"{s}: training.device")
     _choice(h.loss, HEAD_LOSSES, f"{s}: retrieval_head.loss")
     _choice(h.tau_schedule, SCHEDULES, f"{s}: retrieval_head.tau_schedule")
-    _positive(recipe.max_seq_length, f"{s}: max_seq_length", allow_none=True)
-    for name in ("learning_rate", "max_steps", "per_device_train_batch_size", "gradient_accumulation_steps",
-                 "num_train_epochs", "logging_steps"):
-        _positive(getattr(t, name), f"{s}: training.{name}")
-    for name in ("eval_steps", "save_steps", "early_stopping_patience", "rope_theta", "new_token_learning_rate",
-                 "threads"):
-        _positive(getattr(t, name), f"{s}: training.{name}", allow_none=True)
-    for name in ("top_k", "proj_dim", "tau_start", "tau_end", "head_learning_rate"):
-        _positive(getattr(h, name), f"{s}: retrieval_head.{name}")
-    _positive(recipe.lora.r, f"{s}: lora.r")
     if t.early_stopping_patience and not (recipe.data.validation or recipe.data.validation_fraction):
         raise RecipeError(
             f"{s}: early stopping needs a validation split (data.validation or data.validation_fraction)."

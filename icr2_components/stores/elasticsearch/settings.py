@@ -19,6 +19,7 @@ from icr2_components.stores.elasticsearch.index_layout import (
     validate_store_layout,
 )
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
+from icr2_components.strict_mapping import Fraction, NonNegativeNumber, check_fields
 
 
 @dataclass
@@ -34,8 +35,8 @@ class ElasticsearchStoreSettings(StoreSettings):
     # title (title.text) are searched as fields. See stores/text_analysis.py.
     analyzer: str = DEFAULT_ANALYZER
     # BM25 parameters of a newly created index (a static index setting: an existing index keeps its own)
-    bm25_k1: float = 0.9
-    bm25_b: float = 0.4
+    bm25_k1: NonNegativeNumber = 0.9
+    bm25_b: Fraction = 0.4
     # an external cluster (see stores/elasticsearch/connection.py): TLS CA file, basic auth (the password from
     # the environment variable password_env); an API key comes from ELASTIC_API_KEY
     ca_certs: str | None = None
@@ -54,6 +55,7 @@ class ElasticsearchStoreSettings(StoreSettings):
     vectors_in_source: bool = True
 
     def validate(self) -> None:
+        check_fields(self, "index config section 'store'", ConfigError)
         validate_analyzer(self.analyzer)
         if not self.hosts:
             raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
