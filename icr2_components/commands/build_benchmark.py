@@ -46,10 +46,15 @@ def run(args) -> int:
     from icr2_components.commands._console import make_console
     from icr2_components.kilt import build_sample, read_kilt_tasks
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
+    from icr2_components.preflight import check_input, check_input_if_present, check_output_file
     from icr2_components.records import SkipReport
     from icr2_components.stores import open_index, retrieval_method_names
     from icr2_components.stores.config import corpus_path
 
+    check_input(args.tasks, "--tasks", folder=False)
+    check_input_if_present(args.index, "--index")
+    check_output_file(args.out, "--out")
+    check_output_file(args.summary, "--summary")
     methods = [m.strip() for m in args.retrievers.split(",") if m.strip()]
     unknown = [m for m in methods if m not in retrieval_method_names()]
     if not methods or unknown:

@@ -197,8 +197,16 @@ def print_report(report: dict) -> None:
 
 
 def run(args) -> int:
+    from icr2_components.preflight import check_input_if_present, check_output_folder, check_text_file
     from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, index_switch_set
 
+    # paths first, before any model or index loads (a FIFO as --dataset would wait for ever)
+    check_input_if_present(args.dataset, "--dataset")
+    check_text_file(args.question_ids, "--question-ids")
+    check_output_folder(args.out, "--out")
+    for option, value in [("--index", args.index), ("--backend", args.backend), ("--judge", args.judge),
+                          *(("--pipelines", p) for p in args.pipelines)]:
+        check_input_if_present(value, option)
     # --index switches every pipeline's IndexRetriever (ICR2_INDEX_CONFIG) for this run, and the data's index
     with index_switch_set(args.index) as switch:
         args.index = switch or DEFAULT_INDEX_CONFIG

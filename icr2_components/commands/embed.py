@@ -46,9 +46,13 @@ def run(args) -> int:
 
     from icr2_components.commands._console import make_console
     from icr2_components.commands.index import parse_overrides
+    from icr2_components.preflight import check_input, check_output_file, check_output_folder
     from icr2_components.stores import load_index_config
     from icr2_components.stores.embedding_shards import embed_to_shards
 
+    check_input(args.config, "config", folder=False)
+    check_output_folder(args.out, "--out")
+    check_output_file(args.report, "--report")
     if args.shard_size < 1:
         raise ValueError(f"--shard-size must be >= 1, got {args.shard_size}.")
     if args.max_shards is not None and args.max_shards < 0:

@@ -73,7 +73,22 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from icr2_components.commands._console import make_console
+    from icr2_components.preflight import (
+        check_device,
+        check_input,
+        check_input_if_present,
+        check_output_file,
+        check_output_folder,
+    )
 
+    check_input(args.data, "data", folder=False)
+    for label_file in args.labels or []:
+        check_input(label_file, "--labels", folder=False)
+    check_input_if_present(args.index, "--index")
+    check_input_if_present(args.backend, "--backend")
+    check_output_folder(args.out_dir, "--out-dir")
+    check_output_file(args.output, "--output")
+    check_device(args.device, "--device")
     if args.labels:
         if args.data:
             raise ValueError("Give either a RetrievalQA JSONL or --labels files, not both.")

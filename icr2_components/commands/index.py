@@ -45,8 +45,12 @@ def run(args) -> int:
     from rich.table import Table
 
     from icr2_components.commands._console import make_console
+    from icr2_components.preflight import check_input_if_present, check_output_file
     from icr2_components.stores import IndexHandle, load_index_config
 
+    check_input_if_present(args.config, "--config")
+    check_input_if_present(args.plan, "--plan")
+    check_output_file(args.report, "--report")
     if args.plan and args.config:
         raise ValueError("--plan CONFIG builds nothing and --config CONFIG builds: give one of them.")
     if args.plan:

@@ -76,7 +76,23 @@ def run(args) -> int:
         reader_for,
         retrievalqa_questions,
     )
+    from icr2_components.preflight import (
+        check_device,
+        check_input,
+        check_input_if_present,
+        check_output_file,
+        check_text_file,
+    )
 
+    for option, files in (("--nq-ids", args.nq_ids), ("--exclude-ids", args.exclude_ids)):
+        for ids_file in files:
+            check_text_file(ids_file, option)
+    for jsonl in args.retrievalqa:
+        check_input(jsonl, "--retrievalqa", folder=False)
+    check_input(args.dataset, "--dataset", folder=False)
+    check_input_if_present(args.backend, "--backend")
+    check_output_file(args.out, "--out")
+    check_device(args.device, "--device")
     console = make_console()
     if not (args.nq_ids or args.nq_range or args.retrievalqa):
         raise ValueError("Name the questions: --nq-ids FILE, --nq-range START:END and/or --retrievalqa JSONL.")

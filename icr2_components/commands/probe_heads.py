@@ -35,8 +35,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from icr2_components.filters.probing.cic_instances import read_benchmark_instances
     from icr2_components.filters.probing.probing_job import choose_instances, probe_to_artifact
+    from icr2_components.preflight import check_device, check_input, check_output_file
     from icr2_components.records import SkipReport
 
+    check_input(args.benchmark, "--benchmark", folder=False)
+    check_output_file(args.output, "--output")
+    check_output_file(args.heatmap, "--heatmap")
+    check_device(args.device, "--device")
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be >= 1.")
     skips = SkipReport(source=args.benchmark)

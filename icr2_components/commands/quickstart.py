@@ -158,7 +158,12 @@ def example_rows(records: list[dict], pipelines: list[str], count: int) -> tuple
 
 
 def run(args) -> int:
+    from icr2_components.preflight import check_input_if_present, check_output_folder
     from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, index_switch_set
+
+    check_output_folder(args.out, "--out")
+    check_input_if_present(args.backend, "--backend")
+    check_input_if_present(getattr(args, "index", None), "--index")
 
     with index_switch_set(getattr(args, "index", None)) as switch:  # ICR2_INDEX_CONFIG for every pipeline
         return _run(args, switch or DEFAULT_INDEX_CONFIG)

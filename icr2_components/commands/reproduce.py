@@ -40,7 +40,10 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from icr2_components.evaluation.experiments import experiment_names, get_experiment
+    from icr2_components.preflight import check_input_if_present, check_output_folder
 
+    check_output_folder(args.out, "--out")
+    check_input_if_present(args.backend, "--backend")
     if args.list or not args.name:
         if not args.list:
             raise ValueError(f"name an experiment: one of {', '.join(experiment_names())} (icr2 reproduce --list).")

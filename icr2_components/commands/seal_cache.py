@@ -20,6 +20,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from icr2_components.evaluation.compare.cache import seal_cache
+    from icr2_components.preflight import check_input
 
+    check_input(args.cache, "cache", folder=False)
     print(json.dumps(seal_cache(args.cache), indent=1))
     return 0

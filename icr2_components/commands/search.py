@@ -21,8 +21,10 @@ def run(args) -> int:
     from rich.table import Table
 
     from icr2_components.commands._console import make_console
+    from icr2_components.preflight import check_input_if_present
     from icr2_components.stores import open_index
 
+    check_input_if_present(args.config, "--config")
     documents = open_index(args.config).retrieve(args.query, method=args.method, top_k=args.top_k)
     if args.json:
         print(

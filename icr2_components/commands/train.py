@@ -28,9 +28,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from icr2_components.preflight import check_input
     from icr2_components.training.recipe import load_recipe
     from icr2_components.training.runner import check_recipe_needs, run_recipe
 
+    check_input(args.config, "--config", folder=False)
     recipe = load_recipe(args.config, dict(parse_override(item) for item in args.set))
     if args.check:
         check_recipe_needs(recipe, announce=print)

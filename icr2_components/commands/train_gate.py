@@ -50,7 +50,22 @@ def run(args) -> int:
     from icr2_components.evaluation.gates.gate_tradeoff import format_curve_table
     from icr2_components.evaluation.gates.gate_training import train_gate
     from icr2_components.evaluation.statistics.intervals import format_interval
+    from icr2_components.preflight import (
+        check_device,
+        check_input,
+        check_input_if_present,
+        check_output_file,
+        check_text_file,
+    )
 
+    for label_file in args.labels:
+        check_input(label_file, "labels", folder=False)
+    for ids_file in args.held_out:
+        check_text_file(ids_file, "--held-out")
+    check_input_if_present(args.backend, "--backend")
+    check_input_if_present(args.index, "--index")
+    check_output_file(args.out, "--out")
+    check_device(args.device, "--device")
     console = make_console()
     signals = [s.strip() for s in args.signals.split(",") if s.strip()]
     held_out = list(dict.fromkeys(args.held_out))

@@ -28,6 +28,8 @@ ADAPTER_CONFIG = "adapter_config.json"
 #: the tokens an adapter's fine-tuning added to its base's tokenizer (HF ``added_tokens`` entries, with their ids)
 ADDED_TOKENS_FILE = "tokenizer_added_tokens.json"
 _ADDED_TOKEN_FIELDS = ("content", "single_word", "lstrip", "rstrip", "normalized", "special")
+#: the files that hold an adapter's weights (peft writes one of them)
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 def is_adapter_folder(path: str | os.PathLike) -> bool:
@@ -92,6 +94,11 @@ def merged_adapter_folder(path: str | os.PathLike, resolve) -> str:
     base = config.get("base_model_name_or_path")
     if not base:
         raise ValueError(f"{path / ADAPTER_CONFIG} names no base_model_name_or_path; the adapter cannot be merged.")
+    if not any((path / name).is_file() for name in ADAPTER_WEIGHTS):
+        # a folder kept for its record (config, training summary) whose weights were cheap to retrain
+        raise ValueError(f"{path} holds no adapter weights ({ADAPTER_WEIGHTS[0]}): only its config and training "
+                         "record were kept. Train it again from its recipe (training_summary.json names it), e.g. "
+                         "icr2 reproduce icr2-fine-tuning --train --conditions ARM.")
     target = cache_dir() / "merged_adapters" / f"{path.resolve().name}-{adapter_digest(path)[:16]}"
     with file_lock(target.with_suffix(".lock")):
         if (target / "config.json").is_file():

@@ -14,6 +14,7 @@ from typing import Any
 
 from icr2_components.extras import require_extra
 from icr2_components.models.resolver import resolve_model
+from icr2_components.preflight import check_device
 
 _DTYPES = {"auto", "float32", "float16", "bfloat16"}
 
@@ -90,6 +91,7 @@ class ModelCache:
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}.")
         device = device or default_device()
+        check_device(device)  # a CUDA device on a machine without one: a line naming the devices it has
         path = resolve_model(model, check_available=True)
         torch_dtype = resolve_torch_dtype(dtype, device)
         # key on the resolved dtype: "auto" and "float32" on a CPU are the same model, loaded once
@@ -112,6 +114,7 @@ class ModelCache:
         from sentence_transformers import SentenceTransformer
 
         device = device or default_device()
+        check_device(device)  # a CUDA device on a machine without one: a line naming the devices it has
         path = resolve_model(model, check_available=True)
         with self._lock:
             if (path, device) not in self._sentence_models:
