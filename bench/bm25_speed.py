@@ -34,7 +34,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
 from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
 
-from icr2_components.kilt import KiltKnowledgeSource, build_sample, read_kilt_tasks  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
+from icr2_components.kilt.tasks import read_kilt_tasks  # noqa: E402
 from icr2_components.stores.in_memory_bm25 import FieldedBM25  # noqa: E402
 
 

@@ -142,8 +142,9 @@ def main() -> int:
     from tqdm import tqdm
 
     from icr2_components.builders.corpus_assembly import CorpusAssembler
-    from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.kilt import KiltKnowledgeSource, build_sample
+    from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
+    from icr2_components.models.cache import MODEL_CACHE
     from icr2_components.models.token_counting import PassageTokenCounter, with_token_counts
 
     load_start = os.getloadavg()[0]

@@ -45,11 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
-from icr2_components.filters import encode_cic_prompt  # noqa: E402
+from icr2_components.filters.passage_scoring import encode_cic_prompt  # noqa: E402
 from icr2_components.filters.probing.head_probing import split_instances  # noqa: E402
 from icr2_components.filters.probing.probing_job import probe_to_artifact  # noqa: E402
-from icr2_components.models import MODEL_CACHE  # noqa: E402
 from icr2_components.models.attention import passage_attention_scores  # noqa: E402
+from icr2_components.models.cache import MODEL_CACHE  # noqa: E402
 from icr2_components.training.sample_data import nq_sample_instances  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -40,7 +40,8 @@ MODEL = "smollm2-135m-instruct"
 
 def build_prompts(questions: int) -> list[dict]:
     """The prompts as JSON-able records: question, gold answers and the user message."""
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.stores import open_index
     from icr2_components.text.templates import render_cic_prompt
 

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     if not args.verify:
         print(json.dumps({"rap": rap_ids()[0], "ph3": ph3_ids()[0]}, indent=1))
         return 0
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.cache import MODEL_CACHE
 
     model, tokenizer = MODEL_CACHE.causal_lm(MODEL, dtype="float32", device="cpu", attn_implementation="sdpa")
     checks = {"rap_heads_smollm2.json": (rap_ids, RAP_NOTE, 0.0), "ph3_heads_smollm2.json": (ph3_ids, PH3_NOTE, 2e-6)}

@@ -38,7 +38,8 @@ from haystack import Document  # noqa: E402
 from sklearn.metrics import ndcg_score  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks  # noqa: E402
 from icr2_components.stores import IndexHandle, index_config_from_dict  # noqa: E402
 
 

@@ -235,7 +235,8 @@ def real_embeddings(documents: list[Document], progress: bool = True) -> np.ndar
 
 def load_questions(count: int, seed: int) -> list[str]:
     """``count`` NQ-sample questions (the bundled sample's KILT task file), a seeded choice in a seeded order."""
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
+    from icr2_components.kilt.tasks import read_kilt_tasks
 
     questions = [task.input for task in read_kilt_tasks(build_sample().tasks)]
     if count > len(questions):

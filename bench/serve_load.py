@@ -488,7 +488,8 @@ def main() -> int:
     if args.requests < 1 or args.concurrency < 1 or args.max_queue < 0:
         parser.error("--requests and --concurrency must be >= 1, --max-queue >= 0")
 
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
+    from icr2_components.kilt.tasks import read_kilt_tasks
 
     questions = [t.input for t in read_kilt_tasks(build_sample().tasks) if t.input.strip()]
     if args.backend:

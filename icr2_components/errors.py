@@ -36,6 +36,11 @@ class MissingContextError(UserInputError):
     pipeline, usually a retrieval that found nothing for the question."""
 
 
+class ConfigError(UserInputError):
+    """A configuration file or mapping (an index config, its ``corpus:`` or ``store:`` section) is invalid; the
+    message names the file, the key and what is allowed."""
+
+
 class ComponentLoadError(Icr2Error):
     """A pipeline's component cannot load (its model, index or artifact is missing or broken): no question can be
     answered, so a run stops at once instead of recording every question as failed."""
@@ -55,6 +60,7 @@ def find_in_causes(error: BaseException, kind: type[BaseException]) -> BaseExcep
 
 __all__ = [
     "ComponentLoadError",
+    "ConfigError",
     "ContextTooLongError",
     "Icr2Error",
     "MissingContextError",

@@ -40,7 +40,7 @@ from haystack import Pipeline
 from haystack.core.errors import DeserializationError, PipelineError
 from haystack.core.serialization import DeserializationCallbacks
 
-from icr2_components.backends import check_model_access
+from icr2_components.backends.pipelines import check_model_access
 from icr2_components.errors import UserInputError
 from icr2_components.models.resolver import BUNDLED_GGUF_FILES, resolve_gguf
 
@@ -70,7 +70,7 @@ def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | No
     :raises FileNotFoundError: Neither a file nor a shipped name (the message lists the shipped names).
     :raises PipelineLoadError: The YAML or a component's parameters are wrong; the message names the file and why.
     """
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     if not isinstance(path, (str, os.PathLike)):
         raise PipelineLoadError(f"path must be a shipped pipeline's name or a pipeline YAML's path, got {path!r}.")

@@ -21,10 +21,11 @@ import yaml
 from haystack import Document, Pipeline
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.backends import Backend, apply_backend
+from icr2_components.backends import Backend
+from icr2_components.backends.pipelines import apply_backend
 from icr2_components.errors import ComponentLoadError
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
-from icr2_components.resources import is_shipped_name, resolve_file
+from icr2_components.resources.lookup import is_shipped_name, resolve_file
 from icr2_components.stores import retrieval_version
 from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, apply_index_switch, index_switch
 

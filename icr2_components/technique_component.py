@@ -44,9 +44,10 @@ def technique_component(name_or_path: str | os.PathLike, backend: Any = None) ->
     :raises PipelineLoadError: The YAML or a component's parameters are wrong.
     :raises ValueError: Malformed ``inputs``/``outputs``, or two outputs read the same socket.
     """
-    from icr2_components.backends import Backend, apply_backend, load_backend
+    from icr2_components.backends import Backend, load_backend
+    from icr2_components.backends.pipelines import apply_backend
     from icr2_components.pipeline_spec import PipelineSpec
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     if backend is not None and not isinstance(backend, (Backend, str, os.PathLike)):
         raise UserInputError(f"backend must be a Backend, a backend file's path or a shipped backend's name, got "

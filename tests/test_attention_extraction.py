@@ -75,7 +75,7 @@ def test_rows_match_eager_tiny_random(family):
 
 
 def test_rows_match_eager_smollm2_gqa(smollm2):
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.cache import MODEL_CACHE
 
     model, tokenizer = smollm2
     eager, _ = MODEL_CACHE.causal_lm(
@@ -92,7 +92,7 @@ def test_rows_match_eager_smollm2_gqa(smollm2):
 
 
 def test_passage_scores_are_span_reductions_of_eager_rows_smollm2(smollm2):
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.cache import MODEL_CACHE
 
     model, tokenizer = smollm2
     eager, _ = MODEL_CACHE.causal_lm(

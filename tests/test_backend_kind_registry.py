@@ -13,15 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.backends import (
-    BackendError,
-    apply_backend,
-    backend_from_dict,
-    backend_kind_class,
-    backend_kind_names,
-    register_backend_kind,
-)
-from icr2_components.backends.kind import BackendKind
+from icr2_components.backends import BackendError, register_backend_kind
+from icr2_components.backends.kind import BackendKind, backend_kind_class, backend_kind_names
+from icr2_components.backends.pipelines import apply_backend, backend_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "icr2_components"

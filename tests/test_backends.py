@@ -11,14 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.backends import (
-    BackendError,
-    apply_backend,
-    backend_from_dict,
-    check_model_access,
-    load_backend,
-    resolve_backend,
-)
+from icr2_components.backends import BackendError, load_backend
+from icr2_components.backends.pipelines import apply_backend, backend_from_dict, check_model_access, resolve_backend
 from icr2_components.pipeline_loading import loads_pipeline
 from icr2_components.pipeline_spec import PipelineSpec
 

@@ -14,7 +14,8 @@ import uuid
 
 import pytest
 
-from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, read_kilt_tasks
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
 from icr2_components.stores import IndexHandle, index_config_from_dict
 from icr2_components.stores.text_analysis import TextAnalyzer, index_analyzer
 

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from icr2_components.builders.benchmark import benchmark_statistics, build_icr2_benchmark
-from icr2_components.kilt import KiltKnowledgeSource, KiltTask, Provenance, read_kilt_tasks
+from icr2_components.kilt import KiltKnowledgeSource, KiltTask
 from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type, read_icr2_benchmark
-from icr2_components.models import MODEL_CACHE
+from icr2_components.kilt.tasks import Provenance, read_kilt_tasks
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.records import SkipReport
 from icr2_components.text.normalization import contains_answer
 

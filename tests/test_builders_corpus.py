@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from icr2_components.builders import ConfounderAwareCorpusBuilder
 from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler, pool_round_robin
-from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, read_kilt_tasks
+from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.kilt.chunking import spans_overlap
-from icr2_components.models import MODEL_CACHE
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.text.templates import render_cic_prompt
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, read_kilt_tasks
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
 from icr2_components.pipeline_loading import load_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

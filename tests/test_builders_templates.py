@@ -7,8 +7,9 @@ from haystack import Document
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from icr2_components.builders import CorpusInContextPromptBuilder
-from icr2_components.kilt import KiltKnowledgeSource, read_kilt_tasks
-from icr2_components.models import MODEL_CACHE
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.kilt.tasks import read_kilt_tasks
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.text.templates import ANSWER_INSTRUCTIONS, TASK_TYPES, format_passage, render_cic_prompt
 
 

@@ -22,7 +22,7 @@ from icr2_components.errors import UserInputError
 from icr2_components.parameters import boolean, document_list, message_list
 from icr2_components.readers import RetrievalReplyParser, ServedChatReader
 from icr2_components.reorderers import GoldAtPositionReorderer, LostInTheMiddleReorderer, PrimacyReorderer
-from icr2_components.resources import resolve_file
+from icr2_components.resources.lookup import resolve_file
 
 DOCS = [Document(id=f"d{i}", content=f"passage {i}") for i in range(4)]
 

@@ -10,7 +10,9 @@ from functools import partial
 
 import pytest
 
-from icr2_components.backends import BackendError, backend_from_dict, backend_kind_class, request_concurrency
+from icr2_components.backends import BackendError
+from icr2_components.backends.kind import backend_kind_class
+from icr2_components.backends.pipelines import backend_from_dict, request_concurrency
 from icr2_components.concurrency import FailureStreak, Job, Outcome, check_concurrency, ordered_calls
 from icr2_components.errors import UserInputError
 

@@ -35,7 +35,8 @@ from icr2_components.evaluation.compare import run as compare_module
 from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.gates.need_labels import NeedQuestion, label_questions
 from icr2_components.readers import ServedChatReader
-from icr2_components.testing import ForwardingProxy, ProxyReply
+from icr2_components.testing import ForwardingProxy
+from icr2_components.testing.forwarding_proxy import ProxyReply
 
 pytestmark = pytest.mark.llama_server
 

@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.corpora import corpus_format_names, corpus_reader, corpus_settings_from_mapping
-from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config, open_index
+from icr2_components.corpora import corpus_reader, corpus_settings_from_mapping
+from icr2_components.corpora.reader import corpus_format_names
+from icr2_components.errors import ConfigError
+from icr2_components.stores import IndexHandle, index_config_from_dict, load_index_config, open_index
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dpr-wiki-sample-1000.jsonl"
 ROWS = 24

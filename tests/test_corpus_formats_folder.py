@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.corpora import ConfigError, corpus_reader, corpus_settings_from_mapping
+from icr2_components.corpora import corpus_reader, corpus_settings_from_mapping
+from icr2_components.errors import ConfigError
 from icr2_components.stores import load_index_config, open_index
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,11 +13,10 @@ from icr2_components.readers import ContextAwareDecodingReader, LocalChatReader
 from icr2_components.readers.decoding_rules import (
     DecodingRule,
     UnknownDecodingRuleError,
-    decoding_rule,
-    decoding_rule_names,
     register_decoding_rule,
     registry,
 )
+from icr2_components.readers.decoding_rules.registry import decoding_rule, decoding_rule_names
 
 TOKENS = 6
 CPU = {"dtype": "float32", "device": "cpu"}

@@ -7,17 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from icr2_components.readers.decoding_rules import (
-    DecodingRule,
-    UnknownDecodingRuleError,
-    decoding_rule,
-    decoding_rule_class,
-    decoding_rule_names,
-    entropy,
-)
+from icr2_components.readers.decoding_rules import DecodingRule, UnknownDecodingRuleError
 from icr2_components.readers.decoding_rules.acd import acd_logits, acd_mixing_weight
+from icr2_components.readers.decoding_rules.base import entropy
 from icr2_components.readers.decoding_rules.cad import cad_logits
 from icr2_components.readers.decoding_rules.coiecd import COIECDParameters, coiecd_constraint, coiecd_logits
+from icr2_components.readers.decoding_rules.registry import decoding_rule, decoding_rule_class, decoding_rule_names
 
 
 def _pair(seed=0, shape=(3, 50)):

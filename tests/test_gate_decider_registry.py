@@ -5,16 +5,8 @@ ones; the CLI offers what the registry holds."""
 import pytest
 from haystack import Pipeline
 
-from icr2_components.gates import (
-    GateDecider,
-    GateDecision,
-    GateQuestion,
-    TimeAwareRetrievalGate,
-    YesNoAnswer,
-    gate_decider_class,
-    gate_decider_names,
-    register_gate_decider,
-)
+from icr2_components.gates import GateDecider, GateDecision, GateQuestion, TimeAwareRetrievalGate, register_gate_decider
+from icr2_components.gates.gate_decider import YesNoAnswer, gate_decider_class, gate_decider_names
 
 BUILT_IN = {"ta_are", "vanilla", "threshold", "always", "never"}
 

@@ -36,7 +36,7 @@ def tiny_char_level_model_dir(tmp_path_factory):
 
 
 def test_plumbing_tokenizer_without_single_yes_no_tokens_falls_back_to_sequence_logprobs(tiny_char_level_model_dir):
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.cache import MODEL_CACHE
 
     gate = TimeAwareRetrievalGate(method="vanilla", model=str(tiny_char_level_model_dir),
                                   model_settings={"dtype": "float32", "device": "cpu"})

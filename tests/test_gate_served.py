@@ -16,7 +16,8 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.utils import Secret
 
 from icr2_components.backends import load_backend
-from icr2_components.gates import TimeAwareRetrievalGate, parse_yes_no_reply
+from icr2_components.gates import TimeAwareRetrievalGate
+from icr2_components.gates.yes_no_scoring import parse_yes_no_reply
 from icr2_components.models.served_model import ServedModelError
 from icr2_components.pipeline_loading import loads_pipeline
 from icr2_components.pipeline_spec import PipelineSpec

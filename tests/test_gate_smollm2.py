@@ -10,8 +10,9 @@ from haystack import Pipeline
 from haystack.core.serialization import component_from_dict, component_to_dict
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.gates import TimeAwareRetrievalGate, parse_yes_no_reply
+from icr2_components.gates import TimeAwareRetrievalGate
 from icr2_components.gates.demonstrations import default_pool_path, load_demonstration_pool
+from icr2_components.gates.yes_no_scoring import parse_yes_no_reply
 from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 from icr2_components.readers import LocalChatReader
 

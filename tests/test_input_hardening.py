@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from icr2_components.errors import ConfigError
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.records import CorpusReadError, SkipReport, iter_jsonl
-from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config
+from icr2_components.records import CorpusReadError, SkipReport
+from icr2_components.records.reading import iter_jsonl
+from icr2_components.stores import IndexHandle, index_config_from_dict, load_index_config
 from icr2_components.stores.errors import EmptyCorpusError, EmptyIndexError
 from icr2_components.strict_mapping import TypeCheckError, check_type
 

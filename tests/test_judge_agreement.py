@@ -8,8 +8,9 @@ import json
 import yaml
 from sklearn.metrics import cohen_kappa_score
 
-from icr2_components.evaluation.judging import JUDGEMENTS_FILE, RagasJudge, judge_answers
+from icr2_components.evaluation.judging import RagasJudge, judge_answers
 from icr2_components.evaluation.judging.agreement import judge_agreement, kappa_interval
+from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
 from icr2_components.testing import FixedAnswerServer
 
 # a judge that writes back a question: answer relevance scores it, the rating metrics read its "0"

@@ -15,7 +15,8 @@ import pytest
 
 from icr2_components.backends import load_backend
 from icr2_components.evaluation.compare.run import run_compare
-from icr2_components.evaluation.judging import JUDGE_METRICS, JUDGEMENTS_FILE
+from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
+from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS
 from icr2_components.testing.forwarding_proxy import ForwardingProxy
 
 pytestmark = pytest.mark.llama_server

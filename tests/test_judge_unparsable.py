@@ -15,9 +15,8 @@ import yaml
 
 from icr2_components.backends import load_backend
 from icr2_components.evaluation.compare.run import run_compare
-from icr2_components.evaluation.judging import JUDGE_METRICS, JUDGEMENTS_FILE
-from icr2_components.evaluation.judging.judgements import NO_PASSAGES
-from icr2_components.evaluation.judging.ragas_judge import JudgeRequestError
+from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, NO_PASSAGES
+from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS, JudgeRequestError
 from icr2_components.testing import FixedAnswerServer
 
 REPLY = "I would rather not say."  # no rating digit, no JSON: nothing ragas can read

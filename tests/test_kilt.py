@@ -4,8 +4,11 @@ import json
 
 import pytest
 
-from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, Provenance, chunk_article, read_kilt_tasks
-from icr2_components.records import SkipReport, open_text
+from icr2_components.kilt import KiltKnowledgeSource
+from icr2_components.kilt.chunking import chunk_article
+from icr2_components.kilt.tasks import PassageSpanIndex, Provenance, read_kilt_tasks
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import open_text
 
 
 def test_chunking_counts_words_and_keeps_exact_offsets():

@@ -15,12 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from icr2_components.models import (
-    SMOLLM2_GGUF_ALIAS,
-    ModelResolutionError,
-    bundled_gguf_path,
-    resolve_gguf,
-)
+from icr2_components.models import ModelResolutionError, resolve_gguf
+from icr2_components.models.resolver import SMOLLM2_GGUF_ALIAS, bundled_gguf_path
 from icr2_components.pipeline_loading import loads_pipeline
 
 GENERATOR = "haystack_integrations.components.generators.llama_cpp.chat.chat_generator.LlamaCppChatGenerator"

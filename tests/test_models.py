@@ -8,7 +8,8 @@ from haystack import Pipeline
 from haystack.components.builders import ChatPromptBuilder
 from haystack.dataclasses import ChatMessage
 
-from icr2_components.models import MODEL_CACHE, ModelResolutionError, resolve_model
+from icr2_components.models import ModelResolutionError, resolve_model
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.pipeline_loading import PipelineLoadError, loads_pipeline
 from icr2_components.readers import LocalChatReader
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.kilt import read_kilt_tasks
+from icr2_components.kilt.tasks import read_kilt_tasks
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.stores.index_switch import INDEX_CONFIG_ENV
 

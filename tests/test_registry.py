@@ -139,7 +139,8 @@ def test_bad_construction_and_names_are_refused():
 
 def test_the_four_registries_keep_their_messages_and_orders():
     from icr2_components.gates.gate_decider import gate_decider_class
-    from icr2_components.readers.decoding_rules import UnknownDecodingRuleError, decoding_rule_class
+    from icr2_components.readers.decoding_rules import UnknownDecodingRuleError
+    from icr2_components.readers.decoding_rules.registry import decoding_rule_class
     from icr2_components.stores.backend import UnknownStoreBackendError, store_backend, store_backend_names
     from icr2_components.stores.retrieval_methods import (
         UnknownRetrievalMethodError,

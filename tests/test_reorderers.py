@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.models import MODEL_CACHE
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.reorderers import (
     GoldAtPositionReorderer,
@@ -17,8 +17,8 @@ from icr2_components.reorderers import (
     PrimacyReorderer,
     RecencyReorderer,
     ReverseReorderer,
-    lost_in_the_middle_order,
 )
+from icr2_components.reorderers.ordering import lost_in_the_middle_order
 
 TOKENIZER = "smollm2-135m-instruct"
 ALL = (LostInTheMiddleReorderer, PrimacyReorderer, RecencyReorderer, ReverseReorderer, GoldAtPositionReorderer)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from icr2_components.cli import main
-from icr2_components.evaluation.experiments import experiment_names, get_experiment
+from icr2_components.evaluation.experiments import get_experiment
+from icr2_components.evaluation.experiments.protocol import experiment_names
 from icr2_components.evaluation.experiments.runner import run_experiment
 
 REPO = Path(__file__).resolve().parents[1]

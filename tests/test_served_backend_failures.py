@@ -8,7 +8,8 @@ import time
 import pytest
 import yaml
 
-from icr2_components.backends import BackendError, backend_from_dict
+from icr2_components.backends import BackendError
+from icr2_components.backends.pipelines import backend_from_dict
 from icr2_components.cli import main
 from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.models.served_model import ServedModelError, ServedTokenizer

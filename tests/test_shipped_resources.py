@@ -24,7 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from icr2_components.resources import KINDS, resolve_file, shipped_file, shipped_names
+from icr2_components.resources import shipped_file, shipped_names
+from icr2_components.resources.lookup import KINDS, resolve_file
 
 from .wheel_build import build_wheel
 

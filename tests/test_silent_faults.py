@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict, load_index_config
+from icr2_components.errors import ConfigError
+from icr2_components.stores import IndexHandle, index_config_from_dict, load_index_config
 from icr2_components.stores.errors import IndexConfigMismatchError
 
 REPO = Path(__file__).resolve().parents[1]

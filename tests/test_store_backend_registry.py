@@ -13,9 +13,10 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMe
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from icr2_components.cli import main as icr2
+from icr2_components.errors import ConfigError
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.retrievers import IndexRetriever
-from icr2_components.stores import ConfigError, index_config_from_dict, open_index, store_backend_names
+from icr2_components.stores import index_config_from_dict, open_index
 from icr2_components.stores.backend import (
     StoreBackend,
     StoreSettings,
@@ -23,6 +24,7 @@ from icr2_components.stores.backend import (
     UnknownStoreBackendError,
     register_store_backend,
     store_backend,
+    store_backend_names,
 )
 from icr2_components.stores.errors import IndexNotBuiltError
 

@@ -13,11 +13,12 @@ import pytest
 from haystack import Document
 
 from icr2_components.builders import ConfounderAwareCorpusBuilder
-from icr2_components.kilt import read_kilt_tasks
-from icr2_components.models import MODEL_CACHE
+from icr2_components.kilt.tasks import read_kilt_tasks
+from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.models.token_counting import TOKEN_COUNTS_META, PassageTokenCounter, tokenizer_fingerprint
-from icr2_components.stores import config_fingerprint, load_index_config, open_index, store_fingerprint
-from icr2_components.stores.config import ConfigError
+from icr2_components.stores import load_index_config, open_index
+from icr2_components.stores.config import ConfigError, config_fingerprint
+from icr2_components.stores.handle import store_fingerprint
 
 READER = "smollm2-135m-instruct"
 

@@ -18,7 +18,7 @@ resuming) is tested in tests/test_elasticsearch_shipped_config.py and tests/test
 
 import pytest
 
-from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
 from icr2_components.stores import IndexHandle, load_index_config, open_index
 
 pytestmark = pytest.mark.elasticsearch

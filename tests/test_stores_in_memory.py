@@ -3,16 +3,12 @@
 import pytest
 import yaml
 
-from icr2_components.kilt import PassageSpanIndex, read_kilt_tasks
+from icr2_components.errors import ConfigError
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
 from icr2_components.pipeline_loading import loads_pipeline
 from icr2_components.retrievers import IndexRetriever
-from icr2_components.stores import (
-    ConfigError,
-    index_config_from_dict,
-    load_index_config,
-    open_index,
-    reciprocal_rank_fusion,
-)
+from icr2_components.stores import index_config_from_dict, load_index_config, open_index
+from icr2_components.stores.retrieval_methods import reciprocal_rank_fusion
 
 SAMPLE_CONFIG = "indexing/kilt-sample.yaml"
 

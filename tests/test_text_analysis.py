@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from icr2_components.errors import ConfigError
 from icr2_components.kilt import KiltKnowledgeSource
-from icr2_components.stores import ConfigError, IndexHandle, index_config_from_dict
+from icr2_components.stores import IndexHandle, index_config_from_dict
 from icr2_components.stores.in_memory_bm25 import FieldedBM25
 from icr2_components.stores.text_analysis import ENGLISH_STOP_WORDS, TextAnalyzer
 

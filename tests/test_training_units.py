@@ -23,7 +23,7 @@ def sample_benchmark(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from icr2_components.models import MODEL_CACHE
+    from icr2_components.models.cache import MODEL_CACHE
 
     return MODEL_CACHE.tokenizer("smollm2-135m-instruct")
 

@@ -740,7 +740,8 @@ def _bi_ranker():
 
 def loading_cases(tmp: Path) -> list[Call]:
     from icr2_components import load_pipeline, technique_component
-    from icr2_components.backends import backend_from_dict, load_backend
+    from icr2_components.backends import load_backend
+    from icr2_components.backends.pipelines import backend_from_dict
     from icr2_components.pipeline_spec import PipelineSpec
 
     lp, tc, ps, bk = "load_pipeline", "technique_component", "PipelineSpec", "backend file"

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from icr2_components.resources import resolve_file
+from icr2_components.resources.lookup import resolve_file
 
 
 class ArtifactMismatchError(ValueError):

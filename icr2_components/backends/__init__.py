@@ -8,39 +8,17 @@ defined elsewhere registers itself the same way once its module is imported.
 import importlib
 import pkgutil
 
-from icr2_components.backends.kind import (
-    NEEDS,
-    ROLES,
-    Backend,
-    BackendError,
-    BackendKind,
-    NoSettings,
-    backend_kind_class,
-    backend_kind_names,
-    register_backend_kind,
-)
-from icr2_components.backends.pipelines import (
-    BACKEND_ENV,
-    BLACK_BOX_TYPES,
-    apply_backend,
-    backend_from_dict,
-    backend_from_environment,
-    check_model_access,
-    component_class,
-    is_black_box,
-    load_backend,
-    request_concurrency,
-    resolve_backend,
-    weights_reason,
-)
+from icr2_components.backends.kind import Backend, BackendError, BackendKind, register_backend_kind
+from icr2_components.backends.pipelines import load_backend
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("kind", "pipelines"):
         importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
-    "request_concurrency",
-    "BACKEND_ENV", "BLACK_BOX_TYPES", "NEEDS", "ROLES", "Backend", "BackendError", "BackendKind", "NoSettings",
-           "apply_backend", "backend_from_dict", "backend_from_environment", "backend_kind_class", "backend_kind_names",
-           "check_model_access", "component_class", "is_black_box", "load_backend", "register_backend_kind",
-           "resolve_backend", "weights_reason"]
+    "Backend",
+    "BackendError",
+    "BackendKind",
+    "load_backend",
+    "register_backend_kind",
+]

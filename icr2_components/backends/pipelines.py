@@ -96,7 +96,8 @@ def request_concurrency(backend: Backend | None, requested: int | None = None) -
 
 def load_backend(path: str | os.PathLike) -> Backend:
     """Read a backend file: a path, or a shipped backend's name (``llama_cpp_server``, ``ollama``, ...)."""
-    from icr2_components.resources import resolve_file, shipped_names
+    from icr2_components.resources import shipped_names
+    from icr2_components.resources.lookup import resolve_file
 
     try:
         file = resolve_file("backends", path)

@@ -6,15 +6,8 @@ The CiC prompt template itself is ground floor (``icr2_components.text.templates
 retrieval-head ranker and training render the very same prompt to find the passages in it.
 """
 
-from icr2_components.builders.benchmark import benchmark_statistics, build_icr2_benchmark
 from icr2_components.builders.context_use_prompt_builder import ContextUsePromptBuilder
-from icr2_components.builders.corpus_assembly import (
-    BudgetTooSmallError,
-    CorpusAssembler,
-    CorpusReport,
-    CorpusResult,
-    pool_round_robin,
-)
+from icr2_components.builders.corpus_assembly import BudgetTooSmallError, CorpusAssembler
 from icr2_components.builders.corpus_builder import ConfounderAwareCorpusBuilder
 from icr2_components.builders.key_value_prompt_builder import KeyValueRetrievalPromptBuilder
 from icr2_components.builders.multi_agent_answer_prompt_builder import MultiAgentAnswerPromptBuilder
@@ -27,12 +20,7 @@ __all__ = [
     "ContextUsePromptBuilder",
     "CorpusAssembler",
     "CorpusInContextPromptBuilder",
-    "CorpusReport",
-    "CorpusResult",
     "KeyValueRetrievalPromptBuilder",
     "MultiAgentAnswerPromptBuilder",
     "RelevanceJudgePromptBuilder",
-    "benchmark_statistics",
-    "build_icr2_benchmark",
-    "pool_round_robin",
 ]

@@ -214,7 +214,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends.pipelines import resolve_backend
     from icr2_components.evaluation.compare.run import run_compare
 
     if args.dev_offset is not None:

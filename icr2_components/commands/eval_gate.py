@@ -10,8 +10,8 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    from icr2_components.gates import gate_decider_names
-    from icr2_components.stores import retrieval_method_names
+    from icr2_components.gates.gate_decider import gate_decider_names
+    from icr2_components.stores.retrieval_methods import retrieval_method_names
 
     parser = subparsers.add_parser(
         "eval-gate",
@@ -172,7 +172,7 @@ def run_on_labels(args: argparse.Namespace) -> int:
         console.print(
             f"[yellow]label lines not read[/]: {described['skipped']} (examples in the report's labels.skips)"
         )
-    from icr2_components.backends import request_concurrency, resolve_backend
+    from icr2_components.backends.pipelines import request_concurrency, resolve_backend
 
     slots = request_concurrency(resolve_backend(args.backend) if args.backend else None, args.concurrency)
     model, gate_options = gate_model_settings(args.model, args.backend)

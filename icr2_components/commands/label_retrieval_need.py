@@ -101,7 +101,7 @@ def run(args) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be a positive integer, got {args.limit}.")
     index = None if str(args.index).lower() == "none" else args.index
-    from icr2_components.backends import request_concurrency, resolve_backend
+    from icr2_components.backends.pipelines import request_concurrency, resolve_backend
 
     slots = request_concurrency(resolve_backend(args.backend) if args.backend else None, args.concurrency)
     reader, reader_key = reader_for(args.model, args.backend, args.max_new_tokens, args.device)

@@ -185,7 +185,7 @@ def _run(args, index: str) -> int:
                                ("--max-new-tokens", args.max_new_tokens, 1)):
         if value < least:
             raise ValueError(f"{flag} must be >= {least}, got {value}.")
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends.pipelines import resolve_backend
 
     backend = resolve_backend(args.backend)
     started = time.perf_counter()

@@ -28,24 +28,15 @@ from icr2_components.corpora import (  # noqa: F401 (importing a reader register
     kilt,
     parquet,
 )
-from icr2_components.corpora.chunking import Chunker
 from icr2_components.corpora.reader import (
     CorpusReader,
     UnknownCorpusFormatError,
-    corpus_format_names,
     corpus_reader,
     corpus_reader_class,
-    data_identity,
     register_corpus_reader,
 )
-from icr2_components.corpora.records import RecordMapper, TableCorpusSettings
-from icr2_components.corpora.settings import (
-    ChunkingSettings,
-    ConfigError,
-    CorpusConfig,
-    FieldMapping,
-    expand_path,
-)
+from icr2_components.corpora.records import TableCorpusSettings
+from icr2_components.corpora.settings import ChunkingSettings, ConfigError, CorpusConfig, FieldMapping
 from icr2_components.strict_mapping import dataclass_from_mapping
 
 #: the keys only the KILT format reads
@@ -80,19 +71,12 @@ def corpus_settings_from_mapping(values: Any, source: str = "config") -> CorpusC
 
 __all__ = [
     "ChunkingSettings",
-    "Chunker",
-    "ConfigError",
     "CorpusConfig",
     "CorpusReader",
     "FieldMapping",
-    "RecordMapper",
     "TableCorpusSettings",
     "UnknownCorpusFormatError",
-    "corpus_format_names",
     "corpus_reader",
-    "corpus_reader_class",
     "corpus_settings_from_mapping",
-    "data_identity",
-    "expand_path",
     "register_corpus_reader",
 ]

@@ -26,7 +26,7 @@ from haystack import Document
 from icr2_components.corpora.reader import CorpusReader, register_corpus_reader
 from icr2_components.corpora.records import RecordMapper, TableCorpusSettings
 from icr2_components.corpora.settings import ConfigError
-from icr2_components.records import iter_jsonl
+from icr2_components.records.reading import iter_jsonl
 
 
 @dataclass

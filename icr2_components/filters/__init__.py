@@ -4,18 +4,8 @@ Head probing (RAP's retrieval heads, PH3's context/memory heads: the artifacts t
 reader read) lives beside it in ``filters.probing``; it is a job, not a component, so it is not imported here.
 """
 
-from icr2_components.filters.passage_scoring import (
-    QUERY_POSITION_MODES,
-    PassageScores,
-    encode_cic_prompt,
-    score_passages,
-)
 from icr2_components.filters.retrieval_attention_filter import RetrievalAttentionFilter
 
 __all__ = [
-    "PassageScores",
-    "QUERY_POSITION_MODES",
     "RetrievalAttentionFilter",
-    "encode_cic_prompt",
-    "score_passages",
 ]

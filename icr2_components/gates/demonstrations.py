@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from icr2_components.gates.prompts import Demonstration
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.text.normalization import normalize_text
 
 DEFAULT_POOL = "default"

@@ -25,7 +25,8 @@ from haystack import Document
 
 from icr2_components.kilt.knowledge_source import KiltKnowledgeSource
 from icr2_components.kilt.tasks import KiltTask, PassageSpanIndex
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.strict_mapping import TypeCheckError, check_type
 from icr2_components.text.templates import TASK_TYPES
 

@@ -18,7 +18,8 @@ from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, chunk_article
 from icr2_components.kilt.seen_ids import SeenIds
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.text.blank import is_blank
 
 

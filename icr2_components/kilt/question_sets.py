@@ -291,7 +291,7 @@ def _text_list(value: Any, what: str, separator: str | None) -> list[str]:
 def _rows(questions: QuestionSet, skips: SkipReport) -> Iterator[tuple[int, Mapping[str, Any]]]:
     """``(row number, record)`` of every row in file order; unreadable rows are counted in ``skips``."""
     if questions.format == "jsonl":
-        from icr2_components.records import iter_jsonl
+        from icr2_components.records.reading import iter_jsonl
 
         yield from iter_jsonl(questions.path, skips)  # a line that is no JSON object is counted there
     elif questions.format == "csv":

@@ -100,8 +100,8 @@ def read_kilt_questions(
     ids: Sequence[str] | None = None,
 ) -> list[CompareQuestion]:
     """KILT tasks with their gold passages (provenance -> passages of the index's corpus) and BM25 candidates."""
-    from icr2_components.kilt import read_kilt_tasks
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
 
@@ -132,7 +132,7 @@ def read_kilt_questions(
 
 def answer_pool(path: str | os.PathLike | QuestionSet) -> list[str]:
     """Every answer string of the whole file (the substitutes of conflicting contexts are drawn from it)."""
-    from icr2_components.records import iter_jsonl
+    from icr2_components.records.reading import iter_jsonl
 
     if isinstance(path, QuestionSet):
         rows, _ = read_question_rows(path, SkipReport(source=path.path))
@@ -160,7 +160,7 @@ def resolve_dataset(path: str | os.PathLike | None) -> str:
 
 
 def _first_record(path: str | os.PathLike) -> dict | None:
-    from icr2_components.records import open_text
+    from icr2_components.records.reading import open_text
 
     with open_text(path) as handle:
         for line in handle:
@@ -193,7 +193,8 @@ def question_source(dataset: str | os.PathLike | QuestionSet | None, format: str
         raise ValueError(f"--dataset-format takes one of {', '.join(DATASET_FORMATS)}, got {format!r}.")
     path = Path(dataset)
     if not path.exists():
-        from icr2_components.resources import is_shipped_name, shipped_file
+        from icr2_components.resources import shipped_file
+        from icr2_components.resources.lookup import is_shipped_name
 
         if is_shipped_name("questions", str(dataset)):
             path = shipped_file("questions", str(dataset))
@@ -358,7 +359,7 @@ def dataset_question_ids(path: str | os.PathLike | QuestionSet | None
 
         items = ((i.id, [a for a in i.answers if str(a).strip()]) for i in read_icr2_benchmark(path, skips=skips))
     else:
-        from icr2_components.kilt import read_kilt_tasks
+        from icr2_components.kilt.tasks import read_kilt_tasks
 
         items = ((t.id, t.answers) for t in read_kilt_tasks(path, skips=skips))
     ids: list[str] = []

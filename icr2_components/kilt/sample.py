@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from icr2_components.paths import cache_dir
-from icr2_components.records import open_text
+from icr2_components.records.reading import open_text
 
 NQ_FILE = "nq-open-oracle.jsonl.gz"
 DPR_FILE = "dpr-wiki-sample-1000.jsonl"

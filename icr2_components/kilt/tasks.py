@@ -11,7 +11,8 @@ from typing import Iterable, Iterator
 from haystack import Document
 
 from icr2_components.kilt.chunking import Passage, spans_overlap
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 
 # A provenance without paragraph ids names the whole article.
 _WHOLE_ARTICLE = ((0, 0), (1 << 30, 0))

@@ -4,4 +4,9 @@ from icr2_components.rankers.bi_encoder_ranker import BiEncoderRanker
 from icr2_components.rankers.retrieval_head import HeadConfig, RetrievalHead
 from icr2_components.rankers.retrieval_head_ranker import RetrievalHeadRanker
 
-__all__ = ["BiEncoderRanker", "HeadConfig", "RetrievalHead", "RetrievalHeadRanker"]
+__all__ = [
+    "BiEncoderRanker",
+    "HeadConfig",
+    "RetrievalHead",
+    "RetrievalHeadRanker",
+]

@@ -18,7 +18,8 @@ from icr2_components.extras import extra_import
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 from icr2_components.parameters import message_list, override
-from icr2_components.readers.decoding_rules import DecodingRule, decoding_rule_class, decoding_rule_names
+from icr2_components.readers.decoding_rules import DecodingRule
+from icr2_components.readers.decoding_rules.registry import decoding_rule_class, decoding_rule_names
 from icr2_components.strict_mapping import check_known_keys
 
 with extra_import("local") as torch_import:

@@ -2,7 +2,6 @@
 
 from icr2_components.reorderers.gold_at_position import GoldAtPositionReorderer
 from icr2_components.reorderers.lost_in_the_middle import LostInTheMiddleReorderer
-from icr2_components.reorderers.ordering import by_relevance, lost_in_the_middle_order, select_within_budget
 from icr2_components.reorderers.primacy import PrimacyReorderer
 from icr2_components.reorderers.recency import RecencyReorderer
 from icr2_components.reorderers.reverse import ReverseReorderer
@@ -13,7 +12,4 @@ __all__ = [
     "PrimacyReorderer",
     "RecencyReorderer",
     "ReverseReorderer",
-    "by_relevance",
-    "lost_in_the_middle_order",
-    "select_within_budget",
 ]

@@ -2,4 +2,6 @@
 
 from icr2_components.retrievers.index_retriever import IndexRetriever
 
-__all__ = ["IndexRetriever"]
+__all__ = [
+    "IndexRetriever",
+]

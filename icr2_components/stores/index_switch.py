@@ -64,7 +64,7 @@ def _shipped_index_names() -> list[str]:
 
 def _index_config_file(value: str) -> Path | None:
     """The file an index config path or shipped name reads, or None when there is none."""
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     try:
         path = resolve_file("indexing", Path(value).expanduser())

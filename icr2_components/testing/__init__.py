@@ -2,6 +2,9 @@
 real server answering every request with one fixed reply."""
 
 from icr2_components.testing.fixed_answer_server import FixedAnswerServer
-from icr2_components.testing.forwarding_proxy import ForwardingProxy, ProxyReply
+from icr2_components.testing.forwarding_proxy import ForwardingProxy
 
-__all__ = ["FixedAnswerServer", "ForwardingProxy", "ProxyReply"]
+__all__ = [
+    "FixedAnswerServer",
+    "ForwardingProxy",
+]

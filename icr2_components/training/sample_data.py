@@ -35,8 +35,9 @@ def build_sample_benchmark(
         >>> build_sample_benchmark("/tmp/train.jsonl", limit=16, budget_passages=3)
     """
     from icr2_components.builders.benchmark import build_icr2_benchmark
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
 
@@ -70,7 +71,8 @@ def nq_sample_instances(count: int, passages: int = 5, seed: int = 0, offset: in
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder
     from icr2_components.filters.probing.head_probing import CiCInstance
-    from icr2_components.kilt import KiltKnowledgeSource, PassageSpanIndex, build_sample, read_kilt_tasks
+    from icr2_components.kilt import KiltKnowledgeSource, build_sample
+    from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
 
     sample = build_sample()
     corpus = list(KiltKnowledgeSource(sample.corpus).documents())

@@ -47,7 +47,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from icr2_components.backends import Backend, request_concurrency
+from icr2_components.backends import Backend
+from icr2_components.backends.pipelines import request_concurrency
 from icr2_components.concurrency import FailureStreak, Job, Outcome, ordered_calls, streak_limit
 from icr2_components.errors import ComponentLoadError, find_in_causes
 from icr2_components.evaluation.compare.batching import batched_jobs, check_batch_size

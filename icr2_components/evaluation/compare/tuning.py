@@ -92,7 +92,7 @@ def tune_pipeline(
     unknown = [t for t in context_types if t not in CONTROLLED_CONTEXT_TYPES]
     if unknown:
         raise ValueError(f"Tuning uses CUB's controlled context types {list(CONTROLLED_CONTEXT_TYPES)}; got {unknown}.")
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     source = resolve_file("pipelines", path)  # a YAML path or a shipped pipeline's name
     data = yaml.safe_load(source.read_text())

@@ -11,13 +11,16 @@ from icr2_components.evaluation.experiments.curve import CurveExperiment
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
     Experiment,
-    PaperFigure,
-    RunSettings,
     Variant,
-    experiment_names,
     get_experiment,
     register_experiment,
 )
 
-__all__ = ["Condition", "CurveExperiment", "Experiment", "PaperFigure", "RunSettings", "Variant", "experiment_names",
-           "get_experiment", "register_experiment"]
+__all__ = [
+    "Condition",
+    "CurveExperiment",
+    "Experiment",
+    "Variant",
+    "get_experiment",
+    "register_experiment",
+]

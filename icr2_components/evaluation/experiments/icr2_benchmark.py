@@ -241,8 +241,9 @@ class ICR2Benchmark(CurveExperiment):
 
     def prepare(self, conditions, limit, folder: Path, progress: bool = True) -> PreparedData:
         from icr2_components.builders.benchmark import build_icr2_benchmark
-        from icr2_components.kilt import build_sample, read_kilt_tasks
+        from icr2_components.kilt import build_sample
         from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+        from icr2_components.kilt.tasks import read_kilt_tasks
         from icr2_components.stores import open_index
         from icr2_components.stores.config import corpus_path
 

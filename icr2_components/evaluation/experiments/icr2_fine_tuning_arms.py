@@ -184,7 +184,8 @@ def find_weights(folder: Path, name: str) -> Path | None:
 
 def gold_answers(ids: set[str]) -> dict[str, list[str]]:
     """The bundled NQ sample's accepted answers of ``ids``."""
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
+    from icr2_components.kilt.tasks import read_kilt_tasks
 
     return {t.id: list(t.answers) for t in read_kilt_tasks(build_sample().tasks) if t.id in ids}
 
@@ -195,8 +196,9 @@ def build_corpora(path: Path, ids: list[str], progress: bool = True) -> dict[str
     ``BUDGET_PASSAGES``, shuffled with a per-question seed (the package's ICR2 builder, what ``icr2
     build-benchmark`` runs; the construction of the committed ``bench/icr2_table3`` corpora). Returns its summary."""
     from icr2_components.builders.benchmark import build_icr2_benchmark
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
 

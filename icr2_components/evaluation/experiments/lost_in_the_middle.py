@@ -154,8 +154,9 @@ class LostInTheMiddle(CurveExperiment):
         from tqdm.auto import tqdm
 
         from icr2_components.builders import ConfounderAwareCorpusBuilder
-        from icr2_components.kilt import build_sample, read_kilt_tasks
+        from icr2_components.kilt import build_sample
         from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+        from icr2_components.kilt.tasks import read_kilt_tasks
         from icr2_components.reorderers import GoldAtPositionReorderer
         from icr2_components.stores import open_index
         from icr2_components.stores.config import corpus_path

@@ -284,7 +284,8 @@ class RetrievalGate(Experiment):
             retrievalqa_question_id,
             retrievalqa_questions,
         )
-        from icr2_components.records import SkipReport, iter_jsonl
+        from icr2_components.records import SkipReport
+        from icr2_components.records.reading import iter_jsonl
 
         size = limit or None
         drawn: dict[str, Any] = {}
@@ -376,7 +377,7 @@ class RetrievalGate(Experiment):
         return specs
 
     def run(self, settings: RunSettings) -> dict[str, Any]:
-        from icr2_components.backends import request_concurrency
+        from icr2_components.backends.pipelines import request_concurrency
         from icr2_components.evaluation.compare.run import run_compare
         from icr2_components.evaluation.experiments.runner import scored_answers
         from icr2_components.evaluation.gates.gate_methods import check_held_apart, gate_model_settings

@@ -112,7 +112,7 @@ def run_experiment(
     :raises UserInputError: an unknown experiment, a bad ``limit`` or ``max_new_tokens``, a condition pattern
         matching nothing, an option or ``--train`` the experiment does not take, or every condition refused.
     """
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends.pipelines import resolve_backend
     from icr2_components.evaluation.experiments.report import write_report
 
     experiment = get_experiment(name)

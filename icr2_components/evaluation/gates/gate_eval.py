@@ -21,7 +21,8 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.evaluation.gates.retrieval_decisions import score_retrieval_decisions
 from icr2_components.evaluation.metrics.answer_match import answer_match
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
 CLOSED_BOOK_QA_TEMPLATE = (

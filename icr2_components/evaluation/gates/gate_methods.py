@@ -34,7 +34,7 @@ class MethodSpec:
 
 def parse_methods(text: str | Sequence[str]) -> list[MethodSpec]:
     """``"always,never,vanilla,learned=ART"`` -> specs (module docstring); names must be unique."""
-    from icr2_components.gates import gate_decider_names
+    from icr2_components.gates.gate_decider import gate_decider_names
 
     items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
     if not items:
@@ -90,7 +90,7 @@ def gate_model_settings(model: str | None, backend: str | None) -> tuple[str | N
     asked over its API for P(yes) from top log-probabilities: ``server``; a local one replaces ``model``)."""
     if not backend:
         return model, {}
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends.pipelines import resolve_backend
     from icr2_components.gates import TimeAwareRetrievalGate
 
     chosen = resolve_backend(backend)
@@ -113,7 +113,8 @@ def run_methods(specs: Sequence[MethodSpec], labelled: Sequence[Any], model: str
 
     from icr2_components.concurrency import Job, ordered_calls
     from icr2_components.errors import find_in_causes
-    from icr2_components.gates import TimeAwareRetrievalGate, gate_decider_class
+    from icr2_components.gates import TimeAwareRetrievalGate
+    from icr2_components.gates.gate_decider import gate_decider_class
     from icr2_components.models.served_model import ServedModelError
 
     check_held_apart(specs, [q.id for q in labelled])

@@ -53,7 +53,8 @@ from typing import Any, Literal, Sequence
 from icr2_components.evaluation.compare.cache import AnswerCache
 from icr2_components.evaluation.gates.gate_eval import closed_book_messages, context_messages, read_retrievalqa_jsonl
 from icr2_components.evaluation.metrics.answer_match import answer_match
-from icr2_components.records import SkipReport, iter_jsonl
+from icr2_components.records import SkipReport
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.strict_mapping import TypeCheckError, check_type
 
 OUTCOMES = ("context_only", "both_right", "closed_book_only", "both_wrong")
@@ -199,7 +200,7 @@ def reader_for(model: str | None = "smollm2-135m-instruct", backend: str | None 
                device: str | None = None) -> tuple[Any, str]:
     """The reader (a Haystack chat generator) and a key naming it (model, where it runs, answer budget): the
     in-process ``model``, or the backend file's model (``backends/*.yaml``: a served model or another local one)."""
-    from icr2_components.backends import component_class, resolve_backend
+    from icr2_components.backends.pipelines import component_class, resolve_backend
 
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be a positive integer, got {max_new_tokens!r}.")

@@ -3,8 +3,10 @@ the answer to the question, relevance of the passages to the question) asked of 
 file (``ragas_judge``), per answer record of a compare run, cached and resumable (``judgements``), and how far a
 judge agrees with answer match where gold answers exist (``agreement``). Needs the ``judge`` extra (ragas)."""
 
-from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, collect_judgements, judge_answers
-from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS, Judgement, RagasJudge, parse_metrics
+from icr2_components.evaluation.judging.judgements import judge_answers
+from icr2_components.evaluation.judging.ragas_judge import RagasJudge
 
-__all__ = ["JUDGEMENTS_FILE", "JUDGE_METRICS", "Judgement", "RagasJudge", "collect_judgements", "judge_answers",
-           "parse_metrics"]
+__all__ = [
+    "RagasJudge",
+    "judge_answers",
+]

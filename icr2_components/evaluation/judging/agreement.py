@@ -118,7 +118,7 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
     ``gold``, the question's gold passage alone), judge every answer with ``judge_backend`` and return the
     agreement of each judge metric with answer match (``judge_agreement``) beside the run's facts. Resumable: the
     answers and judgements are cached in ``out_dir``."""
-    from icr2_components.backends import resolve_backend
+    from icr2_components.backends.pipelines import resolve_backend
     from icr2_components.evaluation.compare.cache import read_answer_records
     from icr2_components.evaluation.compare.run import CACHE_FILE, run_compare
     from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, collect_judgements

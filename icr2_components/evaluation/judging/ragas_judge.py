@@ -37,7 +37,8 @@ import math
 import typing as t
 from dataclasses import dataclass, field
 
-from icr2_components.backends import Backend, component_class, resolve_backend
+from icr2_components.backends import Backend
+from icr2_components.backends.pipelines import component_class, resolve_backend
 
 #: the judge metrics, in report order: name -> (ragas class, the record inputs it needs, what it measures)
 JUDGE_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {

@@ -8,14 +8,8 @@ elsewhere registers itself the same way (``register_decoding_rule``) once its mo
 import importlib
 import pkgutil
 
-from icr2_components.readers.decoding_rules.base import DecodingRule, NoParameters, check_logit_pair, entropy
-from icr2_components.readers.decoding_rules.registry import (
-    UnknownDecodingRuleError,
-    decoding_rule,
-    decoding_rule_class,
-    decoding_rule_names,
-    register_decoding_rule,
-)
+from icr2_components.readers.decoding_rules.base import DecodingRule
+from icr2_components.readers.decoding_rules.registry import UnknownDecodingRuleError, register_decoding_rule
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in ("base", "registry"):
@@ -23,12 +17,6 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "DecodingRule",
-    "NoParameters",
     "UnknownDecodingRuleError",
-    "check_logit_pair",
-    "decoding_rule",
-    "decoding_rule_class",
-    "decoding_rule_names",
-    "entropy",
     "register_decoding_rule",
 ]

@@ -93,7 +93,7 @@ class MeasuredFigures:
 def load_measured_figures(path: str | Path = DEFAULT_FIGURES) -> MeasuredFigures:
     """Read and check the measured-figures file (a path, or the shipped ``measured-figures``); a missing file or key
     is a one-line error saying how to make it."""
-    from icr2_components.resources import resolve_file
+    from icr2_components.resources.lookup import resolve_file
 
     try:
         path = resolve_file("indexing", path)
