@@ -188,3 +188,23 @@ def test_the_pipeline_hash_covers_the_backend_and_its_model(tmp_path):
     other_server = PipelineSpec.from_file("pipelines/closed_book.yaml",
                                           backend=served(folder, "c", "model-a", "http://127.0.0.1:10/v1")).hash
     assert len({local, one, other_model, other_server}) == 4
+
+
+def test_the_committed_kv_retrieval_report_renders_again_from_its_cache_with_identical_figures(tmp_path, smollm2):
+    """The committed kv-retrieval run's answers (written before answers were checked against their question text
+    now) stand for this run's: each record's stored question text is the question's now, so all 800 are reused,
+    none asked, and the report's figures are the committed ones (compare's scored records, gold of now)."""
+    import shutil
+
+    from icr2_components.evaluation.experiments.runner import run_experiment
+
+    committed_folder = Path(__file__).resolve().parents[1] / "bench" / "results" / "reproduce" / "kv-retrieval"
+    (tmp_path / "compare").mkdir()
+    shutil.copy(committed_folder / "compare_answers.jsonl.gz", tmp_path / "compare" / "answers.jsonl.gz")
+    report = run_experiment("kv-retrieval", out_dir=tmp_path, progress=False)
+    counters = report["run"]["counters"]["conditions"]
+    assert (counters["model_runs"], counters["cached"]) == (0, 800)
+    assert counters["stale_question"] == counters["question_unchecked"] == counters["labels_changed"] == 0
+    committed = json.loads((committed_folder / "report.json").read_text())
+    for key in ("questions", "cells", "curves", "variants_vs_first", "references", "conditions_vs_references"):
+        assert report[key] == committed[key], key
