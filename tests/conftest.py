@@ -12,9 +12,7 @@ answering two workers at once would stretch their timeouts); the rest is grouped
 built once.
 """
 
-import itertools
 import os
-import re
 import tempfile
 from pathlib import Path
 
@@ -45,38 +43,6 @@ def pytest_unconfigure(config):
     if not hasattr(config, "workerinput") and folder and Path(folder).is_dir():
         for line in run_recorded_stops(Path(folder)):
             print(f"stopped after the run: {line}")
-
-
-def _selects_only_unit(markexpr: str) -> bool:
-    """Whether ``-m markexpr`` can select only tests marked ``unit`` (``-m unit``, ``-m "unit and not slow"``...)."""
-    if not markexpr.strip():
-        return False
-    try:
-        from _pytest.mark.expression import Expression
-
-        expression = Expression.compile(markexpr)
-    except Exception:  # pytest's parser moved, or a bad expression (which pytest itself then reports)
-        return markexpr.strip() == "unit"
-    names = sorted(set(re.findall(r"[\w.:+-]+", markexpr)) - {"and", "or", "not", "unit"})[:10]
-    for bits in itertools.product((False, True), repeat=len(names)):
-        chosen = {name for name, bit in zip(names, bits) if bit}
-        if expression.evaluate(lambda name, /, **kwargs: name in chosen):  # unit is not among them
-            return False
-    return True
-
-
-def pytest_ignore_collect(collection_path, config):
-    """Under ``-m unit`` a test file that marks nothing ``unit`` is not even imported: collecting the whole suite
-    imports torch, transformers, scipy and more (about a minute of the unit tier's time on 2 loaded cores)."""
-    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
-        return None
-    if not _selects_only_unit(config.getoption("markexpr") or ""):
-        return None
-    try:
-        text = collection_path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-    return None if "mark.unit" in text else True
 
 
 def pytest_collection_modifyitems(config, items):
