@@ -103,5 +103,9 @@ def print_report(report: dict, rows: list) -> None:
         console.print(f"paper: {note}")
     run = report["run"]
     if not run["at_registered_size"]:
-        console.print(f"not at the registered size: {report['experiment']['registered_command']}")
+        from icr2_components.evaluation.experiments import get_experiment
+
+        note = get_experiment(report["experiment"]["name"]).size_note(run)
+        console.print(note if note.startswith("a part of") else
+                      f"not at the registered size: {report['experiment']['registered_command']}")
     console.print(f"report: {report['files']['html']} {report['files']['markdown']} {report['files']['json']}")

@@ -317,8 +317,9 @@ class ContextUtilisationBenchmark(Experiment):
             "statistics": {
                 "cells": "BCU per technique and context type with its Wilson 95% interval, n = the questions "
                          "given that context and answered (compare's summary)",
-                "faithfulness": "mean of BCU gold and BCU conflicting; 95% interval: BCa bootstrap resampling "
-                                "questions jointly over the two (compare's cub); robustness = BCU irrelevant (Wilson)",
+                "faithfulness": "mean of BCU gold and BCU conflicting on the questions given both (the paired set; "
+                                "n = those questions); 95% interval: BCa bootstrap resampling them jointly over the "
+                                "two (compare's cub); robustness = BCU irrelevant (Wilson)",
                 "paired": "each technique against regular decoding (vanilla_rag) on the questions both answered: "
                           "exact McNemar for BCU per context type, paired sign-flip permutation test for "
                           "faithfulness (values 0, 0.5, 1), paired bootstrap interval of the difference; Holm across "

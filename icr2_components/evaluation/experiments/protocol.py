@@ -164,6 +164,9 @@ class Experiment:
     options: ClassVar[dict[str, str]] = {}
     #: whether ``--train`` means anything to it (training arms before evaluating them)
     trains: ClassVar[bool] = False
+    #: the ``--conditions`` patterns the registered run is made of, when it goes in parts (Lost in the Middle: one
+    #: document count at a time); a run of one of them at the registered size is a part of the registered run
+    registered_parts: ClassVar[tuple[str, ...]] = ()
 
     def conditions(self) -> list[Condition]:
         raise NotImplementedError
@@ -207,6 +210,20 @@ class Experiment:
     def registered_command(self) -> str:
         return f"icr2 reproduce {self.name} --out runs/reproduce/{self.name}"
 
+    def size_note(self, run: dict[str, Any]) -> str:
+        """What a report says of its run's size (``run``: the report's ``run`` section): at the registered size, a
+        part of the registered run (one of ``registered_parts``, every question), or NOT at the registered size,
+        with the command that is."""
+        whole = run.get("limit") is None or run["limit"] >= self.registered_size
+        asked = run.get("conditions_asked")
+        if run.get("at_registered_size"):
+            return "at the registered size"
+        if whole and isinstance(asked, str) and asked in self.registered_parts:
+            return (f"a part of the registered run (--conditions '{asked}', the registered {self.registered_size} "
+                    f"questions; the parts: {', '.join(repr(p) for p in self.registered_parts)})")
+        return (f"NOT at the registered size ({self.registered_size} questions, every condition: "
+                f"`{self.registered_command()}`)")
+
     def describe(self) -> dict[str, Any]:
         """The protocol as data (what ``icr2 reproduce --list`` prints and every report records)."""
         return {
@@ -229,6 +246,7 @@ class Experiment:
             "paper_notes": list(self.paper_notes),
             "options": dict(self.options),
             "trains": self.trains,
+            "registered_parts": list(self.registered_parts),
         }
 
 

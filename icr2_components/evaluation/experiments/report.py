@@ -211,9 +211,7 @@ def write_report(report: dict, out_dir: str | Path, experiment_object: Experimen
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
     run = report.get("run", {})
-    size_note = ("at the registered size" if run.get("at_registered_size") else
-                 f"NOT at the registered size ({experiment['registered_size']} questions, every condition: "
-                 f"`{experiment['registered_command']}`)")
+    size_note = experiment_object.size_note(run)
     intro = [f"{experiment['paper']}. {experiment['claim']}",
              f"Questions: {experiment['questions']} This run: {report['questions']['complete']} complete of "
              f"{report['questions']['drawn']} drawn, {size_note}; backend {run.get('backend')}, "

@@ -364,14 +364,17 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
             summary[spec.name][kind] = row
     cub = {}
     for name, rows in summary.items():
-        gold, conflicting, irrelevant = (rows.get(k, {}).get("bcu") for k in ("gold", "conflicting", "irrelevant"))
-        entry: dict[str, Any] = {"faithfulness": faithfulness(gold, conflicting), "robustness": irrelevant}
-        by_question = [scores.get((name, k), {}).get("bcu", {}) for k in ("gold", "conflicting")]
-        questions = sorted(set(by_question[0]) | set(by_question[1]))
+        irrelevant = rows.get("irrelevant", {}).get("bcu")
+        # faithfulness on the paired set: the questions given both a gold and a conflicting context (a question
+        # without a conflicting substitute would otherwise count in one half only, mixing two question sets)
+        gold_q, conflicting_q = (scores.get((name, k), {}).get("bcu", {}) for k in ("gold", "conflicting"))
+        paired = sorted(set(gold_q) & set(conflicting_q))
+        halves = [[gold_q[q] for q in paired], [conflicting_q[q] for q in paired]]
+        entry: dict[str, Any] = {
+            "faithfulness": faithfulness(_mean(halves[0]), _mean(halves[1])) if paired else None,
+            "robustness": irrelevant, "faithfulness_questions": len(paired)}
         entry["intervals"] = {
-            "faithfulness": (mean_of_means_interval([[c.get(q, float("nan")) for q in questions] for c in by_question],
-                                                    seed) if entry["faithfulness"] is not None
-                             else mean_interval([], seed)),
+            "faithfulness": (mean_of_means_interval(halves, seed) if paired else mean_interval([], seed)),
             "robustness": (rows["irrelevant"]["intervals"]["bcu"] if irrelevant is not None
                            else mean_interval([], seed)),
         }
@@ -397,7 +400,8 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
             "monte_carlo_tables": MONTE_CARLO_TABLES,
             "interval_methods": METHODS,
             "interval_rule": "Wilson where every value is 0/1, else BCa bootstrap over questions (percentile where "
-                             "BCa is undefined); faithfulness resamples questions jointly over gold and conflicting",
+                             "BCa is undefined); faithfulness, on the questions given both a gold and a conflicting "
+                             "context, resamples them jointly over the two",
             "paired_tests": "exact McNemar (scipy binomtest on the discordant pairs) for 0/1 scores, paired sign-flip "
                             "permutation test of the mean difference otherwise; Holm (statsmodels multipletests) "
                             "across the pipelines compared with the baseline, per metric and context type",
