@@ -5,9 +5,12 @@ judge metric whose inputs the record has, at the judge backend's concurrency, an
 ``judgements.jsonl`` beside ``answers.jsonl`` as it arrives, in the order of a sequential run
 (``concurrency.ordered_calls``). The file is the answer cache's format (``compare.cache.AnswerCache``: sealed lines,
 a cut last line cut off, an edited line refused), keyed by ``judgement_key`` (answer record key, judge hash,
-metric). A re-run asks only for what is missing: a judgement whose judged inputs (question, answer, passages:
-``inputs_sha``) differ from the record's now (the answer was redone) is asked again and replaces the old line; a
-failed request is recorded as failed (``error``) and asked again by the next run.
+metric). A judgement's identity is what decides it: the judge (``judge_hash``: its model and where it runs, ragas'
+version, the reply budgets), the metric, and the judged inputs (the question's text, the answer, the passages shown:
+``inputs_sha``). A re-run asks only for what is missing: a judgement whose judged inputs differ from the record's
+now (the answer was redone, the question reworded) is asked again and replaces the old line; a failed request is
+recorded as failed (``error``) and asked again by the next run. Gold labels are no input of the judge metrics, so
+an edited gold answer keeps every judgement.
 
 A judgement is a value in [0, 1] or **unparsable** (the judge's replies held no score: counted per metric, never a
 value); its raw replies are kept in the line. A record that lacks a metric's inputs (no passages shown: a
