@@ -10,9 +10,15 @@ more threads than free cores stalls at its threads' barrier: bench/llama_threads
 use the llama.cpp servers run on one worker, one after another, as they would without xdist (a single-slot server
 answering two workers at once would stretch their timeouts); the rest is grouped by file, so a module's fixtures are
 built once.
+
+The unit tier (``-m unit``, run first): ``tests/unit_guard.py`` fails a unit test that loads model files, reaches the
+Elasticsearch node or a llama.cpp server or starts an interpreter, and under ``-m unit`` a file that marks no test
+``unit`` is not imported at all (``pytest_ignore_collect`` below).
 """
 
+import itertools
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -30,7 +36,7 @@ import pytest  # noqa: E402
 
 from tests.stop_at_run_end import FOLDER_VARIABLE, run_recorded_stops  # noqa: E402
 
-pytest_plugins = ["tests.es_fixtures", "tests.llama_server_fixtures"]
+pytest_plugins = ["tests.es_fixtures", "tests.llama_server_fixtures", "tests.unit_guard"]
 
 
 def pytest_configure(config):
@@ -43,6 +49,38 @@ def pytest_unconfigure(config):
     if not hasattr(config, "workerinput") and folder and Path(folder).is_dir():
         for line in run_recorded_stops(Path(folder)):
             print(f"stopped after the run: {line}")
+
+
+def _selects_only_unit(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` can select only tests marked ``unit`` (``-m unit``, ``-m "unit and not slow"``...)."""
+    if not markexpr.strip():
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+    except Exception:  # pytest's parser moved, or a bad expression (which pytest itself then reports)
+        return markexpr.strip() == "unit"
+    names = sorted(set(re.findall(r"[\w.:+-]+", markexpr)) - {"and", "or", "not", "unit"})[:10]
+    for bits in itertools.product((False, True), repeat=len(names)):
+        chosen = {name for name, bit in zip(names, bits) if bit}
+        if expression.evaluate(lambda name, /, **kwargs: name in chosen):  # unit is not among them
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m unit`` a test file that marks nothing ``unit`` is not even imported: collecting the whole suite
+    imports torch, transformers, scipy and more (about a minute of the unit tier's time on 2 loaded cores)."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    if not _selects_only_unit(config.getoption("markexpr") or ""):
+        return None
+    try:
+        text = collection_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return None if "mark.unit" in text else True
 
 
 def pytest_collection_modifyitems(config, items):
