@@ -19,6 +19,8 @@ from icr2_components.evaluation.compare.cache import (
     seal_cache,
 )
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 ARM = ROOT / "bench" / "results" / "icr2_table3" / "arms" / "closed_book" / "answers.jsonl.gz"
 #: the committed cache's lines (it is committed gzip-compressed; the copies below are plain caches)

@@ -10,6 +10,8 @@ from statsmodels.stats.multitest import multipletests
 
 from icr2_components.evaluation.reports.arms_report import arms_markdown, arms_report, load_arm
 
+pytestmark = pytest.mark.unit
+
 
 def arm(rights: list[bool], context_type: str = "corpus") -> dict:
     return {

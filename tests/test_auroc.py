@@ -14,6 +14,7 @@ from icr2_components.evaluation.gates.need_labels import LabelledQuestion, needs
 from icr2_components.evaluation.statistics.auroc import auroc_difference, auroc_interval, auroc_rows, delong_test
 
 
+@pytest.mark.unit
 def test_rank_auroc_equals_scikit_learn_with_ties():
     rng = np.random.default_rng(3)
     labels = rng.random(300) < 0.3
@@ -23,11 +24,13 @@ def test_rank_auroc_equals_scikit_learn_with_ties():
     assert auroc_rows(rows, labels) == pytest.approx([roc_auc_score(labels, scores), roc_auc_score(labels, -scores)])
 
 
+@pytest.mark.unit
 def test_auroc_interval_leaves_out_unknowns_and_says_when_a_class_is_missing():
     assert auroc_interval([0.9, None, 0.1, 0.5], [True, True, False, None])["n"] == 2
     assert auroc_interval([0.9, 0.1], [True, True])["method"] == "none"
 
 
+@pytest.mark.unit
 def test_delong_identical_scores_have_no_difference_and_p_one():
     rng = np.random.default_rng(0)
     labels = rng.random(80) < 0.4
@@ -38,6 +41,7 @@ def test_delong_identical_scores_have_no_difference_and_p_one():
     assert result["difference"]["ci95"] == [0.0, 0.0] and result["p_value"] == 1.0
 
 
+@pytest.mark.unit
 def test_delong_finds_a_real_difference_and_its_interval_excludes_zero():
     rng = np.random.default_rng(1)
     labels = rng.random(200) < 0.3
@@ -49,6 +53,7 @@ def test_delong_finds_a_real_difference_and_its_interval_excludes_zero():
     assert result["p_value"] < 1e-4 and result["difference"]["ci95"][0] > 0
 
 
+@pytest.mark.unit
 def test_delong_holds_its_size_under_the_null():
     # two uninformative scores: about 5% of the tests may reject at 0.05 (200 draws: 2.5% to 8.5% allows for chance)
     rng = np.random.default_rng(7)
@@ -59,6 +64,7 @@ def test_delong_holds_its_size_under_the_null():
     assert 5 <= rejections <= 17
 
 
+@pytest.mark.unit
 def test_delong_refuses_a_missing_class():
     with pytest.raises(ValueError, match="at least 2 questions of each class"):
         delong_test(np.array([0.1, 0.2, 0.3]), np.array([0.3, 0.2, 0.1]), np.array([1, 0, 0]))
@@ -71,6 +77,7 @@ def _labelled(outcomes):
             for i, o in enumerate(outcomes)]
 
 
+@pytest.mark.unit
 def test_plumbing_learned_gate_against_the_reference_gates():
     rng = np.random.default_rng(2)
     outcomes = rng.choice(["context_only", "both_wrong", "both_right"], size=150, p=[0.3, 0.5, 0.2]).tolist()

@@ -68,6 +68,7 @@ def batch_kind(tmp_path_factory):
         sys.path.remove(str(folder))
 
 
+@pytest.mark.unit
 def test_the_registry_holds_the_built_in_kinds():
     assert {"local", "served"} <= set(backend_kind_names())
     assert backend_kind_class("local").provides == {"weights", "tokenizer", "logprobs"}
@@ -106,6 +107,7 @@ def test_a_new_kind_is_one_module(batch_kind):
     assert not [p for p in PACKAGE.rglob("*.py") if "batch_api" in p.read_text()]
 
 
+@pytest.mark.unit
 def test_registering_is_checked():
     with pytest.raises(TypeError, match="frozen dataclass"):
         @register_backend_kind("loose")
@@ -119,6 +121,7 @@ def test_registering_is_checked():
     assert "loose" not in backend_kind_names() and "gpu_magic" not in backend_kind_names()
 
 
+@pytest.mark.unit
 def test_nothing_branches_on_the_kind_outside_the_kind_files():
     """The local/served switch lives in the kind files only: no `kind == "served"`-style branch elsewhere."""
     offenders = []

@@ -16,6 +16,8 @@ from icr2_components.backends.pipelines import apply_backend, backend_from_dict,
 from icr2_components.pipeline_loading import loads_pipeline
 from icr2_components.pipeline_spec import PipelineSpec
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))
 LOCAL_READER = "icr2_components.readers.local_chat_reader.LocalChatReader"

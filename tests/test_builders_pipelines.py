@@ -38,6 +38,7 @@ def nq(sample_files):
 
 
 @pytest.mark.parametrize("name", PIPELINES)
+@pytest.mark.unit
 def test_pipeline_loads_and_round_trips(name):
     pipeline = load_pipeline(ROOT / "pipelines" / f"{name}.yaml")
     assert load_pipeline(ROOT / "pipelines" / f"{name}.yaml").to_dict() == pipeline.to_dict()
@@ -51,6 +52,7 @@ def test_pipeline_loads_and_round_trips(name):
 
 
 @pytest.mark.parametrize("position", [1, 4, 10])
+@pytest.mark.unit
 def test_gold_position_pipeline_puts_the_gold_passage_at_the_position(nq, position):
     pipeline = load_pipeline(ROOT / "pipelines" / "cic_benchmark_gold_position.yaml")
     task, gold = nq["task"], nq["gold"]

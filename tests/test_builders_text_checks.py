@@ -12,6 +12,8 @@ from icr2_components.builders.near_duplicates import NearDuplicateIndex, jaccard
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.text.normalization import contains_answer, normalize_text
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_builders_loose_normalisation():
     """The corpus builder's exclusion normalisation (not the scorers' official one, see test_official_metrics.py):

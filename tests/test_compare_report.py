@@ -24,6 +24,8 @@ from icr2_components.evaluation.reports.rendering import write_report
 from icr2_components.evaluation.statistics.proportions import wilson_interval
 from icr2_components.text.normalization import normalize_answer
 
+pytestmark = pytest.mark.unit
+
 
 def record(pipeline, qid, answer, answers, shown, gold, context_type="open", reads_context=True, **extra):
     return {"key": f"{pipeline}|{qid}|{context_type}", "pipeline": pipeline, "question_id": qid,

@@ -13,6 +13,8 @@ from icr2_components.evaluation.reports.compare_report import TABLE_COLUMNS, bui
 from icr2_components.evaluation.reports.rendering import write_report
 from icr2_components.evaluation.statistics.proportions import wilson_interval
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = 30
 # questions right (q0 .. q{k-1}) per pipeline, answer match on the open context type

@@ -16,6 +16,8 @@ from icr2_components.backends.pipelines import backend_from_dict, request_concur
 from icr2_components.concurrency import FailureStreak, Job, Outcome, check_concurrency, ordered_calls
 from icr2_components.errors import UserInputError
 
+pytestmark = pytest.mark.unit
+
 SERVED = {"kind": "served", "served_model": {"api_base_url": "http://127.0.0.1:8089/v1", "model": "m"}}
 
 

@@ -20,6 +20,8 @@ from icr2_components.pipeline_pairs import (
     pair_differences,
 )
 
+pytestmark = pytest.mark.unit
+
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 DECLARED = library_pairs(PIPELINES)
 TECHNIQUES = sorted(name for name, declaration in DECLARED.items() if declaration["baseline"])

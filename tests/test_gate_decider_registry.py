@@ -8,6 +8,8 @@ from haystack import Pipeline
 from icr2_components.gates import GateDecider, GateDecision, GateQuestion, TimeAwareRetrievalGate, register_gate_decider
 from icr2_components.gates.gate_decider import YesNoAnswer, gate_decider_class, gate_decider_names
 
+pytestmark = pytest.mark.unit
+
 BUILT_IN = {"ta_are", "vanilla", "threshold", "always", "never"}
 
 

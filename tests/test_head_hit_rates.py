@@ -10,6 +10,8 @@ from statsmodels.stats.multitest import multipletests
 
 from icr2_components.evaluation.reports.head_hit_rates import heads_above_chance
 
+pytestmark = pytest.mark.unit
+
 
 def artifact(rates: list[list[float]], n: int = 100, chance: float = 1 / 6) -> dict:
     return {"hit_rates": [rates], "chance_hit_rates": [chance], "instances": n}

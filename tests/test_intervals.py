@@ -13,6 +13,8 @@ from icr2_components.evaluation.statistics.intervals import (
     mean_of_means_interval,
 )
 
+pytestmark = pytest.mark.unit
+
 Z95 = 1.959963984540054
 
 

@@ -10,6 +10,8 @@ from icr2_components.kilt.tasks import PassageSpanIndex, Provenance, read_kilt_t
 from icr2_components.records import SkipReport
 from icr2_components.records.reading import open_text
 
+pytestmark = pytest.mark.unit
+
 
 def test_chunking_counts_words_and_keeps_exact_offsets():
     paragraphs = ["Title", "one two three four five", "six seven eight", "nine ten eleven twelve"]

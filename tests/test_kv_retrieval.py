@@ -18,6 +18,8 @@ from icr2_components.evaluation.experiments.kv_retrieval import (
 )
 from icr2_components.evaluation.metrics.key_value_match import key_value_match
 
+pytestmark = pytest.mark.unit
+
 # figure 7 of the paper: its five pairs, the key asked and the desired output
 FIGURE_7_PAIRS = [
     ["2a8d601d-1d69-4e64-9f90-8ad825a74195", "bb3ba2a5-7de8-434b-a86e-a88bb9fa7289"],

@@ -46,6 +46,7 @@ def test_target_only_loss_equals_the_full_loss_with_the_same_gradients(batch_and
     assert doubled == pytest.approx(full / 2, rel=1e-5)
 
 
+@pytest.mark.unit
 def test_reply_parser_scores_the_answer_not_the_copied_passage():
     from haystack import Document
     from haystack.dataclasses import ChatMessage
