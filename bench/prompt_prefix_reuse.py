@@ -38,7 +38,9 @@ RESULTS = ROOT / "bench" / "results"
 
 def answers_of(out: Path) -> dict[str, dict]:
     """The cache's records by (question, pipeline)."""
-    records = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines() if line.strip()]
+    from icr2_components.evaluation.compare.cache import cache_lines
+
+    records = [json.loads(line) for line in cache_lines(out / "answers.jsonl.gz") if line.strip()]
     return {f"{r['question_id']} {r['pipeline']}": r for r in records}
 
 

@@ -4,12 +4,21 @@ and counted as ``stale_context``; records from before ``context_sha`` are reused
 ``context_unchecked``."""
 
 import functools
+import gzip
 import json
 
 from haystack import Document
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.cache import NO_CONTEXT, context_sha, read_answer_records, reuse_decision, seal
+from icr2_components.evaluation.compare.cache import (
+    NO_CONTEXT,
+    cache_lines,
+    context_sha,
+    read_answer_records,
+    resolve_cache_path,
+    reuse_decision,
+    seal,
+)
 from icr2_components.evaluation.compare.run import expected_context_sha, run_compare
 from icr2_components.kilt.context_types import ContextSet, build_context_set
 from icr2_components.kilt.questions import CompareQuestion
@@ -63,8 +72,10 @@ def test_expected_context_sha_per_pipeline_and_context_type():
 
 def _rewrite(path, change):
     """Each record changed and sealed again, as a writer that built it so would have (edits are refused)."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    path.write_text("".join(json.dumps(seal(change(r)), ensure_ascii=False) + "\n" for r in records))
+    path = resolve_cache_path(path)  # answers.jsonl.gz, written as the run writes it
+    records = [json.loads(line) for line in cache_lines(path)]
+    text = "".join(json.dumps(seal(change(r)), ensure_ascii=False) + "\n" for r in records).encode()
+    path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
 
 
 def test_a_changed_gold_context_is_reanswered_and_report_only_leaves_it_out(tmp_path, smollm2, monkeypatch, capsys):

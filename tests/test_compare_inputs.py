@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.metrics.text_metrics import exact_match, rouge_l, token_f1
 from icr2_components.kilt.context_types import answer_type, build_context_set
 from icr2_components.kilt.questions import answer_pool, read_compare_questions
@@ -107,7 +108,7 @@ def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_pa
     assert report["summary"]["closed_book"]["open"]["errors"] == 1
     saved = {
         json.loads(line)["question_id"]: json.loads(line)
-        for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()
+        for line in cache_lines(tmp_path / "o" / "answers.jsonl.gz")
     }
     assert (
         saved["long-1"]["error"].startswith("The prompt has ")

@@ -3,6 +3,7 @@
 import json
 
 from icr2_components.cli import main
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.compare.run import run_compare
 
 PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
@@ -32,7 +33,7 @@ def test_report_only_reports_the_questions_every_pipeline_answered_and_counts_th
     assert partial["summary"]["closed_book"]["open"]["n"] == 2
     assert partial["run"]["generation_seconds"] > 0
     assert json.loads((out / "report.json").read_text())["run"]["report_only"]["incomplete_questions"] == 1
-    lines = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(out / "answers.jsonl.gz")]
     assert {r["question_id"] for r in lines} == set(ids[:2])  # nothing was generated for the third
 
     assert main(["compare", "--pipelines", *PIPELINES, "--context-types", "open", "--question-ids", str(three),

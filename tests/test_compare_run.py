@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.evaluation.compare.cache import AnswerCache, read_answer_records
+from icr2_components.evaluation.compare.cache import AnswerCache, cache_lines, read_answer_records
 from icr2_components.evaluation.metrics.bcu import bcu
 from icr2_components.evaluation.metrics.text_metrics import answer_scores, in_context_recall
 from icr2_components.evaluation.reports.position_curves import BUCKET_LABELS, first_gold_position, position_bucket
@@ -221,10 +221,10 @@ def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted
     assert total == 2 * 2 * 2  # 2 questions x 2 context types x 2 pipelines
 
     victim = icr2(*KILL_RESUME_ARGS, out=resumed)
-    cache = resumed / "answers.jsonl"
+    cache = resumed / "answers.jsonl.gz"
     deadline = time.monotonic() + 900
     while victim.poll() is None and time.monotonic() < deadline:
-        if cache.exists() and cache.read_bytes().count(b"\n") >= 3:  # answering: kill it wherever it is
+        if cache.exists() and len(cache_lines(cache)) >= 3:  # answering: kill it wherever it is
             os.kill(victim.pid, signal.SIGKILL)
             break
         time.sleep(0.02)

@@ -32,6 +32,7 @@ import pytest
 
 from icr2_components.backends import load_backend
 from icr2_components.evaluation.compare import run as compare_module
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.gates.need_labels import NeedQuestion, label_questions
 from icr2_components.readers import ServedChatReader
@@ -60,7 +61,7 @@ def backend_file(tmp_path: Path, url: str, max_retries: int = 2, timeout_s: int 
 def lines(path: Path, drop: tuple[str, ...] = ()) -> list[dict]:
     """The cache's records in file order, without what times them (and the ``drop`` fields)."""
     return [{k: v for k, v in json.loads(line).items() if k not in TIMING | SEAL and k not in drop}
-            for line in path.read_text().splitlines()]
+            for line in cache_lines(path)]
 
 
 def untimed(value):
@@ -107,7 +108,7 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
     # through the proxy the key and pipeline hash cover its URL: compared without them
     hashed = ("key", "pipeline_hash")
     expected = lines(reference_dir / "answers.jsonl", hashed)
-    cache = tmp_path / "run" / "answers.jsonl"
+    cache = tmp_path / "run" / "answers.jsonl.gz"
     # the second question's requests wait at the proxy until Ctrl-C is pressed: the run cannot end first, however
     # slow or fast the server, and is interrupted with requests in flight (the first question's are answered)
     released = threading.Event()
@@ -120,7 +121,7 @@ def test_an_interrupted_concurrent_compare_leaves_a_sequential_prefix_and_resume
         # and the test fails): a working one is interrupted as soon as the first question is answered
         deadline = time.monotonic() + 900
         while not done.is_set() and time.monotonic() < deadline:
-            if proxy.holding and cache.exists() and len(cache.read_text().splitlines()) >= 3:
+            if proxy.holding and cache.exists() and len(cache_lines(cache)) >= 3:
                 # a real SIGINT, as Ctrl-C sends: unlike _thread.interrupt_main it wakes a main thread blocked on a
                 # lock, while the held requests still keep the run from ending (interrupt_main's pending interrupt
                 # could run inside a finaliser, where Python drops it, and the run then ended uninterrupted)

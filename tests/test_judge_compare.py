@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.backends import load_backend
-from icr2_components.evaluation.compare.run import run_compare
+from icr2_components.evaluation.compare.run import CACHE_FILE, run_compare
 from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
 from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS
 from icr2_components.testing.forwarding_proxy import ForwardingProxy
@@ -107,7 +107,7 @@ def test_a_judgement_cut_by_a_kill_is_asked_again_and_only_it(judged, tmp_path):
     folder, proxy, judge, reader, report = judged
     out = tmp_path / "run"
     out.mkdir()
-    for name in ("answers.jsonl", JUDGEMENTS_FILE):
+    for name in (CACHE_FILE, JUDGEMENTS_FILE):
         (out / name).write_bytes((folder / "run" / name).read_bytes())
     raw = (out / JUDGEMENTS_FILE).read_bytes()
     body, last = raw.rstrip(b"\n").rsplit(b"\n", 1)

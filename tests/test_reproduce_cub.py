@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.cli import main
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.cub import registered_question_ids
 
@@ -85,7 +86,7 @@ def test_cub_in_process_pairs_cad_against_regular_and_resumes(tmp_path, capsys):
     assert report["refused"] == [] and not report["run"]["at_registered_size"]
     assert report["run"]["compare_max_new_tokens"] == 8
     # the answers are compare's: its cache holds every pipeline under every context type of the question
-    records = [json.loads(line) for line in (out / "compare" / "answers.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in cache_lines(out / "compare" / "answers.jsonl.gz")]
     assert {(r["pipeline"], r["context_type"]) for r in records} == {
         (p, t) for p in ("vanilla_rag", "cmt_cad", "closed_book") for t in ("gold", "conflicting", "irrelevant")}
     assert {r["question_id"] for r in records} == {registered_question_ids()[0]}

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
+from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (
     ARMS,
@@ -127,7 +128,7 @@ def test_in_process_from_outside_the_checkout_an_adapter_arm_beside_the_untraine
     assert report["arms"]["sft_da"]["weights"] == {"sft_da": str((COMMITTED / "adapters" / "sft_da").resolve())}
     assert report["arms"]["sft_da"]["vs"]["untrained"]["answer_match"]["p"] == 1.0
     assert report["run"]["at_registered_size"] is False and "not at the registered size" in printed
-    records = [json.loads(line) for line in (out / "arms" / "sft_da" / "answers.jsonl").read_text().splitlines()]
+    records = read_answer_records(out / "arms" / "sft_da" / "answers.jsonl.gz")
     assert [(r["question_id"], r["context_type"], len(r["shown_ids"])) for r in records] == [
         (registered_ids()[0], "corpus", 6)]  # the corpus in context: 6 passages
     assert {c["model_runs"] for c in report["run"]["counters"].values()} == {1}

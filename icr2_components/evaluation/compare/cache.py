@@ -222,6 +222,12 @@ def _parse_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
     return record
 
 
+def cache_lines(path: str | Path) -> list[str]:
+    """The lines of the cache named ``path`` as text, whichever form it is in (``resolve_cache_path``; a cut last
+    gzip member's partial data included, as a plain file's cut last line is); for reading a cache as a file."""
+    return cache_bytes(resolve_cache_path(path))[0].decode("utf-8").splitlines()
+
+
 class AnswerCache:
     """Append-only JSONL of sealed answer records keyed by ``cache_key`` (module docstring).
 

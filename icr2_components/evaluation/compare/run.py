@@ -94,7 +94,9 @@ logger = logging.getLogger(__name__)
 # ``corpus``: an ICR2 benchmark record's whole corpus in context (gold among confounders), given as is; only an
 # ICR2 dataset has one, so it is accepted but never a default
 ACCEPTED_CONTEXT_TYPES = CONTEXT_TYPES + ("corpus",)
-CACHE_FILE = "answers.jsonl"
+# a new cache is gzip JSON lines; an older plain answers.jsonl in --out is found and appended to as it is
+# (compare/cache.py: resolve_cache_path)
+CACHE_FILE = "answers.jsonl.gz"
 QUESTION_IDS_FILE = "question_ids.txt"
 
 
@@ -423,7 +425,7 @@ def run_compare(
         "dataset_skips": selection.skips.as_dict(),
         "missing_contexts": missing_contexts,
         "unreadable_cache_lines": cache.unreadable_lines,
-        "cache": str(out / CACHE_FILE),
+        "cache": str(cache.path),
         # the summed generation time of the answers reported (their latency_s), whatever run produced them
         "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
         "report_only": partial,
@@ -525,13 +527,17 @@ def _answer_every_step(questions, specs, types, contexts, cache: AnswerCache, co
     streak = FailureStreak(streak_limit(slots))
     with tqdm(total=total, desc="compare", unit=" answers", disable=not progress) as bar:
         started = time.perf_counter()
-        for outcome in ordered_calls(steps, slots, retry_if=_retryable, attempts=REQUEST_ATTEMPTS):
-            bar.update(1)
-            ran = _commit_step(outcome, cache, counters, max_new_tokens)
-            if ran is not None:
-                streak.observe(ran)
-                bar.set_postfix_str(f"{counters['model_runs'] / (time.perf_counter() - started):.2f} model answers/s",
-                                    refresh=False)
+        try:
+            for outcome in ordered_calls(steps, slots, retry_if=_retryable, attempts=REQUEST_ATTEMPTS):
+                bar.update(1)
+                ran = _commit_step(outcome, cache, counters, max_new_tokens)
+                if ran is not None:
+                    streak.observe(ran)
+                    bar.set_postfix_str(
+                        f"{counters['model_runs'] / (time.perf_counter() - started):.2f} model answers/s",
+                        refresh=False)
+        finally:
+            cache.compact()  # a gzip cache's last one-answer members merged into one (atomically), however it ends
         return time.perf_counter() - started
 
 

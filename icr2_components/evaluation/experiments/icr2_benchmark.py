@@ -418,13 +418,13 @@ class ICR2Benchmark(CurveExperiment):
 def _outcomes(out: Path, pipelines: dict[str, dict]) -> dict[str, dict[tuple[str, str], dict[str, bool]]]:
     """``{metric: {(pipeline, condition): {question id: right}}}`` from the run's answer caches (``compare/`` and
     ``references/``; references have the condition ``""``); failed requests are left out, errors score 0."""
-    from icr2_components.evaluation.compare.cache import read_answer_records
+    from icr2_components.evaluation.compare.cache import read_answer_records, resolve_cache_path
     from icr2_components.evaluation.metrics.text_metrics import exact_match
 
     result: dict[str, dict[tuple[str, str], dict[str, bool]]] = {"answer_match": {}, "exact_match": {}}
     for folder, context_type, members in (("compare", "corpus", (CIC,)),
                                           ("references", "open", ("closed_book", "oracle"))):
-        cache = out / folder / "answers.jsonl"
+        cache = resolve_cache_path(out / folder / "answers.jsonl.gz")  # or an older answers.jsonl
         # per folder: the CiC pipeline is the oracle's prompt and reader, so the two share a hash
         names = {pipelines[name]["hash"]: name for name in members if name in pipelines}
         if not cache.is_file():

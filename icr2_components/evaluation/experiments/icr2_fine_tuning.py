@@ -28,7 +28,7 @@ The run, in ``out_dir``:
    head or the model's attention cannot run on a server that serves a plain GGUF and is refused, with the reason.
 3. ``arms/ARM``: one ``icr2 compare`` run per arm (``run_compare``: its answer cache, resume, concurrency against a
    server, its report) on ``data/eval.jsonl`` (built only when an answer is missing, by the library function behind
-   ``icr2 build-benchmark``). ``--set answers_from=DIR`` first seeds each arm's cache from ``DIR/ARM/answers.jsonl.gz`` (or ``.jsonl``)
+   ``icr2 build-benchmark``). ``--set answers_from=DIR`` first seeds each arm's cache from ``DIR/ARM/answers.jsonl.gz``
    (an earlier run's, e.g. the committed ``bench/results/icr2_table3/arms``), keeping an answer only where its
    question is one of this run's, under the arm's context type and pipeline, with the question's gold answers;
    the rest are generated.
@@ -231,8 +231,9 @@ class Icr2FineTuning(Experiment):
         return report
 
     def seed_answers(self, arm: Arm, spec: Any, folder: Path, ids: list[str], out: Path) -> dict[str, Any]:
-        """Copy the answers of ``folder/ARM/answers.jsonl.gz`` (or ``.jsonl``) that stand for this run's into the arm's answer cache,
-        under this run's pipeline (see the module doc, step 3); returns the counts, and why answers were left."""
+        """Copy the answers of ``folder/ARM/answers.jsonl.gz`` (or ``.jsonl``) that stand for this run's into the
+        arm's answer cache, under this run's pipeline (see the module doc, step 3); returns the counts, and why
+        answers were left."""
         from icr2_components.evaluation.compare.cache import (
             AnswerCache,
             cache_key,

@@ -32,7 +32,7 @@ TOP_K = 50
 INDEX = "kilt-sample"
 CORPUS_SEED = 0
 TRAIN_QUESTIONS, DEV_QUESTIONS, PROBE_QUESTIONS = 1000, 100, 100
-ANSWER_FILE = "answers.jsonl"
+ANSWER_FILE = "answers.jsonl.gz"  # an arm's answer cache (an older plain answers.jsonl is read as well)
 
 
 @dataclass(frozen=True)

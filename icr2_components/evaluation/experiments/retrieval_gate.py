@@ -410,7 +410,7 @@ class RetrievalGate(Experiment):
         paths = self.write_pipelines(out / "pipelines")
         dataset = self.write_icr2(questions, out / "data" / "questions.jsonl")
         seeded = (self.seed_answers(Path(options["answers_from"]), paths, dataset, backend, settings.max_new_tokens,
-                                    out / "compare" / "answers.jsonl") if options.get("answers_from") else None)
+                                    out / "compare" / "answers.jsonl.gz") if options.get("answers_from") else None)
         records: list[dict] = []  # scored with the gold of the questions now, not a cached answer's
         answered = run_compare([str(p) for p in paths], dataset=str(dataset), context_types=["open"],
                                out_dir=out / "compare", records_out=records, **settings.compare_settings())
