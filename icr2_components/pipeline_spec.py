@@ -5,6 +5,10 @@ A library pipeline declares, beside Haystack's ``components``/``connections``, t
 names the socket that receives the passages; under a controlled context type (gold, conflicting, irrelevant)
 compare removes the components that feed it (the retriever, or retrievers and corpus builder) and passes the
 given passages there, so that only the context-utilisation stage differs (as CUB does).
+
+Internal to compare and serve (and the experiments run through compare), not part of the package's API: a user
+loads a pipeline as a Haystack ``Pipeline`` with :func:`~icr2_components.pipeline_loading.load_pipeline` and as a
+component with :func:`~icr2_components.technique_component.technique_component`.
 """
 
 from __future__ import annotations

@@ -84,3 +84,17 @@ def test_config_error_is_one_class():
 
     assert settings.ConfigError is config.ConfigError is errors.ConfigError
     assert issubclass(errors.ConfigError, errors.UserInputError) and issubclass(errors.ConfigError, ValueError)
+
+
+def test_the_readme_layout_table_lists_every_package_as_library_or_workbench():
+    readme = (PACKAGE.parent / "README.md").read_text()
+    table = readme[readme.index("| floor | part | package |"):]
+    rows = table[: table.index("\n\n")].splitlines()[2:]
+    assert all(row.split(" | ")[1].startswith(("library", "workbench")) for row in rows), rows
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        parts = init.parent.relative_to(PACKAGE).parts
+        if not parts:
+            continue
+        whole = f"`{'/'.join(parts)}/`"
+        nested = [row for row in rows if f"`{parts[0]}/`" in row and f"`{parts[-1]}/`" in row]
+        assert whole in table or nested, f"{'/'.join(parts)}/ is not in the README's layout table"
