@@ -126,18 +126,19 @@ def _title_of(path: Path, suffix: str, document: Document) -> str:
     return path.stem
 
 
-_SCRIPT_OR_STYLE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+# what a page shows no reader as its text: its head (the title is the passages' title, not their text), scripts
+_NOT_TEXT = re.compile(r"<(head|script|style|noscript|template)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 _TAG = re.compile(r"<[^>]*>")
 
 
 def _has_visible_text(path: Path) -> bool:
-    """Whether a text, Markdown or HTML file holds any text outside its tags; True for one that is not UTF-8 or
-    cannot be read (the converter's failure is then the reason)."""
+    """Whether a text, Markdown or HTML file holds any text outside its tags (and its head, scripts and styles);
+    True for one that is not UTF-8 or cannot be read (the converter's failure is then the reason)."""
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError):
         return True
-    text = _TAG.sub(" ", _SCRIPT_OR_STYLE.sub(" ", re.sub(r"<!--.*?-->", " ", text, flags=re.DOTALL)))
+    text = _TAG.sub(" ", _NOT_TEXT.sub(" ", re.sub(r"<!--.*?-->", " ", text, flags=re.DOTALL)))
     return bool(html.unescape(text).strip())
 
 

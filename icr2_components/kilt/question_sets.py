@@ -247,6 +247,11 @@ class _BadValue(ValueError):
     pass
 
 
+def _absent(value: Any) -> bool:
+    """No value: not in the record, None, or NaN (a missing float cell, as pandas writes one)."""
+    return value is _MISSING or value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _scalar_text(value: Any, what: str) -> str:
     """A cell as text: a string stripped, an integer as written, a float whole or not (``1969.0``, what an integer
     column with a null becomes in a Parquet file written by pandas, is ``1969``); a NaN or infinite float, or any
@@ -265,7 +270,7 @@ def _scalar_text(value: Any, what: str) -> str:
 def _text_list(value: Any, what: str, separator: str | None) -> list[str]:
     """A list of non-empty strings from a string (split on ``separator`` in CSV, or a JSON list), a number or a
     list of them; None / missing / "" give []."""
-    if value is _MISSING or value is None:
+    if _absent(value):
         return []
     if isinstance(value, str):
         text = value.strip()
@@ -415,14 +420,14 @@ def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) 
             continue
         conflicting = _get(record, fields.conflicting_answer) if fields.conflicting_answer else _MISSING
         try:
-            conflicting = None if conflicting in (_MISSING, None) else (
+            conflicting = None if _absent(conflicting) else (
                 _scalar_text(conflicting, f"{fields.conflicting_answer!r}") or None)
         except _BadValue as error:
             skips.skip("bad conflicting answer", number, str(error))
             continue
         given = _get(record, fields.id) if fields.id else _MISSING
         try:
-            question_id = None if given in (_MISSING, None) else (_scalar_text(given, f"{fields.id!r}") or None)
+            question_id = None if _absent(given) else (_scalar_text(given, f"{fields.id!r}") or None)
         except _BadValue as error:
             skips.skip("bad question id", number, str(error))
             continue
