@@ -36,7 +36,7 @@ import types
 import typing
 from typing import Annotated, Any, Union
 
-from pydantic import BeforeValidator, ConfigDict, Field, InstanceOf, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError
 
 # PyYAML follows YAML 1.1, where `1e-5` (no dot) is a string, not a float: a float field accepts such a
 # string when it is a plain decimal number, so `learning_rate: 1e-5` works as people write it.
@@ -52,6 +52,8 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveNumber = Annotated[float, Field(gt=0)]
 NonNegativeNumber = Annotated[float, Field(ge=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+#: a file or folder path: text without the NUL character no operating system takes in a path
+PathText = Annotated[str, Field(pattern=r"^[^\x00]*$", description="a path cannot hold the NUL character")]
 
 
 class TypeCheckError(ValueError):
@@ -174,8 +176,19 @@ def _pydantic_type(expected: Any) -> Any:
     if expected is list or expected is tuple:
         return list
     if dataclasses.is_dataclass(expected) and isinstance(expected, type):
-        return InstanceOf[expected]
+        return Annotated[Any, PlainValidator(_instance_of(expected))]
     return expected
+
+
+def _instance_of(cls: type) -> typing.Callable[[Any], Any]:
+    """A check that a value is an instance of ``cls`` (pydantic takes no strict config for a dataclass type)."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, cls):
+            raise ValueError(f"not a {cls.__name__}")
+        return value
+
+    return check
 
 
 def _as_declared(value: Any, expected: Any) -> Any:
@@ -350,5 +363,20 @@ def _dataclass_in(expected: Any):
     return None
 
 
-__all__ = ["Fraction", "NonNegativeInt", "NonNegativeNumber", "PositiveInt", "PositiveNumber", "STRICT", "TypeCheckError", "check_fields", "check_known_keys", "check_type", "dataclass_from_mapping",
-           "describe_type", "field_types", "nearest_names"]
+__all__ = [
+    "Fraction",
+    "NonNegativeInt",
+    "NonNegativeNumber",
+    "PathText",
+    "PositiveInt",
+    "PositiveNumber",
+    "STRICT",
+    "TypeCheckError",
+    "check_fields",
+    "check_known_keys",
+    "check_type",
+    "dataclass_from_mapping",
+    "describe_type",
+    "field_types",
+    "nearest_names",
+]

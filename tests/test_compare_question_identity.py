@@ -62,7 +62,7 @@ def test_edited_gold_answers_rescore_cached_answers_without_asking_the_model(tmp
     write_set(data, QUESTIONS)
     first = run_compare(["pipelines/closed_book.yaml"], dataset=str(data), out_dir=out, **SETTINGS)
     assert first["run"]["counters"]["model_runs"] == 3 and len(asked) == 3
-    cache = out / "answers.jsonl"
+    cache = out / "answers.jsonl.gz"
     written = cache.read_bytes()
     answers = {r["question_id"]: r["answer"] for r in read_answer_records(cache)}
     assert all(normalize_answer(a) for a in answers.values())  # 4 tokens always say something

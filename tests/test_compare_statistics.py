@@ -151,4 +151,4 @@ def test_cli_refuses_an_unknown_baseline_before_running_a_question(tmp_path, cap
     assert code == 1
     assert capsys.readouterr().err.strip() == ("icr2 compare: error: --baseline 'vanilla_rag' is not a pipeline of "
                                                "this run; the pipelines are: closed_book, oracle.")
-    assert not (out / "answers.jsonl").exists()
+    assert not (out / "answers.jsonl.gz").exists() and not (out / "answers.jsonl").exists()

@@ -82,8 +82,9 @@ def test_layout_values_are_validated_with_one_line_errors(store, embedding, expe
 
 def test_writer_load_replicas_is_validated_and_reaches_the_writer():
     assert es_config().writer.load_replicas == 0
-    for value, expected in ((-1, r"section 'writer' of test config: key 'load_replicas' is -1 \(an integer\); expected an integer >= 0 or "
-                                r"null \(null keeps the index's replicas\)\."), ("x", "key 'load_replicas' is 'x'")):
+    refused = (r"section 'writer' of test config: key 'load_replicas' is -1 \(an integer\); expected an integer >= 0 "
+               r"or null \(null keeps the index's replicas\)\.")
+    for value, expected in ((-1, refused), ("x", "key 'load_replicas' is 'x'")):
         with pytest.raises(ConfigError, match=expected):
             index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                     "writer": {"load_replicas": value}}, source="test config")
@@ -240,8 +241,8 @@ def test_vectors_left_out_of_source_still_answer_knn_and_come_back_without_embed
 @pytest.mark.elasticsearch
 def test_writer_force_merges_after_a_counted_load_when_the_config_asks(elasticsearch_url, es_client, layout_index,
                                                                          sample_files, tmp_path):
-    with pytest.raises(ConfigError, match=r"key 'force_merge_segments' is 0 \(an integer\); expected an integer >= 1 or null "
-                       r"\(null: no merge\)\."):
+    with pytest.raises(ConfigError, match=r"key 'force_merge_segments' is 0 \(an integer\); expected an integer >= 1 "
+                       r"or null \(null: no merge\)\."):
         index_config_from_dict({"name": "x", "store": {"type": "elasticsearch"}, "corpus": {"path": "sample"},
                                 "writer": {"force_merge_segments": 0}}, source="test config")
     config = index_config_from_dict({

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.kilt.tasks import read_kilt_tasks
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.stores.index_switch import INDEX_CONFIG_ENV
@@ -124,7 +125,7 @@ def test_compare_with_index_runs_the_library_on_elasticsearch_and_keeps_its_cach
     unswitched = behaviour_hash(yaml.safe_load((REPO_ROOT / "pipelines" / "vanilla_rag.yaml").read_text()))
     assert report["run"]["pipelines"]["vanilla_rag"]["hash"] != unswitched
     records = [
-        json.loads(line) for line in (tmp_path / "run" / "answers.jsonl").read_text().splitlines() if line.strip()
+        json.loads(line) for line in cache_lines(tmp_path / "run" / "answers.jsonl.gz") if line.strip()
     ]
     shown = [i for r in records for i in (r.get("shown_ids") or [])]
     assert_from_index(es_client, index, shown)

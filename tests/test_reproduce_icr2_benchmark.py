@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.cli import main
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.experiments import get_experiment
 from icr2_components.evaluation.experiments.icr2_benchmark import RETRIEVERS
 from icr2_components.evaluation.metrics.answer_match import answer_match
@@ -40,7 +41,7 @@ def _check_run(report: dict, out: Path, questions: int) -> None:
     # the evaluation pool only: NQ-sample positions 2000 and later
     assert all(int(q.rsplit("-", 1)[1]) >= 2000 for q in report["questions"]["ids"])
     # each cell is the answer-match rule applied to the cached replies
-    answers = _records(out / "compare" / "answers.jsonl")
+    answers = [json.loads(line) for line in cache_lines(out / "compare" / "answers.jsonl.gz") if line.strip()]
     for name, cell in cells.items():
         mine = [r for r in answers if r["question_id"].endswith(f"|{name}")]
         assert len(mine) == questions

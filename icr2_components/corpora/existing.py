@@ -33,13 +33,14 @@ from haystack import Document
 
 from icr2_components.corpora.reader import CorpusReader, register_corpus_reader
 from icr2_components.corpora.settings import ConfigError, CorpusConfig
+from icr2_components.strict_mapping import PathText
 
 
 @dataclass
 class ExistingCorpusSettings(CorpusConfig):
     format: str = "existing"
     # what the index is, for messages (the store section says where it is)
-    path: str = "existing"
+    path: PathText = "existing"
 
     reads_documents: ClassVar[bool] = False
 

@@ -27,6 +27,7 @@ from icr2_components.corpora.chunking import Chunker
 from icr2_components.corpora.settings import ChunkingSettings, ConfigError, CorpusConfig, FieldMapping
 from icr2_components.kilt.seen_ids import SeenIds
 from icr2_components.records import SkipReport
+from icr2_components.strict_mapping import dataclass_from_mapping
 from icr2_components.text.blank import is_blank
 
 
@@ -37,10 +38,12 @@ class TableCorpusSettings(CorpusConfig):
     fields: FieldMapping = field(default_factory=FieldMapping)
 
     def validate(self) -> None:
-        if isinstance(self.fields, dict):  # built in Python rather than from YAML
-            self.fields = FieldMapping(**self.fields)
+        # built in Python rather than from YAML: the mappings read as a file's would be (unknown keys, strict types)
+        if isinstance(self.fields, dict):
+            self.fields = dataclass_from_mapping(FieldMapping, self.fields, "section 'corpus.fields'", ConfigError)
         if isinstance(self.chunking, dict):
-            self.chunking = ChunkingSettings(**self.chunking)
+            self.chunking = dataclass_from_mapping(ChunkingSettings, self.chunking, "section 'corpus.chunking'",
+                                                   ConfigError)
         super().validate()
         self.fields.validate()
 

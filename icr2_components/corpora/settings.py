@@ -25,7 +25,7 @@ from typing import ClassVar
 from icr2_components.errors import ConfigError
 from icr2_components.models.resolver import SMOLLM2_ALIAS
 from icr2_components.paths import cache_dir
-from icr2_components.strict_mapping import NonNegativeInt, PositiveInt, check_fields
+from icr2_components.strict_mapping import NonNegativeInt, PathText, PositiveInt, check_fields
 
 #: what ``{cache}`` in ``corpus.path`` stands for: the project's cache root (``ICR2_CACHE_DIR`` or
 #: ``~/.cache/icr2_components``), where ``scripts/python_docs.sh`` unpacks the Python documentation
@@ -110,7 +110,7 @@ class CorpusConfig:
     format: str = "kilt"
     # a KILT knowledge-source file, or "sample" for the bundled sample built from shared/data; for other formats
     # their file or folder
-    path: str = "sample"
+    path: PathText = "sample"
     passage_words: PositiveInt = 100
     skip_title_paragraph: bool = True
     max_articles: PositiveInt | None = None

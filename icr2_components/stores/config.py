@@ -23,6 +23,7 @@ from icr2_components.stores.store_types import (
     store_backend_names,
 )
 from icr2_components.strict_mapping import (
+    PathText,
     PositiveInt,
     PositiveNumber,
     check_fields,
@@ -53,7 +54,7 @@ class EmbeddingConfig:
     # intra-op threads of ONNX Runtime / OpenVINO (and torch in pool workers) per process (null: their default)
     threads: PositiveInt | None = None
     # read passage vectors from the shards `icr2 embed CONFIG --out DIR` wrote, instead of computing them
-    vectors_dir: str | None = None
+    vectors_dir: PathText | None = None
 
     def validate(self) -> None:
         check_fields(self, "index config section 'embedding'", ConfigError)
@@ -66,7 +67,7 @@ class EmbeddingConfig:
 class WriterConfig:
     batch_size: PositiveInt = 500
     # Elasticsearch: a JSON file recording how far a load got, so an interrupted run resumes
-    checkpoint_path: str | None = None
+    checkpoint_path: PathText | None = None
     # Elasticsearch: write the checkpoint every this many confirmed bulks, and at least every checkpoint_seconds,
     # so that a load killed at any moment redoes (re-embeds) only about that many seconds of work
     checkpoint_every: PositiveInt = 10

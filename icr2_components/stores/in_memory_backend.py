@@ -43,7 +43,7 @@ from icr2_components.stores.errors import (
     IndexNotBuiltError,
 )
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
-from icr2_components.strict_mapping import Fraction, NonNegativeNumber, check_fields
+from icr2_components.strict_mapping import Fraction, NonNegativeNumber, PathText, check_fields
 
 #: past this many passages the in-memory store warns (measured ~28 KB of RAM per passage with 384-d vectors: ~5.5 GiB)
 LARGE_STORE_PASSAGES = 200_000
@@ -59,7 +59,7 @@ class InMemoryStoreSettings(StoreSettings):
 
     type: str = "in_memory"
     # where the store is saved so that `icr2 search` in another process finds it (default: in the cache)
-    persist_path: str | None = None
+    persist_path: PathText | None = None
     bm25_k1: NonNegativeNumber = 0.9
     bm25_b: Fraction = 0.4
     # BM25's analyzer: english (stemming, stop words) or standard (lower case only); see stores/text_analysis.py.

@@ -37,6 +37,7 @@ from icr2_components.strict_mapping import (
     Fraction,
     NonNegativeInt,
     NonNegativeNumber,
+    PathText,
     PositiveInt,
     PositiveNumber,
     check_fields,
@@ -78,8 +79,8 @@ class SampleBuild:
 
 @dataclass
 class DataOptions:
-    train: str | None = None
-    validation: str | None = None
+    train: PathText | None = None
+    validation: PathText | None = None
     validation_fraction: HeldOut = 0.0
     limit: Positive | None = None
     build_sample: SampleBuild | None = None
@@ -156,7 +157,7 @@ class HeadOptions:
 class TrainingRecipe:
     method: str
     model: str
-    output_dir: str
+    output_dir: PathText
     data: DataOptions
     max_seq_length: Positive | None = None
     truncation: str = "drop_distractors"

@@ -19,7 +19,7 @@ from icr2_components.stores.elasticsearch.index_layout import (
     validate_store_layout,
 )
 from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, validate_analyzer
-from icr2_components.strict_mapping import Fraction, NonNegativeNumber, check_fields
+from icr2_components.strict_mapping import Fraction, NonNegativeNumber, PathText, check_fields
 
 
 @dataclass
@@ -39,7 +39,7 @@ class ElasticsearchStoreSettings(StoreSettings):
     bm25_b: Fraction = 0.4
     # an external cluster (see stores/elasticsearch/connection.py): TLS CA file, basic auth (the password from
     # the environment variable password_env); an API key comes from ELASTIC_API_KEY
-    ca_certs: str | None = None
+    ca_certs: PathText | None = None
     verify_certs: bool = True
     username: str | None = None
     password_env: str = "ELASTIC_PASSWORD"
@@ -61,7 +61,12 @@ class ElasticsearchStoreSettings(StoreSettings):
             raise ConfigError("store.hosts is required for an Elasticsearch store (e.g. http://127.0.0.1:9200).")
         if self.max_retries < 0:
             raise ConfigError("store.max_retries must be >= 0.")
-        validate_connection_settings(self)
+        try:
+            validate_connection_settings(self)
+        except ConfigError:
+            raise
+        except ValueError as error:  # the connection module's own checks (no host given) say it as a ValueError
+            raise ConfigError(str(error)) from None
         validate_store_layout(self.shards, self.replicas, self.vector_index)
 
     def validate_with_config(self, config) -> None:
