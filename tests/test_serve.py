@@ -244,6 +244,23 @@ def test_non_loopback_host_is_refused_without_allow_remote():
     assert result.returncode == 1 and "not loopback" in result.stderr
 
 
+def test_a_port_in_use_is_one_line_before_the_banner():
+    """Before, the banner came first and uvicorn's own error after it, once the pipeline had loaded. The port is
+    now bound before the pipeline loads: one line naming it, exit 1, no banner, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([str(Path(sys.executable).parent / "icr2"), "serve", "pipelines/closed_book.yaml",
+                                 "--port", str(port)], check=False, cwd=ROOT, capture_output=True, text=True,
+                                timeout=300)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "icr2 serve: POST" not in result.stdout, result.stdout  # no banner
+    lines = result.stderr.strip().splitlines()
+    assert lines == [f"icr2 serve: error: --port {port}: 127.0.0.1:{port} is already in use by another program; "
+                     "stop it or serve on another port (icr2 serve --port N)."], result.stderr
+
+
 def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_500(smollm2, monkeypatch):
     """The oracle given a passage, or a question, longer than SmolLM2's context: the reader refuses it and the
     client is told so with a 413 naming the limit; a failure inside the pipeline that the request did not cause

@@ -166,7 +166,7 @@ def test_streaming_sends_the_tokens_as_they_come_and_they_make_the_same_answer(c
 
 
 def test_the_last_user_message_is_the_query_and_the_other_turns_are_counted(client, completion):
-    raw = client.chat.completions.with_raw_response.create(model=MODEL, temperature=0.3, messages=[
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, user="alice", logprobs=False, messages=[
         {"role": "system", "content": "You answer in German."},
         {"role": "user", "content": "What is the capital of Italy?"},
         {"role": "assistant", "content": "Rome."},
@@ -175,7 +175,8 @@ def test_the_last_user_message_is_the_query_and_the_other_turns_are_counted(clie
     ])
     assert raw.parse().choices[0].message.content == completion.parse().choices[0].message.content
     assert raw.headers["x-icr2-query-message"] == "3" and raw.headers["x-icr2-ignored-messages"] == "4"
-    assert raw.headers["x-icr2-ignored-fields"] == "temperature"  # the reader decodes as its YAML says
+    # accepted and not used: a field that does not change the answer, and one given the value that asks for nothing
+    assert raw.headers["x-icr2-ignored-fields"] == "logprobs,user"
 
 
 def test_max_tokens_lowers_the_budget_and_never_raises_it(client):
@@ -217,6 +218,11 @@ def test_an_over_long_prompt_is_a_bad_request_naming_the_limit(client, openapi, 
     ([], {}, "messages", ["at least 1 item"]),
     ([{"role": "user", "content": FRANCE}], {"n": 2}, "n", ["less than or equal to 1"]),
     ([{"role": "user", "content": FRANCE}], {"max_tokens": 0}, "max_tokens", ["greater than or equal to 1"]),
+    # a boolean is not a number: `true` was read as 1 token
+    ([{"role": "user", "content": FRANCE}], {"max_tokens": True}, "max_tokens", ["valid integer"]),
+    ([{"role": "user", "content": FRANCE}], {"max_completion_tokens": 2.5}, "max_completion_tokens",
+     ["valid integer"]),
+    ([{"role": "user", "content": FRANCE}], {"extra_body": {"n": True}}, "n", ["valid integer"]),
     ([{"role": "robot", "content": FRANCE}], {}, "messages.0.role", ["messages.0.role"]),
     # a string is not a boolean: "yes" was read as stream: true
     ([{"role": "user", "content": FRANCE}], {"extra_body": {"stream": "yes"}}, "stream", ["valid boolean"]),
@@ -230,6 +236,55 @@ def test_invalid_requests_are_bad_requests_naming_the_field(client, openapi, mes
     assert error.code == "invalid_request" and error.param == param, error.body
     assert all(word in error.message for word in words), error.message
     assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
+
+
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+                                                                                    "properties": {}}}}
+
+
+@pytest.mark.parametrize(("extra", "param", "words"), [
+    ({"tools": [WEATHER_TOOL]}, "tools", ["'tools'", "call no tools"]),
+    ({"tool_choice": "required"}, "tool_choice", ["'tool_choice'", "call no tools"]),
+    ({"response_format": {"type": "json_object"}}, "response_format", ["'response_format'", "free text"]),
+    ({"logprobs": True, "top_logprobs": 2}, "logprobs", ["'logprobs'", "'top_logprobs'", "no log-probabilities"]),
+    ({"temperature": 0.7}, "temperature", ["'temperature'", "as the pipeline's YAML says"]),
+    ({"seed": 7, "top_p": 0.5}, "seed", ["'seed'", "'top_p'", "seed: 7", "top_p: 0.5"]),
+    ({"extra_body": {"parallel_tool_calls": True}}, "parallel_tool_calls", ["'parallel_tool_calls'"]),
+])
+def test_fields_the_pipeline_cannot_honour_are_refused_naming_them(client, openapi, extra, param, words):
+    """Before, each was accepted and the answer came as if it had not been sent (a tool list, a JSON format,
+    log-probabilities, a sampling temperature): the client could not tell."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}], **extra)
+    error = caught.value
+    assert error.code == "unsupported_parameter" and error.param == param, error.body
+    assert all(word in error.message for word in words), error.message
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
+
+
+def test_a_field_openai_does_not_have_is_refused_with_the_nearest_name(client, openapi):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": FRANCE}],
+                                       extra_body={"max_token": 5})
+    error = caught.value
+    assert error.code == "unknown_parameter" and error.param == "max_token", error.body
+    assert "Did you mean 'max_tokens'" in error.message, error.message
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, {"error": error.body})
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_a_number_json_does_not_have_is_malformed_json_on_both_routes(url, openapi, number):
+    """Python's JSON reader takes NaN and infinities (and 1e999 as infinity); JSON has none of them."""
+    chat = httpx.post(f"{url}/v1/chat/completions", timeout=30, headers={"content-type": "application/json"},
+                      content=b'{"model": "closed_book", "messages": [{"role": "user", "content": "Who?"}], '
+                              b'"max_tokens": ' + number + b"}")
+    assert chat.status_code == 400 and chat.json()["error"]["code"] == "malformed_json", chat.text
+    assert number.decode().lstrip("-") in chat.json()["error"]["message"]
+    assert_documented(openapi, "/v1/chat/completions", "POST", 400, chat.json())
+    run = httpx.post(f"{url}/{MODEL}/run", timeout=30, headers={"content-type": "application/json"},
+                     content=b'{"query": "Who?", "score": ' + number + b"}")
+    assert run.status_code == 400 and run.json()["error"] == "malformed_json", run.text
+    assert_documented(openapi, f"/{MODEL}/run", "POST", 400, run.json())
 
 
 def test_transport_errors_are_openai_shaped_too(client, url, openapi):
@@ -443,6 +498,54 @@ def test_a_client_that_trickles_its_body_is_cut_off_at_the_whole_body_limit():
             assert b"connection: close" in head.lower()
             assert 2.9 < answered < 6, answered  # at the whole-body limit, not after the last pause
             assert (sent >= 4) if pause_s else sent == 0  # it was sending all along
+        assert httpx.get(f"{url}/status", timeout=30).status_code == 200
+
+
+def declare_and_stall(url: str, path: str, headers: str, first: bytes) -> tuple[int, dict, float, float]:
+    """A real client on a socket that sends the headers of a POST and ``first`` body bytes, then nothing. Returns
+    (status, JSON body, seconds from the end of the headers to the whole answer, seconds to the server's close)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                           f"{headers}\r\n".encode())
+        started = time.monotonic()
+        connection.sendall(first)
+        data, answered = b"", None
+        while True:
+            try:
+                chunk = connection.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                break
+            data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = re.search(rb"content-length: (\d+)", head.lower())
+            if answered is None and length and len(body) >= int(length.group(1)):
+                answered = time.monotonic() - started
+        closed = time.monotonic() - started
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert answered is not None, data
+    return int(head.split()[1]), json.loads(body), answered, closed
+
+
+def test_a_body_declared_over_the_limit_is_refused_at_once_and_the_connection_closed_at_the_body_deadline():
+    """A client declaring 10 MB and sending one byte: before, the server read on for the rest of the body and held
+    the connection open past every time limit. Now the declared length is refused at once, before any of it is
+    read, and what the client might still send is taken only until --body-timeout; a chunked body that crosses
+    the limit and stalls is refused the same way."""
+    with serving(ROOT / "pipelines" / "closed_book.yaml", max_new_tokens=8, body_timeout=3.0,
+                 max_body_bytes=1000) as (url, _):
+        cases = [(f"/{MODEL}/run", "Content-Length: 10000000\r\n", b"{"),
+                 ("/v1/chat/completions", "Content-Length: 10000000\r\n", b"{"),
+                 (f"/{MODEL}/run", "Transfer-Encoding: chunked\r\n", b"5dc\r\n" + b" " * 1500 + b"\r\n")]
+        for path, headers, first in cases:
+            status, body, answered, closed = declare_and_stall(url, path, headers, first)
+            assert status == 413, (path, body)
+            error = body["error"]["code"] if path.startswith("/v1") else body["error"]
+            assert error == "request_too_large", body
+            assert answered < 1.5, (path, answered)  # at once, not at the deadline
+            assert 2.5 < closed < 6, (path, closed)  # closed at the body deadline, not held open
         assert httpx.get(f"{url}/status", timeout=30).status_code == 200
 
 

@@ -63,19 +63,25 @@ def run(args) -> int:
 
 def _run(args) -> int:
     from icr2_components.backends.pipelines import resolve_backend
-    from icr2_components.serving.app import LOOPBACK_HOSTS, create_serving_app, run_server
+    from icr2_components.serving.app import LOOPBACK_HOSTS, bind_server_socket, create_serving_app, run_server
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be 1-65535, got {args.port}.")
     if args.host not in LOOPBACK_HOSTS and not args.allow_remote:
         raise ValueError(f"--host {args.host} is not loopback and the server has no authentication; "
                          "add --allow-remote to bind it anyway.")
-    app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes, max_query_chars=args.max_query_chars,
-                             max_new_tokens=args.max_new_tokens, concurrency=args.concurrency,
-                             backend=resolve_backend(args.backend), max_queue=args.max_queue,
-                             body_timeout=args.body_timeout, request_timeout=args.request_timeout)
-    base = f"http://{args.host}:{args.port}"
-    print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
-          f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)
-    run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote)
+    # bound before the pipeline loads: a port in use is one line at once, never after the banner
+    sock = bind_server_socket(args.host, args.port)
+    try:
+        app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes,
+                                 max_query_chars=args.max_query_chars, max_new_tokens=args.max_new_tokens,
+                                 concurrency=args.concurrency, backend=resolve_backend(args.backend),
+                                 max_queue=args.max_queue, body_timeout=args.body_timeout,
+                                 request_timeout=args.request_timeout)
+        base = f"http://{args.host}:{args.port}"
+        print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
+              f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)
+        run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote, sock=sock)
+    finally:
+        sock.close()
     return 0

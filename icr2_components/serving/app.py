@@ -6,9 +6,14 @@ plain FastAPI with exactly the routes below, built from public APIs only. Around
 
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
-* a body over ``max_body_bytes`` -> 413 (checked on Content-Length and on the bytes actually read); a body
-  that has not wholly arrived ``body_timeout`` seconds after its headers (a client that declares one and never
-  sends it, or trickles it a byte at a time) -> 408 ``request_timeout``, and the connection is closed;
+* a body over ``max_body_bytes`` -> 413 (checked on Content-Length, answered at once before reading any of it,
+  and on the bytes actually read); what the client still sends after a 413 is read and discarded only until
+  the body deadline, then the connection is closed; a body that has not wholly arrived ``body_timeout`` seconds
+  after its headers (a client that declares one and never sends it, or trickles it a byte at a time) -> 408
+  ``request_timeout``, and the connection is closed;
+* a JSON body holding ``NaN``, ``Infinity`` or a number beyond a float (``1e999``), which Python's JSON reader
+  would take and JSON does not allow -> 400 ``malformed_json``; the request models are strict besides (no
+  boolean for a number: ``request_model``, ``openai_models``);
 * a request not answered ``request_timeout`` seconds after its headers (waiting for a run included) -> 504
   ``run_timeout`` (the run's slot is held until its work really ends, so the concurrency stays true), and the
   connection is closed; a streamed answer still going then is ended there (without its ``data: [DONE]``);
@@ -42,10 +47,12 @@ plain FastAPI with exactly the routes below, built from public APIs only. Around
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import json
 import logging
 import math
+import socket
 import sys
 import time
 from typing import Any, Literal
@@ -61,6 +68,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from icr2_components.backends import Backend
 from icr2_components.backends.pipelines import request_concurrency
 from icr2_components.concurrency import check_concurrency
+from icr2_components.errors import UserInputError
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.openai_models import openai_error
 from icr2_components.serving.openai_routes import CHAT_PATHS, OPENAI_PATHS, add_openai_routes, is_openai_path
@@ -87,7 +95,8 @@ PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS  # besides the run route
 BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is not a number (the connection is "
             "closed after the answer), or the body could not be read")
 RUN_ERRORS: dict[int, dict[str, str]] = {
-    400: {"malformed_json": "the body is not valid JSON, or not UTF-8", "bad_request": BAD_HTTP},
+    400: {"malformed_json": "the body is not valid JSON, or not UTF-8, or holds NaN, Infinity or a number beyond a "
+                            "float", "bad_request": BAD_HTTP},
     408: {"request_timeout": "the whole body did not arrive within the server's --body-timeout (the connection is "
                              "closed)"},
     413: {"request_too_large": "the body is over the server's --max-body-bytes (declared or counted)",
@@ -172,17 +181,18 @@ class RequestGuard:
         _, too_big = error_for_path(path, 413, "request_too_large",
                                     f"the request body is over the limit of {self.max_body_bytes} bytes "
                                     "(icr2 serve --max-body-bytes raises it)")
+        body_deadline = arrived + min(self.body_timeout, self.request_timeout)  # the whole body, not each piece
         if declared is not None:
             try:
-                if int(declared) > self.max_body_bytes:
-                    await _drain_and_send(receive, send, 413, too_big)
-                    return
+                declared_bytes = int(declared)
             except ValueError:
                 await _send_json(send, *error_for_path(path, 400, "bad_request", "Content-Length is not an integer"))
                 return
+            if declared_bytes > self.max_body_bytes:  # refused on what it declares, before a byte is read
+                await _refuse_then_drain(receive, send, 413, too_big, body_deadline)
+                return
         # Read the body here (at most the limit + 1 byte), then replay it: a chunked body is bounded too.
         chunks, size, more = [], 0, True
-        body_deadline = arrived + min(self.body_timeout, self.request_timeout)  # the whole body, not each piece
         while more:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
@@ -197,11 +207,16 @@ class RequestGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                await _drain_and_send(receive, send, 413, too_big, more=message.get("more_body", False))
+                await _refuse_then_drain(receive, send, 413, too_big, body_deadline,
+                                         more=message.get("more_body", False))
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
+        if path in self.work_paths and _read_as_json(headers) and (problem := non_finite_json_number(body)):
+            await _send_json(send, *error_for_path(path, 400, "malformed_json", f"the body is not valid JSON: "
+                                                   f"{problem}; send finite numbers"))
+            return
         replayed = False
 
         async def replay():
@@ -263,14 +278,67 @@ class RequestGuard:
             logger.warning("a request answered at its deadline failed later", exc_info=True)
 
 
-async def _drain_and_send(receive, send, status: int, body: dict, more: bool = True) -> None:
-    # Read what the client still sends (discarding it) so it sees the answer instead of a reset connection.
+async def _refuse_then_drain(receive, send, status: int, body: dict, deadline: float, more: bool = True) -> None:
+    """Answer ``status`` at once (the whole JSON body, ``connection: close``), then read and discard what the client
+    still sends until its body ends or ``deadline`` passes, then close the connection.
+
+    The client has its answer before it sends another byte; the connection stays open only to take the rest of
+    its body (closing on unread bytes would reset the connection, and a client still sending could lose the
+    answer with it), and no longer than any body may take: a client that declares a large body and sends one
+    byte is closed at the body deadline.
+    """
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": payload, "more_body": True})  # the whole answer, sent now
     while more:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), deadline - time.monotonic())
+        except asyncio.TimeoutError:
+            break
         if message["type"] == "http.disconnect":
             break
         more = message.get("more_body", False)
-    await _send_json(send, status, body)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})  # uvicorn closes the connection
+
+
+def _read_as_json(headers: dict[bytes, bytes]) -> bool:
+    """Whether FastAPI reads this request's body as JSON: no Content-Type, ``application/json`` or ``+json``."""
+    media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    return not media_type or media_type == b"application/json" or (
+        media_type.startswith(b"application/") and media_type.endswith(b"+json"))
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> float:
+    raise _NotFinite(f"{name} is not a JSON number (RFC 8259)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(f"{text} is beyond a 64-bit float (it would be read as infinity)")
+    return value
+
+
+def non_finite_json_number(body: bytes) -> str | None:
+    """What makes a JSON body hold a number that is not finite (``NaN``, ``Infinity``, ``-Infinity``, ``1e999``),
+    which Python's JSON reader (FastAPI's) takes; None when there is none, or the body is not JSON at all (the
+    route's own parsing answers that).
+
+    :returns: one line naming the value, or None.
+    """
+    try:
+        json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except _NotFinite as error:
+        return str(error)
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8): the route answers malformed_json itself
+        return None
+    return None
 
 
 async def _send_json(send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = (),
@@ -531,15 +599,48 @@ def server_settings() -> dict[str, Any]:
     return {"log_level": "warning", "timeout_graceful_shutdown": 5, "http": json_error_http_protocol()}
 
 
-def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_remote: bool = False) -> None:
+def bind_server_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (as uvicorn binds one: ``SO_REUSEADDR``, IPv6 for a host with a
+    colon), for ``run_server(..., sock=...)``: binding before the pipeline loads and the banner prints makes a port
+    in use an error at once, and no other program can take the port in between.
+
+    :raises UserInputError: one line naming the address: in use, not an address of this machine, or not allowed.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except (OSError, OverflowError) as error:
+        sock.close()
+        code = getattr(error, "errno", None)
+        if code == errno.EADDRINUSE:
+            raise UserInputError(f"--port {port}: {host}:{port} is already in use by another program; stop it or "
+                                 "serve on another port (icr2 serve --port N).") from error
+        if code == errno.EACCES:
+            raise UserInputError(f"--port {port}: binding {host}:{port} is not allowed for this user (ports below "
+                                 "1024 need privileges); serve on another port (icr2 serve --port N).") from error
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UserInputError(f"--host {host} --port {port}: cannot listen there ({reason}); give an address of "
+                             "this machine (default 127.0.0.1).") from error
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_remote: bool = False,
+               sock: socket.socket | None = None) -> None:
     """Run ``app`` with uvicorn (``server_settings``: its HTTP parser's 400s are JSON too); a non-loopback ``host``
-    needs ``allow_remote=True`` (the server has no auth)."""
+    needs ``allow_remote=True`` (the server has no auth). ``sock``: a socket already bound to ``host``:``port``
+    (``bind_server_socket``), served as it is; None binds here (a port in use is then uvicorn's own error)."""
     if host not in LOOPBACK_HOSTS and not allow_remote:
         raise ValueError(f"--host {host} is not a loopback address and the server has no authentication; "
                          "pass --allow-remote to bind it anyway (behind a proxy that authenticates).")
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, **server_settings())
+    if sock is None:
+        uvicorn.run(app, host=host, port=port, **server_settings())
+        return
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, **server_settings())).run(sockets=[sock])
 
 
 __all__ = [
@@ -552,8 +653,10 @@ __all__ = [
     "PUBLIC_PATHS",
     "RUN_ERRORS",
     "RequestGuard",
+    "bind_server_socket",
     "create_serving_app",
     "json_error_http_protocol",
+    "non_finite_json_number",
     "run_server",
     "server_settings",
 ]

@@ -3,9 +3,14 @@ states them exactly (the routes are in ``openai_routes``).
 
 * request (``POST /v1/chat/completions``): OpenAI's ``model``, ``messages``, ``stream``, ``stream_options``,
   ``max_completion_tokens`` (or the older ``max_tokens``) and ``n`` (1 only), plus one top-level field per
-  declared input other than ``query``, typed as in ``POST /<name>/run`` (the oracle's ``documents``). Other
-  OpenAI fields (``temperature``, ``top_p``, ``tools``...) are accepted and not used: the pipeline's readers
-  decode as their YAML says; the answer's ``x-icr2-ignored-fields`` header names them.
+  declared input other than ``query``, typed as in ``POST /<name>/run`` (the oracle's ``documents``), all strictly
+  typed (``max_tokens: true`` is not 1). An OpenAI field that would change the answer and that the pipeline
+  cannot honour (``UNSUPPORTED_FIELDS``: ``tools``, ``response_format``, ``logprobs``, ``temperature``...: each
+  reader decodes as its YAML says) is refused 400 ``unsupported_parameter`` naming it, unless it is null or the
+  value that asks for nothing (``tools: []``, ``logprobs: false``); OpenAI's fields that do not change the answer
+  (``ACCEPTED_UNUSED_FIELDS``: ``user``, ``metadata``...) are accepted and named in the answer's
+  ``x-icr2-ignored-fields`` header; any other field is refused 400 ``unknown_parameter`` with the nearest known
+  name, as OpenAI refuses an unrecognized argument (``check_request_fields``).
 * the query is the text of the LAST user message (``query_from_messages``); a library pipeline declares no
   chat-history input, so every other message (system, earlier turns, a trailing assistant prefill) is not seen
   by the pipeline: the answer's ``x-icr2-ignored-messages`` header counts them and ``x-icr2-query-message``
@@ -20,9 +25,10 @@ states them exactly (the routes are in ``openai_routes``).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create_model
 
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.refusals import RequestRefused
@@ -34,10 +40,16 @@ BAD_HTTP = ("the Content-Length is not a number (checked here when the HTTP serv
             "uvicorn's parser refuses it first, in the server-wide shape below)")
 # status -> {OpenAI error code: when it is answered}
 OPENAI_CHAT_ERRORS: dict[int, dict[str, str]] = {
-    400: {"malformed_json": "the body is not valid JSON, or not UTF-8",
+    400: {"malformed_json": "the body is not valid JSON, or not UTF-8, or holds NaN, Infinity or a number beyond a "
+                            "float",
           "bad_request": BAD_HTTP,
           "invalid_request": "a field is missing, of the wrong type or out of bounds (the query too: the last user "
                              "message's text), or there is no user message; `param` names the field",
+          "unsupported_parameter": "an OpenAI field the pipeline cannot honour (`tools`, `response_format`, "
+                                   "`logprobs`, `temperature`...), given a value that would change the answer; "
+                                   "`param` names it",
+          "unknown_parameter": "a field that is neither OpenAI's nor a declared input of the pipeline; `param` "
+                               "names it and the message the nearest known name",
           "context_length_exceeded": "the prompt built from the request is longer than the reader's context (as "
                                      "OpenAI answers it); the message names the prompt's length and the limit",
           "missing_context": "a context-aware decoding reader got no passages to contrast with (only pipelines "
@@ -63,6 +75,8 @@ ICR2_TO_OPENAI: dict[str, tuple[int, str]] = {
     "context_too_long": (400, "context_length_exceeded"),
     "missing_context": (400, "missing_context"),
     "invalid_request": (400, "invalid_request"),
+    "unsupported_parameter": (400, "unsupported_parameter"),
+    "unknown_parameter": (400, "unknown_parameter"),
     "malformed_json": (400, "malformed_json"),
     "bad_request": (400, "bad_request"),
     "model_not_found": (404, "model_not_found"),
@@ -88,6 +102,40 @@ def openai_error(status: int, kind: str, message: str, param: str | None = None)
     ``POST /<name>/run`` (a prompt over the context is 400 ``context_length_exceeded`` here, as OpenAI answers)."""
     status, code = ICR2_TO_OPENAI.get(kind, (status, kind))
     return status, {"error": {"message": message, "type": openai_error_type(status), "param": param, "code": code}}
+
+
+_NO_TOOLS = "the pipeline's readers call no tools"
+_YAML_DECODING = ("each reader decodes as the pipeline's YAML says (greedy unless it samples); decoding settings "
+                  "are not taken per request")
+_TEXT_ONLY = "the answer is text only"
+UNSUPPORTED_FIELDS: dict[str, tuple[tuple[Any, ...], str]] = {
+    "tools": (([],), _NO_TOOLS),
+    "tool_choice": (("none",), _NO_TOOLS),
+    "parallel_tool_calls": ((), _NO_TOOLS),
+    "functions": (([],), _NO_TOOLS),
+    "function_call": (("none",), _NO_TOOLS),
+    "response_format": (({"type": "text"},), "the readers answer in free text; a JSON format or schema is not "
+                                             "enforced"),
+    "logprobs": ((False,), "the answer carries no log-probabilities"),
+    "top_logprobs": ((), "the answer carries no log-probabilities"),
+    "temperature": ((), _YAML_DECODING),
+    "top_p": ((), _YAML_DECODING),
+    "seed": ((), _YAML_DECODING),
+    "stop": (([],), _YAML_DECODING),
+    "frequency_penalty": ((0,), _YAML_DECODING),
+    "presence_penalty": ((0,), _YAML_DECODING),
+    "logit_bias": (({},), _YAML_DECODING),
+    "reasoning_effort": ((), _YAML_DECODING),
+    "verbosity": ((), _YAML_DECODING),
+    "prediction": ((), _YAML_DECODING),
+    "audio": ((), _TEXT_ONLY),
+    "modalities": ((["text"],), _TEXT_ONLY),
+    "web_search_options": ((), "the pipeline reads its own passages, not the web"),
+}
+"""OpenAI chat request fields that would change the answer and that the pipeline cannot honour: field -> (the
+values besides null that ask for nothing, why it cannot). Any other value is refused 400 ``unsupported_parameter``."""
+ACCEPTED_UNUSED_FIELDS = ("user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key")
+"""OpenAI chat request fields that do not change the answer: accepted, not used, named in ``x-icr2-ignored-fields``."""
 
 
 class ChatRequestRefused(RequestRefused):
@@ -124,7 +172,9 @@ class StreamOptions(_Open):
 
 
 class ChatCompletionRequest(_Open):
-    """OpenAI's chat completion request; fields not listed here are accepted and reported as ignored."""
+    """OpenAI's chat completion request. Fields not listed here are checked by ``check_request_fields``: OpenAI's
+    that would change the answer are refused unless they ask for nothing, those that would not are accepted and
+    reported as ignored, and any other is refused."""
 
     model: str = Field(..., description="the served pipeline's name (GET /v1/models)")
     messages: list[ChatMessageIn] = Field(
@@ -136,11 +186,11 @@ class ChatCompletionRequest(_Open):
                                             "`data: [DONE]`; the reader's tokens as they are generated when it "
                                             "streams (LocalChatReader does), else the whole answer in one chunk")
     stream_options: StreamOptions | None = None
-    max_completion_tokens: int | None = Field(
+    max_completion_tokens: StrictInt | None = Field(
         None, ge=1, description="at most this many answer tokens: lowers each reader's budget (the server's "
                                 "--max-new-tokens, else the YAML's), never raises it")
-    max_tokens: int | None = Field(None, ge=1, description="the older name of `max_completion_tokens`")
-    n: int | None = Field(None, ge=1, le=1, description="one choice only")
+    max_tokens: StrictInt | None = Field(None, ge=1, description="the older name of `max_completion_tokens`")
+    n: StrictInt | None = Field(None, ge=1, le=1, description="one choice only")
 
 
 class ModelCard(BaseModel):
@@ -259,6 +309,55 @@ def openai_error_model(name: str, status: int, codes: dict[str, str]) -> type[Ba
     return create_model(name, __config__=ConfigDict(extra="forbid"), error=(detail, ...))
 
 
+def _asks_for_nothing(value: Any, neutral: tuple[Any, ...]) -> bool:
+    """Null, or one of ``neutral`` of the same kind (``false`` is not the number 0)."""
+    return value is None or any(value == known and isinstance(value, bool) == isinstance(known, bool)
+                                for known in neutral)
+
+
+def check_request_fields(body: ChatCompletionRequest) -> list[str]:
+    """The request's fields beyond the declared ones that are accepted and not used (for
+    ``x-icr2-ignored-fields``), after refusing those that would change the answer.
+
+    :returns: the accepted, unused field names, sorted (``stream_options`` without ``stream`` among them).
+    :raises ChatRequestRefused: 400 ``unsupported_parameter`` naming each OpenAI field the pipeline cannot honour
+        that asks for something, else 400 ``unknown_parameter`` naming each field OpenAI does not have either (with
+        the nearest known name).
+    """
+    from icr2_components.strict_mapping import nearest_names
+
+    extra = dict(body.model_extra or {})
+    unsupported = [name for name in extra if name in UNSUPPORTED_FIELDS
+                   and not _asks_for_nothing(extra[name], UNSUPPORTED_FIELDS[name][0])]
+    if unsupported:
+        by_reason: dict[str, list[str]] = {}
+        for name in unsupported:
+            value = json.dumps(extra[name], default=str)
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            by_reason.setdefault(UNSUPPORTED_FIELDS[name][1], []).append(f"{name}: {shown}")
+        reasons = "; ".join(f"{', '.join(given)}: {why}" for why, given in by_reason.items())
+        raise ChatRequestRefused(400, "unsupported_parameter",
+                                 f"Unsupported parameter{'s' if len(unsupported) > 1 else ''} "
+                                 f"{', '.join(repr(name) for name in unsupported)} ({reasons}). Remove "
+                                 f"{'them' if len(unsupported) > 1 else 'it'} (null asks for nothing too).",
+                                 param=unsupported[0])
+    unknown = [name for name in extra if name not in UNSUPPORTED_FIELDS and name not in ACCEPTED_UNUSED_FIELDS]
+    if unknown:
+        known = [*type(body).model_fields, *UNSUPPORTED_FIELDS, *ACCEPTED_UNUSED_FIELDS]
+        nearest = nearest_names(unknown, known)
+        guess = "".join(f" Did you mean {nearest[name]!r} for {name!r}?" for name in unknown if name in nearest)
+        inputs = sorted(set(type(body).model_fields) - set(ChatCompletionRequest.model_fields))
+        raise ChatRequestRefused(400, "unknown_parameter",
+                                 f"Unrecognized request argument{'s' if len(unknown) > 1 else ''} supplied: "
+                                 f"{', '.join(repr(name) for name in unknown)}.{guess} This server takes OpenAI's "
+                                 "chat completion fields and the pipeline's declared inputs besides the query "
+                                 f"({', '.join(inputs) or 'none'}).", param=unknown[0])
+    ignored = set(extra)
+    if body.stream_options is not None and not body.stream:
+        ignored.add("stream_options")
+    return sorted(ignored)
+
+
 def message_text(content: Any) -> str | None:
     """The text of a message's content (a string, or its `text` parts joined by newlines); None when a part is
     not text."""
@@ -295,6 +394,7 @@ def query_from_messages(messages: list[ChatMessageIn | dict]) -> tuple[int, str]
                              "pipeline's query", param="messages")
 
 
-__all__ = ["OPENAI_CHAT_ERRORS", "OPENAI_MODELS_ERRORS", "ChatCompletionRequest", "ChatRequestRefused", "ModelList",
-           "build_chat_request_model", "build_chat_response_models", "openai_error", "openai_error_model",
+__all__ = ["ACCEPTED_UNUSED_FIELDS", "OPENAI_CHAT_ERRORS", "OPENAI_MODELS_ERRORS", "UNSUPPORTED_FIELDS",
+           "ChatCompletionRequest", "ChatRequestRefused", "ModelList", "build_chat_request_model",
+           "build_chat_response_models", "check_request_fields", "openai_error", "openai_error_model",
            "query_from_messages"]

@@ -9,8 +9,11 @@ Routes (with hayhooks' aliases without ``/v1``, as its OpenAI router has them):
   inputs are top-level fields (``documents`` for the oracle: the openai client's ``extra_body``). The pipelines
   declare no chat-history input, so earlier turns and system messages are not used: the
   ``x-icr2-ignored-messages`` header counts them, ``x-icr2-query-message`` is the index of the message used, and
-  ``x-icr2-ignored-fields`` names the request fields the server does not use (``temperature``...: each reader
-  decodes as its YAML says). ``max_completion_tokens`` / ``max_tokens`` lower the readers' answer budget.
+  ``x-icr2-ignored-fields`` names the request fields accepted and not used (``user``, ``metadata``...: none that
+  changes the answer). A field the pipeline cannot honour (``tools``, ``response_format``, ``logprobs``,
+  ``temperature``...: each reader decodes as its YAML says) is refused 400 ``unsupported_parameter``, and one
+  OpenAI does not have either 400 ``unknown_parameter``, naming it (``openai_models.check_request_fields``).
+  ``max_completion_tokens`` / ``max_tokens`` lower the readers' answer budget.
   The answer is a ``chat.completion`` (``usage`` from the reader's reply meta; ``icr2_outputs``: the other
   declared outputs, e.g. ``documents``), or with ``stream: true`` server-sent ``chat.completion.chunk`` events:
   a first chunk with the role, the reader's text pieces as it generates them (``LocalChatReader`` streams;
@@ -62,6 +65,7 @@ from icr2_components.serving.openai_models import (
     ModelList,
     build_chat_request_model,
     build_chat_response_models,
+    check_request_fields,
     openai_error,
     openai_error_model,
     query_from_messages,
@@ -104,17 +108,21 @@ _HEADERS = {
     "x-icr2-query-message": "the index in `messages` of the user message whose text was the query",
     "x-icr2-ignored-messages": "how many messages the pipeline did not see (every one but the query: the "
                                "pipeline declares no chat-history input)",
-    "x-icr2-ignored-fields": "the request fields the server accepted but does not use, comma-separated "
-                             "(empty when none)",
+    "x-icr2-ignored-fields": "the request fields the server accepted but does not use, comma-separated (empty "
+                             "when none): OpenAI's that do not change the answer (`user`, `metadata`...) and those "
+                             "given the value that asks for nothing (`tools: []`)",
 }
 
 
 CHAT_DESCRIPTION = (
     "OpenAI's chat completion, answered by the pipeline. The text of the LAST user message is the pipeline's "
     "`query`; its other declared inputs are top-level fields. The pipeline declares no chat-history input, so the "
-    "other messages are not used (`x-icr2-ignored-messages` counts them). Other OpenAI fields (`temperature`, "
-    "`top_p`, `tools`...) are accepted and not used: each reader decodes as its YAML says "
-    "(`x-icr2-ignored-fields` names them). `stream: true` answers server-sent `chat.completion.chunk` events: the "
+    "other messages are not used (`x-icr2-ignored-messages` counts them). An OpenAI field the pipeline cannot "
+    "honour (`tools`, `response_format`, `logprobs`, `temperature`, `top_p`...: each reader decodes as its YAML "
+    "says) is refused 400 `unsupported_parameter` unless null or the value that asks for nothing (`tools: []`, "
+    "`logprobs: false`); a field OpenAI does not have either is refused 400 `unknown_parameter`; OpenAI's fields "
+    "that do not change the answer (`user`, `metadata`...) are accepted and named in `x-icr2-ignored-fields`. "
+    "`stream: true` answers server-sent `chat.completion.chunk` events: the "
     "reader's tokens as it generates them (the whole answer in one chunk when it cannot stream), then `data: "
     "[DONE]`. Errors are OpenAI's `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`."
 )
@@ -166,6 +174,7 @@ async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_mo
     if body.model != spec.name:
         raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this server; "
                                  f"it serves {spec.name!r} (GET /v1/models).", param="model")
+    ignored = check_request_fields(body)
     query_index, query = query_from_messages(body.messages)
     inputs = {name: getattr(body, name) for name in spec.inputs if name != "query"}
     try:
@@ -178,8 +187,6 @@ async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_mo
         raise ChatRequestRefused(422, "invalid_request", reasons.replace("query:", f"messages[{query_index}].content "
                                                                          "(the query):"), param=param) from error
     inputs = {name: getattr(validated, name) for name in spec.inputs}
-    ignored = sorted(set(body.model_extra or {}) | ({"stream_options"} if body.stream_options and not body.stream
-                                                    else set()))
     headers = {"x-icr2-query-message": str(query_index),
                "x-icr2-ignored-messages": str(len(body.messages) - 1),
                "x-icr2-ignored-fields": ",".join(ignored)}

@@ -5,12 +5,20 @@ from __future__ import annotations
 from typing import Annotated, Any, get_args, get_origin
 
 from haystack import Document, Pipeline
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StringConstraints, create_model
 
 from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
 
 DEFAULT_MAX_QUERY_CHARS = 2000
 _JSON_SCALARS = (str, int, float, bool)
+# a JSON value is taken as the socket's type only when it is that type: `true` is not the number 1, "3" not 3, and
+# a float is finite (a whole number still fills a float socket, as JSON writes 2.0 as 2)
+STRICT_JSON_TYPES: dict[type, Any] = {
+    str: Annotated[str, Strict()],
+    int: Annotated[int, Strict()],
+    float: Annotated[float, Strict(), AllowInfNan(False)],
+    bool: Annotated[bool, Strict()],
+}
 
 
 class DocumentIn(BaseModel):
@@ -37,11 +45,11 @@ def _is_document_list(annotation: Any) -> bool:
 
 
 def _json_type(annotation: Any) -> Any | None:
-    """The socket's type when a JSON value can carry it (scalars, lists of scalars), else None."""
+    """The strict request type of a socket a JSON value can carry (scalars, lists of scalars), else None."""
     if annotation in _JSON_SCALARS:
-        return annotation
+        return STRICT_JSON_TYPES[annotation]
     if get_origin(annotation) is list and get_args(annotation) and get_args(annotation)[0] in _JSON_SCALARS:
-        return annotation
+        return list[STRICT_JSON_TYPES[get_args(annotation)[0]]]
     return None
 
 
@@ -49,7 +57,8 @@ def build_request_model(spec: PipelineSpec, max_query_chars: int = DEFAULT_MAX_Q
     """One field per declared input; unknown fields are refused (422), ``query`` is a non-empty bounded string.
 
     ``documents``-typed inputs take ``[{"content": ..., "meta": {...}}]``; other inputs take the JSON type of
-    the socket they feed. An input whose socket type JSON cannot carry is an error at start-up, not at request.
+    the socket they feed, strictly (``STRICT_JSON_TYPES``: no boolean for a number, no string for a number, no
+    NaN or infinity). An input whose socket type JSON cannot carry is an error at start-up, not at request.
     """
     if max_query_chars < 1:
         raise ValueError(f"max_query_chars must be >= 1, got {max_query_chars}.")
@@ -75,4 +84,4 @@ def build_request_model(spec: PipelineSpec, max_query_chars: int = DEFAULT_MAX_Q
     return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
 
 
-__all__ = ["DEFAULT_MAX_QUERY_CHARS", "DocumentIn", "build_request_model"]
+__all__ = ["DEFAULT_MAX_QUERY_CHARS", "STRICT_JSON_TYPES", "DocumentIn", "build_request_model"]
