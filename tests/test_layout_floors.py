@@ -38,6 +38,7 @@ GROUND = {
     "extras",
     "errors",
     "paths",
+    "preflight",
     "plotting",
     "retrying",
     "concurrency",
