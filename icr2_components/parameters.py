@@ -44,10 +44,11 @@ def _refuse(name: str, what: str, value: Any, optional: bool, hint: str) -> User
 
 def _fits(value: Any, declared: Any) -> bool:
     try:
-        check_type(value, declared, "")
+        kept = check_type(value, declared, "")
     except TypeCheckError:
         return False
-    return True
+    # a parameter given in code is not YAML: the string "0.5" is not the number 0.5 there
+    return not (isinstance(value, str) and not isinstance(kept, str))
 
 
 def checked(value: Any, declared: Any, name: str, what: str, *, optional: bool = False, hint: str = "") -> Any:
@@ -87,23 +88,17 @@ def int_between(value: Any, name: str, low: int, high: int, *, optional: bool = 
 
 def positive_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is a finite number > 0 (or None with ``optional``): infinity and NaN are refused."""
-    if isinstance(value, str):  # a float parameter in code is not YAML: "1e-5" is a string there
-        raise _refuse(name, "a number > 0", value, optional, hint)
     return checked(value, PositiveNumber, name, "a number > 0", optional=optional, hint=hint)
 
 
 def number_between(value: Any, name: str, low: float, high: float, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is a finite number in ``[low, high]`` (or None with ``optional``)."""
-    if isinstance(value, str):
-        raise _refuse(name, f"a number in [{low}, {high}]", value, optional, hint)
     return checked(value, Annotated[float, Field(ge=low, le=high)], name, f"a number in [{low}, {high}]",
                    optional=optional, hint=hint)
 
 
 def finite_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is a finite number (not a bool, NaN or infinity), or None with ``optional``."""
-    if isinstance(value, str):
-        raise _refuse(name, "a finite number", value, optional, hint)
     return checked(value, FiniteNumber, name, "a finite number", optional=optional, hint=hint)
 
 

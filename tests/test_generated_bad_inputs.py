@@ -27,8 +27,10 @@ from typing import Annotated, Any, Union
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import Field
 
 import icr2_components
+from icr2_components import parameters
 from icr2_components.artifacts.gate_artifact import GateArtifact
 from icr2_components.backends.kind import BackendError, backend_kind_class, backend_kind_names
 from icr2_components.backends.pipelines import backend_from_dict
@@ -40,7 +42,14 @@ from icr2_components.kilt.question_sets import QuestionSet, QuestionSetConfig, Q
 from icr2_components.models.served_model import ServedModel
 from icr2_components.stores.config import ConfigError, EmbeddingConfig, WriterConfig, index_config_from_dict
 from icr2_components.stores.store_types import store_backend, store_backend_names
-from icr2_components.strict_mapping import dataclass_from_mapping, field_types
+from icr2_components.strict_mapping import (
+    Fraction,
+    NonNegativeInt,
+    PositiveInt,
+    PositiveNumber,
+    dataclass_from_mapping,
+    field_types,
+)
 from icr2_components.training.recipe import RecipeError, TrainingRecipe, recipe_from_dict
 
 pytestmark = pytest.mark.unit
@@ -620,3 +629,44 @@ def test_malformed_jsonl_rows_are_skipped_by_name_and_the_good_rows_read(tmp_pat
         assert reader.skips.total == len(rows) - good, reader.skips.summary()
 
     check()
+
+
+# -- component parameters: the same declarations, at __init__ and at run time ------------------------------------
+
+NUMBER_CHECKS = [
+    ("positive_int", lambda value: parameters.positive_int(value, "top_m"), PositiveInt),
+    ("non_negative_int", lambda value: parameters.non_negative_int(value, "offset"), NonNegativeInt),
+    ("int_between", lambda value: parameters.int_between(value, "layer", 0, 29),
+     Annotated[int, Field(ge=0, le=29)]),
+    ("positive_number", lambda value: parameters.positive_number(value, "temperature"), PositiveNumber),
+    ("number_between", lambda value: parameters.number_between(value, "scale", 0, 1), Fraction),
+    ("finite_number", lambda value: parameters.finite_number(value, "weight"), float),
+]
+
+
+@pytest.mark.parametrize("name, check, declared", NUMBER_CHECKS, ids=[name for name, _, _ in NUMBER_CHECKS])
+def test_a_component_parameter_refuses_bools_nan_infinity_text_and_out_of_range(name, check, declared):
+    @READER_BUDGET
+    @given(st.sampled_from(bad_values(declared) + ["0.5", "1e-5", "7"]))
+    def refused(value):
+        with pytest.raises(UserInputError) as raised:
+            check(value)
+        message = str(raised.value)
+        assert message.split(" must be ")[0] in ("top_m", "offset", "layer", "temperature", "scale", "weight"), message
+        assert message.endswith(f", got {value!r}.") and "\n" not in message, message
+
+    @READER_BUDGET
+    @given(good_values(declared))
+    def kept(value):
+        assert check(value) is value  # the value itself, never a converted copy
+
+    refused()
+    kept()
+
+
+def test_a_served_reader_refuses_a_nan_or_infinite_temperature():
+    from icr2_components.readers.served_chat_reader import ServedChatReader
+
+    for value in (float("nan"), float("inf"), -0.5, True, "0"):
+        with pytest.raises(UserInputError, match=r"temperature must be >= 0 \(0: greedy\), got "):
+            ServedChatReader(api_base_url="http://127.0.0.1:9/v1", model="m", temperature=value)

@@ -20,7 +20,8 @@ from icr2_components.models.served_model import (
     served_chat_errors,
 )
 from icr2_components.models.token_counting import PassageTokenCounter
-from icr2_components.parameters import message_list
+from icr2_components.parameters import checked, message_list
+from icr2_components.strict_mapping import NonNegativeNumber
 
 PER_MESSAGE_TOKENS = 8
 """Tokens a chat template adds around each message (role markers, separators): counted before sending."""
@@ -118,8 +119,7 @@ class ServedChatReader:
         :param generation_kwargs: Further chat-completion arguments (e.g. `{"seed": 0}`, `{"stop": ["\\n"]}`).
         """
         check_max_new_tokens(max_new_tokens)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}.")
+        checked(temperature, NonNegativeNumber, "temperature", ">= 0 (0: greedy)")  # NaN, inf and bools refused
         if generation_kwargs is not None and not isinstance(generation_kwargs, dict):
             raise ValueError(
                 f"generation_kwargs must be a mapping of chat-completion arguments, got {generation_kwargs!r}."
