@@ -327,6 +327,13 @@ def test_the_wrapper_answers_hayhooks_chat_convention(server, completion):
     assert "".join(chunk.content for chunk in chunks) == reference and len(chunks) > 2
     assert chunks[-1].finish_reason in ("stop", "length") and chunks[-1].meta["usage"]["completion_tokens"] > 0
     assert wrapper.streaming_components == ["reader"]
+    # what hayhooks forwards in `body` is checked as the chat route checks it, not ignored
+    from icr2_components.serving.openai_models import ChatRequestRefused
+
+    for body, param in (({"max_tokens": True}, "max_tokens"), ({"tools": [WEATHER_TOOL]}, "tools")):
+        with pytest.raises(ChatRequestRefused) as caught:
+            wrapper.run_chat_completion(MODEL, messages, body)
+        assert caught.value.param == param
 
 
 def test_other_declared_inputs_are_request_fields_and_other_outputs_come_back(tmp_path):

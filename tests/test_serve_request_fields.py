@@ -15,6 +15,7 @@ from icr2_components.serving.openai_models import (
     UNSUPPORTED_FIELDS,
     ChatCompletionRequest,
     ChatRequestRefused,
+    answer_budget,
     check_request_fields,
     openai_error,
 )
@@ -122,3 +123,17 @@ def test_declared_inputs_take_their_json_type_strictly():
         with pytest.raises(ValidationError) as caught:
             model.model_validate(values)
         assert caught.value.errors()[0]["loc"][0] == field, (field, value)
+
+
+@pytest.mark.parametrize("body", [{"max_tokens": True}, {"max_completion_tokens": 0}, {"max_tokens": 2.5},
+                                  {"max_tokens": "8"}])
+def test_a_budget_given_as_a_mapping_is_checked_as_the_route_checks_it(body):
+    """What hayhooks' own server forwards to the wrapper's hook is a plain mapping."""
+    with pytest.raises(ChatRequestRefused) as caught:
+        answer_budget(body)
+    assert caught.value.param == next(iter(body)) and caught.value.error == "invalid_request"
+
+
+def test_a_budget_given_as_a_mapping_lowers_the_answer_or_is_absent():
+    assert answer_budget({"max_completion_tokens": 5, "max_tokens": 9}) == 5
+    assert answer_budget({"max_tokens": 9}) == 9 and answer_budget({}) is None

@@ -315,6 +315,42 @@ def _asks_for_nothing(value: Any, neutral: tuple[Any, ...]) -> bool:
                                 for known in neutral)
 
 
+def refuse_unhonoured_fields(fields: dict[str, Any]) -> None:
+    """Refuse the OpenAI fields among ``fields`` that the pipeline cannot honour and that ask for something
+    (``UNSUPPORTED_FIELDS``); null and the values that ask for nothing pass.
+
+    :raises ChatRequestRefused: 400 ``unsupported_parameter`` naming each such field (``param``: the first).
+    """
+    unsupported = [name for name in fields if name in UNSUPPORTED_FIELDS
+                   and not _asks_for_nothing(fields[name], UNSUPPORTED_FIELDS[name][0])]
+    if unsupported:
+        by_reason: dict[str, list[str]] = {}
+        for name in unsupported:
+            value = json.dumps(fields[name], default=str)
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            by_reason.setdefault(UNSUPPORTED_FIELDS[name][1], []).append(f"{name}: {shown}")
+        reasons = "; ".join(f"{', '.join(given)}: {why}" for why, given in by_reason.items())
+        raise ChatRequestRefused(400, "unsupported_parameter",
+                                 f"Unsupported parameter{'s' if len(unsupported) > 1 else ''} "
+                                 f"{', '.join(repr(name) for name in unsupported)} ({reasons}). Remove "
+                                 f"{'them' if len(unsupported) > 1 else 'it'} (null asks for nothing too).",
+                                 param=unsupported[0])
+
+
+def answer_budget(body: dict[str, Any]) -> int | None:
+    """``max_completion_tokens`` (else ``max_tokens``) of a chat request body given as a mapping (hayhooks' hook),
+    checked as the chat route's model checks it: a whole number of at least 1, never a boolean.
+
+    :raises ChatRequestRefused: 422 ``invalid_request`` (400 on an OpenAI route) naming the field.
+    """
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ChatRequestRefused(422, "invalid_request", f"{name} must be a whole number of tokens, at least 1, "
+                                     f"got {json.dumps(value, default=str)}", param=name)
+    return body.get("max_completion_tokens") or body.get("max_tokens")
+
+
 def check_request_fields(body: ChatCompletionRequest) -> list[str]:
     """The request's fields beyond the declared ones that are accepted and not used (for
     ``x-icr2-ignored-fields``), after refusing those that would change the answer.
@@ -327,20 +363,7 @@ def check_request_fields(body: ChatCompletionRequest) -> list[str]:
     from icr2_components.strict_mapping import nearest_names
 
     extra = dict(body.model_extra or {})
-    unsupported = [name for name in extra if name in UNSUPPORTED_FIELDS
-                   and not _asks_for_nothing(extra[name], UNSUPPORTED_FIELDS[name][0])]
-    if unsupported:
-        by_reason: dict[str, list[str]] = {}
-        for name in unsupported:
-            value = json.dumps(extra[name], default=str)
-            shown = value if len(value) <= 60 else value[:57] + "..."
-            by_reason.setdefault(UNSUPPORTED_FIELDS[name][1], []).append(f"{name}: {shown}")
-        reasons = "; ".join(f"{', '.join(given)}: {why}" for why, given in by_reason.items())
-        raise ChatRequestRefused(400, "unsupported_parameter",
-                                 f"Unsupported parameter{'s' if len(unsupported) > 1 else ''} "
-                                 f"{', '.join(repr(name) for name in unsupported)} ({reasons}). Remove "
-                                 f"{'them' if len(unsupported) > 1 else 'it'} (null asks for nothing too).",
-                                 param=unsupported[0])
+    refuse_unhonoured_fields(extra)
     unknown = [name for name in extra if name not in UNSUPPORTED_FIELDS and name not in ACCEPTED_UNUSED_FIELDS]
     if unknown:
         known = [*type(body).model_fields, *UNSUPPORTED_FIELDS, *ACCEPTED_UNUSED_FIELDS]
@@ -395,6 +418,6 @@ def query_from_messages(messages: list[ChatMessageIn | dict]) -> tuple[int, str]
 
 
 __all__ = ["ACCEPTED_UNUSED_FIELDS", "OPENAI_CHAT_ERRORS", "OPENAI_MODELS_ERRORS", "UNSUPPORTED_FIELDS",
-           "ChatCompletionRequest", "ChatRequestRefused", "ModelList", "build_chat_request_model",
+           "ChatCompletionRequest", "ChatRequestRefused", "ModelList", "answer_budget", "build_chat_request_model",
            "build_chat_response_models", "check_request_fields", "openai_error", "openai_error_model",
-           "query_from_messages"]
+           "query_from_messages", "refuse_unhonoured_fields"]

@@ -18,7 +18,12 @@ from haystack import Document
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from icr2_components.pipeline_spec import PipelineSpec
-from icr2_components.serving.openai_models import ChatRequestRefused, query_from_messages
+from icr2_components.serving.openai_models import (
+    ChatRequestRefused,
+    answer_budget,
+    query_from_messages,
+    refuse_unhonoured_fields,
+)
 from icr2_components.serving.refusals import refusal_for
 from icr2_components.serving.request_model import DocumentIn
 from icr2_components.serving.response_model import build_result_model
@@ -252,13 +257,16 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
     def run_chat_completion(self, model: str, messages: list[dict], body: dict) -> str | Generator:
         """hayhooks' OpenAI hook: the last user message is the query (the other declared inputs from ``body``);
         the answer text, or with ``body["stream"]`` a generator of ``StreamingChunk`` (the last one carries the
-        ``finish_reason``)."""
+        ``finish_reason``). As on ``icr2 serve``'s own chat route, a field the pipeline cannot honour
+        (``tools``, ``response_format``, ``logprobs``...) and an answer budget that is not a whole number
+        (``max_tokens: true``) are refused (``ChatRequestRefused``), not ignored."""
         if model != self.spec.name:
             raise ChatRequestRefused(404, "model_not_found", f"model {model!r} is not served; this server serves "
                                      f"{self.spec.name!r}", param="model")
+        refuse_unhonoured_fields(body)
+        budget = answer_budget(body)
         _, query = query_from_messages(messages)
         inputs = {"query": query, **{name: body[name] for name in self.spec.inputs if name != "query" and name in body}}
-        budget = body.get("max_completion_tokens") or body.get("max_tokens")
         if not body.get("stream"):
             return self.answer(inputs, budget).text
 
