@@ -23,8 +23,9 @@ import yaml
 from icr2_components.cli import main
 from icr2_components.corpora import ConfigError, corpus_reader, corpus_settings_from_mapping
 from icr2_components.kilt.question_sets import QuestionSet, QuestionSetError, read_question_rows
-from icr2_components.records import SkipReport
+from icr2_components.records import CorpusReadError, SkipReport
 from icr2_components.records.csv_rows import csv_records
+from icr2_components.records.reading import iter_jsonl
 from icr2_components.records.skips import skip_file
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dpr-wiki-sample-1000.jsonl"
@@ -383,6 +384,34 @@ def test_a_fifo_given_as_a_question_set_is_refused_without_waiting(tmp_path, cap
         pytest.fail("icr2 compare waited on a FIFO given as --dataset")
     assert codes == [1]
     assert f"--dataset: {fifo} is a FIFO (named pipe), not a regular file" in one_error_line(capsys, "compare")
+
+
+@pytest.mark.unit
+def test_library_readers_refuse_a_fifo_before_opening_it(tmp_path):
+    """The JSON-lines reader, a question set and a corpus refuse a FIFO by name (opening it would wait)."""
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    csv_settings = corpus_settings_from_mapping({"format": "csv", "path": str(fifo), "count_tokens_for": []}, "t")
+    calls = [(lambda: list(iter_jsonl(fifo, SkipReport())), CorpusReadError),
+             (lambda: QuestionSet.from_options(fifo), QuestionSetError),
+             (lambda: list(corpus_reader(csv_settings).documents()), ConfigError)]
+    for call, error in calls:
+        raised: list = []
+
+        def attempt(call=call, raised=raised) -> None:
+            try:
+                call()
+            except Exception as caught:  # noqa: BLE001 - checked below
+                raised.append(caught)
+
+        worker = threading.Thread(target=attempt, daemon=True)
+        worker.start()
+        worker.join(timeout=60)
+        if worker.is_alive():
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            pytest.fail(f"{call} waited on a FIFO")
+        assert len(raised) == 1 and isinstance(raised[0], error), raised
+        assert f"{fifo} is a FIFO (named pipe), not a regular file" in str(raised[0])
 
 
 def test_a_fifo_as_corpus_path_is_one_line_from_the_real_command_within_a_time_limit(tmp_path):

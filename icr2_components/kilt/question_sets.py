@@ -128,6 +128,11 @@ class QuestionSet:
         if not Path(path).exists():
             raise QuestionSetError(f"Question set not found: {path}.")
         fields = dict(fields or {})
+        from icr2_components.paths import input_path_problem
+
+        problem = input_path_problem(path)
+        if problem is not None:  # a FIFO would wait for a writer when it is read
+            raise QuestionSetError(f"Question set {problem}; give a regular file or folder that can be read.")
         unknown = sorted(set(fields) - set(FIELDS))
         if unknown:
             raise QuestionSetError(f"Unknown question-set field(s) {unknown}; the fields are {list(FIELDS)} "

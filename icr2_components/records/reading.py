@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from icr2_components.paths import special_file_kind
 from icr2_components.records.skips import SkipReport
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -27,6 +28,9 @@ class CorpusReadError(ValueError):
 
 
 def _is_gzip(path: Path) -> bool:
+    kind = special_file_kind(path)
+    if kind is not None:  # opening a FIFO waits for a writer, a device may never end: refused before the open
+        raise CorpusReadError(f"{path} is {kind}, not a regular file; give the data file itself.")
     with open(path, "rb") as handle:
         return handle.read(2) == GZIP_MAGIC
 
