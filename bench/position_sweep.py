@@ -111,8 +111,9 @@ def main() -> int:
 
     from icr2_components.builders import ConfounderAwareCorpusBuilder, CorpusInContextPromptBuilder
     from icr2_components.evaluation.experiments.lost_in_the_middle import GOLD_LACKS_ANSWER, SEVERAL_GOLD, one_needle
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.readers import LocalChatReader
     from icr2_components.records.gzip_lines import append_member, rewrite
     from icr2_components.reorderers import GoldAtPositionReorderer

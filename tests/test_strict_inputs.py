@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from icr2_components.cli import main
-from icr2_components.corpora import ConfigError, corpus_reader, corpus_settings_from_mapping
+from icr2_components.corpora import corpus_reader, corpus_settings_from_mapping
+from icr2_components.errors import ConfigError
 from icr2_components.kilt.question_sets import QuestionSet, QuestionSetError, read_question_rows
 from icr2_components.records import CorpusReadError, SkipReport
 from icr2_components.records.csv_rows import csv_records

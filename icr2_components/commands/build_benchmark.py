@@ -44,12 +44,14 @@ def run(args) -> int:
 
     from icr2_components.builders.benchmark import build_icr2_benchmark
     from icr2_components.commands._console import make_console
-    from icr2_components.kilt import build_sample, read_kilt_tasks
+    from icr2_components.kilt import build_sample
     from icr2_components.kilt.icr2_benchmark import GoldPassageLookup, infer_task_type
+    from icr2_components.kilt.tasks import read_kilt_tasks
     from icr2_components.preflight import check_input, check_input_if_present, check_output_file
     from icr2_components.records import SkipReport
-    from icr2_components.stores import open_index, retrieval_method_names
+    from icr2_components.stores import open_index
     from icr2_components.stores.config import corpus_path
+    from icr2_components.stores.retrieval_methods import retrieval_method_names
 
     check_input(args.tasks, "--tasks", folder=False)
     check_input_if_present(args.index, "--index")

@@ -39,7 +39,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from icr2_components.evaluation.experiments import experiment_names, get_experiment
+    from icr2_components.evaluation.experiments import get_experiment
+    from icr2_components.evaluation.experiments.protocol import experiment_names
     from icr2_components.preflight import check_input_if_present, check_output_folder
 
     check_output_folder(args.out, "--out")
