@@ -3,19 +3,22 @@ library's components called directly; what each gets, and whether that is right.
 
 The cases live in ``bench/bad_input_cases/``, one module a surface: ``cli_cases`` (real bad files, dead ports,
 servers answering garbage or 503, the shipped Elasticsearch config on a fresh cache, run as subprocesses),
-``http_cases`` (one real ``icr2 serve`` on a free loopback port, many bad requests, a trickling client) and
-``component_cases`` (run-time parameters out of range or of the wrong type, empty or None contents, oversized
-prompts, bad names and files, in this process). Each outcome is classified from what the run shows, never from
-the case's name (the classes are described in ``bad_input_cases/common.py``): clear error, right result,
-traceback, raw crash, silent wrong result, unclear error. Setup steps (marked ``(setup: ...)`` or in
-parentheses) are checked too but not counted among the bad inputs.
+``http_cases`` (one real ``icr2 serve`` on a free loopback port, many bad requests, a trickling client),
+``component_cases`` (run-time parameters out of range, of the wrong type or not finite, empty or None contents,
+oversized prompts, bad names and files, tampered artifacts, in this process) and ``library_cases`` (the library's
+readers called on bad files: tables read leniently, question sets, corpora of every format, configurations holding
+NaN, infinity or a boolean, skip reports, in this process). Every case runs under a time limit: a process that does
+not exit, a request not answered or a call not returned in time is a ``hang``. Each outcome is classified from what
+the run shows, never from the case's name (the classes are described in ``bad_input_cases/common.py``): clear
+error, right result, traceback, raw crash, silent wrong result, data loss, unclear error, hang. Setup steps (marked
+``(setup: ...)`` or in parentheses) are checked too but not counted among the bad inputs.
 
 The table goes to stdout and to ``bench/results/bad_inputs.md``, the records to ``bench/results/bad_inputs.json``.
 Needs the project's Elasticsearch node (``bash scripts/elasticsearch.sh start``; ``ICR2_ES_URL`` to point
 elsewhere) and the llama.cpp server (``bash scripts/llama_server.sh start``; ``ICR2_LLAMA_URL``). Exits 1 when any
 input gets anything but a clear error or a right result.
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/bad_inputs.py [--surfaces cli,http,component] [--only TEXT,...]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bad_inputs.py [--surfaces cli,http,component,library] [--only TEXT,...]
 """
 
 from __future__ import annotations
@@ -47,10 +50,12 @@ from bad_input_cases.common import (  # noqa: E402
     REPO,
     classify,
     outcome,
+    timed_out,
 )
 from tqdm import tqdm  # noqa: E402
 
-SURFACES = ("cli", "http", "component")
+SURFACES = ("cli", "http", "component", "library")
+SURFACE_NAMES = ("CLI", "HTTP", "component", "library")
 
 
 def run_cli(tmp: Path, only: list[str] | None) -> list[dict]:
@@ -61,11 +66,14 @@ def run_cli(tmp: Path, only: list[str] | None) -> list[dict]:
              or any(o.lower() in c.what.lower() for o in only)]
     for case in tqdm(tried, desc="CLI", unit=" case"):
         start = time.perf_counter()
-        if case.runner is not None:
-            result = case.runner()
-        else:
-            result = subprocess.run(ICR2 + case.argv, capture_output=True, text=True, cwd=REPO,
-                                    timeout=case.timeout_s, env={**os.environ, **case.env})
+        try:
+            if case.runner is not None:
+                result = case.runner()
+            else:
+                result = subprocess.run(ICR2 + case.argv, capture_output=True, text=True, cwd=REPO,
+                                        timeout=case.timeout_s, env={**os.environ, **case.env})
+        except subprocess.TimeoutExpired as error:  # a hang is an outcome: the process was killed at the limit
+            result = timed_out(case.argv, error)
         seconds = round(time.perf_counter() - start, 1)
         kind, observed = classify(case, result)
         results.append({
@@ -102,7 +110,7 @@ def summary(results: list[dict]) -> str:
     counted = [r for r in results if not r["setup"]]
     totals = Counter(r["class"] for r in counted)
     per_surface = Counter(r["surface"] for r in counted)
-    return (f"{len(counted)} bad inputs ({', '.join(f'{per_surface[s]} {s}' for s in ('CLI', 'HTTP', 'component'))}"
+    return (f"{len(counted)} bad inputs ({', '.join(f'{per_surface[s]} {s}' for s in SURFACE_NAMES)}"
             f"; + {len(results) - len(counted)} setup steps): "
             + ", ".join(f"{totals.get(c, 0)} {c}" for c in CLASSES))
 
@@ -111,7 +119,8 @@ def main() -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--surfaces", default=",".join(SURFACES), help="comma-separated subset of cli,http,component")
+    parser.add_argument("--surfaces", default=",".join(SURFACES),
+                        help="comma-separated subset of cli,http,component,library")
     parser.add_argument("--only", default=None, help="run only the cases whose input contains one of these "
                         "comma-separated texts (and the setup steps); the results files are then not written")
     args = parser.parse_args()
@@ -136,6 +145,11 @@ def main() -> int:
             (tmp / "component").mkdir()
             results += component_cases.run(tmp / "component", only,
                                            lambda xs: tqdm(xs, desc="components", unit=" call"))
+        if "library" in surfaces:
+            from bad_input_cases import library_cases
+
+            (tmp / "library").mkdir()
+            results += library_cases.run(tmp / "library", only, lambda xs: tqdm(xs, desc="library", unit=" call"))
         for r in results:
             for key in ("outcome", "observed"):
                 r[key] = str(r[key]).replace(folder, "<tmp>")
@@ -154,7 +168,7 @@ def main() -> int:
     (out / "bad_inputs.json").write_text(json.dumps({
         "totals": {c: totals.get(c, 0) for c in CLASSES},
         "by_surface": {s: dict(Counter(r["class"] for r in counted if r["surface"] == s))
-                       for s in ("CLI", "HTTP", "component")},
+                       for s in SURFACE_NAMES},
         "minutes": round(minutes, 1), "cases": results}, indent=2))
     (out / "bad_inputs.md").write_text(text + "\n")
     return 1 if bad else 0

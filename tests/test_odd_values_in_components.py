@@ -226,3 +226,19 @@ def test_the_bi_encoder_refuses_a_document_with_no_text_instead_of_ranking_it_fi
     assert [d.id for d in kept] == ["eiffel", "berlin"]
     with pytest.raises(ValueError, match="documents"):
         ranker.run(query="where is the eiffel tower", documents=None)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(layers_used=[18]), r"unknown key\(s\) \['layers_used'\]"),
+    (lambda d: d.pop("ranking"), r"no \['ranking'\]"),
+    (lambda d: d.pop("model_signature"), r"no \['model_signature'\]"),
+    (lambda d: d["model_signature"].update(num_layers="30"), "num_layers and num_heads as integers"),
+])
+def test_an_artifact_with_keys_added_or_removed_is_refused_naming_the_file(tmp_path, change, says):
+    data = _shipped()
+    change(data)
+    path = tmp_path / "edited_heads.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"edited_heads.json.*{says}|{says}"):
+        RetrievalHeadArtifact.load(path)

@@ -204,6 +204,10 @@ def cases(tmp: Path) -> list[Case]:
                     ["compare", "--pipelines", str(bad_pipeline), "--limit", "1", "--out", str(tmp / "cmp2")],
                     says=("bad_pipeline.yaml", "not valid YAML")))
     out += once_silently_wrong(tmp, good, built, never)
+    from bad_input_cases import cli_run_cases
+
+    (tmp / "run").mkdir(exist_ok=True)
+    out += cli_run_cases.cases(tmp / "run")
     return out
 
 

@@ -11,7 +11,10 @@ Classes, decided from what the run shows, never from the case's name:
 - ``raw crash``: a component raises from deep inside (numpy, torch, a KeyError/AttributeError/IndexError), or a
   message that does not name the input (``[Errno 2]`` and the like);
 - ``silent wrong result``: success where an error was due or the check fails, or data left wrong after an error;
-- ``unclear error``: the CLI or the server refuses without a traceback, but not in one line saying what is needed.
+- ``data loss``: input the run was given is gone without a word (rows swallowed into another's text, a store
+  emptied, skipped inputs counted but never named): the case's ``kept`` check fails, whatever the exit;
+- ``unclear error``: the CLI or the server refuses without a traceback, but not in one line saying what is needed;
+- ``hang``: no answer within the case's time limit (the process is killed, the request abandoned).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 ICR2 = [sys.executable, "-m", "icr2_components.cli"]
 ES_URL = os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200")
 LLAMA_URL = os.environ.get("ICR2_LLAMA_URL", "http://127.0.0.1:8089/v1")
-CLASSES = ("clear error", "right result", "traceback", "raw crash", "silent wrong result", "unclear error")
+CLASSES = ("clear error", "right result", "traceback", "raw crash", "silent wrong result", "data loss",
+           "unclear error", "hang")
 GOOD_CLASSES = ("clear error", "right result")
 ERROR_LINE = re.compile(r"^icr2 [\w-]+: error: ")
 
@@ -59,7 +63,10 @@ class Case:
     runner: Callable[[], subprocess.CompletedProcess] | None = None
     surface: str = "CLI"
     env: dict[str, str] = field(default_factory=dict)
-    timeout_s: float = 900
+    timeout_s: float = 600
+    # any exit: what must still be there (the rows of a table, the store's passages, every skip named); failing
+    # it is data loss
+    kept: Check | None = None
 
 
 def article(wikipedia_id, title: str, *paragraphs) -> bytes:
@@ -154,6 +161,16 @@ def no_file(path: Path, what: str = "") -> Check:
 # -- classifying a process's outcome (the CLI, and the server seen as a client) -------------------------------
 
 
+def timed_out(argv: list[str], error: subprocess.TimeoutExpired) -> subprocess.CompletedProcess:
+    """A process killed at its time limit, as a result (exit -9, what it had written)."""
+    def text(value: Any) -> str:
+        return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
+
+    result = subprocess.CompletedProcess(argv, -9, text(error.stdout), text(error.stderr))
+    result.hung_after_s = error.timeout  # type: ignore[attr-defined]
+    return result
+
+
 def outcome(result: subprocess.CompletedProcess) -> str:
     """The line a user reads: the error line, or the index/search summary."""
     err = [line for line in result.stderr.splitlines() if line.startswith("icr2 ")]
@@ -176,7 +193,17 @@ def outcome(result: subprocess.CompletedProcess) -> str:
 
 def classify(case: Case, result: subprocess.CompletedProcess) -> tuple[str, str]:
     """(class, what was observed that decided it)."""
+    if getattr(result, "hung_after_s", None) is not None:
+        return "hang", f"no exit within {result.hung_after_s:.0f} s (killed)"
     seen = []
+    if case.kept is not None:
+        try:
+            ok, observed = case.kept(result)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            ok, observed = False, f"state unreadable ({type(error).__name__}: {error})"
+        seen.append(observed)
+        if not ok:
+            return "data loss", "; ".join(seen)
     if case.after is not None:
         try:
             ok, observed = case.after(result)

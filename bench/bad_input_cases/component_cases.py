@@ -36,6 +36,38 @@ class Call:
     says: tuple[str, ...] = ()
     right: Callable[[Any], tuple[bool, str]] | None = None
     setup: bool = False
+    timeout_s: float = 300  # a call not returned by then is a hang
+    # run after the call whatever its outcome (unblock a hung call: e.g. open a FIFO's other end)
+    cleanup: Callable[[], None] | None = None
+    # of a returned result: what must still be there (rows of a table); failing it is data loss
+    kept: Callable[[Any], tuple[bool, str]] | None = None
+
+
+class _Hung(Exception):
+    """The call did not return within its time limit."""
+
+
+def _within(call: Callable[[], Any], seconds: float) -> Any:
+    """``call()`` in a daemon thread, its result or its exception; :class:`_Hung` when it has not returned in
+    ``seconds`` (the thread is left behind: a hung call cannot be stopped from outside)."""
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller as it is
+            box["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise _Hung(f"no return within {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def raised_where(error: BaseException) -> str:
@@ -47,7 +79,14 @@ def classify_call(case: Call) -> dict[str, Any]:
     """Run ``case`` and classify what it shows (see ``common``'s classes)."""
     start = time.perf_counter()
     try:
-        result = case.call()
+        try:
+            result = _within(case.call, case.timeout_s)
+        finally:
+            if case.cleanup is not None:
+                case.cleanup()
+    except _Hung as hung:
+        return {"class": "hang", "observed": str(hung), "outcome": "(no return)",
+                "seconds": time.perf_counter() - start}
     except Exception as error:  # noqa: BLE001 - every exception is an outcome to classify
         seconds = time.perf_counter() - start
         message = str(error).strip()
@@ -73,6 +112,13 @@ def classify_call(case: Call) -> dict[str, Any]:
             kind, observed = "clear error", ""
         return {"class": kind, "observed": observed, "outcome": shown, "seconds": seconds}
     seconds = time.perf_counter() - start
+    if case.kept is not None:
+        try:
+            whole, seen = case.kept(result)
+        except Exception as error:  # noqa: BLE001
+            whole, seen = False, f"result unreadable ({type(error).__name__}: {error})"
+        if not whole:
+            return {"class": "data loss", "observed": seen, "outcome": _short(result), "seconds": seconds}
     if case.right is None:
         return {"class": "silent wrong result", "observed": "returned where an error was due",
                 "outcome": _short(result), "seconds": seconds}
@@ -811,7 +857,7 @@ def loading_cases(tmp: Path) -> list[Call]:
 def cases(tmp: Path) -> list[Call]:
     return [*reorderer_cases(), *prompt_builder_cases(), *corpus_builder_cases(), *retriever_cases(),
             *decoding_reader_cases(), *other_component_cases(), *loading_cases(tmp), *served_reader_cases(),
-            *gate_cases(), *rap_cases()]
+            *gate_cases(), *rap_cases(), *odd_value_cases(), *tampered_artifact_cases(tmp)]
 
 
 def run(tmp: Path, only: list[str] | None = None, progress: Callable | None = None) -> list[dict[str, Any]]:
@@ -827,6 +873,217 @@ def run(tmp: Path, only: list[str] | None = None, progress: Callable | None = No
                         "setup": case.setup, "exit": "-", **record})
     logging.disable(logging.NOTSET)
     return results
+
+
+# -- values that are not finite numbers, text that prints nothing, tampered head artifacts ------------------------
+
+NAN, INF = float("nan"), float("inf")
+ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
+
+
+def _scored(*scores):
+    from haystack import Document
+
+    return [Document(id=f"d{i}", content=f"Passage {i} about topic {i}.", score=s) for i, s in enumerate(scores)]
+
+
+def odd_value_cases() -> list[Call]:
+    """NaN, infinity and booleans where numbers belong, at init and at run time; documents whose text prints
+    nothing or is missing; scores that are not finite under relevance='score'."""
+    from haystack import Document
+
+    from icr2_components import reorderers as r
+    from icr2_components.builders import ConfounderAwareCorpusBuilder as B
+    from icr2_components.rankers import BiEncoderRanker
+    from icr2_components.readers import ContextAwareDecodingReader as C
+    from icr2_components.readers import HeadSuppressionReader as H
+    from icr2_components.readers import LocalChatReader as L
+    from icr2_components.readers import RetrievalReplyParser as P
+    from icr2_components.readers import ServedChatReader as S
+    from icr2_components.retrievers import IndexRetriever as R
+
+    out: list[Call] = []
+    for cls in (r.PrimacyReorderer, r.RecencyReorderer, r.ReverseReorderer, r.LostInTheMiddleReorderer):
+        name = cls.__name__
+        for label, bad in (("nan", NAN), ("inf", INF), ("-inf", -INF), ("'0.9' (a string)", "0.9")):
+            out.append(Call(f"{name}(relevance='score') over a score {label}", name,
+                            lambda c=cls, b=bad: c(relevance="score").run(documents=_scored(0.9, b, 0.5)),
+                            says=("Document d1", "finite")))
+        out.append(Call(f"{name}(budget_passages=nan)", name, lambda c=cls: c(budget_passages=NAN),
+                        says=("budget_passages",)))
+        out.append(Call(f"{name}(budget_passages=True)", name, lambda c=cls: c(budget_passages=True),
+                        says=("budget_passages",)))
+    g = "GoldAtPositionReorderer"
+    out += [
+        Call(f"{g}(relevance='score') with a NaN score among the others", g,
+             lambda: r.GoldAtPositionReorderer(relevance="score").run(documents=_scored(0.9, 0.8, NAN),
+                                                                      gold_ids=["d0"], position=2),
+             says=("Document d2", "finite")),
+        Call(f"{g}.run(position=nan)", g,
+             lambda: r.GoldAtPositionReorderer().run(documents=_documents(), gold_ids=["d3"], position=NAN),
+             says=("position",)),
+        Call(f"{g}.run(position=True)", g,
+             lambda: r.GoldAtPositionReorderer().run(documents=_documents(), gold_ids=["d3"], position=True),
+             says=("position",)),
+        Call("PrimacyReorderer over a document of zero-width characters (kept: it is text, placed as given)",
+             "PrimacyReorderer",
+             lambda: r.PrimacyReorderer().run(documents=[*_documents(2), Document(id="z", content=ZERO_WIDTH)]),
+             right=lambda res: (_ids(res) == ["d0", "d1", "z"], f"returned {_ids(res)}")),
+    ]
+    bi = "BiEncoderRanker"
+    out += [
+        Call(f"{bi} over a document with content None (its title only)", bi,
+             lambda: _bi_ranker().run(query="Who?", documents=[*_documents(2), Document(id="n", content=None,
+                                                                                       meta={"title": "Who?"})]),
+             says=("Document n", "no text")),
+        Call(f'{bi} over a document with content ""', bi,
+             lambda: _bi_ranker().run(query="Who?", documents=[*_documents(2), Document(id="e", content="")]),
+             says=("Document e", "no text")),
+        Call(f"{bi} over a document of zero-width characters", bi,
+             lambda: _bi_ranker().run(query="Who?", documents=[*_documents(2), Document(id="z", content=ZERO_WIDTH)]),
+             says=("Document z", "no text")),
+        Call(f"{bi}.run(documents=None)", bi, lambda: _bi_ranker().run(query="Who?", documents=None),
+             says=("documents", "None")),
+        Call(f"{bi}.run(documents=['a string'])", bi, lambda: _bi_ranker().run(query="Who?", documents=["text"]),
+             says=("documents[0]", "str")),
+        Call(f"{bi}(batch_size=nan)", bi, lambda: BiEncoderRanker(batch_size=NAN), says=("batch_size",)),
+        Call(f'{bi}(batch_size="8")', bi, lambda: BiEncoderRanker(batch_size="8"), says=("batch_size",)),
+        Call(f"{bi}(top_k=inf)", bi, lambda: BiEncoderRanker(top_k=INF), says=("top_k",)),
+        Call(f"{bi}.run(top_k=True) at run time", bi,
+             lambda: _bi_ranker().run(query="Who?", documents=_documents(2), top_k=True), says=("top_k",)),
+        Call(f"{bi}: the passage that answers ranks first among 3", bi,
+             lambda: _bi_ranker().run(query="What is passage 4 about? topic 4", documents=_documents(6), top_k=1),
+             right=lambda res: (_ids(res) == ["d4"], f"returned {_ids(res)}")),
+    ]
+    tiny = {"model": "tiny-random-mistral", "device": "cpu"}
+    out += [
+        Call("ContextAwareDecodingReader(alpha=inf)", "ContextAwareDecodingReader", lambda: C(**tiny, alpha=INF),
+             says=("alpha",)),
+        Call("ContextAwareDecodingReader(alpha=True)", "ContextAwareDecodingReader", lambda: C(**tiny, alpha=True),
+             says=("alpha",)),
+        Call("ContextAwareDecodingReader.run(alpha=inf) at run time", "ContextAwareDecodingReader",
+             lambda: _cad_reader().run(_contextual(), _user(MEMORY), alpha=INF), says=("alpha",)),
+        Call("HeadSuppressionReader(scale=nan)", "HeadSuppressionReader",
+             lambda: H(**tiny, heads=[[0, 0]], scale=NAN), says=("scale",)),
+        Call("HeadSuppressionReader(scale=inf)", "HeadSuppressionReader",
+             lambda: H(**tiny, heads=[[0, 0]], scale=INF), says=("scale",)),
+        Call("LocalChatReader(temperature=nan)", "LocalChatReader", lambda: L(**tiny, temperature=NAN),
+             says=("temperature",)),
+        Call("LocalChatReader(max_new_tokens=True)", "LocalChatReader", lambda: L(**tiny, max_new_tokens=True),
+             says=("max_new_tokens",)),
+        Call("LocalChatReader.run(max_new_tokens=nan) at run time", "LocalChatReader",
+             lambda: _local_reader().run(_user("Hi"), max_new_tokens=NAN), says=("max_new_tokens",)),
+        Call("ServedChatReader(temperature=nan)", "ServedChatReader",
+             lambda: S(api_base_url=LLAMA_URL, model="smollm2-135m-instruct", temperature=NAN),
+             says=("temperature",)),
+        Call("ServedChatReader(timeout_s=inf)", "ServedChatReader",
+             lambda: S(api_base_url=LLAMA_URL, model="smollm2-135m-instruct", timeout_s=INF), says=("timeout_s",)),
+        Call("ServedChatReader(max_new_tokens=True)", "ServedChatReader",
+             lambda: S(api_base_url=LLAMA_URL, model="smollm2-135m-instruct", max_new_tokens=True),
+             says=("max_new_tokens",)),
+        Call("ServedChatReader.run(max_new_tokens=True) at run time", "ServedChatReader",
+             lambda: _served_reader().run(messages=_user("Hi"), max_new_tokens=True), says=("max_new_tokens",)),
+        Call("ServedChatReader: a user message of zero-width characters", "ServedChatReader",
+             lambda: _served_reader().run(messages=_user(ZERO_WIDTH)), says=("messages",)),
+        Call("RetrievalReplyParser(match_threshold=nan)", "RetrievalReplyParser", lambda: P(match_threshold=NAN),
+             says=("match_threshold",)),
+        Call("ConfounderAwareCorpusBuilder(confounding_ratio=inf)", "ConfounderAwareCorpusBuilder",
+             lambda: B(confounding_ratio=INF), says=("confounding_ratio",)),
+        Call("ConfounderAwareCorpusBuilder(near_duplicate_threshold=nan)", "ConfounderAwareCorpusBuilder",
+             lambda: B(budget_passages=4, near_duplicate_threshold=NAN), says=("near_duplicate_threshold",)),
+        Call("ConfounderAwareCorpusBuilder(budget_passages=True)", "ConfounderAwareCorpusBuilder",
+             lambda: B(budget_passages=True), says=("budget_passages",)),
+        Call("ConfounderAwareCorpusBuilder.run(confounding_ratio=nan) at run time", "ConfounderAwareCorpusBuilder",
+             lambda: B(budget_passages=4).run(query="Who?", gold_documents=_documents(1), confounding_ratio=NAN),
+             says=("confounding_ratio",)),
+        Call("IndexRetriever(top_k=nan) over a document store", "IndexRetriever",
+             lambda: R(document_store=_store(), method="bm25", top_k=NAN), says=("top_k",)),
+        Call("IndexRetriever(top_k=True) over a document store", "IndexRetriever",
+             lambda: R(document_store=_store(), method="bm25", top_k=True), says=("top_k",)),
+        Call("IndexRetriever.run(top_k=inf) at run time", "IndexRetriever",
+             lambda: R(document_store=_store(), method="bm25").run(query="topic", top_k=INF), says=("top_k",)),
+        Call("IndexRetriever.run(query=zero-width characters)", "IndexRetriever",
+             lambda: R(document_store=_store(), method="bm25").run(query=ZERO_WIDTH), says=("query",)),
+    ]
+    return out
+
+
+def _tampered_heads(tmp: Path, name: str, change: Callable[[dict], None]) -> str:
+    """The shipped RAP heads of SmolLM2, changed by ``change``, written to ``tmp``."""
+    data = json.loads((REPO / "icr2_components" / "resources" / "artifacts" / "rap_heads_smollm2.json").read_text())
+    change(data)
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def tampered_artifact_cases(tmp: Path) -> list[Call]:
+    """The shipped retrieval-head artifact, edited: heads the model does not have, heads other than the ranking's,
+    wrong types; each read by the RAP filter as a user would (warm_up)."""
+    from icr2_components.filters import RetrievalAttentionFilter as F
+
+    n = "RetrievalAttentionFilter"
+
+    def heads_layer_99(d: dict) -> None:
+        d["heads"][0] = [99, 0]
+
+    def ranking_layer_99_in_a_100_layer_model(d: dict) -> None:
+        d["model_signature"]["num_layers"] = 100
+        d["hit_rates"] = [[[0.0] * 9 for _ in range(100)] for _ in d["hit_rates"]]
+        d["ranking"][0] = [99, 0]
+        d["heads"][0] = [99, 0]
+
+    def swapped(d: dict) -> None:
+        d["heads"][0], d["heads"][1] = d["heads"][1], d["heads"][0]
+
+    def head_index_9(d: dict) -> None:
+        d["ranking"][1] = [23, 9]
+        d["heads"][1] = [23, 9]
+
+    def negative(d: dict) -> None:
+        d["ranking"][0] = [-1, 6]
+        d["heads"][0] = [-1, 6]
+
+    def string_pair(d: dict) -> None:
+        d["ranking"][0] = ["18", "6"]
+        d["heads"][0] = ["18", "6"]
+
+    def q_five(d: dict) -> None:
+        d["q"] = 5
+
+    def m_zero(d: dict) -> None:
+        d["m"] = 0
+
+    def other_format(d: dict) -> None:
+        d["format"] = "icr2-retrieval-heads/0"
+
+    def unknown_key(d: dict) -> None:
+        d["layers_used"] = [18]
+
+    def no_signature(d: dict) -> None:
+        del d["model_signature"]
+
+    cases = (
+        ("its heads naming layer 99 (the ranking untouched)", heads_layer_99, ("layer 99",)),
+        ("layer 99 in a signature claiming 100 layers (loaded: SmolLM2's 30)", ranking_layer_99_in_a_100_layer_model,
+         ("layer 99", "30 layers")),
+        ("its first two heads swapped (not the ranking's first Q)", swapped, ("ranking",)),
+        ("head 9 of a 9-head layer", head_index_9, ("head 9",)),
+        ("layer -1", negative, ("layer -1",)),
+        ("a head given as strings", string_pair, ("pair of integers",)),
+        ("q: 5 with 4 heads listed", q_five, ("Q=5",)),
+        ("m: 0", m_zero, ("M",)),
+        ("another format version", other_format, ("format",)),
+        ("an unknown key", unknown_key, ("layers_used",)),
+        ("no model_signature", no_signature, ("model_signature",)),
+    )
+    out = []
+    for label, change, says in cases:
+        out.append(Call(f"{n}: a head artifact with {label}", n,
+                        lambda p=_tampered_heads(tmp, change.__name__, change): F(artifact=p, top_m=2, device="cpu",
+                                                                                   max_context_tokens=4096).warm_up(),
+                        says=says))
+    return out
 
 
 if __name__ == "__main__":  # a quick look: python bench/bad_input_cases/component_cases.py [filter ...]

@@ -204,6 +204,75 @@ def requests() -> list[Request]:
         Request("Content-Length: -1", raw_socket(
             f"POST {chat} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n".encode(), [b""], 0.5),
                 says=("Content-Length",)),
+        *unhonoured_requests(chat, run, ok, user),
+    ]
+
+
+def _head(path: str, *headers: str) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+
+
+def unhonoured_requests(chat: str, run: str, ok: dict, user: list) -> list[Request]:
+    """OpenAI fields the pipeline cannot honour (each refused naming the field, or accepted when its value asks
+    for nothing), numbers that are not finite or not numbers, text that prints nothing, and bodies whose declared
+    length the client never sends (each bounded in time: no answer in time is a hang)."""
+    zero_width = "\u200b\u200c\u200d\u2060"
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}}}
+    return [
+        Request("tools: [a function]", post(chat, {**ok, "tools": [tool]}), says=("tools",)),
+        Request("tools: [] (asks for nothing)", post(chat, {**ok, "tools": []}), right=answered),
+        Request('tool_choice: "required"', post(chat, {**ok, "tools": [tool], "tool_choice": "required"}),
+                says=("tool",)),
+        Request("functions: [a function] (the legacy form)", post(chat, {**ok, "functions": [tool["function"]]}),
+                says=("functions",)),
+        Request('response_format: {"type": "json_object"}', post(chat, {**ok, "response_format":
+                                                                        {"type": "json_object"}}),
+                says=("response_format",)),
+        Request('response_format: {"type": "text"} (asks for nothing)',
+                post(chat, {**ok, "response_format": {"type": "text"}}), right=answered),
+        Request("logprobs: true", post(chat, {**ok, "logprobs": True}), says=("logprobs",)),
+        Request("logprobs: false (asks for nothing)", post(chat, {**ok, "logprobs": False}), right=answered),
+        Request("top_logprobs: 3", post(chat, {**ok, "logprobs": True, "top_logprobs": 3}), says=("logprobs",)),
+        Request("n: 1 (asks for nothing)", post(chat, {**ok, "n": 1}), right=answered),
+        Request("n: 0", post(chat, {**ok, "n": 0}), says=("n",)),
+        Request("temperature: 0.7", post(chat, {**ok, "temperature": 0.7}), says=("temperature",)),
+        Request('temperature: "hot"', post(chat, {**ok, "temperature": "hot"}), says=("temperature",)),
+        Request("top_p: 0.5", post(chat, {**ok, "top_p": 0.5}), says=("top_p",)),
+        Request("seed: 7", post(chat, {**ok, "seed": 7}), says=("seed",)),
+        Request('stop: ["\\n"]', post(chat, {**ok, "stop": ["\n"]}), says=("stop",)),
+        Request("max_tokens: true", post(chat, {**ok, "max_tokens": True}), says=("max_tokens",)),
+        Request("max_tokens: 1e400 (infinity once parsed)",
+                post(chat, raw=b'{"model": "closed_book", "messages": [{"role": "user", "content": "Hi"}], '
+                               b'"max_tokens": 1e400}'), says=("max_tokens",)),
+        Request("temperature: NaN (a JSON extension)",
+                post(chat, raw=b'{"model": "closed_book", "messages": [{"role": "user", "content": "Hi"}], '
+                               b'"temperature": NaN}'), says=("nan",)),
+        Request("max_completion_tokens: -Infinity (a JSON extension)",
+                post(chat, raw=b'{"model": "closed_book", "messages": [{"role": "user", "content": "Hi"}], '
+                               b'"max_completion_tokens": -Infinity}'), says=("infinity",)),
+        Request("model: null", post(chat, {**ok, "model": None}), says=("model",)),
+        Request("a user message of zero-width characters", post(chat, {**ok, "messages": [
+            {"role": "user", "content": zero_width}]}), says=("content",)),
+        Request("run: a query of zero-width characters", post(run, {"query": zero_width}), says=("query",)),
+        Request("run: query NaN (a JSON extension)", post(run, raw=b'{"query": NaN}'), says=("query",)),
+        Request("a body that is not UTF-8", post(chat, raw=b'{"model": "closed_book", "messages": [{"role": '
+                                                         b'"user", "content": "caf\xe9"}]}'), says=("utf-8",)),
+        Request("the body null", post(chat, raw=b"null"), says=("object",)),
+        Request("JSON nested 100,000 deep", post(chat, raw=b"[" * 100_000 + b"]" * 100_000), says=("json",)),
+        Request("Content-Length: 10,000,000 declared, 1 byte sent",
+                raw_socket(_head(chat, "Content-Length: 10000000"), [b"{"] + [b""] * 20, 1.0),
+                says=("65536",), within_s=BODY_TIMEOUT_S + 3),
+        Request("Content-Length: 70,000 declared, the body never sent",
+                raw_socket(_head(chat, "Content-Length: 70000"), [b""] * 20, 1.0),
+                says=("65536",), within_s=BODY_TIMEOUT_S + 3),
+        Request("Content-Length: ten", raw_socket(_head(chat, "Content-Length: ten"), [b""], 0.5),
+                says=("Content-Length",), within_s=BODY_TIMEOUT_S + 3),
+        Request("a chunked body of 70,000 bytes (limit 65,536)",
+                raw_socket(_head(chat, "Transfer-Encoding: chunked"),
+                           [b"%x\r\n" % 10_000 + b" " * 10_000 + b"\r\n"] * 7 + [b"0\r\n\r\n"], 0.3),
+                says=("65536",), within_s=BODY_TIMEOUT_S + 10),
+        Request("PUT on the chat route", post(chat, ok, method="PUT"), says=("PUT",)),
     ]
 
 
@@ -220,7 +289,9 @@ def classify_answer(request: Request, status: int, body: Any, seconds: float, se
     if status >= 500:
         return "traceback", f"HTTP {status}"
     if request.within_s is not None and seconds > request.within_s:
-        return "silent wrong result", f"answered after {seconds:.1f} s (limit {request.within_s} s)"
+        return "hang", f"answered after {seconds:.1f} s (limit {request.within_s} s)"
+    if status == 0 and ("timed out" in str(body).lower() or "timeout" in str(body)[:40].lower()):
+        return "hang", f"no answer: {str(body)[:80]}"
     if 200 <= status < 300:
         if request.right is None:
             return "silent wrong result", f"HTTP {status} where an error was due"

@@ -12,6 +12,7 @@ the probe did not record them itself. ``icr2 compare`` keeps those questions out
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import asdict
@@ -87,6 +88,20 @@ class HeadArtifactIO:
             raise ValueError(
                 f"{path} is not a {cls.KIND} artifact (format {data.get('format')!r}, expected {cls.FORMAT!r})."
             )
+        fields = dataclasses.fields(cls)
+        unknown = sorted(set(data) - {f.name for f in fields})
+        missing = [f.name for f in fields if f.name not in data and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if unknown or missing:
+            raise ValueError(f"{path} is not a whole {cls.KIND} artifact: " + "; ".join(
+                ([f"unknown key(s) {unknown}"] if unknown else []) + ([f"no {missing}"] if missing else []))
+                + f". Make it again with {cls.MAKE_WITH}.")
+        signature = data.get("model_signature")
+        shape = ("num_layers", "num_heads")
+        if not isinstance(signature, dict) or any(isinstance(signature.get(k), bool)
+                                                  or not isinstance(signature.get(k), int) for k in shape):
+            raise ValueError(f"{path}: model_signature must hold the probed model's num_layers and num_heads as "
+                             f"integers, got {signature!r:.120}. Make it again with {cls.MAKE_WITH}.")
         return cls(**data)
 
     def check_model(self, model_name: str, signature: dict[str, Any]) -> None:

@@ -53,6 +53,7 @@ from typing import Any, Iterator, Mapping
 
 from icr2_components.errors import UserInputError
 from icr2_components.records import SkipReport
+from icr2_components.text.blank import is_blank
 
 #: the formats a question set is read from (KILT task files and ICR2 benchmark files have readers of their own)
 FORMATS = ("jsonl", "csv", "parquet", "hf_dataset")
@@ -399,7 +400,7 @@ def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) 
     seen: set[str] = set()
     for number, record in _rows(questions, skips):
         question = _get(record, fields.question)
-        if question is _MISSING or question is None or (isinstance(question, str) and not question.strip()):
+        if question is _MISSING or question is None or (isinstance(question, str) and is_blank(question)):
             skips.skip("missing question", number, f"no text in {fields.question!r}")
             continue
         if not isinstance(question, str):

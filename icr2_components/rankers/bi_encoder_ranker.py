@@ -52,8 +52,7 @@ class BiEncoderRanker:
         positive_int(top_k, "top_k", optional=True, hint=" (keep all)")
         if cross_encoder is not None and (not isinstance(cross_encoder, str) or not cross_encoder.strip()):
             raise ValueError("cross_encoder must be a cross-encoder's local path or Hugging Face id, or None.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        positive_int(batch_size, "batch_size")
         self.model = model
         self.top_k = top_k
         self.cross_encoder = cross_encoder
