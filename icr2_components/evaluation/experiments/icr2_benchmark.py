@@ -332,20 +332,22 @@ class ICR2Benchmark(CurveExperiment):
             self.ratios = _numbers(settings.options["ratios"], "ratios", float, 0.0, 1.0)
         if custom:  # the conditions follow the budgets and ratios asked for
             settings.conditions = self.select(settings.conditions_asked)
-        report = run_curves(self, settings)
+        scored: dict[str, list[dict]] = {}  # compare's records, scored with the gold of the data now
+        report = run_curves(self, settings, scored)
         report["run"]["at_registered_size"] = report["run"]["at_registered_size"] and not custom
         report["run"]["budgets"], report["run"]["ratios"] = list(self.budgets), list(self.ratios)
-        return self.add_paired(report, settings)
+        return self.add_paired(report, settings, scored)
 
-    def add_paired(self, report: dict[str, Any], settings: RunSettings) -> dict[str, Any]:
-        """Per-question outcomes from the runs' answer caches, then: exact match per cell, CiC against closed-book
-        and against oracle per condition, the highest ratio against the lowest per budget (exact McNemar, Holm
-        within each family)."""
+    def add_paired(self, report: dict[str, Any], settings: RunSettings,
+                   scored: dict[str, list[dict]] | None = None) -> dict[str, Any]:
+        """Per-question outcomes from the runs' answers (``scored``: compare's records by folder; None: the answer
+        caches), then: exact match per cell, CiC against closed-book and against oracle per condition, the highest
+        ratio against the lowest per budget (exact McNemar, Holm within each family)."""
         from icr2_components.evaluation.statistics.paired_comparison import holm
         from icr2_components.evaluation.statistics.proportions import paired_outcomes
 
         complete = report["questions"]["ids"]
-        outcomes = _outcomes(settings.out, report["run"]["pipelines"])
+        outcomes = _outcomes(settings.out, report["run"]["pipelines"], scored)
         conditions = [Condition(**c) for c in report["conditions"]]
         cic = {c.name: outcomes["answer_match"].get((CIC, c.name), {}) for c in conditions}
         references = {name: outcomes["answer_match"].get((name, ""), {}) for name in ("closed_book", "oracle")}
@@ -415,9 +417,12 @@ class ICR2Benchmark(CurveExperiment):
         return plot_icr2_benchmark(report, path)
 
 
-def _outcomes(out: Path, pipelines: dict[str, dict]) -> dict[str, dict[tuple[str, str], dict[str, bool]]]:
-    """``{metric: {(pipeline, condition): {question id: right}}}`` from the run's answer caches (``compare/`` and
-    ``references/``; references have the condition ``""``); failed requests are left out, errors score 0."""
+def _outcomes(out: Path, pipelines: dict[str, dict], scored: dict[str, list[dict]] | None = None
+              ) -> dict[str, dict[tuple[str, str], dict[str, bool]]]:
+    """``{metric: {(pipeline, condition): {question id: right}}}`` from the run's answers (``compare/`` and
+    ``references/``; references have the condition ``""``); failed requests are left out, errors score 0.
+    ``scored``: the records compare scored, by folder (``runner.run_curves``: each with the gold of the data now);
+    None: the folders' answer caches as written."""
     from icr2_components.evaluation.compare.cache import read_answer_records, resolve_cache_path
     from icr2_components.evaluation.metrics.text_metrics import exact_match
 
@@ -427,9 +432,13 @@ def _outcomes(out: Path, pipelines: dict[str, dict]) -> dict[str, dict[tuple[str
         cache = resolve_cache_path(out / folder / "answers.jsonl.gz")  # or an older answers.jsonl
         # per folder: the CiC pipeline is the oracle's prompt and reader, so the two share a hash
         names = {pipelines[name]["hash"]: name for name in members if name in pipelines}
-        if not cache.is_file():
+        if scored is not None:
+            records = scored.get(folder) or []
+        elif cache.is_file():
+            records = read_answer_records(cache)
+        else:
             continue
-        for record in read_answer_records(cache):
+        for record in records:
             name = names.get(record["pipeline_hash"])
             if name is None or record["context_type"] != context_type or record.get("failed_request"):
                 continue

@@ -144,8 +144,11 @@ def run_experiment(
     return report
 
 
-def run_curves(experiment: Experiment, settings: RunSettings) -> dict[str, Any]:
-    """A :class:`CurveExperiment`'s run (see the module doc); returns its report, not yet written."""
+def run_curves(experiment: Experiment, settings: RunSettings,
+               scored: dict[str, list[dict]] | None = None) -> dict[str, Any]:
+    """A :class:`CurveExperiment`'s run (see the module doc); returns its report, not yet written. ``scored``: a
+    dict that receives the answer records compare scored, by folder (``compare``, ``references``), each with the
+    gold of the data prepared now, for an experiment that scores them further."""
     from icr2_components.evaluation.compare.run import run_compare
     from icr2_components.evaluation.experiments.report import build_report
 
@@ -182,6 +185,8 @@ def run_curves(experiment: Experiment, settings: RunSettings) -> dict[str, Any]:
         for question_id, right in answers.items():
             base, condition = split_question_id(question_id)
             by_cell.setdefault(variant, {}).setdefault(condition, {})[base] = right
+    if scored is not None:
+        scored.update(compare=main_records, references=reference_records)
     reference_scores, reference_counts = (scored_answers(experiment, references, "open", reference_records)
                                           if references is not None
                                           else ({}, {}))

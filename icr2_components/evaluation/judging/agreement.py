@@ -120,7 +120,7 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
     answers and judgements are cached in ``out_dir``."""
     from icr2_components.backends.pipelines import resolve_backend
     from icr2_components.evaluation.compare.cache import read_answer_records
-    from icr2_components.evaluation.compare.run import CACHE_FILE, run_compare
+    from icr2_components.evaluation.compare.run import run_compare
     from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, collect_judgements
     from icr2_components.evaluation.judging.ragas_judge import RagasJudge
 
@@ -132,12 +132,13 @@ def run_judge_agreement(question_ids: str | Path | Sequence[str], limit: int | N
     if limit is not None:
         ids = ids[:limit]
     judge = RagasJudge(judge_backend)
+    scored: list[dict] = []  # the answers compare reported, with the questions' gold now (answer match's)
     report = run_compare([pipeline], context_types=context_type, question_ids=ids, out_dir=out_dir,
                          max_new_tokens=max_new_tokens, backend=resolve_backend(reader_backend), judge=judge,
-                         progress=progress, seed=seed)
+                         progress=progress, seed=seed, records_out=scored)
     wanted = set(report["run"]["question_ids"])
     hashes = {p["hash"] for p in report["run"]["pipelines"].values()}
-    records = [r for r in read_answer_records(Path(out_dir) / CACHE_FILE)
+    records = [r for r in scored
                if r["question_id"] in wanted and r["pipeline_hash"] in hashes and r["context_type"] == context_type]
     judgements = read_answer_records(Path(out_dir) / JUDGEMENTS_FILE)
     judged = collect_judgements(records, judgements, judge.hash, list(report["judge"]["metrics"]))
