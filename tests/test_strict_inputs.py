@@ -123,6 +123,10 @@ def test_a_header_naming_a_column_twice_is_an_error_naming_it_in_both_table_read
                      [[r["doc_id"], r["body"], r["name"], "other"] for r in rows])
     with pytest.raises(ConfigError, match=r"twice.csv: the header names column 'body' 2 times \(columns 2, 4\)"):
         list(csv_corpus(path).documents())
+    # columns without a name (a spreadsheet's trailing empty columns) are no repeated name
+    unnamed = write_csv(tmp_path / "unnamed.csv", ["doc_id", "name", "body", "", ""],
+                        [[r["doc_id"], r["name"], r["body"], "", ""] for r in rows])
+    assert [d.id for d in csv_corpus(unnamed).documents()] == [r["doc_id"] for r in rows]
     questions = write_csv(tmp_path / "questions.csv", ["question", "answers", "answers"], [["Who?", "a", "b"]])
     with pytest.raises(QuestionSetError, match=r"the header names column 'answers' 2 times"):
         read_question_rows(QuestionSet.from_options(questions))

@@ -55,10 +55,12 @@ def _has_surrogate(values: list[str]) -> bool:
 
 
 def duplicate_columns(header: list[str]) -> dict[str, list[int]]:
-    """The names the header gives more than one column: ``{name: [1-based column numbers]}``."""
+    """The names the header gives more than one column: ``{name: [1-based column numbers]}``. Columns without a
+    name (the trailing empty columns a spreadsheet exports) are no name: no mapping can read them."""
     places: dict[str, list[int]] = {}
     for number, name in enumerate(header, start=1):
-        places.setdefault(name, []).append(number)
+        if name:
+            places.setdefault(name, []).append(number)
     return {name: numbers for name, numbers in places.items() if len(numbers) > 1}
 
 
@@ -68,8 +70,7 @@ def check_header(header: list[str], where: str, error: type[Exception] = CorpusR
     repeated = duplicate_columns(header)
     if repeated:
         name, numbers = next(iter(repeated.items()))
-        shown = f"{name!r}" if name else "an empty name"
-        raise error(f"{where}: the header names column {shown} {len(numbers)} times (columns "
+        raise error(f"{where}: the header names column {name!r} {len(numbers)} times (columns "
                     f"{', '.join(map(str, numbers))}); rename the columns so that each name is used once.")
 
 
