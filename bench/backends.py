@@ -130,7 +130,7 @@ class PeakRss:
         while not self._stop.is_set():
             try:
                 self.peak = max(self.peak, self.process.memory_info().rss)
-            except Exception:  # noqa: BLE001 - the process may be gone
+            except Exception:  # the process may be gone
                 return
             time.sleep(0.2)
 

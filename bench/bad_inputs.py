@@ -29,19 +29,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from icr2_components._environment import DEFAULTS  # noqa: E402
+from icr2_components._environment import DEFAULTS
 
 # the project's entry-point defaults (telemetry off, the hub offline), set before Haystack is imported
 os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import urllib.request  # noqa: E402
-from collections import Counter  # noqa: E402
+import json
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import Counter
 
-from bad_input_cases.common import (  # noqa: E402
+from bad_input_cases.common import (
     CLASSES,
     ERROR_LINE,
     ES_URL,
@@ -52,7 +52,7 @@ from bad_input_cases.common import (  # noqa: E402
     outcome,
     timed_out,
 )
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm
 
 SURFACES = ("cli", "http", "component", "library")
 SURFACE_NAMES = ("CLI", "HTTP", "component", "library")

@@ -31,12 +31,12 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from haystack.components.retrievers.in_memory import InMemoryBM25Retriever  # noqa: E402
-from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
+from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+from haystack.document_stores.in_memory import InMemoryDocumentStore
 
-from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
-from icr2_components.kilt.tasks import read_kilt_tasks  # noqa: E402
-from icr2_components.stores.in_memory_bm25 import FieldedBM25  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample
+from icr2_components.kilt.tasks import read_kilt_tasks
+from icr2_components.stores.in_memory_bm25 import FieldedBM25
 
 
 def main() -> int:

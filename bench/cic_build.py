@@ -209,7 +209,7 @@ def main() -> int:
                 "\n\nID: PSG000\nTitle: " + d.meta.get("title", "") + "\nContext: " + d.content,
                 add_special_tokens=False,
             )["input_ids"]
-        )  # noqa: E731
+        )
         outputs = []
         start = time.perf_counter()
         for task, gold, lists, randoms in tqdm(queries, desc=label, unit=" queries"):

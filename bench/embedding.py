@@ -38,14 +38,14 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retrieval_quality import make_from_sample, ndcg_at_k, read_beir  # noqa: E402
+from retrieval_quality import make_from_sample, ndcg_at_k, read_beir
 
-from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
-from icr2_components.models.sentence_backends import BACKENDS, ProcessPoolEncoder, ensure_onnx_export, sentence_encoder  # noqa: E402
-from icr2_components.stores.embedding import text_to_embed  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample
+from icr2_components.models.sentence_backends import BACKENDS, ProcessPoolEncoder, ensure_onnx_export, sentence_encoder
+from icr2_components.stores.embedding import text_to_embed
 
 MODEL = "all-minilm-l6-v2"
 BATCH = 64

@@ -33,7 +33,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     # node and client (about 1.5 on 2 cores when nothing else runs)
     busy = load_before[0] > 0.5 * (os.cpu_count() or 1)
     figures = {
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
             **machine_info(),
             "load_average_before": [round(x, 2) for x in load_before],

@@ -69,31 +69,31 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from statistics import median
-from typing import Callable, Iterable, Iterator
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import psutil  # noqa: E402
-from haystack import Document  # noqa: E402
-from haystack.document_stores.types import DuplicatePolicy  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import psutil
+from haystack import Document
+from haystack.document_stores.types import DuplicatePolicy
+from tqdm import tqdm
 
-from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
-from icr2_components.paths import cache_dir  # noqa: E402
-from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, index_mapping, index_settings  # noqa: E402
-from icr2_components.stores.elasticsearch.writer import (  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample
+from icr2_components.paths import cache_dir
+from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, index_mapping, index_settings
+from icr2_components.stores.elasticsearch.writer import (
     ElasticsearchStreamingWriter,
     StreamingWriterSettings,
     _source_serializer,
     document_to_source,
 )
-from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, with_text_analysis  # noqa: E402
+from icr2_components.stores.text_analysis import DEFAULT_ANALYZER, with_text_analysis
 
 MIB = 1024 * 1024
 CHECKPOINTS = (0.10, 0.25, 0.50, 0.75, 1.00)
@@ -149,7 +149,7 @@ class RssSampler:
             self.peak = max(self.peak, self.process.memory_info().rss)
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 
@@ -170,7 +170,7 @@ class Meter:
         stats = self.client.nodes.stats(node_id="_local", metric="process").body
         return next(iter(stats["nodes"].values()))["process"]["cpu"]["total_in_millis"] / 1000
 
-    def __enter__(self) -> "Meter":
+    def __enter__(self) -> Meter:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         self._client_cpu = usage.ru_utime + usage.ru_stime
         self._es = self._es_cpu()
@@ -914,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     client = build_elasticsearch_client(args.url, request_timeout=120)
     try:
         info = client.info().body
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         print(
             f"No Elasticsearch at {args.url} ({error}); start one with `bash scripts/elasticsearch.sh start`.",
             file=sys.stderr,

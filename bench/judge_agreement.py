@@ -23,11 +23,11 @@ from icr2_components._environment import DEFAULTS
 # the project's entry-point defaults (telemetry off, the hub offline, ragas' analytics off), before Haystack loads
 os.environ.update({key: os.environ.get(key, value) for key, value in DEFAULTS.items()})
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -37,20 +37,20 @@ if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None and sys.platform.startswith(
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "131072"
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
-import psutil  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import psutil
+import torch
+from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
-from icr2_components.evaluation.metrics.answer_match import answer_match  # noqa: E402
-from icr2_components.filters.passage_scoring import encode_cic_prompt  # noqa: E402
-from icr2_components.filters.probing.head_probing import split_instances  # noqa: E402
-from icr2_components.filters.probing.probing_job import probe_to_artifact  # noqa: E402
-from icr2_components.models.attention import passage_attention_scores  # noqa: E402
-from icr2_components.models.cache import MODEL_CACHE  # noqa: E402
-from icr2_components.training.sample_data import nq_sample_instances  # noqa: E402
+from icr2_components.evaluation.metrics.answer_match import answer_match
+from icr2_components.filters.passage_scoring import encode_cic_prompt
+from icr2_components.filters.probing.head_probing import split_instances
+from icr2_components.filters.probing.probing_job import probe_to_artifact
+from icr2_components.models.attention import passage_attention_scores
+from icr2_components.models.cache import MODEL_CACHE
+from icr2_components.training.sample_data import nq_sample_instances
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "smollm2-135m-instruct"

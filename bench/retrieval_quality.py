@@ -33,14 +33,14 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-from haystack import Document  # noqa: E402
-from sklearn.metrics import ndcg_score  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import numpy as np
+from haystack import Document
+from sklearn.metrics import ndcg_score
+from tqdm import tqdm
 
-from icr2_components.kilt import KiltKnowledgeSource, build_sample  # noqa: E402
-from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks  # noqa: E402
-from icr2_components.stores import IndexHandle, index_config_from_dict  # noqa: E402
+from icr2_components.kilt import KiltKnowledgeSource, build_sample
+from icr2_components.kilt.tasks import PassageSpanIndex, read_kilt_tasks
+from icr2_components.stores import IndexHandle, index_config_from_dict
 
 
 def ndcg_at_k(ranked_ids: list[str], relevance: dict[str, int], k: int = 10) -> float:

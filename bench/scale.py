@@ -65,9 +65,10 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
@@ -139,8 +140,8 @@ def bench_handle(config, query_vectors: dict[str, list[float]] | None):
     from icr2_components.stores.handle import IndexHandle
 
     handle = IndexHandle(config)
-    if handle._embedder is not None:  # noqa: SLF001 - the bench swaps in precomputed vectors, nothing else changes
-        handle._embedder = PrecomputedQueries(handle._embedder, query_vectors or {})  # noqa: SLF001
+    if handle._embedder is not None:  # the bench swaps in precomputed vectors, nothing else changes
+        handle._embedder = PrecomputedQueries(handle._embedder, query_vectors or {})
     return handle
 
 
@@ -174,7 +175,7 @@ class PeakRss:
                     self.on_limit(current)
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self.peak = self.rss()
         self._thread.start()
         return self
@@ -697,7 +698,7 @@ def validate(parser: argparse.ArgumentParser, args) -> None:
         args.tmp = tempfile.gettempdir()
         try:
             es_config_for(args, args.sizes_list[0], args.vector_index != "bm25_only")
-        except Exception as error:  # noqa: BLE001 - ConfigError and friends, reported as a usage error
+        except Exception as error:  # ConfigError and friends, reported as a usage error
             parser.error(f"--es-config {args.es_config} with these options: {error}")
 
 
@@ -709,7 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     validate(parser, args)
     sizes = args.sizes_list
     env = machine_info()
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
 
     client, node = None, None
     if not args.skip_elasticsearch:
@@ -718,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         client = build_elasticsearch_client(args.url, request_timeout=600)
         try:
             node = es_node(client)
-        except Exception as error:  # noqa: BLE001 - one clear line instead of a transport traceback
+        except Exception as error:  # one clear line instead of a transport traceback
             print(
                 f"No Elasticsearch at {args.url} ({type(error).__name__}); start one with `bash "
                 "scripts/elasticsearch.sh start`, "

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"icr2 {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception as error:  # noqa: BLE001 - the edge: one line each, the traceback with --debug
+    except Exception as error:  # the edge: one line each, the traceback with --debug
         if debug:
             raise
         message, expected = describe_error(error, args)

@@ -188,8 +188,8 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
             problems.append(f"differs_in names {sorted(f'{name}.{k}' for k in keys)}, but {name!r} is not in both "
                             "pipelines; name the component itself")
         else:
-            unknown = keys - set((t_components[name].get("init_parameters") or {})) - set(
-                (b_components[name].get("init_parameters") or {}))
+            unknown = keys - set(t_components[name].get("init_parameters") or {}) - set(
+                b_components[name].get("init_parameters") or {})
             problems.extend(f"differs_in names {name}.{key}, which neither pipeline sets" for key in sorted(unknown))
 
     t_edges, b_edges = _edges(technique), _edges(baseline)

@@ -331,7 +331,7 @@ class PipelineSpec:
 
     @classmethod
     def from_file(cls, path: str, backend: Backend | None = None,
-                  reuse_prompt_prefix: bool = False) -> "PipelineSpec":
+                  reuse_prompt_prefix: bool = False) -> PipelineSpec:
         """Load and check ``path`` (a pipeline YAML, or a shipped pipeline's name); with ``backend``
         (``icr2_components.backends``) its model-using components follow that backend (a served reader, served token
         counts), and the hash covers the backend. ``reuse_prompt_prefix``: every reader that can reuse the last
@@ -395,7 +395,7 @@ class PipelineSpec:
         question would fail."""
         try:
             pipeline.warm_up()
-        except Exception as error:  # noqa: BLE001 - whatever the component raised, the pipeline cannot answer
+        except Exception as error:  # whatever the component raised, the pipeline cannot answer
             message = " ".join(str(error).split()) or type(error).__name__
             raise ComponentLoadError(f"pipeline {self.name} ({self.path}) cannot load: {type(error).__name__}: "
                                     f"{message}. Fix the component's settings in {self.path}; nothing was answered "

@@ -7,8 +7,9 @@ matplotlib is imported inside each function so that importing the package never 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
@@ -60,7 +61,7 @@ def plot_layer_head_heatmap(
     return save_figure(figure, path)
 
 
-def plot_hit_rate_heatmap(artifact: "RetrievalHeadArtifact", path: str | os.PathLike, m: int | None = None) -> Path:
+def plot_hit_rate_heatmap(artifact: RetrievalHeadArtifact, path: str | os.PathLike, m: int | None = None) -> Path:
     """A layer x head heatmap of hit rates at M, the selected heads outlined."""
     m = m or artifact.m
     chance = artifact.chance_hit_rates[m - 1]
@@ -71,7 +72,7 @@ def plot_hit_rate_heatmap(artifact: "RetrievalHeadArtifact", path: str | os.Path
     )
 
 
-def plot_ph3_scores(artifact: "PH3HeadArtifact", path: str | os.PathLike, count: int = 8) -> Path:
+def plot_ph3_scores(artifact: PH3HeadArtifact, path: str | os.PathLike, count: int = 8) -> Path:
     """A layer x head heatmap of the scores (red: toward context, blue: toward memory), top heads outlined."""
     bound = max(1e-9, max(abs(v) for row in artifact.scores for v in row))
     return plot_layer_head_heatmap(

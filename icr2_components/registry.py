@@ -26,7 +26,8 @@ greetings.get("bye")          # UnknownGreetingError: Unknown greeting 'bye'; ch
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -30,9 +30,9 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
-from tests.stop_at_run_end import stop_now_or_at_run_end  # noqa: E402
+from tests.stop_at_run_end import stop_now_or_at_run_end
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "elasticsearch.sh"

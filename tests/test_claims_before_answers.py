@@ -18,8 +18,8 @@ import gzip
 import re
 import subprocess
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from functools import lru_cache
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -149,7 +149,7 @@ def _holds(commit: str, path: str, marker: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=None)
+@cache
 def first_answer_commit(path: str, marker: str | None) -> int | None:
     """The time of the first commit whose ``path`` holds this run's answers (the caches only grow, so a binary
     search over the commits touching ``path`` finds the first holding ``marker``); None: never committed."""
@@ -168,7 +168,7 @@ def first_answer_commit(path: str, marker: str | None) -> int | None:
     return commits[low][1] if low < len(commits) else None
 
 
-@lru_cache(maxsize=None)
+@cache
 def claims_committed(registration: Registration) -> int:
     """The time of the first commit holding the claims: the file's first commit, or the first commit adding the
     section's heading to any page it has been on."""
@@ -187,7 +187,7 @@ def run_started(registration: Registration) -> int | None:
     page, words = registration.started
     assert " ".join(words.split()) in _text(page), f"{page} no longer says {words!r}"
     day, clock = STAMP.search(words).groups()
-    return int(datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=timezone.utc).timestamp())
+    return int(datetime.fromisoformat(f"{day}T{clock}").replace(tzinfo=UTC).timestamp())
 
 
 def first_answer(registration: Registration) -> int:
@@ -199,7 +199,7 @@ def first_answer(registration: Registration) -> int:
 
 
 def _when(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _late() -> dict[str, str]:

@@ -100,7 +100,7 @@ class TcpProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "TcpProxy":
+    def start(self) -> TcpProxy:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
@@ -117,7 +117,7 @@ class TcpProxy:
             while self._running.is_set():
                 try:
                     client, _ = listener.accept()
-                except (socket.timeout, OSError):
+                except (TimeoutError, OSError):
                     continue
                 try:
                     upstream = socket.create_connection(self.target)

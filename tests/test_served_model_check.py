@@ -33,9 +33,8 @@ def reader(url: str, model: str, **options) -> ServedChatReader:
 
 
 def test_a_model_the_server_does_not_list_is_refused_at_warm_up_naming_what_it_serves():
-    with FixedAnswerServer(200, LISTING, "application/json") as server:
-        with pytest.raises(ServedModelError) as caught:
-            reader(server.url, "gpt-4o").warm_up()
+    with FixedAnswerServer(200, LISTING, "application/json") as server, pytest.raises(ServedModelError) as caught:
+        reader(server.url, "gpt-4o").warm_up()
     message = str(caught.value)
     assert "\n" not in message
     assert "does not serve model 'gpt-4o'" in message and server.url in message

@@ -96,7 +96,7 @@ def test_a_down_server_is_one_line_within_the_timeout_not_a_hang():
 
 
 class _HtmlHandler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):  # http.server's naming
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = b"<html><body>It works!</body></html>"
         self.send_response(200)

@@ -128,7 +128,7 @@ def test_the_python_analyzer_makes_the_tokens_of_elasticsearchs(es_client, sampl
     for text in texts:
         try:
             response = es_client.indices.analyze(analyzer=analyzer, text=text)
-        except Exception as error:  # noqa: BLE001 - a node without the analyzer gets the one-line fix
+        except Exception as error:  # a node without the analyzer gets the one-line fix
             raise_if_analyzer_missing(error, analyzer)
             if "failed to find global analyzer" in str(error):
                 raise AnalyzerUnavailableError(

@@ -9,11 +9,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from transformers import LlamaConfig  # noqa: E402
-from transformers.masking_utils import AttentionMaskInterface  # noqa: E402
+from transformers import LlamaConfig
+from transformers.masking_utils import AttentionMaskInterface
 
-from icr2_components.models import transformers_internals  # noqa: E402
-from icr2_components.models.transformers_internals import (  # noqa: E402
+from icr2_components.models import transformers_internals
+from icr2_components.models.transformers_internals import (
     TransformersInternalsError,
     builds_mask_through_registry,
     check_internals,

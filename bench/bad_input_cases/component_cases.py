@@ -14,9 +14,10 @@ import functools
 import json
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bad_input_cases.common import LLAMA_URL, REPO
 from icr2_components.testing import FixedAnswerServer
@@ -57,7 +58,7 @@ def _within(call: Callable[[], Any], seconds: float) -> Any:
     def target() -> None:
         try:
             box["result"] = call()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller as it is
+        except BaseException as error:  # handed to the caller as it is
             box["error"] = error
 
     thread = threading.Thread(target=target, daemon=True)
@@ -87,7 +88,7 @@ def classify_call(case: Call) -> dict[str, Any]:
     except _Hung as hung:
         return {"class": "hang", "observed": str(hung), "outcome": "(no return)",
                 "seconds": time.perf_counter() - start}
-    except Exception as error:  # noqa: BLE001 - every exception is an outcome to classify
+    except Exception as error:  # every exception is an outcome to classify
         seconds = time.perf_counter() - start
         message = str(error).strip()
         where = raised_where(error)
@@ -115,7 +116,7 @@ def classify_call(case: Call) -> dict[str, Any]:
     if case.kept is not None:
         try:
             whole, seen = case.kept(result)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             whole, seen = False, f"result unreadable ({type(error).__name__}: {error})"
         if not whole:
             return {"class": "data loss", "observed": seen, "outcome": _short(result), "seconds": seconds}
@@ -124,7 +125,7 @@ def classify_call(case: Call) -> dict[str, Any]:
                 "outcome": _short(result), "seconds": seconds}
     try:
         ok, observed = case.right(result)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         ok, observed = False, f"result unreadable ({type(error).__name__}: {error})"
     return {"class": "right result" if ok else "silent wrong result", "observed": observed,
             "outcome": _short(result), "seconds": seconds}
@@ -178,7 +179,7 @@ def prompt_holds(*parts: str, absent: tuple[str, ...] = (), key: str = "prompt")
     return check
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _store():
     from haystack.document_stores.in_memory import InMemoryDocumentStore
 
@@ -187,7 +188,7 @@ def _store():
     return store
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cad_reader():
     from icr2_components.readers import ContextAwareDecodingReader
 
@@ -196,7 +197,7 @@ def _cad_reader():
     return reader
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _suppression_reader():
     from icr2_components.readers import HeadSuppressionReader
 
@@ -205,7 +206,7 @@ def _suppression_reader():
     return reader
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _local_reader():
     from icr2_components.readers import LocalChatReader
 
@@ -214,7 +215,7 @@ def _local_reader():
     return reader
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _rap_filter():
     from icr2_components.filters import RetrievalAttentionFilter
 
@@ -223,7 +224,7 @@ def _rap_filter():
     return rap
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gate():
     from icr2_components.gates import TimeAwareRetrievalGate
 
@@ -234,7 +235,7 @@ def _gate():
     return gate
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _served_reader():
     from icr2_components.readers import ServedChatReader
 
@@ -775,7 +776,7 @@ def other_component_cases() -> list[Call]:
     ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bi_ranker():
     from icr2_components.rankers import BiEncoderRanker
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bad_input_cases.common import REPO
 from bad_input_cases.component_cases import Call, classify_call
@@ -493,8 +494,8 @@ def question_set_cases(tmp: Path) -> list[Call]:
     out.append(Call(f"{n}: a CSV question with an unclosed quote in row 2 of 4", n, lambda p=p: read_questions(p),
                     right=lambda res: (len(res[0]) + res[1]["total"] >= 4 and all("," not in r.question or "?" in
                                                                                   r.question for r in res[0])
-                                       and not any("Spider" in r.question or "legs" in r.question and "France" in
-                                                   r.question for r in res[0]),
+                                       and not any("Spider" in r.question or ("legs" in r.question and "France" in
+                                                   r.question) for r in res[0]),
                                        f"{len(res[0])} questions, skips {res[1]['counts']}"),
                     says=("unclosed_q.csv", "line")))
     p = write("dup_q.csv", "\n".join(["id,question,question", "q1,Who?,What?"]) + "\n")
@@ -571,7 +572,7 @@ def config_cases(tmp: Path) -> list[Call]:
         data = json.loads(json.dumps(base))
         data.setdefault(section, {})
         text = yaml.safe_dump(data).replace(f"{section}:\n", f"{section}:\n  {key}: {value}\n", 1) \
-            if section in data and data[section] else yaml.safe_dump(data) + f"{section}: {{{key}: {value}}}\n"
+            if data.get(section) else yaml.safe_dump(data) + f"{section}: {{{key}: {value}}}\n"
         path = tmp / f"index_{len(out)}.yaml"
         path.write_text(text)
         out.append(Call(f"index config with `{section}.{key}: {value}`", "index config",

@@ -235,5 +235,15 @@ def load_gate_artifact(path: str | os.PathLike, kinds: tuple[str, ...], method: 
     return artifact
 
 
-__all__ = ["FORMAT", "GateArtifact", "KINDS", "LEARNED_KINDS", "MAKE_WITH", "artifact_file", "file_sha256",
-           "load_gate_artifact", "read_vectors_file", "vectors_record"]
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "LEARNED_KINDS",
+    "MAKE_WITH",
+    "GateArtifact",
+    "artifact_file",
+    "file_sha256",
+    "load_gate_artifact",
+    "read_vectors_file",
+    "vectors_record",
+]

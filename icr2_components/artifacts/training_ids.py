@@ -23,9 +23,10 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.records.integrity import atomic_write_bytes
 

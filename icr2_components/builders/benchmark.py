@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from haystack import Document
 
@@ -44,7 +45,7 @@ RandomPoolFn = Callable[[int, int, set], list[Document]]
 
 def task_seed(seed: int, task_id: str) -> int:
     """A per-instance seed: stable across runs and processes (crc32, not Python's salted hash)."""
-    return zlib.crc32(f"{seed}:{task_id}".encode("utf-8"))
+    return zlib.crc32(f"{seed}:{task_id}".encode())
 
 
 @dataclass

@@ -25,8 +25,8 @@ Conventions (each is tested):
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence
 
 from haystack import Document
 

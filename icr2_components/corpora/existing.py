@@ -26,8 +26,9 @@ embedding: {enabled: true, model: all-minilm-l6-v2}
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from haystack import Document
 

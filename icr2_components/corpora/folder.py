@@ -32,10 +32,11 @@ import html
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from haystack import Document
 
@@ -98,7 +99,7 @@ class _Capture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.messages.append(record.getMessage())
-        except Exception:  # noqa: BLE001 - a message that cannot be formatted is still a failure
+        except Exception:  # a message that cannot be formatted is still a failure
             self.messages.append(str(record.msg))
 
 
@@ -192,7 +193,7 @@ class FolderCorpusReader(CorpusReader):
         logger.propagate = False
         try:
             documents = converter.run(sources=[path])["documents"]
-        except Exception as error:  # noqa: BLE001 - any converter failure costs this file only
+        except Exception as error:  # any converter failure costs this file only
             return None, f"{type(error).__name__}: {error}"
         finally:
             logger.removeHandler(capture)

@@ -24,9 +24,10 @@ corpus:
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from haystack import Document
 
@@ -145,7 +146,7 @@ class HfDatasetCorpusReader(CorpusReader):
                 record = next(iterator)
             except StopIteration:
                 break
-            except Exception as error:  # noqa: BLE001 - datasets' parse errors have no common class
+            except Exception as error:  # datasets' parse errors have no common class
                 raise CorpusReadError(
                     f"datasets could not read {what} after row {position} ({type(error).__name__}: "
                     f"{str(error)[:300]}); datasets reads a data file whole, so use corpus.format: jsonl (or csv) "

@@ -18,8 +18,8 @@ corpus:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from haystack import Document
 

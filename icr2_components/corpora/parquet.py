@@ -23,9 +23,9 @@ corpus:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from haystack import Document
 

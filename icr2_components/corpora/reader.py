@@ -43,8 +43,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from haystack import Document
 

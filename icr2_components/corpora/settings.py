@@ -161,11 +161,11 @@ def expand_path(path: str | os.PathLike) -> Path:
 
 __all__ = [
     "CACHE_PLACEHOLDER",
+    "RESERVED_META",
+    "SPLIT_UNITS",
     "ChunkingSettings",
     "ConfigError",
     "CorpusConfig",
     "FieldMapping",
-    "RESERVED_META",
-    "SPLIT_UNITS",
     "expand_path",
 ]

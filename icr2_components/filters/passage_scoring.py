@@ -11,8 +11,8 @@ template), so the heads are probed and used on exactly the input they answer fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from haystack import Document
 

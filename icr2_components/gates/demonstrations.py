@@ -8,8 +8,8 @@ pool questions it could. Broken lines are counted in a :class:`SkipReport`, neve
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -26,7 +26,7 @@ Usage:
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -135,9 +135,9 @@ class NeedFeatures:
 
 __all__ = [
     "INDEX_SIGNALS",
-    "NeedFeatures",
     "SIGNALS",
     "SIGNAL_COLUMNS",
+    "NeedFeatures",
     "check_signals",
     "date_word_count",
     "feature_names",

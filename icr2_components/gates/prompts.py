@@ -7,8 +7,8 @@ the model continues the pattern; the judged question always comes last.
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 GATE_INSTRUCTION = (
     "Given a question, determine whether you need to retrieve external resources, such as real-time search "

@@ -120,7 +120,7 @@ class GateModelSettings:
         one_of(self.local_scoring, "model_settings.local_scoring", LOCAL_SCORINGS)
 
     @classmethod
-    def from_mapping(cls, values: Any) -> "GateModelSettings":
+    def from_mapping(cls, values: Any) -> GateModelSettings:
         """Built from a mapping (None: the defaults); unknown keys and wrongly typed values are refused by name."""
         return dataclass_from_mapping(cls, values, "TimeAwareRetrievalGate model_settings", ValueError)
 

@@ -17,9 +17,10 @@ Usage:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 from haystack import Document
 
@@ -61,7 +62,7 @@ class GoldPassageLookup:
     @classmethod
     def from_knowledge_source(
         cls, path: str | os.PathLike, wikipedia_ids: set[str] | None = None, passage_words: int = 100
-    ) -> "GoldPassageLookup":
+    ) -> GoldPassageLookup:
         """Read the passages of the articles named (all when ``wikipedia_ids`` is None), one article at a time."""
         source = KiltKnowledgeSource(path, passage_words=passage_words)
         documents = source.documents()

@@ -10,9 +10,9 @@ no text, and a repeated ``wikipedia_id`` (the first record wins). A file that ca
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from haystack import Document
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from haystack import Document
 
@@ -38,7 +38,7 @@ class Provenance:
         return (self.start_paragraph_id, start_char), (end_paragraph, max(self.end_character, start_char + 1))
 
     @classmethod
-    def from_dict(cls, record: dict) -> "Provenance":
+    def from_dict(cls, record: dict) -> Provenance:
         if "wikipedia_id" not in record:
             raise KeyError("wikipedia_id")
 
@@ -148,14 +148,14 @@ class PassageSpanIndex:
             ) from error
 
     @classmethod
-    def from_documents(cls, documents: Iterable[Document]) -> "PassageSpanIndex":
+    def from_documents(cls, documents: Iterable[Document]) -> PassageSpanIndex:
         index = cls()
         for document in documents:
             index.add_document(document)
         return index
 
     @classmethod
-    def from_passages(cls, passages: Iterable[Passage]) -> "PassageSpanIndex":
+    def from_passages(cls, passages: Iterable[Passage]) -> PassageSpanIndex:
         index = cls()
         for passage in passages:
             index.add_passage(passage)

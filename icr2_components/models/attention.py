@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 from icr2_components.extras import extra_import
 from icr2_components.models.generation_settings import decoding_arguments

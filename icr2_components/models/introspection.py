@@ -59,8 +59,8 @@ def model_signature(model) -> dict[str, Any]:
     config = model.config
     return {
         "architecture": (getattr(config, "architectures", None) or [type(model).__name__])[0],
-        "num_layers": int(getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")),
-        "num_heads": int(getattr(config, "num_attention_heads", None) or getattr(config, "n_head")),
-        "hidden_size": int(getattr(config, "hidden_size", None) or getattr(config, "n_embd")),
+        "num_layers": int(getattr(config, "num_hidden_layers", None) or config.n_layer),
+        "num_heads": int(getattr(config, "num_attention_heads", None) or config.n_head),
+        "hidden_size": int(getattr(config, "hidden_size", None) or config.n_embd),
         "vocab_size": int(config.vocab_size),
     }

@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from icr2_components.errors import UserInputError
 from icr2_components.models.file_lock import file_lock
@@ -289,7 +289,7 @@ def in_local_hub_cache(repo_id: str) -> bool:
         from huggingface_hub import snapshot_download
 
         snapshot_download(repo_id, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached, or not a valid repo id at all
+    except Exception:  # not cached, or not a valid repo id at all
         return False
     return True
 

@@ -42,8 +42,9 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -197,7 +198,7 @@ def _fuse(source: Path, target: Path, config) -> bool:
                                        hidden_size=int(config.hidden_size), opt_level=1)
             optimized.save_model_to_file(str(target))
             return True
-        except Exception:  # noqa: BLE001 - fusion is an optimisation; the plain graph gives the same vectors
+        except Exception:  # fusion is an optimisation; the plain graph gives the same vectors
             import logging
 
             logging.getLogger(__name__).warning(
@@ -504,7 +505,7 @@ class ProcessPoolEncoder:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
 
-    def __enter__(self) -> "ProcessPoolEncoder":
+    def __enter__(self) -> ProcessPoolEncoder:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from haystack import Document
 
@@ -90,7 +91,7 @@ class PassageTokenCounter:
             ]
 
     @classmethod
-    def for_model(cls, model: str) -> "PassageTokenCounter":
+    def for_model(cls, model: str) -> PassageTokenCounter:
         """Counts with ``model``'s tokenizer: a bundled alias, path or Hugging Face id, or a served model's
         tokenizer written as its API URL (``http://127.0.0.1:8089/v1#smollm2-135m-instruct``), counted by the
         server's tokenize endpoint."""

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.extras import extra_import
 
@@ -107,7 +108,7 @@ class RetrievalHead(_TorchModule):
         return folder
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "RetrievalHead":
+    def load(cls, path: str | os.PathLike) -> RetrievalHead:
         """Load from the head folder, or from a training output folder holding ``retrieval_head/``."""
         from safetensors.torch import load_file
 

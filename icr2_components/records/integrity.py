@@ -14,8 +14,9 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any
 
 SEAL_KEY = "sha256"
 

@@ -13,8 +13,9 @@ import io
 import json
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from icr2_components.paths import special_file_kind
 from icr2_components.records.skips import SkipReport

@@ -21,10 +21,11 @@ import os
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 

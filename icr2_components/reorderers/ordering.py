@@ -18,8 +18,8 @@ not fit ends the selection (Haystack's ``word_count_threshold`` keeps the passag
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from numbers import Real
-from typing import Callable, Sequence
 
 from haystack import Document
 

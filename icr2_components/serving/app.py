@@ -196,7 +196,7 @@ class RequestGuard:
         while more:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, body_deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 _, late = error_for_path(path, 408, "request_timeout",
                                          f"the request body did not arrive within {self.body_timeout:g} s "
                                          "(icr2 serve --body-timeout); the connection is closed")
@@ -263,7 +263,7 @@ class RequestGuard:
         try:
             await asyncio.wait_for(asyncio.shield(work), max(0.0, deadline - time.monotonic()))
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             late = True
         if not started:
             _, body = error_for_path(path, 504, "run_timeout",
@@ -295,7 +295,7 @@ async def _refuse_then_drain(receive, send, status: int, body: dict, deadline: f
     while more:
         try:
             message = await asyncio.wait_for(receive(), deadline - time.monotonic())
-        except asyncio.TimeoutError:
+        except TimeoutError:
             break
         if message["type"] == "http.disconnect":
             break
@@ -391,7 +391,7 @@ def run_endpoint(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_m
             result = await run_in_threadpool(wrapper.run_api, **body.model_dump())
         except StarletteHTTPException:
             raise
-        except Exception as error:  # noqa: BLE001 - whatever the pipeline raised, the answer is a JSON 500
+        except Exception as error:  # whatever the pipeline raised, the answer is a JSON 500
             logger.exception("pipeline %s failed", spec.name)
             raise StarletteHTTPException(500, f"Pipeline execution failed: {error}") from error
         return response_model(result=result)

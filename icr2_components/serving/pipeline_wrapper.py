@@ -228,7 +228,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
             _STREAM_EVENTS.set(events)  # this thread's: the pipeline runs its components here
             try:
                 events.put(_Finished(result=self._run(data)))
-            except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            except BaseException as error:  # handed to the consumer, which raises it
                 events.put(_Finished(error=error))
 
         threading.Thread(target=work, name=f"icr2-serve-{self.spec.name}", daemon=True).start()

@@ -50,8 +50,9 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from haystack import Document
 
@@ -112,7 +113,7 @@ class StoreBackend(ABC):
     builds_on_first_use: ClassVar[bool] = False
 
     def __init__(
-        self, config: "IndexConfig", fingerprint: Callable[[], str], embedder: "PassageEmbedder | None" = None
+        self, config: IndexConfig, fingerprint: Callable[[], str], embedder: PassageEmbedder | None = None
     ) -> None:
         if not isinstance(config.store, self.settings_class):
             raise TypeError(

@@ -9,9 +9,9 @@ that a 36M-passage corpus never sits in memory. Faster backends (ONNX Runtime fp
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import islice
-from typing import Iterable, Iterator
 
 from haystack import Document
 

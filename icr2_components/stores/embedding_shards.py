@@ -40,11 +40,12 @@ import dataclasses
 import hashlib
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from dataclasses import replace as dataclass_replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 from haystack import Document

@@ -26,9 +26,10 @@ import os
 import random
 import tempfile
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy

@@ -23,8 +23,9 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any
 
 from haystack import Document
 

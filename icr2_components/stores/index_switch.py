@@ -28,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 #: the environment variable every IndexRetriever honours
 INDEX_CONFIG_ENV = "ICR2_INDEX_CONFIG"

@@ -16,8 +16,9 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from haystack import Document
 from haystack.components.joiners import DocumentJoiner

@@ -48,10 +48,11 @@ DEFAULT_ANALYZER = "english"
 
 #: Lucene's ``EnglishAnalyzer.ENGLISH_STOP_WORDS_SET``, Elasticsearch's ``_english_`` stop list
 ENGLISH_STOP_WORDS = frozenset(
-    (
-        "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
-        "this to was will with"
-    ).split()
+    [
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not",
+        "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was",
+        "will", "with",
+    ]
 )
 
 #: the document field holding the passage text, and the meta field holding its title

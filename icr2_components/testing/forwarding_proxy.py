@@ -62,10 +62,10 @@ class ForwardingProxy:
                 self.end_headers()
                 self.wfile.write(reply.body)
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 self._handle("GET")
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 self._handle("POST")
 
             def log_message(self, *args):

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 RETRIEVAL_START = "<RETRIEVAL>"
 RETRIEVAL_END = "</RETRIEVAL>"

@@ -33,8 +33,9 @@ text, so that attention or token positions can be attributed to passages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from haystack import Document
 from haystack.dataclasses import ChatMessage

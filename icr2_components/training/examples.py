@@ -16,8 +16,9 @@ Too long for ``max_length`` (the recipe's, at most the model's context)? ``trunc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from haystack import Document
 

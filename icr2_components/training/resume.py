@@ -15,8 +15,9 @@ resumed by ``auto``: that is an error naming what differs, since going on would 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.records.integrity import DamagedFileError, read_sealed_json, write_sealed_json

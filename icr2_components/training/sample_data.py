@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import TYPE_CHECKING, Collection, Sequence
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from icr2_components.filters.probing.head_probing import CiCInstance

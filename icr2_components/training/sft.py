@@ -18,9 +18,10 @@ import logging
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.models.adapters import save_adapter_tokenizer
 from icr2_components.training.dataset import LoadedExamples, load_sft_examples

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from icr2_components.artifacts.training_ids import TRAINING_IDS_FILE, write_training_ids
 from icr2_components.training.recipe import TrainingRecipe

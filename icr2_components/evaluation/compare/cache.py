@@ -66,8 +66,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.records.gzip_lines import (

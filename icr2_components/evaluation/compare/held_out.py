@@ -29,9 +29,10 @@ Usage:
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from icr2_components.evaluation.compare.splits import (
     DEFAULT_DEV_FRACTION,
@@ -166,7 +167,7 @@ def probed_artifacts(specs: Sequence[Any]) -> dict[str, ProbedArtifact]:
     return found
 
 
-def dataset_split(dataset: "str | os.PathLike | QuestionSet | None", seed: int = DEFAULT_SPLIT_SEED,
+def dataset_split(dataset: str | os.PathLike | QuestionSet | None, seed: int = DEFAULT_SPLIT_SEED,
                   dev_fraction: float = DEFAULT_DEV_FRACTION) -> tuple[DatasetSplit, str, SkipReport]:
     """The seeded dev/test split of a dataset's usable question ids (``evaluation.compare.splits``)."""
     from icr2_components.kilt.questions import dataset_question_ids
@@ -215,7 +216,7 @@ class QuestionSelection:
 
 def select_questions(
     specs: Sequence[Any],
-    dataset: "str | os.PathLike | QuestionSet | None" = None,
+    dataset: str | os.PathLike | QuestionSet | None = None,
     limit: int | None = None,
     question_ids: str | os.PathLike | Sequence[str] | None = None,
     split: str | None = None,

@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.backends import Backend
 from icr2_components.backends.pipelines import request_concurrency

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 SPLITS = ("dev", "test")
 DEFAULT_DEV_FRACTION = 0.2
@@ -42,7 +42,7 @@ class QuestionIdFileError(ValueError):
 
 def split_value(question_id: str, seed: int) -> float:
     """The id's position in [0, 1) under ``seed``: the first 8 bytes of SHA-256("icr2-split/<seed>/<id>")."""
-    digest = hashlib.sha256(f"icr2-split/{int(seed)}/{question_id}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"icr2-split/{int(seed)}/{question_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 

@@ -531,5 +531,13 @@ def plot_cub(report: dict[str, Any], path: str | Path) -> Path:
     return save_figure(figure, path, tight=True)
 
 
-__all__ = ["CONTEXT_TYPES", "ContextUtilisationBenchmark", "TECHNIQUES", "cub_tables", "paired_against_regular",
-           "paper_points", "plot_cub", "registered_question_ids"]
+__all__ = [
+    "CONTEXT_TYPES",
+    "TECHNIQUES",
+    "ContextUtilisationBenchmark",
+    "cub_tables",
+    "paired_against_regular",
+    "paper_points",
+    "plot_cub",
+    "registered_question_ids",
+]

@@ -619,5 +619,12 @@ def plot_icr2_benchmark(report: dict[str, Any], path: str | Path) -> Path:
     return save_figure(figure, path, tight=True)
 
 
-__all__ = ["BUDGETS", "ICR2Benchmark", "RATIOS", "condition_name", "icr2_benchmark_tables", "parse_condition",
-           "plot_icr2_benchmark"]
+__all__ = [
+    "BUDGETS",
+    "RATIOS",
+    "ICR2Benchmark",
+    "condition_name",
+    "icr2_benchmark_tables",
+    "parse_condition",
+    "plot_icr2_benchmark",
+]

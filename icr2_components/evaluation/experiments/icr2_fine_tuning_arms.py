@@ -220,6 +220,20 @@ def scaled_steps(registered: int, questions: int, registered_questions: int = TR
     return max(1, math.ceil(registered * min(questions, registered_questions) / registered_questions))
 
 
-__all__ = ["ARMS", "Arm", "BASE_READER", "CLAIM_ARMS", "PAIRS", "PAPER_MODEL", "REFERENCES", "arm_by_name",
-           "arm_pipeline", "build_corpora", "find_weights", "gold_answers", "recipe_file", "registered_ids",
-           "scaled_steps"]
+__all__ = [
+    "ARMS",
+    "BASE_READER",
+    "CLAIM_ARMS",
+    "PAIRS",
+    "PAPER_MODEL",
+    "REFERENCES",
+    "Arm",
+    "arm_by_name",
+    "arm_pipeline",
+    "build_corpora",
+    "find_weights",
+    "gold_answers",
+    "recipe_file",
+    "registered_ids",
+    "scaled_steps",
+]

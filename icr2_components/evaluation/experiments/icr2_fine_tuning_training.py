@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (

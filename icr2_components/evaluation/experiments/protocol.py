@@ -27,9 +27,10 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.registry import Registry

@@ -887,5 +887,11 @@ def plot_gate_reproduction(report: dict[str, Any], path: str | Path) -> Path:
     return save_figure(figure, path, tight=True, dpi=110)
 
 
-__all__ = ["CLOSED_BOOK_TEMPLATE", "DEFAULT_METHODS", "RetrievalGate", "WITH_CONTEXT_TEMPLATE", "gate_tables",
-           "plot_gate_reproduction"]
+__all__ = [
+    "CLOSED_BOOK_TEMPLATE",
+    "DEFAULT_METHODS",
+    "WITH_CONTEXT_TEMPLATE",
+    "RetrievalGate",
+    "gate_tables",
+    "plot_gate_reproduction",
+]

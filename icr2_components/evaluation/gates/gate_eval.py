@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import typing
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from haystack.dataclasses import ChatMessage
 

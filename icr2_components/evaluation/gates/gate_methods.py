@@ -16,9 +16,10 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.evaluation.compare.held_out import HeldOutError
 

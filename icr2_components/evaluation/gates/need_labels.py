@@ -45,10 +45,11 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from icr2_components.evaluation.compare.cache import AnswerCache
 from icr2_components.evaluation.gates.gate_eval import closed_book_messages, context_messages, read_retrievalqa_jsonl
@@ -402,9 +403,9 @@ def read_labels(paths: Sequence[str | os.PathLike], both_wrong: str = "no_need")
 __all__ = [
     "BOTH_WRONG_POLICIES",
     "CONTEXT_KINDS",
+    "OUTCOMES",
     "LabelledQuestion",
     "NeedQuestion",
-    "OUTCOMES",
     "label_questions",
     "needs_retrieval",
     "nq_question_ids",

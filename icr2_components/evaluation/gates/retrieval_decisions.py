@@ -8,8 +8,8 @@ averages over the two classes and F1 their harmonic mean, as in the paper's Tabl
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)

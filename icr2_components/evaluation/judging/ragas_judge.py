@@ -130,7 +130,7 @@ def _ragas_llm_class():
             for _ in range(n):
                 try:
                     result = self.generator.run(messages=self._messages(prompt), max_new_tokens=self.max_new_tokens)
-                except Exception as error:  # noqa: BLE001 - kept for the caller, then re-raised
+                except Exception as error:  # kept for the caller, then re-raised
                     self.error = self.error or error
                     raise
                 texts.append(result["replies"][0].text or "")
@@ -146,7 +146,7 @@ def _ragas_llm_class():
                     else:
                         result = await asyncio.to_thread(self.generator.run, messages=self._messages(prompt),
                                                          max_new_tokens=self.max_new_tokens)
-                except Exception as error:  # noqa: BLE001 - kept for the caller, then re-raised
+                except Exception as error:  # kept for the caller, then re-raised
                     self.error = self.error or error
                     raise
                 texts.append(result["replies"][0].text or "")

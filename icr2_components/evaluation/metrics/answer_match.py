@@ -15,7 +15,7 @@ A question without a usable gold answer scores 0 (the official scripts would fai
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from icr2_components.text.normalization import normalize_answer
 

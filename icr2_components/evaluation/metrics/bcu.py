@@ -9,7 +9,7 @@ Faithfulness is the mean of BCU over gold and conflicting; robustness is BCU ove
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.text.normalization import normalize_answer

@@ -20,7 +20,7 @@ Each function returns None when its library cannot be imported (rouge-score come
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from collections.abc import Sequence
 
 from icr2_components.evaluation.metrics.answer_match import normalized_gold_answers
 from icr2_components.evaluation.metrics.short_answer import short_answer

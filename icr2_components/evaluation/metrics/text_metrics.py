@@ -24,7 +24,7 @@ tests/test_official_metrics.py).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from icr2_components.evaluation.metrics.answer_match import answer_match, normalized_gold_answers
 from icr2_components.evaluation.metrics.short_answer import short_answer

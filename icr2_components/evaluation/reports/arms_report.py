@@ -14,8 +14,8 @@ Usage:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from icr2_components.evaluation.compare.cache import read_answer_records
 from icr2_components.evaluation.metrics.answer_match import answer_match

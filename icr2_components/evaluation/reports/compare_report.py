@@ -12,7 +12,8 @@ records the seed, the resample counts and the methods.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from icr2_components.evaluation.metrics.bcu import bcu, faithfulness, memory_bcu, pareto_front
 from icr2_components.evaluation.metrics.external_metrics import external_scores

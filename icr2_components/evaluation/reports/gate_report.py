@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.evaluation.gates.gate_tradeoff import REFERENCES, compare_methods, intersection_union_claim
 

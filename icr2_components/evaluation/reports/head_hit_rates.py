@@ -15,7 +15,8 @@ Usage:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from icr2_components.evaluation.statistics.paired_comparison import holm
 from icr2_components.evaluation.statistics.proportions import wilson_interval

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import html
 import statistics
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.evaluation.metrics.text_metrics import short_answer_exact_match

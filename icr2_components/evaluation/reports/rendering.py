@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from icr2_components.evaluation.reports.compare_report import STRUCTURAL_REASONS, TABLE_COLUMNS
 from icr2_components.evaluation.reports.position_curves import curve_html, curve_markdown, curve_rows, shape_rows

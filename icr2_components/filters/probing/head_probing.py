@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 from haystack import Document
@@ -140,7 +141,7 @@ def split_instances(instances: Sequence[CiCInstance], probe_count: int, seed: in
 
 
 def artifact_from_probe(
-    result: "ProbeResult",
+    result: ProbeResult,
     model: str,
     signature: dict[str, Any],
     m: int,

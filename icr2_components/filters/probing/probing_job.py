@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.filters.probing.head_probing import CiCInstance, ProbeResult, artifact_from_probe, probe_heads

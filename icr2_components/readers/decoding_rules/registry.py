@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from icr2_components.readers.decoding_rules.base import DecodingRule
 from icr2_components.registry import Registry, qualified_name

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from haystack import Document
 
@@ -130,7 +130,7 @@ class ElasticsearchStoreBackend(StoreBackend):
         Elasticsearch's too-many-clauses refusal becomes a :class:`QueryTooLongError` naming the limit."""
         try:
             return _bm25_search(document_store, self.settings.index, query, top_k, filters)
-        except Exception as error:  # noqa: BLE001 - only the clause limit is translated, the rest re-raised
+        except Exception as error:  # only the clause limit is translated, the rest re-raised
             limit = _clause_limit(error)
             if limit is None:
                 raise

@@ -114,6 +114,6 @@ def connection_options(settings: ConnectionSettings) -> dict[str, Any]:
                 "(store.password_env) "
                 "holding the password is not set; export it before running."
             )
-        token = base64.b64encode(f"{settings.username}:{password}".encode("utf-8")).decode("ascii")
+        token = base64.b64encode(f"{settings.username}:{password}".encode()).decode("ascii")
         options["headers"] = {"authorization": f"Basic {token}"}
     return options

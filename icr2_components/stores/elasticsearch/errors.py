@@ -60,7 +60,7 @@ def _hosts_from_config(path: str | None) -> str | None:
         with open(path) as handle:
             store = (yaml.safe_load(handle) or {}).get("store") or {}
         hosts = store.get("hosts")
-    except Exception:  # noqa: BLE001 - only a hint for the message
+    except Exception:  # only a hint for the message
         return None
     if isinstance(hosts, list):
         hosts = ", ".join(str(h) for h in hosts)

@@ -129,7 +129,7 @@ def validate_store_layout(shards: Any, replicas: Any, vector_index: VectorIndexS
         vector_index.validate()
 
 
-def validate_layout_against_config(config: "IndexConfig") -> None:
+def validate_layout_against_config(config: IndexConfig) -> None:
     """Cross-section check: a vector index type on a config that embeds nothing is a mistake, not a no-op."""
     vector_index = getattr(config.store, "vector_index", None)
     if getattr(config.store, "vectors_in_source", True) is False and not config.embedding.enabled:
@@ -164,7 +164,7 @@ class IndexLayout:
     vectors_in_source: bool = True
 
     @classmethod
-    def from_config(cls, config: "IndexConfig") -> "IndexLayout":
+    def from_config(cls, config: IndexConfig) -> IndexLayout:
         store = config.store
         return cls(
             shards=int(getattr(store, "shards", 1)),
@@ -270,7 +270,7 @@ def warn_on_other_layout(client, index: str, layout: IndexLayout) -> list[str]:
     are fixed when an index is created, so only a new index (another ``store.index``) takes new ones."""
     try:
         differences = layout.differences(reported_layout(client, index))
-    except Exception as error:  # noqa: BLE001 - a check for a warning must not stop a load; say it was not made
+    except Exception as error:  # a check for a warning must not stop a load; say it was not made
         logger.warning(
             "Could not compare the layout of index '%s' with the config (%s: %s).", index, type(error).__name__, error
         )
@@ -286,9 +286,9 @@ def warn_on_other_layout(client, index: str, layout: IndexLayout) -> list[str]:
 __all__ = [
     "FLAT_TYPES",
     "HNSW_TYPES",
-    "IndexLayout",
     "NODE_DEFAULT_VECTOR_INDEX",
     "VECTOR_INDEX_TYPES",
+    "IndexLayout",
     "VectorIndexSettings",
     "reported_layout",
     "validate_layout_against_config",

@@ -244,7 +244,7 @@ def format_seconds(seconds: float) -> str:
 # -- the corpus and the node -------------------------------------------------------------------------------
 
 
-def planned_passages(config: "IndexConfig", override: int | None = None) -> tuple[int, str]:
+def planned_passages(config: IndexConfig, override: int | None = None) -> tuple[int, str]:
     """(passages, where the number comes from) for the config's corpus."""
     if override is not None:
         if override < 0:
@@ -307,7 +307,7 @@ def planned_passages(config: "IndexConfig", override: int | None = None) -> tupl
     )
 
 
-def node_resources(config: "IndexConfig", figures: MeasuredFigures) -> dict[str, Any]:
+def node_resources(config: IndexConfig, figures: MeasuredFigures) -> dict[str, Any]:
     """One node's RAM, heap and disk: asked of the configured cluster (its smallest data node), else the node
     the figures were measured on."""
     from icr2_components.stores.elasticsearch.store import build_elasticsearch_client, describe_hosts
@@ -319,7 +319,7 @@ def node_resources(config: "IndexConfig", figures: MeasuredFigures) -> dict[str,
             stats = client.nodes.stats(metric="os,jvm,fs").body["nodes"]
         finally:
             client.close()
-    except Exception as error:  # noqa: BLE001 - any failure to ask falls back to the figures, and says so
+    except Exception as error:  # any failure to ask falls back to the figures, and says so
         node = dict(figures.node)
         node["source"] = (
             f"the node measured on {figures.measured_at[:10]} ({figures.source}); {url} did not answer "
@@ -341,7 +341,7 @@ def node_resources(config: "IndexConfig", figures: MeasuredFigures) -> dict[str,
     return smallest
 
 
-def embedding_dims(config: "IndexConfig", figures: MeasuredFigures) -> int:
+def embedding_dims(config: IndexConfig, figures: MeasuredFigures) -> int:
     """The embedding model's dimension: the measured one for the same model, else the model's own."""
     if figures.embedding.get("model") == config.embedding.model and figures.embedding.get("dims"):
         return int(figures.embedding["dims"])
@@ -350,7 +350,7 @@ def embedding_dims(config: "IndexConfig", figures: MeasuredFigures) -> int:
     return int(PassageEmbedder(config.embedding.model, device="cpu").dimension)
 
 
-def plan_index(config: "IndexConfig", figures: MeasuredFigures, passages: int | None = None,
+def plan_index(config: IndexConfig, figures: MeasuredFigures, passages: int | None = None,
                node: dict[str, Any] | None = None) -> dict[str, Any]:
     """The plan for an Elasticsearch index config: :func:`project` with the config's layout, the corpus's
     passages, the measured figures and one node's resources, and where each number comes from."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Literal, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from icr2_components.extras import require_extra
@@ -229,7 +230,7 @@ def ensure_index(
     bm25_k1: float = 0.9,
     bm25_b: float = 0.4,
     number_of_shards: int = 1,
-    layout: "IndexLayout | None" = None,
+    layout: IndexLayout | None = None,
     analyzer: str = "english",
 ) -> bool:
     """Create ``index`` with our mapping and settings unless it exists; check the embedding dimension.
@@ -304,12 +305,12 @@ def _warn_on_other_bm25(client, index: str, k1: float, b: float) -> None:
 # --------------------------------------------------------------------------------------------- the store
 
 
-def store_config_of(config: "ElasticsearchStoreSettings | IndexConfig") -> "ElasticsearchStoreSettings":
+def store_config_of(config: ElasticsearchStoreSettings | IndexConfig) -> ElasticsearchStoreSettings:
     return config.store if isinstance(config, IndexConfig) else config
 
 
 def build_elasticsearch_store(
-    config: "ElasticsearchStoreSettings | IndexConfig",
+    config: ElasticsearchStoreSettings | IndexConfig,
     *,
     embedding_dim: int | None = None,
     embedding_similarity: Similarity = "cosine",

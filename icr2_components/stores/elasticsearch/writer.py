@@ -51,11 +51,12 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from haystack import Document
 
@@ -113,7 +114,7 @@ class CheckpointMismatchError(RuntimeError):
 class BulkWriteError(RuntimeError):
     """Too many documents were rejected, or a chunk kept failing with a transient status after retries."""
 
-    def __init__(self, message: str, report: "WriteReport") -> None:
+    def __init__(self, message: str, report: WriteReport) -> None:
         super().__init__(message)
         self.report = report
 
@@ -373,7 +374,7 @@ class ElasticsearchStreamingWriter:
     @classmethod
     def from_config(
         cls, config: IndexConfig, *, fingerprint: str | Mapping[str, Any] | None = None, **overrides: Any
-    ) -> "ElasticsearchStreamingWriter":
+    ) -> ElasticsearchStreamingWriter:
         """A writer for ``config.store`` with ``config.writer``'s batch size, threads and checkpoint.
 
         ``overrides`` are :class:`StreamingWriterSettings` fields (and ``client``) that replace the config's.
@@ -493,7 +494,7 @@ class ElasticsearchStreamingWriter:
         previous checkpoint or this one, whole."""
         if self.checkpoint_path is None:
             return
-        state = dict(state, updated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        state = dict(state, updated_at=datetime.now(UTC).isoformat(timespec="seconds"))
         self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         write_sealed_json(self.checkpoint_path, state)
 
@@ -573,7 +574,7 @@ class ElasticsearchStreamingWriter:
         else:
             meta[LOAD_META_KEY] = {
                 "settings": saved,
-                "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             }
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
@@ -600,7 +601,7 @@ class ElasticsearchStreamingWriter:
     def _record_source(self) -> None:
         meta = self._index_meta()
         meta[SOURCE_META_KEY] = {"fingerprint": self.fingerprint,
-                                 "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                                 "recorded_at": datetime.now(UTC).isoformat(timespec="seconds")}
         self.client.indices.put_mapping(index=self.index, meta=meta)
 
     def _enter_load_settings(self) -> dict[str, Any]:
@@ -758,7 +759,7 @@ class ElasticsearchStreamingWriter:
                 failures_file.close()
             try:
                 self._restore_settings(saved_settings)
-            except Exception:  # noqa: BLE001 - the original error matters more; this one is logged
+            except Exception:  # the original error matters more; this one is logged
                 logger.exception(
                     "Could not restore the settings of index '%s' (%s); set them by hand.", self.index, saved_settings
                 )
@@ -1079,7 +1080,7 @@ class ElasticsearchStreamingWriter:
                             confirm(*in_flight.popleft())
                         if unrecorded and time.monotonic() - last_checkpoint >= self.settings.checkpoint_seconds:
                             record()
-                    except BaseException as error:  # noqa: BLE001 - handed to the loop, which raises it
+                    except BaseException as error:  # handed to the loop, which raises it
                         watcher_errors.append(error)
                         return
 
@@ -1178,7 +1179,7 @@ def _prefetched(documents: Iterable[Document], idle_seconds: float, capacity: in
                 if stop.is_set():
                     return
             items.put((_STREAM_END, None))
-        except BaseException as error:  # noqa: BLE001 - raised by the consumer
+        except BaseException as error:  # raised by the consumer
             items.put((_STREAM_END, error))
 
     producer = threading.Thread(target=produce, name="es-bulk-stream", daemon=True)
