@@ -113,3 +113,15 @@ def test_plain_text_named_gz_is_refused(tmp_path):
     path.write_text(json.dumps(_record(0)) + "\n")
     with pytest.raises(AnswerCacheError, match="not gzip"):
         AnswerCache(path, writable=False)
+
+
+def test_sealing_a_gzip_cache_keeps_it_gzip_and_whole(tmp_path):
+    from icr2_components.evaluation.compare.cache import seal_cache
+
+    path = tmp_path / "answers.jsonl.gz"
+    rows = [json.dumps(_record(i)) + "\n" for i in range(150)]  # written before records were sealed
+    path.write_bytes(gzip.compress("".join(rows).encode()))
+    counts = seal_cache(path)
+    assert counts["records"] == 150 and (tmp_path / "answers.jsonl.gz.unsealed").is_file()
+    assert [m.lines for m in read_members(path).members] == [100, 50]
+    assert [r["question_id"] for r in read_answer_records(path)] == [f"q{i}" for i in range(150)]

@@ -419,5 +419,6 @@ def seal_cache(path: str | Path) -> dict[str, Any]:
     cache = AnswerCache(path)
     for record in kept:
         cache.add(record)
+    cache.compact()
     return {"file": str(path), "records": len(kept), "keys": len(cache.records),
             "replaced": len(kept) - len(cache.records), "dropped_lines": dropped, "unsealed_copy": str(backup)}
