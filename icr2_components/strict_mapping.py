@@ -27,6 +27,7 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -291,6 +292,53 @@ def check_known_keys(values: Any, allowed: Any, where: str, error: type[Exceptio
                     + (f" {hint}" if hint else ""))
 
 
+@contextlib.contextmanager
+def at_key(*keys: Any) -> typing.Iterator[None]:
+    """Errors raised inside name where they happened: ``keys`` go before the error's ``field_path`` (the keys,
+    outermost first, of the value it refuses), which :func:`with_yaml_line` turns into the file's line."""
+    try:
+        yield
+    except ValueError as error:
+        error.field_path = (*keys, *getattr(error, "field_path", ()))  # type: ignore[attr-defined]
+        raise
+
+
+def yaml_line(text: str, path: typing.Sequence[Any]) -> int | None:
+    """The line (from 1) of the deepest key of ``path`` found in the YAML ``text``, or None."""
+    import yaml
+
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for key in path:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        found = [(k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)]
+        if not found:
+            break
+        key_node, node = found[-1]
+        line = key_node.start_mark.line + 1
+    return line
+
+
+def with_yaml_line(error: Exception, text: str, source: str) -> Exception:
+    """``error`` located in its file when its ``field_path`` is found in the YAML ``text``: ``source`` in the
+    message becomes ``source:LINE`` (as compilers and editors write it), or `` (line N)`` ends it; the same error
+    type, path kept. Else ``error`` itself."""
+    path = getattr(error, "field_path", None)
+    line = yaml_line(text, path) if path else None
+    if line is None:
+        return error
+    message = str(error)
+    located_text = (message.replace(source, f"{source}:{line}", 1) if source and source in message
+                    else f"{message} (line {line})")
+    located = type(error)(located_text)
+    located.field_path = path  # type: ignore[attr-defined]
+    return located
+
+
 def _has_default(item: dataclasses.Field) -> bool:
     return item.default is not dataclasses.MISSING or item.default_factory is not dataclasses.MISSING
 
@@ -310,7 +358,9 @@ def dataclass_from_mapping(cls, values: Any, where: str, error: type[Exception] 
     if not isinstance(values, dict):
         raise error(f"{where} must be a mapping, got {_show(values)}.")
     declared = [item for item in dataclasses.fields(cls) if item.init]
-    check_known_keys(values, (item.name for item in declared), where, error)
+    unknown = sorted(set(values) - {item.name for item in declared}, key=str)
+    with at_key(*unknown[:1]):
+        check_known_keys(values, (item.name for item in declared), where, error)
     missing = [item.name for item in declared if not _has_default(item) and item.name not in values]
     if missing:
         raise error(f"{where}: key {missing[0]!r} is required; add it.")
@@ -319,10 +369,11 @@ def dataclass_from_mapping(cls, values: Any, where: str, error: type[Exception] 
     for key, value in values.items():
         expected = hints.get(key, Any)
         nested = _dataclass_in(expected)
-        if nested is not None and isinstance(value, dict):
-            checked[key] = dataclass_from_mapping(nested, value, f"{where}, key '{key}'", error)
-            continue
-        checked[key] = check_type(value, expected, f"{where}: key '{key}'", error)
+        with at_key(key):
+            if nested is not None and isinstance(value, dict):
+                checked[key] = dataclass_from_mapping(nested, value, f"{where}, key '{key}'", error)
+                continue
+            checked[key] = check_type(value, expected, f"{where}: key '{key}'", error)
     try:
         return cls(**checked)
     except error:
@@ -372,6 +423,7 @@ __all__ = [
     "PositiveNumber",
     "STRICT",
     "TypeCheckError",
+    "at_key",
     "check_fields",
     "check_known_keys",
     "check_type",
@@ -379,4 +431,6 @@ __all__ = [
     "describe_type",
     "field_types",
     "nearest_names",
+    "with_yaml_line",
+    "yaml_line",
 ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Annotated, Any, Union
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import Field
@@ -670,3 +671,63 @@ def test_a_served_reader_refuses_a_nan_or_infinite_temperature():
     for value in (float("nan"), float("inf"), -0.5, True, "0"):
         with pytest.raises(UserInputError, match=r"temperature must be >= 0 \(0: greedy\), got "):
             ServedChatReader(api_base_url="http://127.0.0.1:9/v1", model="m", temperature=value)
+
+
+# -- files: the error names the file and the line of the key --------------------------------------------------------
+
+FILE_BUDGET = settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _line_of(text: str, key: str, after: str) -> int:
+    lines = text.splitlines()
+    start = next(number for number, line in enumerate(lines) if line.startswith(f"{after}:"))
+    return next(number for number, line in enumerate(lines[start:], start) if line.strip().startswith(f"{key}:")) + 1
+
+
+def test_an_index_config_file_names_the_line_of_the_bad_key(tmp_path):
+    from icr2_components.stores.config import load_index_config
+
+    sections = [("store", {"type": "in_memory"}, store_backend("in_memory").settings_class),
+                ("embedding", {}, EmbeddingConfig), ("writer", {}, WriterConfig)]
+
+    @FILE_BUDGET
+    @given(st.data())
+    def check(data):
+        section, base, settings_class = data.draw(st.sampled_from(sections))
+        name = data.draw(st.sampled_from(_section_fields(section, settings_class)))
+        value = data.draw(st.sampled_from(bad_values(field_types(settings_class)[name])))
+        config = {"name": "generated", "corpus": {"path": "sample"}, "store": {"type": "in_memory"},
+                  section: {**base, name: value}}
+        file = tmp_path / "generated.yaml"
+        text = yaml.safe_dump(config, sort_keys=False)
+        file.write_text(text)
+        with pytest.raises(ConfigError) as raised:
+            load_index_config(file)
+        assert f"{file}:{_line_of(text, name, section)}" in str(raised.value), str(raised.value)
+
+    check()
+
+
+def test_a_recipe_file_and_a_backend_file_name_the_line_of_the_bad_key(tmp_path):
+    from icr2_components.backends.pipelines import load_backend
+    from icr2_components.training.recipe import TrainingOptions, load_recipe
+
+    names = [item.name for item in dataclasses.fields(TrainingOptions)]
+
+    @FILE_BUDGET
+    @given(st.sampled_from(names), st.data())
+    def check(name, data):
+        value = data.draw(st.sampled_from(bad_values(field_types(TrainingOptions)[name])))
+        file = tmp_path / "recipe.yaml"
+        text = yaml.safe_dump({**RECIPE, "training": {"seed": 1, name: value}}, sort_keys=False)
+        file.write_text(text)
+        with pytest.raises(RecipeError) as raised:
+            load_recipe(file)
+        assert f"{file}:{_line_of(text, name, 'training')}" in str(raised.value), str(raised.value)
+
+    check()
+    backend = tmp_path / "backend.yaml"
+    backend.write_text("kind: served\ndescription: a server\nserved_modle:\n  model: m\n")
+    with pytest.raises(BackendError, match=rf"in {backend}:3 \(kind: served\).*Did you mean 'served_model'"):
+        load_backend(backend)

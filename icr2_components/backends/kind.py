@@ -40,7 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.registry import Registry
-from icr2_components.strict_mapping import check_known_keys, dataclass_from_mapping
+from icr2_components.strict_mapping import at_key, check_known_keys, dataclass_from_mapping
 
 NEEDS = ("weights", "tokenizer", "logprobs")
 """What a component may need of the model: its weights (attention, hidden states, full logits, head hooks), a
@@ -75,8 +75,10 @@ class BackendKind(ABC):
     @classmethod
     def settings_from(cls, values: Mapping[str, Any], source: str) -> Any:
         """The kind's settings from a backend file's keys other than ``kind`` and ``description``."""
-        check_known_keys(values, (f.name for f in dataclasses.fields(cls.Settings)), f"{source} (kind: {cls.name})",
-                         BackendError, hint="A backend file also takes kind and description.")
+        allowed = {f.name for f in dataclasses.fields(cls.Settings)}
+        with at_key(*sorted(set(values) - allowed, key=str)[:1]):
+            check_known_keys(values, allowed, f"{source} (kind: {cls.name})", BackendError,
+                             hint="A backend file also takes kind and description.")
         # each key checked against its declaration (strict types, no NaN or infinity, declared ranges), then the
         # Settings' own __post_init__ checks; any refusal is one BackendError line naming the file
         return dataclass_from_mapping(cls.Settings, dict(values), source, BackendError)

@@ -46,6 +46,7 @@ import yaml
 
 from icr2_components.backends.kind import Backend, BackendError, backend_kind_class, backend_kind_names
 from icr2_components.concurrency import check_concurrency
+from icr2_components.strict_mapping import with_yaml_line
 
 BACKEND_ENV = "ICR2_BACKEND"
 BLACK_BOX_TYPES = (
@@ -109,10 +110,17 @@ def load_backend(path: str | os.PathLike) -> Backend:
     if file.is_dir():
         raise BackendError(f"{path} is a folder; give a backend file (backends/*.yaml) or a shipped backend's name.")
     try:
-        values = yaml.safe_load(file.read_text())
+        text = file.read_text()
+        values = yaml.safe_load(text)
     except yaml.YAMLError as error:
         raise BackendError(f"{file} is not valid YAML: {' '.join(str(error).split())}") from error
-    return backend_from_dict(values, str(file))
+    try:
+        return backend_from_dict(values, str(file))
+    except BackendError as error:  # the line of the key it names, when the file has that key
+        located = with_yaml_line(error, text, str(file))
+        if located is error:
+            raise
+        raise located from None
 
 
 def backend_from_environment() -> Backend | None:

@@ -26,9 +26,11 @@ from icr2_components.strict_mapping import (
     PathText,
     PositiveInt,
     PositiveNumber,
+    at_key,
     check_fields,
     check_known_keys,
     dataclass_from_mapping,
+    with_yaml_line,
 )
 
 # The store a config gets when its store section does not say `type` (the embedded one, nothing to start).
@@ -119,7 +121,8 @@ _SECTION_NAMES = ("store", "corpus", *_SECTIONS)
 
 
 def _build_section(name: str, cls, values: Any, source: str):
-    return dataclass_from_mapping(cls, values, f"section '{name}' of {source}", ConfigError)
+    with at_key(name):
+        return dataclass_from_mapping(cls, values, f"section '{name}' of {source}", ConfigError)
 
 
 def _build_store_section(values: Any, source: str) -> StoreSettings:
@@ -138,9 +141,10 @@ def _build_store_section(values: Any, source: str) -> StoreSettings:
             f"{source}: store.type must be one of the registered store types ({', '.join(store_backend_names())}), got "
             f"{store_type!r}."
         ) from None
-    return dataclass_from_mapping(
-        backend.settings_class, values, f"section 'store' (type {store_type}) of {source}", ConfigError
-    )
+    with at_key("store"):
+        return dataclass_from_mapping(
+            backend.settings_class, values, f"section 'store' (type {store_type}) of {source}", ConfigError
+        )
 
 
 # Sections a config must spell out: without them a typo'd file would silently index the bundled sample into the
@@ -153,12 +157,14 @@ def index_config_from_dict(data: dict[str, Any], source: str = "config") -> Inde
     present, and ``corpus.path`` spelled out (``path: sample`` is how to ask for the bundled sample)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections {sorted(_SECTION_NAMES)}.")
-    check_known_keys(data, {*_SECTION_NAMES, "name"}, f"the top level of {source}", ConfigError)
+    with at_key(*sorted(set(data) - {*_SECTION_NAMES, "name"}, key=str)[:1]):
+        check_known_keys(data, {*_SECTION_NAMES, "name"}, f"the top level of {source}", ConfigError)
     name = data.get("name", "index")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"{source}: key 'name' is {name!r}; expected a non-empty string.")
     store = _build_store_section(data.get("store"), source)
-    corpus = corpus_settings_from_mapping(data.get("corpus"), source)
+    with at_key("corpus"):
+        corpus = corpus_settings_from_mapping(data.get("corpus"), source)
     sections = {section: _build_section(section, cls, data.get(section), source) for section, cls in _SECTIONS.items()}
     config = IndexConfig(name=name, store=store, corpus=corpus, **sections).validate()
     missing = [name for name in REQUIRED_SECTIONS if name not in data]
@@ -188,7 +194,8 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
     if not path.exists():
         raise FileNotFoundError(f"Index config not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -211,7 +218,13 @@ def load_index_config(path: str | os.PathLike, overrides: dict[str, Any] | None 
             if not isinstance(data.get(section), dict):
                 data[section] = {}
             data[section][key] = value
-    return index_config_from_dict(data, source=str(path))
+    try:
+        return index_config_from_dict(data, source=str(path))
+    except ConfigError as error:  # the line of the key it names, when the file has that key
+        located = with_yaml_line(error, text, str(path))
+        if located is error:
+            raise
+        raise located from None
 
 
 def corpus_path(config: IndexConfig) -> Path:

@@ -40,11 +40,13 @@ from icr2_components.strict_mapping import (
     PathText,
     PositiveInt,
     PositiveNumber,
+    at_key,
     check_fields,
     check_known_keys,
     check_type,
     dataclass_from_mapping,
     field_types,
+    with_yaml_line,
 )
 from icr2_components.text.retrieval_replies import SFT_METHODS
 from icr2_components.training.examples import TRUNCATION_POLICIES
@@ -171,8 +173,9 @@ class TrainingRecipe:
         return dataclasses.asdict(self)
 
 
-def _build(cls, values: Any, where: str):
-    return dataclass_from_mapping(cls, values, where, RecipeError)
+def _build(cls, values: Any, where: str, *path: str):
+    with at_key(*path):
+        return dataclass_from_mapping(cls, values, where, RecipeError)
 
 
 def _choice(value: Any, allowed: tuple, where: str) -> None:
@@ -199,22 +202,26 @@ def recipe_from_dict(
     """Validate a recipe mapping. Relative data paths are read from ``base_dir`` (the current directory)."""
     if not isinstance(values, dict):
         raise RecipeError(f"{source}: a recipe is a YAML mapping.")
-    check_known_keys(values, {f.name for f in dataclasses.fields(TrainingRecipe)} - {"source"}, source, RecipeError)
+    allowed = {f.name for f in dataclasses.fields(TrainingRecipe)} - {"source"}
+    with at_key(*sorted(set(values) - allowed, key=str)[:1]):
+        check_known_keys(values, allowed, source, RecipeError)
     for key in ("method", "model", "output_dir", "data"):
         if key not in values:
             raise RecipeError(f"{source}: the recipe needs `{key}`.")
     hints = field_types(TrainingRecipe)
     for key in ("method", "model", "output_dir", "max_seq_length", "truncation", "finetuning"):
         if key in values:
-            check_type(values[key], hints[key], f"{source}: key '{key}'", RecipeError)
+            with at_key(key):
+                check_type(values[key], hints[key], f"{source}: key '{key}'", RecipeError)
     _choice(values["method"], METHODS, f"{source}: method")
     if values["data"] is not None and not isinstance(values["data"], dict):
         raise RecipeError(f"{source}: section data must be a mapping, got {values['data']!r}.")
     data = dict(values["data"] or {})
     sample = data.pop("build_sample", None)
-    data_options = _build(DataOptions, data, f"{source}: section data")
+    data_options = _build(DataOptions, data, f"{source}: section data", "data")
     if sample is not None:
-        data_options.build_sample = _build(SampleBuild, sample, f"{source}: section data.build_sample")
+        data_options.build_sample = _build(SampleBuild, sample, f"{source}: section data.build_sample", "data",
+                                           "build_sample")
     if not data_options.train and data_options.build_sample is None:
         raise RecipeError(f"{source}: data needs `train` (an ICR2 JSONL) or `build_sample`.")
     if base_dir is not None:
@@ -230,9 +237,10 @@ def recipe_from_dict(
         max_seq_length=values.get("max_seq_length"),
         truncation=values.get("truncation", "drop_distractors"),
         finetuning=values.get("finetuning", "full"),
-        lora=_build(LoraOptions, values.get("lora"), f"{source}: section lora"),
-        training=_build(TrainingOptions, values.get("training"), f"{source}: section training"),
-        retrieval_head=_build(HeadOptions, values.get("retrieval_head"), f"{source}: section retrieval_head"),
+        lora=_build(LoraOptions, values.get("lora"), f"{source}: section lora", "lora"),
+        training=_build(TrainingOptions, values.get("training"), f"{source}: section training", "training"),
+        retrieval_head=_build(HeadOptions, values.get("retrieval_head"), f"{source}: section retrieval_head",
+                              "retrieval_head"),
         source=source,
     )
     check_recipe(recipe)
@@ -295,10 +303,17 @@ def load_recipe(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"Recipe not found: {path}. The recipes live in training/*.yaml.")
-    values = yaml.safe_load(path.read_text()) or {}
+    text = path.read_text()
+    values = yaml.safe_load(text) or {}
     for dotted, value in (overrides or {}).items():
         apply_override(values, dotted, value)
-    return recipe_from_dict(values, source=str(path), base_dir=Path.cwd())
+    try:
+        return recipe_from_dict(values, source=str(path), base_dir=Path.cwd())
+    except RecipeError as error:  # the line of the key it names, when the file has that key
+        located = with_yaml_line(error, text, str(path))
+        if located is error:
+            raise
+        raise located from None
 
 
 def apply_override(values: dict[str, Any], dotted: str, value: Any) -> None:
