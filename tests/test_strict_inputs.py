@@ -103,6 +103,12 @@ def test_an_unclosed_quote_closed_by_a_later_quoted_row_is_found_too(tmp_path):
     assert [d.content for d in documents] == [r["body"] for i, r in enumerate(rows) if i != 1]
     assert dict(reader.skips.counts) == {"unclosed quote": 1}
     assert reader.skips.examples["unclosed quote"][0].startswith("line 3")
+    # on the last line, with no line after it: the same reason
+    path.write_text("".join(lines[:-1]) + lines[-1].rstrip("\n").removesuffix('"'), encoding="utf-8")
+    reader = csv_corpus(path)
+    assert len(list(reader.documents())) == len(rows) - 2
+    assert dict(reader.skips.counts) == {"unclosed quote": 2}
+    assert reader.skips.examples["unclosed quote"][1].startswith(f"line {len(lines)}")
 
 
 @pytest.mark.unit

@@ -3,7 +3,7 @@
 Every reader yields Haystack ``Document`` passages in a deterministic order with deterministic, unique ids (an
 Elasticsearch load resumes by skipping the prefix a checkpoint confirmed, so a second read must give the same
 stream), counts every record it leaves out in :attr:`CorpusReader.skips` (a
-:class:`~icr2_components.records.SkipReport`: reason, count, first examples) and says what its passages depend on
+:class:`~icr2_components.records.SkipReport`: reason, count, each one named) and says what its passages depend on
 (:meth:`CorpusReader.fingerprint_key`), so that an index built from other data or other chunking is never reused.
 
 Usage (a whole format: one document per line of a plain text file):

@@ -125,8 +125,8 @@ def csv_records(
             try:
                 header = next(reader, None)
             except (csv.Error, _Runaway) as failure:
-                raise error(f"{path}: the header (line 1) cannot be read as CSV: a quote opened there is not "
-                            f"closed ({failure}); fix the header and run again.") from None
+                raise error(f"{path}: the header (line 1) cannot be read as CSV ({failure}); fix its quotes and "
+                            "run again.") from None
             if header is None:
                 raise error(f"{path} is empty: a CSV table needs a header row naming its columns.")
             header = [name.strip() for name in header]
@@ -150,6 +150,9 @@ def csv_records(
                                    f"is not closed before line {last} ({failure}); the lines after it are read "
                                    "as rows")
                         pending.extendleft(reversed(current[1:]))
+                    elif "end of data" in str(failure):  # the last line opens a quote
+                        skips.skip("unclosed quote", first, f"a quote opened on line {first} is not closed before "
+                                   "the end of the file")
                     else:
                         skips.skip("malformed CSV row", first, str(failure)[:120])
                     reader = csv.reader(lines(), delimiter=delimiter, strict=True)
