@@ -24,6 +24,7 @@ def test_ranker_puts_the_answering_passage_first_and_keeps_top_k(minilm):
     assert ranker._encoder is minilm  # the shared cache's copy
 
 
+@pytest.mark.unit
 def test_ranker_validates_and_round_trips():
     with pytest.raises(ValueError, match="top_k"):
         BiEncoderRanker(top_k=0)

@@ -105,6 +105,7 @@ def test_same_seed_same_file_other_seed_other_file(sample_world, tmp_path):
     assert paths[0] == paths[1] and paths[0] != paths[2]
 
 
+@pytest.mark.unit
 def test_reader_counts_bad_records(tmp_path, sample_world):
     good = tmp_path / "good.jsonl"
     build_icr2_benchmark(sample_world["tasks"][:1], sample_world["retrieve"], None, sample_world["lookup"], good,

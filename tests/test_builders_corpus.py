@@ -210,6 +210,7 @@ def test_run_time_overrides_and_to_dict_round_trip():
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_confounding_ratio_outside_unit_interval_is_an_error():
     with pytest.raises(ValueError, match=r"confounding_ratio must be in \[0, 1\]"):
         ConfounderAwareCorpusBuilder(budget_passages=5, confounding_ratio=1.5)
@@ -285,6 +286,7 @@ def test_random_pool_is_required_below_ratio_one(world):
         ConfounderAwareCorpusBuilder(budget_passages=5, confounding_ratio=0.5).run(query="q", candidates=lists)
 
 
+@pytest.mark.unit
 def test_bad_init_parameters_say_what_to_do():
     with pytest.raises(ValueError, match="tokenizer"):
         ConfounderAwareCorpusBuilder(budget_tokens=1000)

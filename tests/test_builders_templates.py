@@ -94,6 +94,7 @@ def test_passage_spans_fall_on_token_boundaries_of_the_offset_mapping(tokenizer,
     assert len(ids) == len(encoded["input_ids"])
 
 
+@pytest.mark.unit
 def test_meta_passage_ids_are_shown_and_spans_keyed_by_them(corpus, question):
     documents = [
         Document(id=d.id, content=d.content, meta={**d.meta, "passage_id": f"PSG{9 - i:03d}"})
@@ -109,6 +110,7 @@ def test_meta_passage_ids_are_shown_and_spans_keyed_by_them(corpus, question):
     assert rendered.text == rendered.messages[-1].text
 
 
+@pytest.mark.unit
 def test_bad_input(corpus):
     with pytest.raises(ValueError, match="choose one of"):
         render_cic_prompt("summarisation", "q", corpus)
@@ -121,6 +123,7 @@ def test_bad_input(corpus):
         render_cic_prompt("qa", "q", [Document(id="x", content=None)])
 
 
+@pytest.mark.unit
 def test_prompt_builder_component(corpus, question):
     builder = CorpusInContextPromptBuilder(task_type="fact_verification")
     data = component_to_dict(builder, "prompt_builder")
@@ -164,6 +167,7 @@ def test_a_named_answer_instruction_quotes_the_paper_before_the_icr2_text(tokeni
     assert len(short.query_char_spans) == (2 if query_aware else 1)
 
 
+@pytest.mark.unit
 def test_answer_instruction_bad_input(corpus):
     with pytest.raises(ValueError, match="Unknown answer_instruction 'short'; choose one of"):
         render_cic_prompt("qa", "q", corpus, answer_instruction="short")
@@ -178,6 +182,7 @@ def test_answer_instruction_bad_input(corpus):
         builder.run(query="q", documents=corpus, task_type="fact_verification")
 
 
+@pytest.mark.unit
 def test_prompt_builder_answer_instruction_round_trips(corpus, question):
     builder = CorpusInContextPromptBuilder(answer_instruction="retrievalqa_concise")
     data = component_to_dict(builder, "prompt")

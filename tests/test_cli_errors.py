@@ -80,6 +80,7 @@ def test_fine_tuned_reader_before_training_says_which_recipe_to_train(tmp_path):
     assert "huggingface" not in line.lower()  # the path was never read as a hub id
 
 
+@pytest.mark.unit
 def test_load_pipeline_yaml_syntax_error_names_file_and_line_without_the_allowlist_text(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text(BAD_YAML)
@@ -122,6 +123,7 @@ def test_debug_shows_the_traceback(tmp_path, how):
     assert "yaml.parser.ParserError" in result.stderr
 
 
+@pytest.mark.unit
 def test_interrupt_and_unexpected_errors_are_one_line(monkeypatch, capsys):
     """In-process: Ctrl-C exits 130 with one line; a bug (an exception we did not plan for) says so, exit 1."""
     from icr2_components import cli
@@ -147,6 +149,7 @@ def test_interrupt_and_unexpected_errors_are_one_line(monkeypatch, capsys):
         cli.main(["--debug", "search", "--query", "x"])
 
 
+@pytest.mark.unit
 def test_elasticsearch_api_error_is_its_status_and_reason():
     """An error answered by Elasticsearch (here the 400 of a query over maxClauseCount) is its status and reason."""
     import elastic_transport

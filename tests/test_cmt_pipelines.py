@@ -29,6 +29,7 @@ def nq(sample_files):
                                        question.irrelevant_candidates, answer_pool(path))
 
 
+@pytest.mark.unit
 def test_verdicts_are_parsed_and_unclear_is_reported():
     assert parse_verdict("Yes, it does.") == "relevant"
     assert parse_verdict(" no") == "irrelevant"
@@ -40,6 +41,7 @@ def test_verdicts_are_parsed_and_unclear_is_reported():
     assert out["verdict"] == "relevant" and "Shakespeare" in out["prompt"][-1].text
 
 
+@pytest.mark.unit
 def test_components_refuse_bad_input_and_round_trip():
     with pytest.raises(ValueError, match="no documents"):
         RelevanceJudgePromptBuilder().run(query="q", documents=[])
@@ -63,6 +65,7 @@ def test_components_refuse_bad_input_and_round_trip():
     )
 
 
+@pytest.mark.unit
 def test_named_instructions_lead_the_prompt():
     for name, text in CONTEXT_USE_INSTRUCTIONS.items():
         content = (

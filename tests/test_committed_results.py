@@ -35,6 +35,7 @@ def _tracked_results() -> list[Path]:
     return [REPO / name for name in listed.decode().split("\0") if name and (REPO / name).is_file()]
 
 
+@pytest.mark.unit
 def test_the_committed_results_stay_under_their_size_budget():
     files = _tracked_results()
     sizes = {str(f.relative_to(REPO)): f.stat().st_size for f in files}

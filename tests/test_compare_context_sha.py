@@ -7,6 +7,7 @@ import functools
 import gzip
 import json
 
+import pytest
 from haystack import Document
 
 from icr2_components.cli import main
@@ -29,6 +30,7 @@ PARIS = Document(id="p1", content="Paris is the capital of France.")
 LYON = Document(id="p2", content="Lyon is a city in France.")
 
 
+@pytest.mark.unit
 def test_context_sha_follows_ids_contents_and_order():
     base = context_sha([PARIS, LYON])
     assert base == context_sha([Document(id="p1", content=PARIS.content), Document(id="p2", content=LYON.content)])
@@ -39,6 +41,7 @@ def test_context_sha_follows_ids_contents_and_order():
     assert len(base) == 16
 
 
+@pytest.mark.unit
 def test_reuse_decision_on_hand_built_records():
     now = context_sha([PARIS])
     assert reuse_decision({"answer": "Paris", "context_sha": now}, now) == "reuse"
@@ -53,6 +56,7 @@ def test_reuse_decision_on_hand_built_records():
     assert reuse_decision({"answer": "Paris", "context_sha": now}, now, 16) == "reuse"
 
 
+@pytest.mark.unit
 def test_expected_context_sha_per_pipeline_and_context_type():
     closed, oracle = (
         PipelineSpec.from_file("pipelines/closed_book.yaml"),

@@ -25,6 +25,7 @@ def _write_variant(tmp_path, name, change):
     return path
 
 
+@pytest.mark.unit
 def test_module_outside_the_allowlist_is_refused(tmp_path, capsys):
     path = _write_variant(tmp_path, "evil.yaml", lambda d: d["components"]["reader"].update(type="os.system"))
     with pytest.raises(PipelineLoadError, match="allowlist|icr2_components"):
@@ -33,6 +34,7 @@ def test_module_outside_the_allowlist_is_refused(tmp_path, capsys):
     assert "icr2_components" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_pipeline_without_declared_inputs_is_refused(tmp_path, capsys):
     path = _write_variant(tmp_path, "no_inputs.yaml", lambda d: d.pop("inputs"))
     with pytest.raises(PipelineSpecError, match="declares no `inputs`"):
@@ -41,6 +43,7 @@ def test_pipeline_without_declared_inputs_is_refused(tmp_path, capsys):
     assert "declares no `inputs`" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_declared_input_must_be_an_open_socket(tmp_path):
     path = _write_variant(tmp_path, "bad_target.yaml", lambda d: d.update(inputs={"query": "reader.messages"}))
     with pytest.raises(PipelineSpecError, match="not an open input socket"):
@@ -80,6 +83,7 @@ def test_context_types_on_real_questions(sample_files):
     assert built >= 4
 
 
+@pytest.mark.unit
 def test_text_metrics_follow_squad_and_rouge_l():
     assert exact_match("The Eiffel Tower.", ["eiffel tower"])
     assert not exact_match("the tall Eiffel Tower", ["eiffel tower"])
@@ -127,6 +131,7 @@ def test_over_long_prompt_is_recorded_as_an_error_and_a_bug_stops_the_run(tmp_pa
         run_compare([CLOSED_BOOK], limit=1, context_types="open", out_dir=tmp_path / "o2", progress=False)
 
 
+@pytest.mark.unit
 def test_the_cache_key_hash_follows_behaviour_not_comments_or_descriptive_metadata(tmp_path):
     """Documenting a pipeline (a comment, metadata.baseline) keeps compare's cached answers; changing what it does
     (top_k, or what a controlled context replaces) does not."""

@@ -37,6 +37,8 @@ from icr2_components.evaluation.metrics.text_metrics import (
 from icr2_components.kilt.sample import NQ_FILE, shared_data_dir
 from icr2_components.text.normalization import contains_answer, normalize_answer, normalize_text, strip_accents
 
+pytestmark = pytest.mark.unit
+
 # ---------------------------------------------------------------------------------------------------------------
 # normalize_answer: (text, fold_accents, expected)
 NORMALISATION = [

@@ -19,6 +19,8 @@ from icr2_components.evaluation.statistics.paired_comparison import (
     verdict,
 )
 
+pytestmark = pytest.mark.unit
+
 Z975, Z80 = 1.959963984540054, 0.8416212335729143
 
 

@@ -9,6 +9,8 @@ import yaml
 from icr2_components.pipeline_loading import load_pipeline, loads_pipeline
 from icr2_components.pipeline_spec import PipelineSpec, controlled_variant
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ["closed_book", "vanilla_rag", "query_aware", "reordered_lost_in_the_middle", "reordered_recency",
            "reranked_bi_encoder", "reranked_recency", "corpus_in_context", "corpus_in_context_bm25", "oracle"]

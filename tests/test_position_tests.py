@@ -13,6 +13,8 @@ from icr2_components.evaluation.statistics.position_tests import (
     unpaired_position_test,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_first_against_last_bucket_is_fishers_exact_test():
     # 3/3 right at position 1, 0/3 at the last non-empty bucket: of the C(6,3) = 20 tables with these margins,

@@ -11,6 +11,8 @@ from icr2_components.evaluation.statistics.proportions import (
     wilson_interval,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("successes,n", [(0, 1), (1, 1), (0, 20), (5, 40), (12, 30), (16, 40), (39, 40), (50, 50),
                                          (3, 1000)])

@@ -11,6 +11,8 @@ import pytest
 
 from icr2_components.registry import Registry, qualified_name
 
+pytestmark = pytest.mark.unit
+
 
 class UnknownWidgetError(ValueError):
     pass

@@ -12,6 +12,8 @@ import pytest
 from icr2_components.models.served_model import RETRY_BACKOFF_S, ServedModelError, _request_json
 from icr2_components.retrying import RetryPolicy
 
+pytestmark = pytest.mark.unit
+
 
 class Flaky:
     """Fails with ``error`` the first ``failures`` calls, then answers ``"ok"``."""

@@ -44,6 +44,7 @@ def real(corpus_module):
     return corpus_module.real_passages()
 
 
+@pytest.mark.unit
 def test_generated_text_is_seeded_and_drawn_only_from_the_sample(corpus_module, real):
     texts, titles = [d.content for d in real], [d.meta["title"] for d in real]
     sampler = corpus_module.BigramSampler(texts, titles, seed=7, words=100)
@@ -65,6 +66,7 @@ def test_generated_text_is_seeded_and_drawn_only_from_the_sample(corpus_module, 
     assert sampler.vocabulary == {word for text in texts for word in text.split()}
 
 
+@pytest.mark.unit
 def test_corpus_streams_real_then_generated_passages_clearly_marked(corpus_module, real):
     corpus = corpus_module.ScaleCorpus(
         real[:30],
@@ -116,6 +118,7 @@ def test_drawn_vectors_are_unit_length_and_near_their_real_seed_vectors(corpus_m
     assert document.meta["generated"] is True and len(document.embedding) == 384
 
 
+@pytest.mark.unit
 def test_sizes_are_parsed_and_bad_ones_refused_with_one_line(scale):
     assert scale.parse_sizes("2000, 10k,1M") == [2000, 10_000, 1_000_000]
     for bad, words in (

@@ -12,6 +12,8 @@ from haystack import Document
 from haystack.dataclasses import ChatMessage
 from jsonschema import Draft202012Validator
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
