@@ -276,6 +276,11 @@ def test_the_skip_file_names_every_skip_not_the_first_five(tmp_path, capsys, cap
     assert f"skipped 8 input(s) (8 row does not match the header); every one is named in {skip_path}" in err
     shown = [r.getMessage() for r in caplog.records if "skipped line" in r.getMessage()]
     assert len(shown) == 5  # the console shows the first few
+    # the next run into the same report skips nothing: its skip file says so, not the last run's skips
+    write_csv(path, ["doc_id", "name", "body"], [[r["doc_id"], r["name"], r["body"]] for r in rows])
+    assert main(["index", "--config", str(config), "--report", str(report), "--no-progress"]) == 0
+    assert skip_path.read_text(encoding="utf-8") == ""
+    assert "skipped" not in capsys.readouterr().err
 
 
 @pytest.mark.unit
