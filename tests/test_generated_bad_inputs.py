@@ -51,6 +51,7 @@ from icr2_components.strict_mapping import (
     dataclass_from_mapping,
     field_types,
 )
+from icr2_components.text.templates import TASK_TYPES
 from icr2_components.training.recipe import RecipeError, TrainingRecipe, recipe_from_dict
 
 pytestmark = pytest.mark.unit
@@ -731,3 +732,59 @@ def test_a_recipe_file_and_a_backend_file_name_the_line_of_the_bad_key(tmp_path)
     backend.write_text("kind: served\ndescription: a server\nserved_modle:\n  model: m\n")
     with pytest.raises(BackendError, match=rf"in {backend}:3 \(kind: served\).*Did you mean 'served_model'"):
         load_backend(backend)
+
+
+# -- ICR2 benchmark records: a bad record is skipped and counted, the others read -----------------------------------
+
+
+def _icr2_record(number: int) -> dict[str, Any]:
+    return {"id": f"q{number}", "query": "who wrote it?", "answers": ["someone"], "task_type": TASK_TYPES[0],
+            "context": [{"passage_id": "p1", "doc_id": "d1", "text": "someone wrote it", "title": "T"}],
+            "gold_passage_ids": ["p1"]}
+
+
+@st.composite
+def bad_icr2_records(draw) -> bytes:
+    """One line of an ICR2 JSONL file that is not a usable record: a field of the wrong type, missing or
+    unknown, a context item of another shape, a gold id not shown, or not JSON at all."""
+    from icr2_components.kilt.icr2_benchmark import _FIELD_TYPES
+
+    record = _icr2_record(0)
+    choice = draw(st.sampled_from(["wrong type", "missing", "task", "context item", "gold", "not json"]))
+    if choice == "wrong type":
+        name = draw(st.sampled_from(sorted(_FIELD_TYPES)))
+        candidates = [value for value in bad_values(_FIELD_TYPES[name]) if not isinstance(value, bytes)]
+        record[name] = draw(st.sampled_from(candidates))
+    elif choice == "missing":
+        del record[draw(st.sampled_from(sorted(record)))]
+    elif choice == "task":
+        record["task_type"] = "not-a-task"
+    elif choice == "context item":
+        record["context"] = [draw(st.sampled_from([
+            "a passage as text", None, {"passage_id": "p1"}, {"passage_id": ["p1"], "doc_id": "d1", "text": "t"},
+            {"passage_id": {"a": 1}, "doc_id": "d1", "text": "t"}, {"passage_id": "p1", "doc_id": "d1", "text": 5}]))]
+    elif choice == "gold":
+        record["gold_passage_ids"] = ["not-shown"]
+    else:
+        return b'{"id": "q", "query": '
+    return json.dumps(record).encode()
+
+
+def test_malformed_icr2_records_are_skipped_by_reason_and_the_good_ones_read(tmp_path):
+    from icr2_components.kilt.icr2_benchmark import read_icr2_benchmark
+    from icr2_components.records import SkipReport
+
+    @READER_BUDGET
+    @given(st.lists(st.tuples(st.booleans(), bad_icr2_records()), min_size=1, max_size=6))
+    def check(rows):
+        lines = [json.dumps(_icr2_record(number)).encode() if good else bad
+                 for number, (good, bad) in enumerate(rows)]
+        path = tmp_path / "icr2.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        skips = SkipReport(source=str(path))
+        read = list(read_icr2_benchmark(path, skips))
+        good = sum(1 for is_good, _ in rows if is_good)
+        assert [instance.id for instance in read] == [f"q{n}" for n, (is_good, _) in enumerate(rows) if is_good]
+        assert skips.total == len(rows) - good, skips.summary()
+
+    check()

@@ -119,6 +119,14 @@ _FIELD_TYPES = {
     "gold_passage_ids": list[str],
 }
 
+# the declared types of the fields of a passage in a record's ``context``
+_CONTEXT_FIELD_TYPES = {
+    "passage_id": str | int,
+    "doc_id": str | int,
+    "text": str,
+    "title": str | None,
+}
+
 
 def read_icr2_benchmark(
     path: str | os.PathLike, skips: SkipReport | None = None, limit: int | None = None
@@ -147,6 +155,14 @@ def read_icr2_benchmark(
             not isinstance(item, dict) or not {"passage_id", "doc_id", "text"} <= set(item) for item in context
         ):
             skips.skip("malformed context", line_number, record.get("id", ""))
+            continue
+        try:  # each passage's fields as declared: a list for an id, or a number for a text, is not a passage
+            for position, item in enumerate(context):
+                for name, expected in _CONTEXT_FIELD_TYPES.items():
+                    if name in item or name in ("passage_id", "doc_id", "text"):
+                        check_type(item[name], expected, f"context[{position}].{name}")
+        except TypeCheckError as error:
+            skips.skip("malformed context", line_number, str(error))
             continue
         shown = {item["passage_id"] for item in context}
         if not set(record["gold_passage_ids"]) <= shown:
