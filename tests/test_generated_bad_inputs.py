@@ -788,3 +788,54 @@ def test_malformed_icr2_records_are_skipped_by_reason_and_the_good_ones_read(tmp
         assert skips.total == len(rows) - good, skips.summary()
 
     check()
+
+
+# -- gate evaluation records (RetrievalQA format): each line read or skipped by name, never raised ------------------
+
+ANY_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                        lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5),
+                                                                                           children, max_size=3),
+                        max_leaves=6)
+
+
+def test_gate_evaluation_lines_of_any_shape_are_read_or_skipped_never_raised(tmp_path):
+    from icr2_components.evaluation.gates.gate_eval import read_retrievalqa_jsonl
+
+    fields = ["question", "ground_truth", "answers", "needs_retrieval", "param_knowledge_answerable", "context",
+              "data_source"]
+    good = {"question": "Who wrote it?", "ground_truth": ["someone"], "needs_retrieval": True, "context": ["text"]}
+
+    @READER_BUDGET
+    @given(st.lists(st.dictionaries(st.sampled_from(fields), ANY_JSON, max_size=4), min_size=1, max_size=5))
+    def check(changes):
+        lines = [json.dumps({**good, **change}) for change in changes]
+        path = tmp_path / "gate.jsonl"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        records, skips = read_retrievalqa_jsonl(path)
+        assert len(records) + skips.total == len(lines), skips.summary()
+        for record in records:  # what was read is what the line said, in its declared types
+            assert isinstance(record.question, str) and record.question.strip()
+            assert record.ground_truth and all(isinstance(truth, str) for truth in record.ground_truth)
+            assert record.needs_retrieval in (True, False, None)
+
+    check()
+
+
+def test_a_question_set_field_mapping_of_any_shape_is_taken_as_given_or_refused_by_name(tmp_path):
+    from icr2_components.kilt.question_sets import FIELDS
+
+    data = tmp_path / "questions.jsonl"
+    data.write_text('{"question": "q?", "answers": ["a"]}\n')
+
+    @READER_BUDGET
+    @given(st.dictionaries(st.sampled_from(list(FIELDS)) | st.text(max_size=6), ANY_JSON, max_size=4))
+    def check(fields):
+        try:
+            questions = QuestionSet.from_options(data, fields=fields)
+        except QuestionSetError as error:
+            assert "\n" not in str(error), str(error)
+            return
+        for name, column in fields.items():  # taken: each field maps to the column named, or is absent
+            assert getattr(questions.fields, name) == (column or None)
+
+    check()
