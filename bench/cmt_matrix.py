@@ -106,7 +106,7 @@ def main() -> None:
     from icr2_components.kilt.context_types import build_context_set
     from icr2_components.kilt.questions import answer_pool, read_compare_questions
 
-    questions, skips, path = read_compare_questions(None, limit=args.offset + args.cost_questions)
+    questions, _skips, path = read_compare_questions(None, limit=args.offset + args.cost_questions)
     questions = questions[args.offset:]
     pool = answer_pool(path)
     contexts = {

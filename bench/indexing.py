@@ -79,6 +79,8 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("RAGAS_DO_NOT_TRACK", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import contextlib
+
 import psutil
 from haystack import Document
 from haystack.document_stores.types import DuplicatePolicy
@@ -439,11 +441,8 @@ def resume_once(url: str, corpus: Path, total: int, embedder, args, method: str)
         try:
             settings = StreamingWriterSettings(checkpoint_path=checkpoint, progress=False, **options)
             first = InterruptedWriter(url, index, settings, stop_at=half)
-            with Meter(client) as first_meter:
-                try:
-                    first.write(progress(raw(half), half, f"first half ({method})"), prepare=embedder.embed_stream)
-                except Interrupted:
-                    pass
+            with Meter(client) as first_meter, contextlib.suppress(Interrupted):
+                first.write(progress(raw(half), half, f"first half ({method})"), prepare=embedder.embed_stream)
             assert first.fired, "the first half ended without reaching its checkpoint"
             saved = json.loads(checkpoint.read_text())
             assert saved["position"] == half and not saved.get("completed"), saved

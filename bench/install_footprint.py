@@ -22,6 +22,7 @@ records both (``uptime``'s load averages before and after).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -56,10 +57,8 @@ def disk_usage(path: Path) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_blocks * 512
-            except OSError:
-                pass
     return total
 
 

@@ -121,14 +121,14 @@ def bench_overhead(model, tokenizer, lengths, artifact_heads, repeats: int = 2) 
         encoded = long_prompt(tokenizer, target)
         ids = encoded.input_ids
 
-        def plain():
+        def plain(ids=ids):
             with torch.inference_mode():
                 model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
-        def probe_all():
+        def probe_all(ids=ids, encoded=encoded):
             passage_attention_scores(model, ids, encoded.token_spans)
 
-        def filter_heads():
+        def filter_heads(ids=ids, encoded=encoded):
             passage_attention_scores(model, ids, encoded.token_spans, layers=layers)
 
         # Each variant ``repeats`` times, interleaved; the fastest time and the largest peak of each are kept.
@@ -201,7 +201,10 @@ def bench_quality(model, tokenizer, artifact_path: Path, held, minilm, m: int, q
         )
         order = (doc_vecs @ query_vec[0]).argsort()[::-1]
         dense = [ids[i] for i in order]
-        recall = lambda chosen: len(gold & set(chosen)) / len(gold)  # noqa: E731
+
+        def recall(chosen, gold=gold):
+            return len(gold & set(chosen)) / len(gold)
+
         rap_scores = sorted(kept, key=lambda d: -d.meta["rap_score"])
         totals["rap"] += recall(kept_ids)
         totals["bm25"] += recall(bm25[:k])

@@ -375,7 +375,7 @@ def backend_mode(args, questions: list[str]) -> int:
         served_names = [m["id"] for m in httpx.get(f"{api}/models", timeout=10).json()["data"]]
         native = httpx.get(f"{root}/props", timeout=10).status_code == 200
         slots = len(httpx.get(f"{root}/slots", timeout=10).json()) if native else None
-        print(f"backend {args.backend} at {api}: {'llama-server, %s slots' % slots if native else 'not llama-server'}"
+        print(f"backend {args.backend} at {api}: {f'llama-server, {slots} slots' if native else 'not llama-server'}"
               f", serves {served_names}; backend max_concurrency {backend.concurrency}", flush=True)
 
         # 1. the pipeline's own chat requests, recorded through a forwarding proxy at the backend's concurrency (no

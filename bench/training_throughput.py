@@ -56,7 +56,7 @@ OUT = ROOT / "bench" / "results"
 VARIANTS = ("plain", "bf16", "target_logits", "recipe", "recipe_compile", "recipe_lora", "lora_bf16_weights",
             "lora_all_bf16_weights")
 LORA_ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
-LORA_ALL_LINEAR = LORA_ATTENTION + ["gate_proj", "up_proj", "down_proj"]
+LORA_ALL_LINEAR = [*LORA_ATTENTION, "gate_proj", "up_proj", "down_proj"]
 LEARNING_RATE = 5e-5
 # each LoRA variant's rate, chosen on the dev tuning slice (bench/data/training_throughput_preregistration.md)
 FAST_LORA_LEARNING_RATES = {"lora_bf16_weights": 2e-3, "lora_all_bf16_weights": 1e-3}

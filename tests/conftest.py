@@ -63,10 +63,15 @@ def _selects_only_unit(markexpr: str) -> bool:
         return markexpr.strip() == "unit"
     names = sorted(set(re.findall(r"[\w.:+-]+", markexpr)) - {"and", "or", "not", "unit"})[:10]
     for bits in itertools.product((False, True), repeat=len(names)):
-        chosen = {name for name, bit in zip(names, bits) if bit}
-        if expression.evaluate(lambda name, /, **kwargs: name in chosen):  # unit is not among them
+        chosen = {name for name, bit in zip(names, bits, strict=True) if bit}
+        if expression.evaluate(_marked_with(chosen)):  # unit is not among them
             return False
     return True
+
+
+def _marked_with(chosen: set[str]):
+    """The matcher of a test marked with exactly the ``chosen`` markers, for pytest's ``Expression.evaluate``."""
+    return lambda name, /, **kwargs: name in chosen
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -89,7 +89,7 @@ def test_a_damaged_member_is_refused_naming_the_file(tmp_path):
     damaged = bytearray(path.read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF
     path.write_bytes(bytes(damaged))
-    with pytest.raises(AnswerCacheError, match="answers.jsonl.gz"):
+    with pytest.raises(AnswerCacheError, match=r"answers\.jsonl\.gz"):
         AnswerCache(path, writable=False)
 
 

@@ -82,7 +82,7 @@ def test_an_edited_answer_is_refused_naming_the_file_and_line(sealed):
 
 def test_a_duplicated_or_removed_line_is_refused_and_a_replacement_is_read(sealed):
     rows = lines(sealed)
-    write_lines(sealed, rows + [rows[2]])  # a line copied to the end: the key twice, never silently the last
+    write_lines(sealed, [*rows, rows[2]])  # a line copied to the end: the key twice, never silently the last
     with pytest.raises(AnswerCacheError, match=r"has key .* on lines 3 and 427, and line 427 does not say it replaces"):
         read_answer_records(sealed)
     write_lines(sealed, rows)
@@ -100,7 +100,7 @@ def test_a_duplicated_or_removed_line_is_refused_and_a_replacement_is_read(seale
 def test_a_cut_last_line_is_counted_cut_off_and_the_next_answer_starts_on_a_fresh_line(sealed):
     rows = lines(sealed)
     cut = rows[-1][: len(rows[-1]) // 2]
-    write_lines(sealed, rows[:-1] + [cut], newline_at_end=False)  # killed while writing the last answer
+    write_lines(sealed, [*rows[:-1], cut], newline_at_end=False)  # killed while writing the last answer
     reader = AnswerCache(sealed, writable=False)
     assert reader.cut_tail_lines == 1 and len(reader.records) == 425
     assert sealed.read_text(encoding="utf-8").endswith(cut)  # a reader leaves the file alone

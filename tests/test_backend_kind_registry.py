@@ -83,7 +83,7 @@ def test_a_new_kind_is_one_module(batch_kind):
     assert backend.describe() == "batch (batch API at https://batch.example/v2)"
     assert type(backend.kind).max_concurrency == 64 and backend.concurrency == 64  # the kind's default
     assert backend_kind_class("served").max_concurrency == 4 and backend_kind_class("local").max_concurrency is None
-    with pytest.raises(BackendError, match="backends/batch.yaml: endpoint must be an https URL"):
+    with pytest.raises(BackendError, match=r"backends/batch\.yaml: endpoint must be an https URL"):
         backend_from_dict({"kind": "batch_api", "endpoint": "http://x"}, "backends/batch.yaml")
     with pytest.raises(
         BackendError,
@@ -100,8 +100,8 @@ def test_a_new_kind_is_one_module(batch_kind):
     budgets = [e for e in moved["components"].values() if "tokenizer" in (e.get("init_parameters") or {})]
     assert budgets and all(e["init_parameters"]["tokenizer"] == "smollm2-135m-instruct" for e in budgets)
     # a component needing the weights is refused, saying why
-    with pytest.raises(BackendError, match="'rap_filter' \\(RetrievalAttentionFilter\\) scores passages by the "
-                                           "attention.*needs the weights.*batch API"):
+    with pytest.raises(BackendError, match=r"'rap_filter' \(RetrievalAttentionFilter\) scores passages by the "
+                                           r"attention.*needs the weights.*batch API"):
         apply_backend(yaml.safe_load((REPO / "pipelines" / "rap.yaml").read_text()), backend, "rap.yaml")
     # nothing in the package names the new kind
     assert not [p for p in PACKAGE.rglob("*.py") if "batch_api" in p.read_text()]

@@ -61,7 +61,7 @@ def test_a_bad_backend_file_is_one_clear_error(values, message):
 
 def test_a_missing_backend_names_the_available_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
-    with pytest.raises(BackendError, match="not found.*llama_cpp_server"):
+    with pytest.raises(BackendError, match=r"not found.*llama_cpp_server"):
         load_backend("backends/nope.yaml")
     assert load_backend("llama_cpp_server").name == "llama_cpp_server"  # a bare name is looked up in backends/
 
@@ -129,7 +129,7 @@ def test_a_hand_written_pipeline_with_a_black_box_reader_and_a_white_box_filter_
         "type": "haystack.components.generators.chat.openai.OpenAIChatGenerator",
         "init_parameters": {"model": "gpt-4o-mini", "api_base_url": "http://127.0.0.1:8089/v1"},
     }
-    with pytest.raises(BackendError, match="'rap_filter' \\(RetrievalAttentionFilter\\).*reader 'reader' is a served"):
+    with pytest.raises(BackendError, match=r"'rap_filter' \(RetrievalAttentionFilter\).*reader 'reader' is a served"):
         check_model_access(data, "my_rap.yaml")
     with pytest.raises(BackendError, match="rap_filter"):
         loads_pipeline(yaml.safe_dump(data), source="my_rap.yaml")

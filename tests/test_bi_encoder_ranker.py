@@ -17,7 +17,7 @@ def test_ranker_puts_the_answering_passage_first_and_keeps_top_k(minilm):
             Document(content="Photosynthesis converts light energy into chemical energy.", meta={"title": "Plants"})]
     ranker = BiEncoderRanker(top_k=2, device="cpu")
     kept = ranker.run(query="where is the eiffel tower", documents=docs)["documents"]
-    assert [d.meta["title"] for d in kept][0] == "Eiffel Tower" and len(kept) == 2
+    assert next(d.meta["title"] for d in kept) == "Eiffel Tower" and len(kept) == 2
     assert kept[0].score > kept[1].score and docs[1].score is None  # copies; the inputs are untouched
     assert len(ranker.run(query="x", documents=docs, top_k=None)["documents"]) == 2  # init top_k applies
     assert ranker.run(query="x", documents=[])["documents"] == []

@@ -97,7 +97,7 @@ def test_elasticsearch_searches_the_title_as_a_field_and_still_filters_it_exactl
     index = f"icr2-bm25-title-{uuid.uuid4().hex[:8]}"
     try:
         handle = _handle("elasticsearch", "english", elasticsearch_url, tmp_path, index)
-        handle.build(progress=False, documents=iter(documents[:600] + [passage]))
+        handle.build(progress=False, documents=iter([*documents[:600], passage]))
         mapping = es_client.indices.get_mapping(index=index).body[index]["mappings"]["properties"]
         assert mapping["content"] == {"type": "text", "analyzer": "english"}
         assert mapping["title"]["type"] == "keyword" and mapping["title"]["fields"]["text"]["analyzer"] == "english"

@@ -290,7 +290,7 @@ def test_random_pool_is_required_below_ratio_one(world):
 def test_bad_init_parameters_say_what_to_do():
     with pytest.raises(ValueError, match="tokenizer"):
         ConfounderAwareCorpusBuilder(budget_tokens=1000)
-    with pytest.raises(ValueError, match="budget_tokens.*budget_passages"):
+    with pytest.raises(ValueError, match=r"budget_tokens.*budget_passages"):
         ConfounderAwareCorpusBuilder()
     with pytest.raises(ValueError, match="reserved"):
         ConfounderAwareCorpusBuilder(retrievers=["gold"], budget_passages=3)

@@ -19,7 +19,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import pytest
@@ -141,7 +141,7 @@ def _holds(commit: str, path: str, marker: str) -> bool:
                               stderr=subprocess.DEVNULL) as process:
             stream = gzip.GzipFile(fileobj=process.stdout) if name.endswith(".gz") else process.stdout
             tail = b""
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
+            for chunk in iter(partial(stream.read, 1 << 20), b""):
                 if wanted in tail + chunk:
                     process.kill()
                     return True

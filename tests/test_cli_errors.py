@@ -114,10 +114,7 @@ def test_yaml_syntax_error_through_the_cli_is_one_line_with_file_and_line(tmp_pa
 def test_debug_shows_the_traceback(tmp_path, how):
     path = tmp_path / "broken.yaml"
     path.write_text(BAD_YAML)
-    if how == "flag":
-        result = icr2("--debug", "serve", str(path))
-    else:
-        result = icr2("serve", str(path), debug_env="1")
+    result = icr2("--debug", "serve", str(path)) if how == "flag" else icr2("serve", str(path), debug_env="1")
     assert result.returncode == 1
     assert "Traceback (most recent call last)" in result.stderr
     assert "yaml.parser.ParserError" in result.stderr

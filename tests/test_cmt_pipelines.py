@@ -189,5 +189,5 @@ def test_dev_split_search_picks_the_best_mean_bcu_and_writes_a_tuned_yaml(tmp_pa
     PipelineSpec.from_file(result["tuned_file"])  # the tuned YAML is a valid, comparable pipeline
     data["metadata"]["tunable"] = {"nobody.alpha": [1]}
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="component.init_parameter"):
+    with pytest.raises(ValueError, match=r"component\.init_parameter"):
         tune_pipeline(str(path), dataset=sample_files.tasks, dev_limit=1, out_dir=tmp_path / "tune")

@@ -28,7 +28,7 @@ def _write_variant(tmp_path, name, change):
 @pytest.mark.unit
 def test_module_outside_the_allowlist_is_refused(tmp_path, capsys):
     path = _write_variant(tmp_path, "evil.yaml", lambda d: d["components"]["reader"].update(type="os.system"))
-    with pytest.raises(PipelineLoadError, match="allowlist|icr2_components"):
+    with pytest.raises(PipelineLoadError, match=r"allowlist|icr2_components"):
         PipelineSpec.from_file(str(path))
     assert main(["compare", "--pipelines", str(path), "--limit", "1", "--out", str(tmp_path / "o")]) == 1
     assert "icr2_components" in capsys.readouterr().err

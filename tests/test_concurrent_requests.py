@@ -330,7 +330,7 @@ def test_serve_over_a_served_backend_runs_its_max_concurrency_at_once_for_many_o
             for stream in (False, True):
                 proxy.peak = 0
                 with ThreadPoolExecutor(len(questions)) as pool:  # every client at once
-                    answers = list(pool.map(lambda q: ask(q, stream), questions))
+                    answers = list(pool.map(ask, questions, [stream] * len(questions)))
                 # the server saw the backend's 3 requests at once, never more; each client got its own answer
                 assert proxy.peak == 3, (stream, proxy.peak)
                 assert answers == one_at_a_time, stream

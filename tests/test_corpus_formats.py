@@ -228,7 +228,7 @@ def test_kilt_chunking_is_a_setting_and_dpr_rule_stays_the_default(tmp_path):
     assert len(paragraphs) == expected > len(dpr)
     assert paragraphs[1].id == "dpr-0-passage1o0-00001" and paragraphs[1].meta["wikipedia_id"] == "dpr-0"
     assert paragraphs[1].content.strip() == rows[0]["body"].split(". ")[1]
-    with pytest.raises(ConfigError, match="passage_words is KILT/DPR's rule and corpus.chunking replaces it"):
+    with pytest.raises(ConfigError, match=r"passage_words is KILT/DPR's rule and corpus\.chunking replaces it"):
         index_config_from_dict({"store": {}, "corpus": {"path": str(corpus), "passage_words": 50,
                                                         "chunking": {"split_by": "word"}}})
 
@@ -240,12 +240,12 @@ def test_config_errors_name_the_key_and_what_is_allowed(tmp_path):
         index_config_from_dict({"store": store, "corpus": {"format": "xlsx", "path": "a"}})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['delimiter'\] in section 'corpus' \(format jsonl\)"):
         index_config_from_dict({"store": store, "corpus": {"format": "jsonl", "path": "a", "delimiter": ";"}})
-    with pytest.raises(ConfigError, match="corpus.passage_words is the KILT format's"):
+    with pytest.raises(ConfigError, match=r"corpus\.passage_words is the KILT format's"):
         index_config_from_dict({"store": store, "corpus": {"format": "csv", "path": "a", "passage_words": 80}})
     with pytest.raises(ConfigError, match="split_overlap must be >= 0 and below split_length"):
         index_config_from_dict({"store": store, "corpus": {"format": "jsonl", "path": "a", "chunking": {
             "split_length": 10, "split_overlap": 10}}})
-    with pytest.raises(ConfigError, match="corpus.fields.meta names 'content'"):
+    with pytest.raises(ConfigError, match=r"corpus\.fields\.meta names 'content'"):
         index_config_from_dict({"store": store, "corpus": {"format": "jsonl", "path": "a",
                                                            "fields": {"meta": ["content"]}}})
     table = tmp_path / "t.csv"
@@ -290,7 +290,7 @@ def test_a_saved_haystack_in_memory_store_is_used_as_it_is(tmp_path, capsys):
     assert main(["index", "--config", str(config), "--no-progress"]) == 1
     assert "have no embedding of dimension 384" in capsys.readouterr().err
     # without its persist_path there is nothing to use
-    with pytest.raises(ConfigError, match="corpus.format: existing with store.type: in_memory needs store.persist"):
+    with pytest.raises(ConfigError, match=r"corpus\.format: existing with store\.type: in_memory needs store\.persist"):
         index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {"format": "existing",
                                                                           "count_tokens_for": []}})
 

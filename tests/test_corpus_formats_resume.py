@@ -33,7 +33,7 @@ def test_streamed_datasets_corpus_killed_mid_load_resumes_exactly(elasticsearch_
     for part in range(3):
         chunk = rows[part * 40:(part + 1) * 40]
         if part == 1:
-            chunk = chunk[:20] + [{**chunk[0], "doc_id": "null-body", "body": None}] + chunk[20:]
+            chunk = [*chunk[:20], {**chunk[0], "doc_id": "null-body", "body": None}, *chunk[20:]]
         (files / f"part-{part}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chunk), encoding="utf-8")
     checkpoint = tmp_path / "load.ckpt.json"
     config = {

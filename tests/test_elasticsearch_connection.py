@@ -39,7 +39,7 @@ def test_a_missing_ca_file_is_refused_naming_the_key(tmp_path):
 def test_a_ca_file_without_an_https_host_is_refused(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
-    with pytest.raises(ConfigError, match="no host in store.hosts is https"):
+    with pytest.raises(ConfigError, match=r"no host in store\.hosts is https"):
         load_index_config(write_config(tmp_path, hosts="http://127.0.0.1:9200", ca_certs=str(ca)))
     with pytest.raises(ConfigError, match="verify_certs is false"):
         load_index_config(

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -138,10 +139,8 @@ class TcpProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def stop(self) -> None:
         """Refuse new connections and cut the open ones."""
@@ -151,10 +150,8 @@ class TcpProxy:
         with self._lock:
             sockets, self._sockets = self._sockets, set()
         for sock in sockets:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             sock.close()
 
 

@@ -163,5 +163,5 @@ def test_a_malformed_declaration_is_one_clear_error(metadata, message):
 def test_a_baseline_outside_the_folder_is_refused(tmp_path):
     data = load("reordered_recency")
     (tmp_path / "reordered_recency.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(PairDeclarationError, match="metadata.baseline 'vanilla_rag' is not a pipeline in"):
+    with pytest.raises(PairDeclarationError, match=r"metadata\.baseline 'vanilla_rag' is not a pipeline in"):
         library_pairs(tmp_path)

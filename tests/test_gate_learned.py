@@ -341,7 +341,7 @@ def test_labels_and_gate_scores_through_a_served_reader(llama_server_url, llama_
     rows = [json.loads(line) for line in BENCH_SET.read_text().splitlines() if line.strip()]
     answerable = next(r for r in rows if r["question"] == "What is the capital of France?")
     answerable["context"] = [CONTEXTS[answerable["question"]]]
-    subset = _bench_subset(tmp_path, "served", [r for r in rows if r["data_source"] == "new_world"][:2] + [answerable])
+    subset = _bench_subset(tmp_path, "served", [*[r for r in rows if r["data_source"] == "new_world"][:2], answerable])
     out = tmp_path / "served_labels.jsonl"
     assert main(["label-retrieval-need", "--out", str(out), "--retrievalqa", str(subset), "--backend", str(backend),
                  "--index", "none", "--max-new-tokens", "20", "--no-progress"]) == 0

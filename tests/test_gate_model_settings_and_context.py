@@ -34,7 +34,7 @@ def test_model_settings_are_checked_and_round_trip_through_yaml():
     assert loaded.model_settings == gate.model_settings and not loaded.gives_probabilities
     with pytest.raises(ValueError, match=r"model_settings: key 'dtyp'|unknown key\(s\) \['dtyp'\]"):
         TimeAwareRetrievalGate(method="vanilla", model_settings={"dtyp": "float32"})
-    with pytest.raises(ValueError, match="model_settings.local_scoring must be one of 'logits', 'generate'"):
+    with pytest.raises(ValueError, match=r"model_settings\.local_scoring must be one of 'logits', 'generate'"):
         GateModelSettings(local_scoring="sample")
     with pytest.raises(ValueError, match=r"\['device', 'dtype'\] are keys of model_settings now"):
         TimeAwareRetrievalGate(method="vanilla", dtype="float32", device="cpu")
@@ -47,7 +47,7 @@ def test_run_time_overrides_are_checked_like_init_values():
         gate.run(query=QUESTION, n_yes=-1)
     with pytest.raises(ValueError, match=r"threshold must be a number in \[0.0, 1.0\], got 2"):
         gate.run(query=QUESTION, threshold=2)
-    with pytest.raises(ValueError, match="method must be one of the registered gate deciders .*, got ''"):
+    with pytest.raises(ValueError, match=r"method must be one of the registered gate deciders .*, got ''"):
         gate.run(query=QUESTION, method="")  # an empty override is refused, not read as the init method
 
 

@@ -649,7 +649,7 @@ NUMBER_CHECKS = [
 @pytest.mark.parametrize("name, check, declared", NUMBER_CHECKS, ids=[name for name, _, _ in NUMBER_CHECKS])
 def test_a_component_parameter_refuses_bools_nan_infinity_text_and_out_of_range(name, check, declared):
     @READER_BUDGET
-    @given(st.sampled_from(bad_values(declared) + ["0.5", "1e-5", "7"]))
+    @given(st.sampled_from([*bad_values(declared), "0.5", "1e-5", "7"]))
     def refused(value):
         with pytest.raises(UserInputError) as raised:
             check(value)

@@ -25,7 +25,7 @@ def test_heads_count_when_their_holm_adjusted_binomial_test_beats_chance():
     assert result["peak"]["layer"] == 1 and result["peak"]["head"] == 0 and result["peak"]["rate"] == 0.45
     assert result["peak"]["ci95"][0] < 0.45 < result["peak"]["ci95"][1]
     assert result["mean_hit_rate"] == pytest.approx(sum(map(sum, rates)) / 6)
-    with pytest.raises(ValueError, match="M = 1..1"):
+    with pytest.raises(ValueError, match=r"M = 1\.\.1"):
         heads_above_chance(artifact(rates), m=2)
     with pytest.raises(ValueError, match="no instance"):
         heads_above_chance(artifact(rates, n=0))

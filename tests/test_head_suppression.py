@@ -82,7 +82,7 @@ def test_suppression_ends_with_the_context(smollm2, ids):
 def test_head_indices_out_of_range_are_refused(smollm2):
     model, _ = smollm2
     for bad in ([(30, 0)], [(0, 9)], [(-1, 0)], [(0, 1, 2)]):
-        with pytest.raises(AttentionAccessError, match="out of range|pair"):
+        with pytest.raises(AttentionAccessError, match=r"out of range|pair"):
             check_heads(model, bad)
     with pytest.raises(AttentionAccessError, match="out of range"), suppress_heads(model, [(3, 42)]):
         pass

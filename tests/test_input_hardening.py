@@ -275,7 +275,7 @@ def test_icr2_benchmark_records_with_wrong_types_are_counted(tmp_path):
 def test_check_type_accepts_unions_and_literals():
     assert check_type(None, int | None, "k") is None
     assert check_type(3, int | None, "k") == 3
-    with pytest.raises(TypeCheckError, match="k is 3.5 \\(a number\\); expected an integer or null"):
+    with pytest.raises(TypeCheckError, match=r"k is 3.5 \(a number\); expected an integer or null"):
         check_type(3.5, int | None, "k")
 
 

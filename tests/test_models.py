@@ -41,7 +41,7 @@ def test_paths_and_hub_ids_pass_through_and_bad_names_fail_clearly(tmp_path):
     with pytest.raises(ModelResolutionError, match="non-empty string"):
         resolve_model("")
     (tmp_path / "weights.bin").write_bytes(b"x")
-    with pytest.raises(ModelResolutionError, match="config.json"):
+    with pytest.raises(ModelResolutionError, match=r"config\.json"):
         resolve_model(str(tmp_path / "weights.bin"))
 
 
@@ -122,7 +122,7 @@ components:
     init_parameters: {}
 connections: []
 """
-    with pytest.raises(PipelineLoadError, match="allowlist|allowed|icr2_components"):
+    with pytest.raises(PipelineLoadError, match=r"allowlist|allowed|icr2_components"):
         loads_pipeline(yaml_text, source="evil.yaml")
 
 

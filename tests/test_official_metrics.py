@@ -238,7 +238,7 @@ def test_our_metrics_equal_a_transcription_of_the_official_ones_on_every_nq_gold
     for record in records:
         golds = [a.strip() for a in record["answers"] if a.strip() and official_normalize(a)]
         own = record["answers"][0]
-        predictions = REAL_REPLIES + [own, f"The {own}.", own.upper(), f"It is {own}, I think", own[: len(own) // 2]]
+        predictions = [*REAL_REPLIES, own, f"The {own}.", own.upper(), f"It is {own}, I think", own[:len(own) // 2]]
         for prediction in predictions:
             em = official_max(official_em, prediction, golds)
             assert exact_match(prediction, record["answers"]) == em, (prediction, golds)

@@ -87,7 +87,7 @@ def test_probe_heads_cli_writes_artifact_and_heatmap(benchmark_file, tmp_path, s
     assert artifact.probed_ids == [i.id for i in drawn] and artifact.probed_ids_note == ""
     # The artifact refuses to serve a model of another shape, naming both.
     other = dict(artifact.model_signature, num_layers=24)
-    with pytest.raises(ArtifactMismatchError, match="probed on smollm2-135m-instruct .* 30 layers"):
+    with pytest.raises(ArtifactMismatchError, match=r"probed on smollm2-135m-instruct .* 30 layers"):
         artifact.check_model("some-org/other-model", other)
 
 

@@ -139,7 +139,7 @@ def test_bad_parameters_say_what_to_do(passages):
         RecencyReorderer(relevance="bm25")
     with pytest.raises(ValueError, match="cannot be 0"):
         GoldAtPositionReorderer(position=0)
-    with pytest.raises(ValueError, match="outside 1..5"):
+    with pytest.raises(ValueError, match=r"outside 1\.\.5"):
         GoldAtPositionReorderer(position=6).run(documents=passages[2:7])
     with pytest.raises(ValueError, match="No gold passage"):
         GoldAtPositionReorderer().run(documents=passages[:3])

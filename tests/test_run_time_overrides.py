@@ -126,7 +126,7 @@ def test_rankers_and_the_retriever_refuse_top_k_zero_at_run_time(instance):
             documents=instance.documents, query=instance.query, top_k=0
         )
     retriever = IndexRetriever(index=str(shipped_file("indexing", "kilt-sample")), method="bm25", top_k=3)
-    with pytest.raises(ValueError, match="top_k must be a .* got 0"):
+    with pytest.raises(ValueError, match=r"top_k must be a .* got 0"):
         retriever.run(query=instance.query, top_k=0)
 
 

@@ -80,7 +80,7 @@ def test_a_prompt_over_the_served_context_is_refused_before_sending(reader):
 
 def test_the_servers_own_context_refusal_is_the_same_error(llama_server_url):
     unchecked = ServedChatReader(api_base_url=llama_server_url, model=MODEL, max_new_tokens=24, tokenizer=None)
-    with pytest.raises(ContextTooLongError, match="refused the prompt as too long.*maximum context length is 8192"):
+    with pytest.raises(ContextTooLongError, match=r"refused the prompt as too long.*maximum context length is 8192"):
         unchecked.run(messages=[ChatMessage.from_user("word " * 9000)])
 
 
@@ -122,11 +122,11 @@ def html_server():
 
 def test_a_server_answering_garbage_is_one_clear_line(html_server):
     reader = ServedChatReader(api_base_url=html_server, model=MODEL, timeout_s=5, max_retries=0, tokenizer=None)
-    with pytest.raises(ServedModelError, match="not an OpenAI chat completion|returned no choices") as caught:
+    with pytest.raises(ServedModelError, match=r"not an OpenAI chat completion|returned no choices") as caught:
         reader.run(messages=[ChatMessage.from_user("hi")])
     assert "\n" not in str(caught.value)
     counting = ServedChatReader(api_base_url=html_server, model=MODEL, timeout_s=5, max_retries=0, context_length=100)
-    with pytest.raises(ServedModelError, match="not a token list.*name a local tokenizer") as caught:
+    with pytest.raises(ServedModelError, match=r"not a token list.*name a local tokenizer") as caught:
         counting.run(messages=[ChatMessage.from_user("hi")])
     assert "\n" not in str(caught.value)
 
@@ -149,7 +149,7 @@ def test_a_model_name_the_server_does_not_serve_is_refused_at_warm_up(llama_serv
 def test_an_unknown_served_model_name_says_what_to_check(llama_server_url):
     reader = ServedChatReader(api_base_url=llama_server_url.replace("/v1", "/v2"), model=MODEL, tokenizer=None,
                               max_retries=0)
-    with pytest.raises(ServedModelError, match="answered 404.*/models"):
+    with pytest.raises(ServedModelError, match=r"answered 404.*/models"):
         reader.run(messages=[ChatMessage.from_user("hi")])
 
 

@@ -70,7 +70,7 @@ def test_an_unknown_name_in_a_loader_is_one_line_listing_the_names():
         assert f"shipped {kind} name; shipped: " in str(raised.value) and "\n" not in str(raised.value)
     with pytest.raises(BackendError, match="shipped backends name; shipped: llama_cpp_server, local"):
         load_backend("llama_server")
-    with pytest.raises(FileNotFoundError, match="Pipeline file not found: nowhere/x.yaml"):
+    with pytest.raises(FileNotFoundError, match=r"Pipeline file not found: nowhere/x\.yaml"):
         load_pipeline("nowhere/x.yaml")
 
 

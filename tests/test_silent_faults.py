@@ -137,7 +137,7 @@ def test_a_label_with_a_string_boolean_is_counted_not_read_as_true(tmp_path):
         "line 3: closed_book_match is 'false' (a string); expected a boolean (true or false).")
     nothing = tmp_path / "other.jsonl"
     nothing.write_text(json.dumps({"question": "q", "answers": ["a"]}) + "\n")
-    with pytest.raises(ValueError, match="no line is a label.*not a label file"):
+    with pytest.raises(ValueError, match=r"no line is a label.*not a label file"):
         read_labels([nothing])
 
 

@@ -191,7 +191,7 @@ def test_bad_question_choices_are_refused(tmp_path, capsys):
     specs = load_specs(["pipelines/closed_book.yaml"])
     with pytest.raises(ValueError, match="drop --split and --limit"):
         select_questions(specs, question_ids=["nq-sample-00001"], limit=1)
-    with pytest.raises(ValueError, match="No question of .* is left"):
+    with pytest.raises(ValueError, match=r"No question of .* is left"):
         select_questions(specs, question_ids=["no-such-question"])
     out = str(tmp_path / "o")
     assert main(["compare", "--pipelines", "pipelines/closed_book.yaml", "--dev-offset", "3", "--out", out]) == 1

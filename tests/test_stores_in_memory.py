@@ -30,7 +30,7 @@ def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
         index_config_from_dict({"writer": {"batchsize": 10}})
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['stores'\]"):
         index_config_from_dict({"stores": {}})
-    with pytest.raises(ConfigError, match="store.type"):
+    with pytest.raises(ConfigError, match=r"store\.type"):
         index_config_from_dict({"store": {"type": "faiss"}})
     # each store type reads its own keys: an Elasticsearch key on an in-memory store is not silently ignored
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['hosts'\] in section 'store' \(type in_memory\)"):

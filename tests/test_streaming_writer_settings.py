@@ -45,5 +45,5 @@ def test_a_bad_setting_is_refused_naming_it(field, value, message):
 
 
 def test_settings_of_another_type_are_refused():
-    with pytest.raises(TypeError, match="settings must be a StreamingWriterSettings, got dict."):
+    with pytest.raises(TypeError, match=r"settings must be a StreamingWriterSettings, got dict\."):
         ElasticsearchStreamingWriter("http://127.0.0.1:9200", "some-index", {"batch_size": 10})

@@ -150,5 +150,5 @@ def test_a_trained_folder_without_ids_is_refused_and_a_retrain_changes_the_hash(
     (copy / TRAINING_IDS_FILE).write_text(json.dumps(record))
     assert PipelineSpec.from_file(str(pipeline)).hash != before
     (copy / TRAINING_IDS_FILE).unlink()
-    with pytest.raises(HeldOutError, match="records no training_ids.json"):
+    with pytest.raises(HeldOutError, match=r"records no training_ids\.json"):
         select_questions([PipelineSpec.from_file(str(pipeline))], limit=1)

@@ -146,7 +146,7 @@ def test_gold_ids_missing_from_the_context_are_counted_not_trained_on(sample_ben
     assert loaded.skips.counts == {"gold passage id not in the context": 1}
     only_bad = tmp_path / "only_bad.jsonl"
     only_bad.write_text(json.dumps(records[0]) + "\n")
-    with pytest.raises(ValueError, match="No usable training example.*gold passage id not in the context"):
+    with pytest.raises(ValueError, match=r"No usable training example.*gold passage id not in the context"):
         load_sft_examples(only_bad, tokenizer, "rta", 8192)
 
 
@@ -170,7 +170,7 @@ def test_tiny_plumbing_new_token_rate_moves_only_the_marker_rows_and_refuses_lor
     assert torch.equal(after[:38], before[:38])
     assert (after[38:] - before[38:]).abs().max() > 5e-3  # the marker rows moved at the high rate
     assert not torch.equal(model.model.layers[0].mlp.up_proj.weight, layer_before)
-    with pytest.raises(RecipeError, match="marker rows, which train only with lora.train_new_token_embeddings"):
+    with pytest.raises(RecipeError, match=r"marker rows, which train only with lora\.train_new_token_embeddings"):
         recipe_from_dict(
             {
                 "method": "rta",

@@ -74,7 +74,7 @@ def cases(tmp: Path) -> list[Case]:
 
     # 6 articles of 120 words: 2 passages each at the default 100 words per passage
     dup = corpus(
-        "duplicate", corpus_bytes()[:3] + [article("1", "Article 1 again", words("zzz", 300))] + corpus_bytes()[3:]
+        "duplicate", [*corpus_bytes()[:3], article("1", "Article 1 again", words("zzz", 300)), *corpus_bytes()[3:]]
     )
     dup_mem = index_config(tmp, "dup", dup)
     out.append(Case("two KILT records with the same wikipedia_id (in memory)", index_argv(dup_mem),
@@ -91,7 +91,7 @@ def cases(tmp: Path) -> list[Case]:
     out.append(Case("a byte 0xff that is not UTF-8 in line 3 (Elasticsearch)", index_argv(badbyte),
                     right=both(output_says('"not UTF-8": 1', "line 3"),
                                holds(lambda: es_contents(badbyte), 10, ("a3w5",), ("a2w5",)))))
-    bom = corpus("bom", [b"\xef\xbb\xbf" + corpus_bytes()[0]] + corpus_bytes()[1:])
+    bom = corpus("bom", [b"\xef\xbb\xbf" + corpus_bytes()[0], *corpus_bytes()[1:]])
     out.append(Case("a UTF-8 byte-order mark on the first line", index_argv(index_config(tmp, "bom", bom)),
                     right=holds(lambda: in_memory_contents(tmp / "bom.json"), 12, ("a0w5", "a5w5"), ("\ufeff",))))
     fake_gz = tmp / "fake.jsonl.gz"
@@ -466,7 +466,7 @@ def answer_cache_cases(tmp: Path) -> list[Case]:
         return "\n".join(rows) + "\n"
 
     def cut(rows: list[str]) -> str:
-        return "\n".join(rows[:-1] + [rows[-1][: len(rows[-1]) // 2]])
+        return "\n".join([*rows[:-1], rows[-1][:len(rows[-1]) // 2]])
 
     def whole_again(_: subprocess.CompletedProcess) -> tuple[bool, str]:
         text = cache.read_text(encoding="utf-8")
@@ -487,7 +487,7 @@ def answer_cache_cases(tmp: Path) -> list[Case]:
         Case("an answer in the cache edited by hand (a wrong answer made right), then the same compare",
              argv, runner=prepared(lambda: restore(edited), argv), says=("answers.jsonl", "line 2", "record_sha")),
         Case("a cache line copied to the end (the same key twice), then the same compare",
-             argv, runner=prepared(lambda: restore(lambda rows: "\n".join(rows + [rows[0]]) + "\n"), argv),
+             argv, runner=prepared(lambda: restore(lambda rows: "\n".join([*rows, rows[0]]) + "\n"), argv),
              says=("answers.jsonl", "lines 1 and 4")),
         Case("the cache's last line cut in half (a killed run), then the same compare",
              argv, runner=prepared(lambda: restore(cut), argv), right=whole_again),

@@ -217,7 +217,7 @@ def classify(case: Case, result: subprocess.CompletedProcess) -> tuple[str, str]
         return "traceback", "; ".join(seen)
     if result.returncode == 0:
         if case.right is None:
-            return "silent wrong result", "; ".join(seen + ["exit 0 where an error was due"])
+            return "silent wrong result", "; ".join([*seen, "exit 0 where an error was due"])
         try:
             ok, observed = case.right(result)
         except (OSError, ValueError, KeyError, TypeError) as error:
@@ -226,10 +226,10 @@ def classify(case: Case, result: subprocess.CompletedProcess) -> tuple[str, str]
         return ("right result" if ok else "silent wrong result"), "; ".join(seen)
     lines = [line for line in result.stderr.splitlines() if ERROR_LINE.match(line)]
     if len(lines) != 1:
-        return "unclear error", "; ".join(seen + [f"{len(lines)} error lines"])
+        return "unclear error", "; ".join([*seen, f"{len(lines)} error lines"])
     missing = [w for w in case.says if w.lower() not in lines[0].lower()]
     misleading = [w for w in case.not_says if w.lower() in lines[0].lower()]
     if missing or misleading:
-        return "unclear error", "; ".join(seen + [f"line lacks {missing}" if missing else "",
-                                                   f"line says {misleading}" if misleading else ""]).strip("; ")
+        return "unclear error", "; ".join([*seen, f"line lacks {missing}" if missing else "",
+                                           f"line says {misleading}" if misleading else ""]).strip("; ")
     return "clear error", "; ".join(seen)

@@ -42,13 +42,13 @@ def main() -> None:
     # `icr2 compare --question-ids` runs exactly a file's ids: one file per evaluation, each a prefix of the pool
     for name, count in PREFIXES.items():
         prefix = out.with_name(name)
-        prefix.write_text("\n".join([f"# the first {count} ids of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)"]
-                                    + chosen[:count]) + "\n")
+        prefix.write_text("\n".join([f"# the first {count} ids of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)",
+                                     *chosen[:count]]) + "\n")
         print(f"wrote {prefix} ({count} ids)")
     for name, (start, end) in SLICES.items():
         part = out.with_name(name)
-        part.write_text("\n".join([f"# ids {start + 1}-{end} of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)"]
-                                   + chosen[start:end]) + "\n")
+        part.write_text("\n".join([f"# ids {start + 1}-{end} of heldout_nq_ids.txt (bench/data/make_heldout_ids.py)",
+                                   *chosen[start:end]]) + "\n")
         print(f"wrote {part} ({end - start} ids)")
 
 

@@ -127,7 +127,7 @@ def cmd_train(args) -> None:
     if not recipe.exists():
         sys.exit(f"no recipe {recipe}")
     extra = ["--set=training.resume_from_checkpoint=true"] if args.resume else []
-    subprocess.run(ICR2 + ["train", "--config", str(recipe)] + extra, check=True, cwd=ROOT)
+    subprocess.run([*ICR2, "train", "--config", str(recipe), *extra], check=True, cwd=ROOT)
 
 
 PIPELINES = ROOT / "bench" / "icr2_table3" / "pipelines"
@@ -175,10 +175,10 @@ def cmd_probe(args) -> None:
     100 training questions (never evaluation ones), as the project's RAP bench found best for SmolLM2
     (generated-token queries, mean over them; docs/benchmarks/rap-and-heads.md "Retrieval Attention Probing")."""
     model = BASE_READER if args.arm == "untrained" else str(ADAPTERS / args.arm)
-    subprocess.run(ICR2 + ["probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", model,
-                           "--output", str(RESULTS / f"rap_heads_{args.arm}.json"), "--limit", "100", "--q", "4",
-                           "--m", "1", "--query-position", "generated_tokens", "--aggregate", "mean",
-                           "--dtype", "bfloat16"], check=True, cwd=ROOT)
+    subprocess.run([*ICR2, "probe-heads", "--benchmark", str(DATA / "train.jsonl"), "--model", model,
+                    "--output", str(RESULTS / f"rap_heads_{args.arm}.json"), "--limit", "100", "--q", "4",
+                    "--m", "1", "--query-position", "generated_tokens", "--aggregate", "mean",
+                    "--dtype", "bfloat16"], check=True, cwd=ROOT)
 
 
 def cmd_eval(args) -> None:
@@ -188,7 +188,8 @@ def cmd_eval(args) -> None:
         if not path.exists():
             print(f"{arm}: no pipeline {path} yet; skipped")
             continue
-        command = ICR2 + [
+        command = [
+            *ICR2,
             "compare",
             "--dataset",
             str(DATA / "eval.jsonl"),
@@ -336,7 +337,7 @@ def main() -> None:
     probe.add_argument("arm", choices=["sft_da", "sft_rta", "untrained"])
     probe.set_defaults(handler=cmd_probe)
     evaluate = sub.add_parser("eval")
-    evaluate.add_argument("arms", nargs="*", choices=list(ARMS) + [[]], metavar="ARM")
+    evaluate.add_argument("arms", nargs="*", choices=[*ARMS, []], metavar="ARM")
     evaluate.add_argument("--limit", type=int)
     evaluate.set_defaults(handler=cmd_eval)
     sub.add_parser("report").set_defaults(handler=cmd_report)

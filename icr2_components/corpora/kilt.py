@@ -83,10 +83,7 @@ class KiltCorpusReader(CorpusReader):
     def documents(self) -> Iterator[Document]:
         source = self.source()
         self.skips = source.skips
-        if self.settings.chunking is None:
-            passages = source.documents()
-        else:
-            passages = self._chunked(source)
+        passages = source.documents() if self.settings.chunking is None else self._chunked(source)
         for document in passages:
             # the source's report is replaced at the start of each read: follow it
             self.skips = source.skips

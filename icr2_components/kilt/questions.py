@@ -281,10 +281,7 @@ def read_question_set_questions(
     (``fetch_source_documents``, ``contains_answer``); BM25 candidates for the irrelevant context of those with
     answers. The index is opened only when some question has answers, gold passage ids or gold sources."""
     rows, _ = read_question_rows(questions, skips)
-    if ids is None:
-        rows = rows[:limit] if limit is not None else rows
-    else:
-        rows = _ordered(rows, ids)
+    rows = (rows[:limit] if limit is not None else rows) if ids is None else _ordered(rows, ids)
     if not any(r.answers or r.gold_passage_ids or r.gold_sources for r in rows):
         return [CompareQuestion(r.id, r.question, [], task_type=questions.task_type) for r in rows]
     documents = fetch_documents(index, [g for r in rows for g in r.gold_passage_ids])

@@ -348,10 +348,7 @@ def attention_rows(call: AttentionCall, positions: Sequence[int]) -> torch.Tenso
     mask = call.attention_mask
     if mask is not None and mask.dim() == 4:
         rows = mask[:, :, index, :kv_len]
-        if rows.dtype == torch.bool:
-            scores = scores.masked_fill(~rows, float("-inf"))
-        else:
-            scores = scores + rows.float()
+        scores = scores.masked_fill(~rows, float("-inf")) if rows.dtype == torch.bool else scores + rows.float()
     else:
         keys = torch.arange(kv_len, device=query.device)
         allowed = keys.unsqueeze(0) <= absolute.unsqueeze(1)  # (P, T)

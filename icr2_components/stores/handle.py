@@ -303,10 +303,7 @@ class IndexHandle:
     ) -> list[Document]:
         """The store's ranking by similarity to the query's embedding (no checks, as :meth:`search_bm25`);
         ``embedding``: the query's embedding when the caller already has it from this index's model."""
-        if embedding is None:
-            embedding = self._embedder.embed_query(query)
-        else:
-            embedding = [float(x) for x in embedding]
+        embedding = self._embedder.embed_query(query) if embedding is None else [float(x) for x in embedding]
         return self.backend.dense_documents(self.document_store, embedding, top_k, filters)
 
     def _require_passages(self) -> None:

@@ -51,7 +51,7 @@ from icr2_components.strict_mapping import (
 from icr2_components.text.retrieval_replies import SFT_METHODS
 from icr2_components.training.examples import TRUNCATION_POLICIES
 
-METHODS = SFT_METHODS + ("retrieval_head",)
+METHODS = (*SFT_METHODS, "retrieval_head")
 FINETUNING = ("full", "lora")
 ATTENTION = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
 DTYPES = ("float32", "bfloat16", "float16")

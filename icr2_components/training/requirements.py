@@ -145,10 +145,7 @@ def activation_bytes(config, recipe: TrainingRecipe, sequence: int) -> float:
     heads, vocab = int(config.num_attention_heads), int(config.vocab_size)
     width = 1.0 if (t.bf16 or DTYPE_BYTES[t.dtype] == 2) else 2.0  # 34 x hidden is for 16-bit activations
     per_layer = 34 * hidden * width + (5 * heads * sequence * width if t.attn_implementation == "eager" else 0)
-    if t.gradient_checkpointing:
-        stored = layers * 2 * hidden * width + per_layer
-    else:
-        stored = layers * per_layer
+    stored = layers * 2 * hidden * width + per_layer if t.gradient_checkpointing else layers * per_layer
     return t.per_device_train_batch_size * sequence * (stored + vocab * 8)
 
 

@@ -47,7 +47,7 @@ def split_validation(examples: list[EncodedExample], fraction: float, seed: int 
         return list(examples), []
     shuffled = list(examples)
     random.Random(seed).shuffle(shuffled)
-    count = max(1, int(round(len(shuffled) * fraction)))
+    count = max(1, round(len(shuffled) * fraction))
     if count >= len(shuffled):
         raise ValueError(f"validation_fraction={fraction} leaves no training example out of {len(shuffled)}.")
     return shuffled[count:], shuffled[:count]

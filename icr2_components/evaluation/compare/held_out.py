@@ -157,7 +157,7 @@ def probed_artifacts(specs: Sequence[Any]) -> dict[str, ProbedArtifact]:
             trained = trained_artifacts(spec.data)
         except HeldOutError as error:
             raise HeldOutError(f"{spec.path}: {error}") from error
-        for where, artifact in trained:
+        for _where, artifact in trained:
             key = os.path.normpath(artifact.folder)
             if key not in found:
                 found[key] = ProbedArtifact(artifact.folder, artifact.ids, f"training_ids.json, run {artifact.run_id}",

@@ -93,7 +93,7 @@ from icr2_components.pipeline_spec import PipelineSpec
 logger = logging.getLogger(__name__)
 # ``corpus``: an ICR2 benchmark record's whole corpus in context (gold among confounders), given as is; only an
 # ICR2 dataset has one, so it is accepted but never a default
-ACCEPTED_CONTEXT_TYPES = CONTEXT_TYPES + ("corpus",)
+ACCEPTED_CONTEXT_TYPES = (*CONTEXT_TYPES, "corpus")
 # a new cache is gzip JSON lines; an older plain answers.jsonl in --out is found and appended to as it is
 # (compare/cache.py: resolve_cache_path)
 CACHE_FILE = "answers.jsonl.gz"

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.protocol import (
@@ -215,9 +215,11 @@ class ContextUtilisationBenchmark(Experiment):
     )
     figure_title = "faithfulness against robustness (the paper's Table 3 Pareto points beside)"
     x_label = "faithfulness"
-    options = {"techniques": "a comma-separated subset of the techniques (regular, prompting, multi_agent, cad, acd, "
-                             "coiecd, ph3_context, ph3_memory, or their pipeline names); regular decoding and "
-                             "closed-book always run; default all (a subset is not at the registered size)"}
+    options: ClassVar[dict[str, str]] = {
+        "techniques": "a comma-separated subset of the techniques (regular, prompting, multi_agent, cad, acd, "
+                      "coiecd, ph3_context, ph3_memory, or their pipeline names); regular decoding and "
+                      "closed-book always run; default all (a subset is not at the registered size)"
+    }
 
     def conditions(self) -> list[Condition]:
         labels = {"gold": "gold: the gold passage",

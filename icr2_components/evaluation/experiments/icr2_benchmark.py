@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.curve import CurveExperiment
@@ -155,7 +155,7 @@ class ICR2Benchmark(CurveExperiment):
     metric = "answer match: an accepted answer, normalised, appears in the reply (best_subspan_em); exact match beside"
     registered_size = 100
     registered_max_new_tokens = 32
-    seeds = {"stats_seed": 0, "build_seed": 0}
+    seeds: ClassVar[dict[str, int]] = {"stats_seed": 0, "build_seed": 0}
     paper_figures = _paper_figures()
     paper_notes = (
         "The paper's contexts are 32K tokens (Table 7, NQ: 202 passages and 20,441 prompt tokens on ICR2, 215 and "
@@ -170,7 +170,7 @@ class ICR2Benchmark(CurveExperiment):
     )
     figure_title = "accuracy against the context budget per condition, the paper's Table 2 (NQ) beside"
     x_label = "context budget (SmolLM2 tokens of the corpus)"
-    options = {
+    options: ClassVar[dict[str, str]] = {
         "budgets": f"comma-separated corpus budgets in SmolLM2 tokens (default {','.join(map(str, BUDGETS))}; "
                    "others are not at the registered size)",
         "ratios": f"comma-separated confounding ratios in [0, 1] (default {','.join(f'{r:g}' for r in RATIOS)}; "

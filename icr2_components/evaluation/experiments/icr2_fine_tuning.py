@@ -54,7 +54,7 @@ import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (
@@ -108,7 +108,7 @@ class Icr2FineTuning(Experiment):
               "normalised reply equals one (secondary)")
     registered_size = 426
     registered_max_new_tokens = 32
-    seeds = {"stats_seed": 0, "corpus_seed": 0, "question_order_seed": 26}
+    seeds: ClassVar[dict[str, int]] = {"stats_seed": 0, "corpus_seed": 0, "question_order_seed": 26}
     paper_figures = tuple(PaperFigure(PAPER_MODEL, a.name, a.paper, PAPER_SOURCE) for a in ARMS
                           if a.paper is not None)
     paper_notes = (
@@ -121,7 +121,7 @@ class Icr2FineTuning(Experiment):
     figure_title = "answer match per arm, beside ICR2 Table 3 (Mistral-7B)"
     x_label = "arm"
     trains = True
-    options = {
+    options: ClassVar[dict[str, str]] = {
         "adapters": "a folder of the arms' weights: ARM or adapters/ARM (a LoRA adapter or fine-tuned model), "
                     "rethead (the retrieval head), rap_heads_sft_da.json / rap_heads_sft_rta.json (probed heads); "
                     "e.g. bench/results/icr2_table3. Default none: the arms without weights only",

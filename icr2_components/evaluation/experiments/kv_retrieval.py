@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from icr2_components.builders.key_value_prompt_builder import key_value_prompt
 from icr2_components.errors import UserInputError
@@ -167,7 +168,7 @@ class KeyValueRetrieval(CurveExperiment):
     metric = "accuracy: the asked value appears in the reply (the paper's rule, key_value_match)"
     registered_size = 100
     registered_max_new_tokens = 48
-    seeds = {"stats_seed": 0, "token_count_seed": 0}
+    seeds: ClassVar[dict[str, int]] = {"stats_seed": 0, "token_count_seed": 0}
     figure_title = "the paper's figure 10"
     x_label = "position of the asked pair"
     paper_notes = (

@@ -41,7 +41,7 @@ import hashlib
 import json
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from icr2_components.errors import UserInputError
 from icr2_components.evaluation.experiments.protocol import (
@@ -215,7 +215,7 @@ class RetrievalGate(Experiment):
               "retrieval rate; retrieval accuracy and macro P/R/F1 of the decisions against the need labels")
     registered_size = 253
     registered_max_new_tokens = 24
-    seeds = {"stats_seed": 0}
+    seeds: ClassVar[dict[str, int]] = {"stats_seed": 0}
     paper_figures = _paper_figures()
     paper_notes = (
         "The paper's questions (RetrievalQA: RealTimeQA, FreshQA, ToolQA, PopQA long-tail, TriviaQA) and passages "
@@ -229,7 +229,7 @@ class RetrievalGate(Experiment):
     )
     figure_title = "the paper's Table 1 (questions that need retrieval) as retrieval rate against match"
     x_label = "retrieval rate"
-    options = {
+    options: ClassVar[dict[str, str]] = {
         "questions": "a RetrievalQA-format JSONL or a label file of icr2 label-retrieval-need (default: the shipped "
                      "held-apart gate set)",
         "methods": "gate methods as icr2 eval-gate --methods takes them (always is added; default "
@@ -734,7 +734,7 @@ def gate_tables(report: dict[str, Any]) -> list[tuple[str, str, list[str], list[
     out = []
     rows = []
     for name, entry in methods.items():
-        def versus(baseline: str) -> str:
+        def versus(baseline: str, name: str = name) -> str:
             row = report["versus"].get(baseline, {}).get(name)
             if row is None:
                 return "baseline" if name == baseline else ""

@@ -239,7 +239,7 @@ def format_comparison_table(comparison: dict[str, Any], title: str):
                    "AUROC", "Δ match vs always (p Holm)", "Δ objective vs always (p Holm)"):
         table.add_column(column, justify="left" if column == "method" else "right")
     for name, entry in comparison["methods"].items():
-        def versus(metric: str) -> str:
+        def versus(metric: str, entry: dict = entry) -> str:
             if "vs_always" not in entry:
                 return "baseline"
             c = entry["vs_always"][metric]

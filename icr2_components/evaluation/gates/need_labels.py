@@ -157,7 +157,7 @@ def nq_questions(ids: Sequence[str], dataset: str | None = None, index: str = "k
 
     if context not in CONTEXT_KINDS:
         raise ValueError(f"--context takes one of {CONTEXT_KINDS}, got {context!r}.")
-    read, skips, path = read_compare_questions(dataset, index=index, ids=list(ids))
+    read, skips, _path = read_compare_questions(dataset, index=index, ids=list(ids))
     questions = []
     for item in read:
         if context == "gold":

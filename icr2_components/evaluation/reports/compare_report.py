@@ -42,7 +42,7 @@ from icr2_components.text.normalization import normalize_answer
 
 # rouge_l_ragas: ragas' stemmed ROUGE-L beside ours (None where ragas cannot be imported)
 ANSWER_METRICS = ("exact_match", "answer_match", "token_f1", "rouge_l", "rouge_l_ragas")
-TABLE_COLUMNS = ANSWER_METRICS + ("bcu", "in_context_recall", "latency_s", "prompt_tokens")
+TABLE_COLUMNS = (*ANSWER_METRICS, "bcu", "in_context_recall", "latency_s", "prompt_tokens")
 #: NQ-open keeps questions whose short answer has at most five tokens (Lee et al. 2019, the data of Lost in the
 #: Middle); a reader whose answers are mostly longer is answering in sentences, and exact match then scores its
 #: wording, not its answer

@@ -30,7 +30,7 @@ from icr2_components.evaluation.statistics.position_tests import shape_verdict, 
 POSITION_BUCKETS = (("1", 1, 1), ("2-3", 2, 3), ("4-5", 4, 5), ("6-10", 6, 10), ("11-20", 11, 20))
 OPEN_ENDED = ">20"
 NOT_SHOWN = "gold not shown"
-BUCKET_LABELS = tuple(label for label, _, _ in POSITION_BUCKETS) + (OPEN_ENDED, NOT_SHOWN)
+BUCKET_LABELS = (*(label for label, _, _ in POSITION_BUCKETS), OPEN_ENDED, NOT_SHOWN)
 CURVE_METRICS = ("answer_match", "exact_match")
 
 

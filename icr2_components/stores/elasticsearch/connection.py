@@ -44,10 +44,7 @@ class ConnectionSettings(Protocol):
 
 def split_hosts(hosts: str | list[str]) -> list[str]:
     """``"http://a:9200, http://b:9200"`` or a list -> a list of URLs."""
-    if isinstance(hosts, str):
-        items = [h.strip() for h in hosts.split(",")]
-    else:
-        items = [str(h).strip() for h in hosts]
+    items = [h.strip() for h in hosts.split(",")] if isinstance(hosts, str) else [str(h).strip() for h in hosts]
     items = [h for h in items if h]
     if not items:
         raise ValueError("No Elasticsearch host given (store.hosts, e.g. http://127.0.0.1:9200).")
