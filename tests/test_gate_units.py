@@ -28,6 +28,8 @@ from icr2_components.gates.yes_no_scoring import (
 )
 from icr2_components.text.normalization import normalize_answer, normalize_text
 
+pytestmark = pytest.mark.unit
+
 BENCH_SET = Path(__file__).resolve().parents[1] / "bench" / "data" / "gate_eval.jsonl"
 
 

@@ -599,6 +599,7 @@ def test_a_request_not_answered_within_the_request_timeout_gets_504_and_the_serv
     ({"request_timeout": 10**9}, "at most 86400"),
     ({"body_timeout": 20.0, "request_timeout": 10.0}, "must not exceed request_timeout"),
 ])
+@pytest.mark.unit
 def test_time_limits_out_of_range_are_refused_before_loading(options, words):
     from icr2_components.serving import create_serving_app
 
