@@ -247,7 +247,7 @@ def main() -> int:
 
         runners = {"local": run_local, "icr2_serve": run_icr2_serve, "llama_in_process": run_llama_in_process,
                    "llama_server": run_llama_server}
-        for name, runner in runners.items():  # untimed warm-up: first-call allocations, connection set-up
+        for runner in runners.values():  # untimed warm-up: first-call allocations, connection set-up
             runner(prompts[0]["text"][:2000])
         rows = {name: [] for name in ARMS}
         for index, prompt in enumerate(tqdm(prompts, desc="prompts x 4 arms", unit="prompt")):
@@ -290,13 +290,17 @@ def main() -> int:
     pairs = {}
     for first, second in PAIRS:
         a, b = rows[first], rows[second]
-        only_a = sum(x["match"] and not y["match"] for x, y in zip(a, b))
-        only_b = sum(y["match"] and not x["match"] for x, y in zip(a, b))
+        only_a = sum(x["match"] and not y["match"] for x, y in zip(a, b, strict=True))
+        only_b = sum(y["match"] and not x["match"] for x, y in zip(a, b, strict=True))
         pairs[f"{first}/{second}"] = {
             "time_ratio_total": summary[first]["total_s"] / summary[second]["total_s"],
-            "time_ratio_median_of_per_prompt": statistics.median(x["seconds"] / y["seconds"] for x, y in zip(a, b)),
-            "identical_answers": sum(x["answer"] == y["answer"] for x, y in zip(a, b)) / len(a),
-            "same_prompt_tokens": sum(x["prompt_tokens"] == y["prompt_tokens"] for x, y in zip(a, b)) / len(a),
+            "time_ratio_median_of_per_prompt": statistics.median(
+                x["seconds"] / y["seconds"] for x, y in zip(a, b, strict=True)
+            ),
+            "identical_answers": sum(x["answer"] == y["answer"] for x, y in zip(a, b, strict=True)) / len(a),
+            "same_prompt_tokens": sum(
+                x["prompt_tokens"] == y["prompt_tokens"] for x, y in zip(a, b, strict=True)
+            ) / len(a),
             "answer_match_difference": summary[first]["answer_match"] - summary[second]["answer_match"],
             "mcnemar_only_first": only_a, "mcnemar_only_second": only_b,
             "mcnemar_exact_p": mcnemar_exact(only_a, only_b),
@@ -348,8 +352,8 @@ def plot(summary: dict, pairs: dict, path: Path) -> None:
     left.set_title("time per corpus-in-context answer")
     left.tick_params(axis="x", rotation=15)
     matches = [summary[n]["answer_match"] for n in names]
-    errors = [[m - summary[n]["answer_match_ci95"][0] for n, m in zip(names, matches)],
-              [summary[n]["answer_match_ci95"][1] - m for n, m in zip(names, matches)]]
+    errors = [[m - summary[n]["answer_match_ci95"][0] for n, m in zip(names, matches, strict=True)],
+              [summary[n]["answer_match_ci95"][1] - m for n, m in zip(names, matches, strict=True)]]
     right.bar(names, matches, yerr=errors, capsize=4, color="#999999")
     right.set_ylabel("answer match (95% Wilson CI)")
     right.set_title("answer quality")

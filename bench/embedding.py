@@ -139,7 +139,8 @@ def quality(backends: list[str], folder: Path, max_queries: int | None, corpus_s
         questions = encoder.encode(query_texts, BATCH)
         scores = questions @ passages.T
         top = np.argsort(-scores, axis=1)[:, :10]
-        ndcg = float(np.mean([ndcg_at_k([ids[i] for i in row], qrels[qid]) for qid, row in zip(query_ids, top)]))
+        ndcg = float(np.mean([ndcg_at_k([ids[i] for i in row], qrels[qid])
+                              for qid, row in zip(query_ids, top, strict=True)]))
         results[backend] = {
             "ndcg@10": ndcg,
             "passages": len(corpus),

@@ -60,7 +60,7 @@ def plot(before: dict, after: dict, accuracy: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, 3, figsize=(13, 5), gridspec_kw={"width_ratios": [1, 1, 0.7]})
-    for axis, (name, artifact) in zip(axes, (("base SmolLM2", before), ("SFT-RTA", after))):
+    for axis, (name, artifact) in zip(axes, (("base SmolLM2", before), ("SFT-RTA", after)), strict=True):
         image = axis.imshow(artifact["hit_rates"][0], aspect="auto", origin="lower", vmin=0, vmax=1, cmap="viridis")
         axis.set_title(f"{name}: hit rate @M=1 (chance {artifact['chance_hit_rates'][0]:.2f})", fontsize=9)
         axis.set_xlabel("head")

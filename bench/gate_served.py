@@ -81,9 +81,11 @@ def compare(records, method: str, server: dict, today: str) -> dict:
     return {
         "questions": len(rows), "scored_by_top_logprobs": len(scored), "stats": served.stats,
         "pearson": statistics.correlation(xs, ys), "spearman": statistics.correlation(ranks(xs), ranks(ys)),
-        "decision_agreement_at_0.5": sum((x >= 0.5) == (y >= 0.5) for x, y in zip(xs, ys)) / len(xs),
-        "decision_agreement_at_medians": sum((x >= x_median) == (y >= y_median) for x, y in zip(xs, ys)) / len(xs),
-        "mean_abs_difference": statistics.mean(abs(x - y) for x, y in zip(xs, ys)),
+        "decision_agreement_at_0.5": sum((x >= 0.5) == (y >= 0.5) for x, y in zip(xs, ys, strict=True)) / len(xs),
+        "decision_agreement_at_medians": sum(
+            (x >= x_median) == (y >= y_median) for x, y in zip(xs, ys, strict=True)
+        ) / len(xs),
+        "mean_abs_difference": statistics.mean(abs(x - y) for x, y in zip(xs, ys, strict=True)),
         "local_median": x_median, "served_median": y_median,
         "local_auroc": retrieval_auroc(xs, labels), "served_auroc": retrieval_auroc(ys, labels),
         "served_answer_mass": {"min": min(masses), "mean": statistics.mean(masses), "max": max(masses)},

@@ -119,7 +119,7 @@ def precomputed_embeddings(corpus: Path, passages: int = 0) -> dict[str, list[fl
         matrix = np.asarray(vectors, dtype=np.float32)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, matrix)
-    return {d.id: row.tolist() for d, row in zip(documents, matrix)}
+    return {d.id: row.tolist() for d, row in zip(documents, matrix, strict=True)}
 
 
 def progress(
@@ -608,7 +608,7 @@ def plot_resume(summary: dict, path: Path) -> None:
     colors = ["grey", "tab:green", "tab:red", "tab:green", "tab:red"]
     figure, axis = plt.subplots(figsize=(8, 3.8))
     bars = axis.bar(range(len(values)), values, color=colors)
-    for bar, value in zip(bars, values):
+    for bar, value in zip(bars, values, strict=True):
         axis.annotate(
             f"{value:.2f} s" if value < 10 else f"{value:.1f} s",
             (bar.get_x() + bar.get_width() / 2, value),

@@ -167,7 +167,7 @@ def table(results: dict) -> str:
                              + (" (torch)" if entry["torch_imported"] else ""))
         rows.append((f"import {module} (s wall / CPU)", *cells))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows)
 
 
 def main(argv: list[str] | None = None) -> int:

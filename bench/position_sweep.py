@@ -313,8 +313,8 @@ def write_report(args, out: Path, cache: dict, done: list, conditions: list[str]
     figure, left = plt.subplots(1, 1, figsize=(7, 4.2))
     for k, ps in positions.items():
         values = [accuracy[f"{k} docs @ {p}"] for p in ps]
-        errors = [[v - intervals[f"{k} docs @ {p}"][0] for v, p in zip(values, ps)],
-                  [intervals[f"{k} docs @ {p}"][1] - v for v, p in zip(values, ps)]]
+        errors = [[v - intervals[f"{k} docs @ {p}"][0] for v, p in zip(values, ps, strict=True)],
+                  [intervals[f"{k} docs @ {p}"][1] - v for v, p in zip(values, ps, strict=True)]]
         left.errorbar(ps, values, yerr=errors, marker="o", capsize=3, label=f"{k} passages (95% Wilson)")
     left.axhline(closed, color="grey", linestyle="--", label=f"closed-book {closed:.2f}")
     left.axhline(accuracy["oracle"], color="black", linestyle=":", label=f"oracle {accuracy['oracle']:.2f}")

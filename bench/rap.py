@@ -43,6 +43,8 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import contextlib
+
 from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.evaluation.metrics.answer_match import answer_match
 from icr2_components.filters.passage_scoring import encode_cic_prompt
@@ -68,10 +70,8 @@ def release_freed_memory() -> None:
     """Hand freed heap pages back to the OS (glibc), so each measurement starts from a comparable RSS."""
     import ctypes
 
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 def measure(fn) -> tuple[float, int]:

@@ -157,7 +157,7 @@ def main() -> int:
     rows = []
     for (dtype, size), run in runs.items():
         base = runs[(dtype, 1)]
-        same = sum(a == b for a, b in zip(run["answers"], base["answers"]))
+        same = sum(a == b for a, b in zip(run["answers"], base["answers"], strict=True))
         rows.append(
             {
                 "dtype": dtype,
@@ -167,7 +167,7 @@ def main() -> int:
                 "peak_rss_mib": run["peak_rss_mib"],
                 "peak_rss_ratio": run["peak_rss_mib"] / base["peak_rss_mib"],
                 "same_as_batch_1": same,
-                "answer_match": sum(matches(a, p["answers"]) for a, p in zip(run["answers"], prompts)),
+                "answer_match": sum(matches(a, p["answers"]) for a, p in zip(run["answers"], prompts, strict=True)),
             }
         )
     table = Table(
@@ -202,9 +202,10 @@ def main() -> int:
     if "float32" in args.dtypes and "bfloat16" in args.dtypes:
         fp32, bf16 = runs[("float32", 1)]["answers"], runs[("bfloat16", 1)]["answers"]
         agreement = {
-            "same_text": sum(a == b for a, b in zip(fp32, bf16)),
+            "same_text": sum(a == b for a, b in zip(fp32, bf16, strict=True)),
             "same_answer_match": sum(
-                matches(a, p["answers"]) == matches(b, p["answers"]) for a, b, p in zip(fp32, bf16, prompts)
+                matches(a, p["answers"]) == matches(b, p["answers"])
+                for a, b, p in zip(fp32, bf16, prompts, strict=True)
             ),
             "questions": len(prompts),
             "bf16_vs_fp32_speed_batch_1": runs[("bfloat16", 1)]["answers_per_s"]

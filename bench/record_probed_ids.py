@@ -53,8 +53,8 @@ def rap_ids(model=None, tokenizer=None):
     result = probe_heads(model, tokenizer, probe, max_m=4, query_position_mode="generated_tokens", aggregate="mean",
                          generation_tokens=6, progress=False)
     saved = json.loads((RESULTS / "rap_heads_smollm2.json").read_text())["hit_rates"]
-    diff = max(abs(a - b) for m1, m2 in zip(result.hit_rates.tolist(), saved) for r1, r2 in zip(m1, m2)
-               for a, b in zip(r1, r2))
+    diff = max(abs(a - b) for m1, m2 in zip(result.hit_rates.tolist(), saved, strict=True)
+               for r1, r2 in zip(m1, m2, strict=True) for a, b in zip(r1, r2, strict=True))
     return list(result.instances), diff
 
 
@@ -66,7 +66,7 @@ def ph3_ids(model=None, tokenizer=None):
         return [i.id for i in instances], None
     artifact = probe_ph3_heads(model, tokenizer, instances, MODEL, skips=skips)
     saved = json.loads((RESULTS / "ph3_heads_smollm2.json").read_text())["scores"]
-    diff = max(abs(a - b) for r1, r2 in zip(artifact.scores, saved) for a, b in zip(r1, r2))
+    diff = max(abs(a - b) for r1, r2 in zip(artifact.scores, saved, strict=True) for a, b in zip(r1, r2, strict=True))
     return list(artifact.probed_ids), diff
 
 

@@ -45,7 +45,7 @@ def held_scores(hiddens, head, examples):
     head.eval()
     rows = []
     with torch.no_grad():
-        for hidden, example in zip(hiddens, examples):
+        for hidden, example in zip(hiddens, examples, strict=True):
             scores = head(hidden, example.head_input.passage_spans, example.head_input.query_span).float().cpu()
             gold = example.gold
             rows.append({"id": example.id, "hit": bool(gold[int(scores.argmax())]), "golds": int(gold.sum()),
@@ -71,7 +71,7 @@ def summarise(rows, before_rows):
             "binomial_p_greater": None if test is None else test.pvalue,
             "held_l_ret_before": sum(r["loss"] for r in before_rows) / len(before_rows),
             "held_l_ret_after": sum(r["loss"] for r in rows) / len(rows),
-            "held_l_ret_lower_after": sum(a["loss"] < b["loss"] for a, b in zip(rows, before_rows)),
+            "held_l_ret_lower_after": sum(a["loss"] < b["loss"] for a, b in zip(rows, before_rows, strict=True)),
             "n_held": len(rows)}
 
 

@@ -421,7 +421,7 @@ def in_memory_worker(spec_path: Path) -> int:
     size = spec["size"]
     corpus = build_corpus(args)
     questions = spec["questions"]
-    query_vectors = {q: v for q, v in zip(questions, np.load(spec["query_vectors"]).tolist())}
+    query_vectors = {q: v for q, v in zip(questions, np.load(spec["query_vectors"]).tolist(), strict=True)}
     embedding_on = args.vector_index != "bm25_only"
     persist = Path(args.tmp) / f"{args.index_prefix}-{size}-in-memory.json"
     config = load_index_config(
@@ -775,7 +775,9 @@ def main(argv: list[str] | None = None) -> int:
             f"query embedding (MiniLM, CPU, not in the latencies below): p50 {query_seconds['p50_ms']:.1f} ms, p99 "
             f"{query_seconds['p99_ms']:.1f} ms"
         )
-    query_vectors = {q: v.tolist() for q, v in zip(questions, query_vectors_matrix)} if embedding_on else {}
+    query_vectors = (
+        {q: v.tolist() for q, v in zip(questions, query_vectors_matrix, strict=True)} if embedding_on else {}
+    )
 
     es_runs: list[dict] = []
     mem_runs: list[dict] = []

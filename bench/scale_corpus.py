@@ -249,7 +249,7 @@ def build_corpus(args) -> ScaleCorpus:
     real = real_passages(args.real_passages)
     vectors = real_embeddings(real) if args.vector_index != "bm25_only" else None
     if vectors is not None:
-        real = [replace(d, embedding=row.tolist()) for d, row in zip(real, vectors)]
+        real = [replace(d, embedding=row.tolist()) for d, row in zip(real, vectors, strict=True)]
     text = BigramSampler(
         [d.content for d in real], [d.meta.get("title", "") for d in real], seed=args.seed, words=args.words
     )

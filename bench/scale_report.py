@@ -41,7 +41,7 @@ def linear_fit(sizes: Sequence[float], values: Sequence[float]) -> dict:
         a, b = 0.0, float(y[0] / x[0])
     else:
         b, a = (float(v) for v in np.polyfit(x, y, 1))
-    return {"form": "a + b * n", "a": a, "b": b, "points": [[int(s), float(v)] for s, v in zip(x, y)]}
+    return {"form": "a + b * n", "a": a, "b": b, "points": [[int(s), float(v)] for s, v in zip(x, y, strict=True)]}
 
 
 def power_fit(sizes: Sequence[float], values: Sequence[float]) -> dict:
@@ -51,7 +51,8 @@ def power_fit(sizes: Sequence[float], values: Sequence[float]) -> dict:
         k, log_c = 0.0, float(np.log(y[0]))
     else:
         k, log_c = (float(v) for v in np.polyfit(np.log(x), np.log(y), 1))
-    return {"form": "c * n^k", "c": math.exp(log_c), "k": k, "points": [[int(s), float(v)] for s, v in zip(x, y)]}
+    return {"form": "c * n^k", "c": math.exp(log_c), "k": k,
+            "points": [[int(s), float(v)] for s, v in zip(x, y, strict=True)]}
 
 
 def evaluate(fit: dict, n: float) -> float:

@@ -227,7 +227,8 @@ def run_load(args, questions: list[str], max_queue: int, check_malformed: bool) 
         "clients_told_busy": sum(1 for r in results if r["busy"]),
         "other_statuses": sorted({s for r in results for s in r["statuses"]} - {200, 429}),
         "wall_s": wall, "throughput_rps": (len(latencies) / wall) if wall else None, "startup_s": startup_s,
-        "latency_s": {**dict(zip(("p50", "p90", "p99"), map(float, np.percentile(latencies, [50, 90, 99])))),
+        "latency_s": {**dict(zip(("p50", "p90", "p99"), map(float, np.percentile(latencies, [50, 90, 99])),
+                                 strict=True)),
                       "mean": statistics.fmean(latencies), "min": min(latencies), "max": max(latencies)}
         if latencies else None,
         "rss_ready_mib": ready_rss / 2**20, "rss_peak_mib": peak[0] / 2**20,
@@ -286,7 +287,8 @@ class SlotSampler:
 
 def summary(latencies: list[float], wall: float) -> dict:
     return {"answers_per_s": len(latencies) / wall if wall else None, "wall_s": wall,
-            "latency_s": {**dict(zip(("p50", "p90", "p99"), map(float, np.percentile(latencies, [50, 90, 99])))),
+            "latency_s": {**dict(zip(("p50", "p90", "p99"), map(float, np.percentile(latencies, [50, 90, 99])),
+                                     strict=True)),
                           "mean": statistics.fmean(latencies), "max": max(latencies)} if latencies else None}
 
 
@@ -348,7 +350,8 @@ def openai_load(url: str, model: str, questions: list[str], concurrency: int, st
     firsts = [r["first_text_s"] for r in results if r["ok"] and r["first_text_s"] is not None]
     return {**summary(latencies, wall), "answered": len(latencies), "errors": len(results) - len(latencies),
             "error_samples": [r["answer"] for r in results if not r["ok"]][:5],
-            "first_text_s": dict(zip(("p50", "p99"), map(float, np.percentile(firsts, [50, 99])))) if firsts else None,
+            "first_text_s": (dict(zip(("p50", "p99"), map(float, np.percentile(firsts, [50, 99])), strict=True))
+                             if firsts else None),
             "answers": [r["answer"] for r in results]}
 
 
@@ -411,7 +414,7 @@ def backend_mode(args, questions: list[str]) -> int:
                 with SlotSampler(root) as busy:
                     run = openai_load(url, name, questions, args.concurrency, stream, args.request_timeout)
                 run["slots_busy"] = busy.figures()
-                run["same_as_unloaded"] = sum(a == b for a, b in zip(run.pop("answers"), reference))
+                run["same_as_unloaded"] = sum(a == b for a, b in zip(run.pop("answers"), reference, strict=True))
                 runs[mode] = run
                 print(f"icr2 serve, {mode}: {run['answered']}/{len(questions)} answered, {run['errors']} errors, "
                       f"{run['answers_per_s']:.2f} answers/s", flush=True)

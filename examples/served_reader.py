@@ -70,7 +70,7 @@ def main() -> None:
     print(f"gold: {' | '.join(records[0]['answers'])}")
     # Three more at once.
     questions = [record["question"] for record in records[1:]]
-    for question, answer in zip(questions, asyncio.run(ask_many(pipeline, questions))):
+    for question, answer in zip(questions, asyncio.run(ask_many(pipeline, questions)), strict=True):
         print(f"{question} -> {answer}")
 
 

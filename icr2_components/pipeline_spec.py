@@ -569,7 +569,7 @@ class PipelineSpec:
         replies = reader.run_batch([messages for _, messages, _ in prepared], max_new_tokens=max_new_tokens)
         share = (time.perf_counter() - start) / len(prepared)
         return [self._record(result, reply, documents, controlled, seconds + share)
-                for (result, _, seconds), reply, (_, documents) in zip(prepared, replies, items)]
+                for (result, _, seconds), reply, (_, documents) in zip(prepared, replies, items, strict=True)]
 
 
 def controlled_variant(data: dict, context_input: str | None) -> dict:

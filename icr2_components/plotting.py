@@ -185,7 +185,7 @@ def plot_position_curves(section: dict, path: Path) -> bool:
     buckets = section["buckets"]
     figure, panels = plt.subplots(1, len(section["metrics"]), figsize=(6 * len(section["metrics"]), 4.5), squeeze=False)
     count = len(section["curves"])
-    for axes, metric in zip(panels[0], section["metrics"]):
+    for axes, metric in zip(panels[0], section["metrics"], strict=True):
         for index, (name, curve) in enumerate(section["curves"].items()):
             # pipelines side by side within a bucket, so that their error bars do not hide each other
             xs = [x + (index - (count - 1) / 2) * min(0.08, 0.6 / count) for x in range(len(buckets))]
@@ -194,12 +194,12 @@ def plot_position_curves(section: dict, path: Path) -> bool:
             # positions form the line; "gold not shown" is no position, so it is a lone hollow marker
             line, = axes.plot(xs[:-1], plotted[:-1], marker="o", label=name)
             axes.plot(xs[-1:], plotted[-1:], marker="o", markerfacecolor="none", color=line.get_color())
-            for x, bucket in zip(xs, buckets):  # each bucket's 95% interval (Wilson), where it has answers
+            for x, bucket in zip(xs, buckets, strict=True):  # each bucket's 95% interval (Wilson), where it has answers
                 bar = _error_bar(curve[bucket][metric], (curve[bucket].get("intervals") or {}).get(metric))
                 if bar:
                     axes.errorbar([x], [curve[bucket][metric]], yerr=bar, fmt="none", ecolor=line.get_color(),
                                   elinewidth=1, capsize=2, alpha=0.6)
-            for x, bucket in zip(xs, buckets):
+            for x, bucket in zip(xs, buckets, strict=True):
                 if curve[bucket]["n"]:
                     axes.annotate(f"n={curve[bucket]['n']}", (x, curve[bucket][metric]), textcoords="offset points",
                                   xytext=(0, 6), fontsize=7, ha="center", color=line.get_color())
@@ -262,7 +262,7 @@ def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
     variants = list(dict.fromkeys(c["variant"] for c in report["cells"]))
     models = list(dict.fromkeys(f["model"] for f in report["paper"]))
     paper = {(f["condition"], f["model"]): f["value"] for f in report["paper"]}
-    for axes, group in zip(panels[0], groups):
+    for axes, group in zip(panels[0], groups, strict=True):
         points = [c for c in report["conditions"] if c["group"] == group]
         xs = [c["x"] for c in points]
         nudge = 0.012 * ((max(xs) - min(xs)) or 1)  # variants side by side, so coinciding points stay visible
@@ -272,8 +272,8 @@ def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
             if not shown:
                 continue
             values = [cell["accuracy"] for _, cell in shown]
-            errors = [[v - cell["ci95"][0] for v, (_, cell) in zip(values, shown)],
-                      [cell["ci95"][1] - v for v, (_, cell) in zip(values, shown)]]
+            errors = [[v - cell["ci95"][0] for v, (_, cell) in zip(values, shown, strict=True)],
+                      [cell["ci95"][1] - v for v, (_, cell) in zip(values, shown, strict=True)]]
             offset = (index - (len(variants) - 1) / 2) * nudge
             axes.errorbar([x + offset for x, _ in shown], values, yerr=errors, marker="o", capsize=3,
                           color=colours[index % len(colours)], label=f"yours: {variant} (95% Wilson)")
@@ -283,7 +283,7 @@ def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
                 axes.plot([x for x, _ in mine], [v for _, v in mine], linestyle="--", marker="s", markersize=4,
                           color=colours[(len(variants) + index) % len(colours)], alpha=0.8,
                           label=f"paper: {model}")
-        for (name, cell), style in zip(report["references"].items(), (":", "-.", "--")):
+        for (name, cell), style in zip(report["references"].items(), (":", "-.", "--"), strict=False):
             if cell.get("accuracy") is not None:
                 axes.axhline(cell["accuracy"], color="grey", linestyle=style, linewidth=1,
                              label=f"yours: {name} {cell['accuracy']:.2f}")
@@ -292,7 +292,7 @@ def plot_reproduction(report: dict, path: str | os.PathLike) -> Path:
         axes.grid(alpha=0.3)
     handles, labels = {}, []
     for axes in panels[0]:
-        for handle, label in zip(*axes.get_legend_handles_labels()):
+        for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)

@@ -237,7 +237,7 @@ def test_budget_smaller_than_the_gold_passages_is_an_error(world):
         builder.run(query=task.input, gold_documents=gold, okapi=lists["okapi"])
     with pytest.raises(ValueError, match="budget_passages"):
         ConfounderAwareCorpusBuilder(retrievers=["okapi"], budget_passages=1).run(
-            query=task.input, gold_documents=gold + [lists["okapi"][5]], okapi=lists["okapi"]
+            query=task.input, gold_documents=[*gold, lists["okapi"][5]], okapi=lists["okapi"]
         )
 
 
@@ -272,7 +272,7 @@ def test_near_duplicates_and_exact_duplicates_under_other_ids_are_dropped(world)
     copy = Document(id="copy", content=original.content.upper(), meta=dict(original.meta))
     near = Document(id="near", content=original.content + " Also one more sentence.", meta={"title": "x"})
     result = ConfounderAwareCorpusBuilder(budget_passages=10).run(
-        query="q", candidates={"a": [original, copy, near] + lists["okapi"][1:4]}
+        query="q", candidates={"a": [original, copy, near, *lists["okapi"][1:4]]}
     )
     ids = [d.id for d in result["documents"]]
     assert original.id in ids and "copy" not in ids and "near" not in ids

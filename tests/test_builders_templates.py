@@ -69,7 +69,7 @@ def test_each_template_puts_ids_and_query_where_the_paper_does(tokenizer, corpus
         assert text[start:end] == question
     # exact spans: each passage's block, title and text included
     assert list(rendered.passage_char_spans) == ["PSG001", "PSG002", "PSG003", "PSG004"]
-    for pid, document in zip(rendered.passage_char_spans, corpus):
+    for pid, document in zip(rendered.passage_char_spans, corpus, strict=True):
         start, end = rendered.passage_char_spans[pid]
         assert text[start:end] == format_passage(pid, document.meta["title"], document.content)
 
@@ -84,7 +84,8 @@ def test_passage_spans_fall_on_token_boundaries_of_the_offset_mapping(tokenizer,
         assert start in starts and end in ends
     # and the tokens inside a span decode back to the block
     start, end = rendered.passage_char_spans["PSG002"]
-    inside = [i for i, (s, e) in zip(encoded["input_ids"], encoded["offset_mapping"]) if s >= start and e <= end]
+    inside = [i for i, (s, e) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True)
+              if s >= start and e <= end]
     assert tokenizer.decode(inside) == rendered.text[start:end]
     # the same token count the reader sees from apply_chat_template
     ids = tokenizer.apply_chat_template(
@@ -160,7 +161,7 @@ def test_a_named_answer_instruction_quotes_the_paper_before_the_icr2_text(tokeni
     assert render_cic_prompt("qa", question, corpus, answer_instruction="none").messages[-1].text == \
         render_cic_prompt("qa", question, corpus).messages[-1].text
     # passage and query spans still index the templated text exactly
-    for pid, document in zip(short.passage_ids, corpus):
+    for pid, document in zip(short.passage_ids, corpus, strict=True):
         start, end = short.passage_char_spans[pid]
         assert short.text[start:end] == format_passage(pid, document.meta.get("title", ""), document.content)
     assert all(short.text[s:e] == question for s, e in short.query_char_spans)

@@ -18,7 +18,7 @@ CLOSED_BOOK = "pipelines/closed_book.yaml"
 
 
 def _write_variant(tmp_path, name, change):
-    data = yaml.safe_load(open(CLOSED_BOOK).read())
+    data = yaml.safe_load(Path(CLOSED_BOOK).read_text())
     change(data)
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
@@ -51,7 +51,7 @@ def test_declared_input_must_be_an_open_socket(tmp_path):
 
 
 def test_dataset_with_missing_answers_is_counted(tmp_path, sample_files):
-    lines = [json.loads(line) for line in open(sample_files.tasks).read().splitlines()[:6]]
+    lines = [json.loads(line) for line in Path(sample_files.tasks).read_text().splitlines()[:6]]
     for record in lines[:2]:
         record["output"] = [{"provenance": o.get("provenance", [])} for o in record["output"]]
     path = tmp_path / "nq-missing.jsonl"

@@ -2,6 +2,7 @@
 
 import json
 import statistics
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -135,7 +136,7 @@ GOLDS = [["eiffel tower"], ["eiffel tower", "tower"], ["Eiffel tower"], ["London
 
 
 def test_haystack_exact_match_agrees_with_ours():
-    ours = [float(exact_match(p, g)) for p, g in zip(PREDICTIONS, GOLDS)]
+    ours = [float(exact_match(p, g)) for p, g in zip(PREDICTIONS, GOLDS, strict=True)]
     assert haystack_exact_match(PREDICTIONS, GOLDS) == ours
 
 
@@ -146,8 +147,8 @@ def test_the_stemmed_rouge_l_differs_from_ours_only_by_stemming():
 
     plain, stemming = DefaultTokenizer(use_stemmer=False), DefaultTokenizer(use_stemmer=True)
     theirs = stemmed_rouge_l(PREDICTIONS, GOLDS)
-    ours = [rouge_l(p, g) for p, g in zip(PREDICTIONS, GOLDS)]
-    for prediction, gold, mine, other in zip(PREDICTIONS, GOLDS, ours, theirs):
+    ours = [rouge_l(p, g) for p, g in zip(PREDICTIONS, GOLDS, strict=True)]
+    for prediction, gold, mine, other in zip(PREDICTIONS, GOLDS, ours, theirs, strict=True):
         tokens = set(plain.tokenize(normalize_answer(" ".join([prediction, *gold]))))
         merges = len({tuple(stemming.tokenize(t)) for t in tokens}) < len(tokens)
         if merges:
@@ -220,7 +221,7 @@ def test_exact_match_column_is_left_out_of_the_tables_when_the_reader_answers_in
     assert "exact_match" not in header and "answer_match" in header
     assert all(row[3] != "exact_match" for row in paired_rows(report)[1])
     files = write_report(report, tmp_path)
-    markdown = open(files["markdown"]).read()
+    markdown = Path(files["markdown"]).read_text()
     assert "Left out of the tables: exact_match" in markdown and "### exact_match" not in markdown
 
     short = [record(p, f"q{i}", "Paris", ["Paris"], ["p1"], ["p1"]) for p in ("rag", "other") for i in range(4)]

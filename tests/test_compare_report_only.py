@@ -1,6 +1,7 @@
 """`icr2 compare --report-only`: a long resumable run's partial results, paired, without running a model."""
 
 import json
+from pathlib import Path
 
 from icr2_components.cli import main
 from icr2_components.evaluation.compare.cache import cache_lines
@@ -10,7 +11,7 @@ PIPELINES = ["pipelines/closed_book.yaml", "pipelines/oracle.yaml"]
 
 
 def held_out_ids(count):
-    lines = open("bench/data/heldout_nq_ids.txt").read().splitlines()
+    lines = Path("bench/data/heldout_nq_ids.txt").read_text().splitlines()
     return [line for line in lines if line and not line.startswith("#")][:count]
 
 

@@ -305,7 +305,7 @@ def test_an_elasticsearch_index_filled_by_haystack_is_used_as_it_is_with_dense_r
     vectors = minilm.encode([f"{r['name']}\n{r['body']}" for r in rows], normalize_embeddings=True)
     theirs = ElasticsearchDocumentStore(hosts=elasticsearch_url, index=es_index_name)
     theirs.write_documents([Document(id=r["doc_id"], content=r["body"], meta={"title": r["name"], "rank": r["rank"]},
-                                     embedding=v.tolist()) for r, v in zip(rows, vectors)])
+                                     embedding=v.tolist()) for r, v in zip(rows, vectors, strict=True)])
     es_client.indices.refresh(index=es_index_name)
     config = tmp_path / "existing-es.yaml"
     config.write_text(yaml.safe_dump({

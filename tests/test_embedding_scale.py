@@ -300,7 +300,7 @@ def test_an_elasticsearch_index_written_from_shards_equals_one_embedded_directly
     names = [f"{stem}-direct", f"{stem}-shards"]
     try:
         handles = []
-        for name, extra in zip(names, ({}, {"vectors_dir": str(out)})):
+        for name, extra in zip(names, ({}, {"vectors_dir": str(out)}), strict=True):
             data = config_dict(tmp_path, name, **extra)
             data["store"] = {
                 "type": "elasticsearch",

@@ -41,7 +41,8 @@ def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, m
     assert summary["all"]["adaptive"]["retrieval_rate"] == sum(retrieved) / 2
     labels = [True, False]
     assert (
-        summary["all"]["adaptive"]["retrieval_accuracy"] == sum(r == label for r, label in zip(retrieved, labels)) / 2
+        summary["all"]["adaptive"]["retrieval_accuracy"]
+        == sum(r == label for r, label in zip(retrieved, labels, strict=True)) / 2
     )
     rows = report["rows"]
     truths = [
@@ -49,7 +50,7 @@ def test_eval_gate_reports_adaptive_always_never_per_source(tmp_path, smollm2, m
         for line in data.read_text().splitlines()
         if json.loads(line)["question"].strip()
     ]
-    for row, truth in zip(rows, truths):
+    for row, truth in zip(rows, truths, strict=True):
         assert row["closed_book_match"] == answer_match(row["closed_book_answer"], truth)
         assert row["context_match"] == answer_match(row["context_answer"], truth)
         assert row["question"] not in row["demonstrations"] and len(row["demonstrations"]) == 4

@@ -273,7 +273,7 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
         retrieve = [row[f"{name} retrieve"] for row in report["rows"]]
         by_id = {q.id: q for q in labelled}
         match = [by_id[row["id"]].context_match if r else by_id[row["id"]].closed_book_match
-                 for row, r in zip(report["rows"], retrieve)]
+                 for row, r in zip(report["rows"], retrieve, strict=True)]
         assert entry["answer_match"]["mean"] == pytest.approx(sum(match) / n)
         assert entry["objective"]["mean"] == pytest.approx(sum(match) / n - 0.1 * sum(retrieve) / n)
         if name != "always":

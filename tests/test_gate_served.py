@@ -100,7 +100,7 @@ def test_served_p_yes_follows_the_local_logits_on_retrievalqa_questions(served_t
         by_server = served_ta_are.run(query=question)["decision"]
         assert by_logits["prompt"] == by_server["prompt"] and by_server["scoring"] == "top_logprobs"
         pairs.append((by_logits["p_yes"], by_server["p_yes"]))
-    xs, ys = zip(*pairs)
+    xs, ys = zip(*pairs, strict=True)
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     covariance = sum((x - mx) * (y - my) for x, y in pairs)
     pearson = covariance / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))

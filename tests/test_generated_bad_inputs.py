@@ -186,7 +186,7 @@ class Accepts:
     kinds: set[str]
     literals: tuple = ()
     bounds: dict[str, float] = dataclasses.field(default_factory=dict)
-    item: "Accepts | None" = None
+    item: Accepts | None = None
 
 
 def accepts(expected: Any) -> Accepts:

@@ -74,7 +74,7 @@ def test_dense_and_hybrid_over_the_users_store_take_the_query_embedding(minilm, 
     vectors = minilm.encode([f"{p.meta['title']} {p.content}" for p in chosen], normalize_embeddings=True)
     store = InMemoryDocumentStore(embedding_similarity_function="cosine")
     store.write_documents([Document(id=p.id, content=p.content, meta=p.meta, embedding=v.tolist())
-                           for p, v in zip(chosen, vectors)])
+                           for p, v in zip(chosen, vectors, strict=True)])
     embedding = minilm.encode(QUERY, normalize_embeddings=True).tolist()
     dense = IndexRetriever(document_store=store, method="dense", top_k=3).run(query=QUERY, query_embedding=embedding)
     assert dense["documents"][0].meta["title"] == GOLD_TITLE

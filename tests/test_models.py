@@ -46,7 +46,7 @@ def test_paths_and_hub_ids_pass_through_and_bad_names_fail_clearly(tmp_path):
 
 
 def test_cache_shares_one_copy_per_model_and_settings(smollm2):
-    model, tokenizer = smollm2
+    model, _tokenizer = smollm2
     again, _ = MODEL_CACHE.causal_lm("smollm2-135m-instruct", dtype="float32", device="cpu")
     assert again is model
     by_path, _ = MODEL_CACHE.causal_lm(resolve_model("smollm2-135m-instruct"), dtype="float32", device="cpu")
@@ -145,7 +145,8 @@ def _python(code: str, **extra_env: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-_REPORT = "import json, os; print(json.dumps({k: os.environ.get(k) for k in %r}))" % sorted(_ENV_DEFAULTS)
+_NAMES = repr(sorted(_ENV_DEFAULTS))  # the variables' names, as a list literal in the child's code
+_REPORT = "import json, os; print(json.dumps({k: os.environ.get(k) for k in " + _NAMES + "}))"
 
 
 def test_importing_the_package_and_its_components_sets_no_environment_variable():
@@ -162,7 +163,7 @@ def test_the_icr2_entry_switches_telemetry_off_before_haystack_is_imported():
     code = ("import json, sys; from icr2_components import cli; assert 'haystack' not in sys.modules; cli.main([]); "
             "from haystack.telemetry import _telemetry; import os; "
             "print(json.dumps({'client': _telemetry.telemetry is not None, "
-            "**{k: os.environ.get(k) for k in %r}}))" % sorted(_ENV_DEFAULTS))
+            "**{k: os.environ.get(k) for k in " + _NAMES + "}}))")
     assert _python(code) == {"client": False, **_ENV_DEFAULTS}
     kept = _python(code, HF_HUB_OFFLINE="0", HAYSTACK_TELEMETRY_ENABLED="True")
     assert {k: v for k, v in kept.items() if k != "client"} == {**_ENV_DEFAULTS, "HF_HUB_OFFLINE": "0",

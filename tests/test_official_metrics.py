@@ -348,7 +348,9 @@ def test_haystack_exact_match_in_the_report_is_ours_on_the_answer_span():
                                                       for r in records]
     # haystack_exact_match itself compares whole predictions, like text_metrics.exact_match
     replies, golds = [r["answer"] for r in records], [r["answers"] for r in records]
-    assert haystack_exact_match(replies, golds) == [float(exact_match(r, g)) for r, g in zip(replies, golds)]
+    assert haystack_exact_match(replies, golds) == [
+        float(exact_match(r, g)) for r, g in zip(replies, golds, strict=True)
+    ]
     assert haystack_exact_match(replies, golds) == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert "short_answer" in implementations["exact_match"]
     assert "best_subspan_em" in implementations["answer_match"]

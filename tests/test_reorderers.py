@@ -91,7 +91,7 @@ def test_budgets_are_never_exceeded_and_outputs_are_deterministic(passages, coun
     docs = passages[:n]
     has_gold = any(d.meta["origin"] == "gold" for d in docs)
     if kind is GoldAtPositionReorderer and not has_gold:
-        docs = docs + [passages[6]]
+        docs = [*docs, passages[6]]
     kwargs = {"budget_tokens": budget, "budget_passages": passages_budget, "tokenizer": TOKENIZER if budget else None}
     reorderer = kind(**kwargs)
     gold_cost = counter.count(passages[6])

@@ -149,7 +149,7 @@ def test_query_aware_joint_examples_name_the_question_before_the_corpus_and_keep
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
     examples = load_sft_examples(tmp_path / "train.jsonl", tokenizer, "da", 2048).examples
     plain, aware = joint_examples(examples, tokenizer), joint_examples(examples, tokenizer, query_aware=True)
-    for example, before, after in zip(examples, plain, aware):
+    for example, before, after in zip(examples, plain, aware, strict=True):
         assert before.full_ids[0].tolist() == example.input_ids and before.labels[0].tolist() == example.labels
         target = example.input_ids[example.prompt_length:]
         assert after.full_ids[0, -len(target):].tolist() == target

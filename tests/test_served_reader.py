@@ -69,7 +69,7 @@ def test_served_token_counts_match_the_local_tokenizer_of_the_same_model(llama_s
     """The server's tokenize endpoint (GGUF vocabulary) and the safetensors tokenizer count passages alike."""
     served = PassageTokenCounter.for_model(ServedModel(api_base_url=llama_server_url, model=MODEL).tokenizer_spec())
     local = PassageTokenCounter.for_model(MODEL)
-    documents = PARIS + [Document(content="Ünïcødé — text, with 2024 numbers & symbols: ∑.", meta={"title": "U"})]
+    documents = [*PARIS, Document(content="Ünïcødé — text, with 2024 numbers & symbols: ∑.", meta={"title": "U"})]
     assert served.count_many(documents) == local.count_many(documents)
 
 

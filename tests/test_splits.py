@@ -106,9 +106,9 @@ def test_dataset_ids_and_reading_chosen_questions_in_the_given_order(sample_file
     assert [q.id for q in questions] == ["nq-sample-00042", "nq-sample-00007"]
     assert all(q.answers and q.gold_documents for q in questions)
     # a repeated id in the file: first occurrence used, the repeat counted (not silently taken twice)
-    lines = open(sample_files.tasks).read().splitlines()[:3]
+    lines = Path(sample_files.tasks).read_text().splitlines()[:3]
     repeated = tmp_path / "repeated.jsonl"
-    repeated.write_text("\n".join(lines + [lines[1]]) + "\n")
+    repeated.write_text("\n".join([*lines, lines[1]]) + "\n")
     ids, skips, _ = dataset_question_ids(str(repeated))
     assert ids == ["nq-sample-00000", "nq-sample-00001", "nq-sample-00002"]
     assert skips.counts["repeated question id"] == 1

@@ -127,7 +127,7 @@ def test_both_stores_keep_the_counts_stored_at_indexing(elasticsearch_url, es_in
 
     corpus = tmp_path / "slice.jsonl"
     with open(sample_files.corpus, encoding="utf-8") as source:
-        corpus.write_text("".join(line for _, line in zip(range(120), source)), encoding="utf-8")
+        corpus.write_text("".join(line for _, line in zip(range(120), source, strict=False)), encoding="utf-8")
     stores = {
         "elasticsearch": {"type": "elasticsearch", "hosts": elasticsearch_url, "index": es_index_name},
         "in_memory": {"type": "in_memory", "persist_path": str(tmp_path / "store.json")},

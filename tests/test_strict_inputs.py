@@ -417,7 +417,7 @@ def test_library_readers_refuse_a_fifo_before_opening_it(tmp_path):
         def attempt(call=call, raised=raised) -> None:
             try:
                 call()
-            except Exception as caught:  # noqa: BLE001 - checked below
+            except Exception as caught:  # checked below
                 raised.append(caught)
 
         worker = threading.Thread(target=attempt, daemon=True)

@@ -81,7 +81,7 @@ def test_two_cpu_processes_train_to_the_same_loss_as_one_plumbing_tiny_random_mi
     double, double_mean = _losses(root / "two")
     assert len(single) == len(double) == STEPS
     assert single[-1] < single[0] - 0.1  # the loss moved: the comparison is not of two untrained models
-    assert max(abs(a - b) for a, b in zip(single, double)) < 1e-4, (single, double)
+    assert max(abs(a - b) for a, b in zip(single, double, strict=True)) < 1e-4, (single, double)
     assert abs(single_mean - double_mean) < 1e-4
 
     a, b = load_file(str(root / "one" / "model.safetensors")), load_file(str(root / "two" / "model.safetensors"))

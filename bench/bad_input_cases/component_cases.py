@@ -1081,7 +1081,9 @@ def tampered_artifact_cases(tmp: Path) -> list[Call]:
     out = []
     for label, change, says in cases:
         out.append(Call(f"{n}: a head artifact with {label}", n,
-                        lambda p=_tampered_heads(tmp, change.__name__, change): F(artifact=p, top_m=2, device="cpu",
+                        # the default binds this case's artifact, written once when the cases are listed
+                        lambda p=_tampered_heads(tmp, change.__name__, change): F(artifact=p, top_m=2,  # noqa: B008
+                                                                                   device="cpu",
                                                                                    max_context_tokens=4096).warm_up(),
                         says=says))
     return out

@@ -279,9 +279,9 @@ def unhonoured_requests(chat: str, run: str, ok: dict, user: list) -> list[Reque
 
 
 def start_server(port: int, log) -> subprocess.Popen:
-    argv = ICR2 + ["serve", "closed_book", "--backend", "llama_cpp_server", "--port", str(port), "--body-timeout",
-                   str(BODY_TIMEOUT_S), "--request-timeout", str(REQUEST_TIMEOUT_S), "--max-new-tokens", "8",
-                   "--max-query-chars", str(MAX_QUERY_CHARS)]
+    argv = [*ICR2, "serve", "closed_book", "--backend", "llama_cpp_server", "--port", str(port), "--body-timeout",
+            str(BODY_TIMEOUT_S), "--request-timeout", str(REQUEST_TIMEOUT_S), "--max-new-tokens", "8",
+            "--max-query-chars", str(MAX_QUERY_CHARS)]
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -11,6 +11,7 @@ time limit is a ``hang``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -282,7 +283,7 @@ def parquet_cases(tmp: Path) -> list[Call]:
                                                                                  "path": str(p)}),
                     right=skipped_as("text is not a string", ROWS, 0), says=("int_text.parquet", "text")))
     p = table("null_text.parquet", {"id": ids, "title": [f"T{i}" for i in ids],
-                                    "text": [None if i == 4 else t for i, t in zip(ids, texts)]})
+                                    "text": [None if i == 4 else t for i, t in zip(ids, texts, strict=True)]})
     out.append(Call(f"{n}: a null text in row 4", n, lambda p=p: read_corpus({"format": "parquet", "path": str(p)}),
                     right=skipped_as("missing text field", 1, ROWS - 1)))
     p = table("float_ids.parquet", {"id": [float(i) if i != 2 else None for i in ids], "title": ["T"] * ROWS,
@@ -428,10 +429,9 @@ def folder_cases(tmp: Path) -> list[Call]:
     os.mkfifo(fifo)
 
     def unblock(path: Path = fifo) -> None:
-        try:  # a reader blocked on the FIFO is freed by a writer opening and closing it
+        # a reader blocked on the FIFO is freed by a writer opening and closing it
+        with contextlib.suppress(OSError):
             os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
 
     out.append(Call(f"{n}: a FIFO named pipe.txt", n, read(f), timeout_s=30, cleanup=unblock,
                     right=lambda res: (len(res[0]) == 3 and "pipe.txt" in json.dumps(res[1]),
@@ -621,7 +621,7 @@ def config_cases(tmp: Path) -> list[Call]:
     from icr2_components import load_pipeline
 
     pipeline = (REPO / "pipelines" / "vanilla_rag.yaml").read_text()
-    for key, value in (("top_k", ".nan"), ("top_k", ".inf"), ("top_k", "true")):
+    for _key, value in (("top_k", ".nan"), ("top_k", ".inf"), ("top_k", "true")):
         if "top_k:" not in pipeline:
             break
         path = tmp / f"pipeline_{len(out)}.yaml"

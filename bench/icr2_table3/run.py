@@ -273,7 +273,7 @@ def cmd_report(_args) -> None:
                                                             read_ids("eval_ids.txt"))
              for after, before in HEADS_AFTER_BEFORE if arms.get(after) and arms.get(before) and contexts}
     if pairs:
-        for pair, adjusted in zip(pairs.values(), holm([pair["p"] for pair in pairs.values()])):
+        for pair, adjusted in zip(pairs.values(), holm([pair["p"] for pair in pairs.values()]), strict=True):
             pair["p_holm"] = adjusted
         report["heads_after_before"] = pairs
         table += ("\n\nThe heads' hit rate after fine-tuning against before (kept a gold passage; exact McNemar, Holm "

@@ -220,5 +220,14 @@ class Backend:
         return {need: why for need, why in needs.items() if need not in self.kind.provides}
 
 
-__all__ = ["Backend", "BackendError", "BackendKind", "NEEDS", "NoSettings", "ROLES", "backend_kind_class",
-           "backend_kind_names", "register_backend_kind"]
+__all__ = [
+    "NEEDS",
+    "ROLES",
+    "Backend",
+    "BackendError",
+    "BackendKind",
+    "NoSettings",
+    "backend_kind_class",
+    "backend_kind_names",
+    "register_backend_kind",
+]

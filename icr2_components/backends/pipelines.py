@@ -218,7 +218,6 @@ def apply_backend(data: dict, backend: Backend | None, source: str) -> dict:
 
 __all__ = [
     "BACKEND_ENV",
-    "request_concurrency",
     "apply_backend",
     "backend_from_dict",
     "backend_from_environment",
@@ -226,6 +225,7 @@ __all__ = [
     "component_class",
     "is_black_box",
     "load_backend",
+    "request_concurrency",
     "resolve_backend",
     "weights_reason",
 ]

@@ -193,7 +193,7 @@ def _run(args, index: str) -> int:
     out = Path(args.out)
     names = list(dict.fromkeys(CONTEXT_PIPELINES + CUB_PIPELINES))
     own_dir = Path(args.pipelines_dir) if args.pipelines_dir else None
-    written = dict(zip(names, write_variants(names, own_dir, out / "pipelines", args.top_k)))
+    written = dict(zip(names, write_variants(names, own_dir, out / "pipelines", args.top_k), strict=True))
     sample = build_sample()
     handle = open_index(index)
     console.print(

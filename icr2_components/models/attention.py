@@ -28,6 +28,7 @@ Usage:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -493,13 +494,11 @@ def _forward(model, input_ids: torch.Tensor, tap: QueryRowCapture) -> None:
         raise AttentionAccessError(
             f"Attention access reads one sequence at a time; got a batch of {input_ids.shape[0]}."
         )
-    with attention_taps(model, tap), torch.inference_mode():
-        try:
-            # logits_to_keep=1: the full-vocabulary logits of every position (T x 49K floats for SmolLM2) are
-            # never needed here.
-            model(input_ids=input_ids.to(model.device), use_cache=False, logits_to_keep=1)
-        except _StopForward:
-            pass
+    # the tap stops the forward pass once it has what it needs
+    with attention_taps(model, tap), torch.inference_mode(), contextlib.suppress(_StopForward):
+        # logits_to_keep=1: the full-vocabulary logits of every position (T x 49K floats for SmolLM2) are
+        # never needed here.
+        model(input_ids=input_ids.to(model.device), use_cache=False, logits_to_keep=1)
 
 
 def _stack(captured: dict[int, torch.Tensor], layers: Sequence[int]) -> torch.Tensor:

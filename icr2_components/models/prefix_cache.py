@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 def common_prefix_length(first: Sequence[int], second: Sequence[int]) -> int:
     """How many leading ids the two sequences share."""
     count = 0
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=False):
         if a != b:
             break
         count += 1

@@ -238,9 +238,8 @@ def training_recipe_writing(path: str | os.PathLike, recipes_dir: str | os.PathL
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         output_dir = data.get("output_dir") if isinstance(data, dict) else None
-        if isinstance(output_dir, str) and output_dir.strip():
-            if Path(output_dir).expanduser().resolve() == target:
-                return recipe
+        if isinstance(output_dir, str) and output_dir.strip() and Path(output_dir).expanduser().resolve() == target:
+            return recipe
     return None
 
 

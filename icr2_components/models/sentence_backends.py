@@ -153,7 +153,7 @@ def _export(model: str, target: Path) -> None:
             self.model = auto_model
 
         def forward(self, *inputs):
-            return self.model(**dict(zip(input_names, inputs)), return_dict=True).last_hidden_state
+            return self.model(**dict(zip(input_names, inputs, strict=True)), return_dict=True).last_hidden_state
 
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".export-"))
     try:

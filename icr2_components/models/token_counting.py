@@ -129,7 +129,8 @@ class PassageTokenCounter:
             if None not in stored:
                 return stored  # type: ignore[return-value]
             if any(value is not None for value in stored):
-                rest = iter(self._count_unstored([d for d, value in zip(documents, stored) if value is None]))
+                unstored = [d for d, value in zip(documents, stored, strict=True) if value is None]
+                rest = iter(self._count_unstored(unstored))
                 return [value if value is not None else next(rest) for value in stored]
         return self._count_unstored(documents)
 
@@ -144,7 +145,7 @@ class PassageTokenCounter:
             counts = self._encode_batch(
                 [PASSAGE_SEPARATOR + format_passage(_PLACEHOLDER_ID, title, text) for title, text in missing]
             )
-            self._cache.update(zip(missing, counts))
+            self._cache.update(zip(missing, counts, strict=True))
         return [self._cache[k] for k in keys]
 
     def count(self, document: Document) -> int:
@@ -174,7 +175,7 @@ def with_token_counts(documents: Iterable[Document], counters: Sequence[PassageT
             columns = [c._count_unstored(batch) for c in counters]
             batch = [
                 dataclasses.replace(document, meta={**(document.meta or {}), TOKEN_COUNTS_META: {
-                    c.fingerprint: column[position] for c, column in zip(counters, columns)}})
+                    c.fingerprint: column[position] for c, column in zip(counters, columns, strict=True)}})
                 for position, document in enumerate(batch)
             ]
         yield from batch

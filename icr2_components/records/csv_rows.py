@@ -166,7 +166,7 @@ def csv_records(
                 if _has_surrogate(row):
                     skips.skip("not UTF-8", line)
                     continue
-                yield line, {name: (cell if cell != "" else None) for name, cell in zip(header, row)}
+                yield line, {name: (cell if cell != "" else None) for name, cell in zip(header, row, strict=True)}
         finally:
             csv.field_size_limit(limit)
 

@@ -125,7 +125,8 @@ def rewrite(path: str | os.PathLike, keep_bytes: int, data: bytes) -> None:
     path = Path(path)
     with open(path, "rb") as source:
         head = source.read(keep_bytes)
-    handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", delete=False)
+    # closed by the `with handle` below; opened here so the except clause can remove it by name
+    handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", delete=False)  # noqa: SIM115
     try:
         with handle:
             handle.write(head)

@@ -116,7 +116,7 @@ def open_for_append(path: str | os.PathLike) -> IO[str]:
         with open(path, "rb") as reader:
             reader.seek(-1, os.SEEK_END)
             ends_cut = reader.read(1) != b"\n"
-    handle = open(path, "a", encoding="utf-8")
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - returned open, the caller closes it
     if ends_cut:
         handle.write("\n")
         handle.flush()

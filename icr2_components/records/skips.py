@@ -73,7 +73,7 @@ class SkipFile:
             self._seen.add(digest)
             if self._handle is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._handle = open(self.path, "w", encoding="utf-8")
+                self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - kept open, closed by close()
             self._handle.write(line + "\n")
             self._handle.flush()
             self.written += 1
@@ -140,7 +140,7 @@ class SkipReport:
             self._kept.append((reason, line_number, detail))
         else:
             if self._spill is None:
-                self._spill = tempfile.TemporaryFile("w+", encoding="utf-8")
+                self._spill = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115 - kept across calls
             self._spill.write(json.dumps([reason, line_number, detail], ensure_ascii=False) + "\n")
         log = active_skip_file()
         entry = {"source": printable(self.source), "reason": reason, "line": line_number, "detail": detail}

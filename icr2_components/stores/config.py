@@ -106,7 +106,7 @@ class IndexConfig:
     writer: WriterConfig = field(default_factory=WriterConfig)
     name: str = "index"
 
-    def validate(self) -> "IndexConfig":
+    def validate(self) -> IndexConfig:
         for section in (self.store, self.corpus, self.embedding, self.writer):
             section.validate()
         # a store section's checks that need the other sections (e.g. no vector index without embeddings)

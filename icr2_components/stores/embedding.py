@@ -119,7 +119,7 @@ class PassageEmbedder:
         iterator = iter(documents)
         while batch := list(islice(iterator, self.batch_size * 4)):
             vectors = self.embed_texts([text_to_embed(doc, self.meta_fields) for doc in batch])
-            for document, vector in zip(batch, vectors):
+            for document, vector in zip(batch, vectors, strict=True):
                 yield replace(document, embedding=vector)
 
 

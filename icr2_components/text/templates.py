@@ -255,7 +255,7 @@ def render_cic_prompt(
     boolean(query_aware, "query_aware")
     ids = passage_ids_for(documents)
     blocks = []
-    for pid, document in zip(ids, documents):
+    for pid, document in zip(ids, documents, strict=True):
         if document.content is None:
             raise ValueError(f"Document {document.id} has no text; drop it before rendering (the corpus builder does).")
         blocks.append(format_passage(pid, document_title(document), document.content))
@@ -273,7 +273,7 @@ def render_cic_prompt(
         text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=add_generation_prompt)
         offset = _locate_content(text, content)
 
-    passage_spans = {pid: (offset + s, offset + e) for pid, (s, e) in zip(ids, block_spans)}
+    passage_spans = {pid: (offset + s, offset + e) for pid, (s, e) in zip(ids, block_spans, strict=True)}
     query_char_spans = [(offset + s, offset + e) for s, e in query_spans]
     return RenderedPrompt(
         messages=messages,

@@ -132,7 +132,7 @@ def tune_pipeline(
     keys = list(grid)
     table = []
     for values in itertools.product(*(grid[k] for k in keys)):
-        setting = dict(zip(keys, values))
+        setting = dict(zip(keys, values, strict=True))
         variant_file = out / f"{source.stem}.candidate.yaml"
         variant_file.write_text(yaml.safe_dump(with_parameters(data, setting), sort_keys=False))
         spec = PipelineSpec.from_file(str(variant_file), backend=backend)

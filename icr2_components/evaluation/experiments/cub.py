@@ -173,7 +173,7 @@ def paired_against_regular(scores: dict[str, dict[str, dict[str, float]]], techn
             result = compare_paired(a, b, seed, mde_alpha=ALPHA / len(family))
             results.append({"technique": name, "baseline": REGULAR, "measure": measure, "n": len(common), **result,
                             "family_size": len(family)})
-        for result, adjusted in zip(results, holm([r["p_value"] for r in results])):
+        for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
             result["p_holm"] = adjusted
             result["verdict"] = verdict(result["difference"]["mean"], adjusted, result["n"], result["mde"],
                                         largest=1.0)
@@ -243,7 +243,7 @@ class ContextUtilisationBenchmark(Experiment):
 
         chosen = _selected_techniques(settings.options.get("techniques"))
         refused, kept = [], []
-        for short, pipeline, label, _ in chosen:
+        for short, pipeline, _label, _ in chosen:
             path = shipped_file("pipelines", pipeline)
             try:  # what compare does first: a component the backend cannot serve is refused here, with why
                 PipelineSpec.from_file(str(path), backend=settings.backend)

@@ -360,7 +360,7 @@ class ICR2Benchmark(CurveExperiment):
             exact.append({"condition": name, **_cell([values[q] for q in complete if q in values])})
 
         def family(rows: list[dict]) -> list[dict]:
-            for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
+            for row, adjusted in zip(rows, holm([r["p_value"] for r in rows]), strict=True):
                 row["p_holm"] = adjusted
             return rows
 
@@ -585,7 +585,8 @@ def plot_icr2_benchmark(report: dict[str, Any], path: str | Path) -> Path:
         if not shown:
             continue
         values = [c["accuracy"] for c in shown]
-        errors = [[v - c["ci95"][0] for v, c in zip(values, shown)], [c["ci95"][1] - v for v, c in zip(values, shown)]]
+        errors = [[v - c["ci95"][0] for v, c in zip(values, shown, strict=True)],
+                  [c["ci95"][1] - v for v, c in zip(values, shown, strict=True)]]
         nudge = (index - (len(groups) - 1) / 2) * 0.015 * ((max(budgets) - min(budgets)) or max(budgets))
         mine.errorbar([c["x"] + nudge for c in shown], values, yerr=errors, marker="o", capsize=3,
                       color=colours[index % len(colours)], label=f"vanilla RAG (CiC), {group}")

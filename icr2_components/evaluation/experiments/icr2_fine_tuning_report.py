@@ -104,7 +104,7 @@ def plot_fine_tuning(report: dict[str, Any], path: str | Path) -> Path:
     positions = list(range(len(names)))
     axis.bar([p - 0.2 for p in positions], values, width=0.4, yerr=errors, capsize=3, color="tab:blue",
              label=f"yours ({report['run']['backend']}), n = {report['n']}, 95% Wilson")
-    paper = [(p + 0.2, report["arms"][n]["paper"]) for p, n in zip(positions, names)
+    paper = [(p + 0.2, report["arms"][n]["paper"]) for p, n in zip(positions, names, strict=True)
              if report["arms"][n]["paper"] is not None]
     if paper:
         axis.bar([x for x, _ in paper], [v for _, v in paper], width=0.4, color="tab:orange", alpha=0.8,

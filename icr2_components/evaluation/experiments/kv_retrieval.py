@@ -192,7 +192,7 @@ class KeyValueRetrieval(CurveExperiment):
 
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for variant, aware in zip(self.variants(), (False, True)):
+        for variant, aware in zip(self.variants(), (False, True), strict=True):
             path = folder / f"{variant.name}.yaml"
             path.write_text(yaml.safe_dump(_pipeline_yaml(aware), sort_keys=False))
             paths.append(path)

@@ -56,7 +56,7 @@ def _paper_figures() -> tuple[PaperFigure, ...]:
     for model, (curves, closed_book, oracle) in _TABLES.items():
         for documents, values in curves.items():
             figures += [PaperFigure(model, f"{documents}docs@{position}", value, _TABLE_OF[documents])
-                        for position, value in zip(PAPER_POSITIONS[documents], values)]
+                        for position, value in zip(PAPER_POSITIONS[documents], values, strict=True)]
         figures += [PaperFigure(model, "closed_book", closed_book, "Table 1"),
                     PaperFigure(model, "oracle", oracle, "Table 1")]
     return tuple(figures)
@@ -139,7 +139,7 @@ class LostInTheMiddle(CurveExperiment):
         folder.mkdir(parents=True, exist_ok=True)
         oracle = yaml.safe_load(shipped_file("pipelines", "oracle").read_text())
         paths = []
-        for variant, aware in zip(self.variants(), (False, True)):
+        for variant, aware in zip(self.variants(), (False, True), strict=True):
             data = json.loads(json.dumps(oracle))
             data["components"]["prompt"]["init_parameters"]["query_aware"] = aware
             data["metadata"] = {"technique": variant.name, "context_input": "prompt.documents"}

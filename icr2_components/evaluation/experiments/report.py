@@ -109,7 +109,7 @@ def _paired_rows(conditions, questions, first, second, names: tuple[str, str]) -
         result = paired_outcomes(a, b)
         rows.append({"condition": condition.name, "difference": (sum(a) - sum(b)) / len(questions),
                      names[0]: result["only_a"], names[1]: result["only_b"], "p_value": float(result["p_value"])})
-    for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
+    for row, adjusted in zip(rows, holm([r["p_value"] for r in rows]), strict=True):
         row["p_holm"] = adjusted
     return rows
 

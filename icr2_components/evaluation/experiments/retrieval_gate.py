@@ -136,10 +136,10 @@ def _paper_figures() -> tuple[PaperFigure, ...]:
                     PaperFigure(model, "all:always:match", rows["always"] / 100, "Table 10")]
         for method in ("vanilla", "ta_are"):
             figures += [PaperFigure(model, f"all:{method}:{name}", value / 100, "Table 10")
-                        for name, value in zip(_DECISION_FIELDS, rows[method])]
+                        for name, value in zip(_DECISION_FIELDS, rows[method], strict=True)]
     for threshold, values in _SELF_RAG_TABLE10.items():
         figures += [PaperFigure(SELF_RAG, f"all:threshold@{threshold}:{name}", value / 100, "Table 10")
-                    for name, value in zip(_DECISION_FIELDS, values)]
+                    for name, value in zip(_DECISION_FIELDS, values, strict=True)]
     figures += [PaperFigure(SELF_RAG, "all:never:match", _SELF_RAG_TABLE10_NEVER / 100, "Table 10"),
                 PaperFigure(SELF_RAG, "all:always:match", _SELF_RAG_TABLE10_ALWAYS / 100, "Table 10")]
     return tuple(figures)
@@ -614,7 +614,7 @@ class RetrievalGate(Experiment):
                     if isinstance(value, (int, float)):
                         stats[name] = stats.get(name, 0) + value
                 scores = ran["scores"] or [None] * len(chunk)
-                for question, decision, score in zip(chunk, ran["decisions"], scores):
+                for question, decision, score in zip(chunk, ran["decisions"], scores, strict=True):
                     cache.add({"key": key(question), "method": spec.name, "question_id": question.id,
                                "retrieve": decision, "score": score, "cut": ran["cut"]})
             records = [cache.records[key(q)] for q in labelled]
@@ -656,7 +656,7 @@ class RetrievalGate(Experiment):
             decisions = run["decisions"]
             matches = [bool(m) for m in answer_matches(decisions, labelled)] if labelled else []
             scores = score_retrieval_decisions(decisions, labels).as_dict()
-            agree = [d == bool(label) for d, label in zip(decisions, labels) if label is not None]
+            agree = [d == bool(label) for d, label in zip(decisions, labels, strict=True) if label is not None]
             methods[name] = {
                 "method": run["method"], "artifact": run["artifact"], "cut": run["cut"],
                 "retrieval_rate": cell(decisions), "accuracy": cell(matches), "retrieval_accuracy": cell(agree),
@@ -677,7 +677,8 @@ class RetrievalGate(Experiment):
                 rows[name] = {"difference": (sum(entry["matches"]) - sum(methods[baseline]["matches"]))
                               / max(len(labelled), 1), "only_method": result["only_a"],
                               "only_baseline": result["only_b"], "p_value": float(result["p_value"])}
-            for row, adjusted in zip(rows.values(), holm([r["p_value"] for r in rows.values()]) if rows else []):
+            adjusted_p = holm([r["p_value"] for r in rows.values()]) if rows else []
+            for row, adjusted in zip(rows.values(), adjusted_p, strict=True):
                 row["p_holm"] = adjusted
             versus[baseline] = rows
         for entry in methods.values():

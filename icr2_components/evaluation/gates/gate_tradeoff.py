@@ -59,7 +59,8 @@ def answer_matches(decisions: Sequence[bool], labelled: Sequence[Any]) -> np.nda
     """1/0 per question: the context answer's match where the decision retrieves, else the closed-book one's."""
     if len(decisions) != len(labelled):
         raise ValueError(f"Got {len(decisions)} decisions for {len(labelled)} labelled questions.")
-    return np.asarray([float(q.context_match if d else q.closed_book_match) for d, q in zip(decisions, labelled)])
+    return np.asarray([float(q.context_match if d else q.closed_book_match)
+                       for d, q in zip(decisions, labelled, strict=True)])
 
 
 def objective_values(decisions: Sequence[bool], labelled: Sequence[Any], cost: float) -> np.ndarray:
@@ -140,7 +141,7 @@ def compare_methods(methods: dict[str, dict[str, Any]], labelled: Sequence[Any],
     others = [n for n in results if n != baseline]
     for metric in ("answer_match", "objective"):
         adjusted = holm([results[n]["vs_always"][metric]["p_value"] for n in others]) if others else []
-        for name, p in zip(others, adjusted):
+        for name, p in zip(others, adjusted, strict=True):
             comparison = results[name]["vs_always"][metric]
             comparison["p_holm"] = p
             comparison["verdict"] = verdict(comparison["difference"]["mean"], p, len(labelled), comparison["mde"],
@@ -186,7 +187,7 @@ def compare_with_references(methods: dict[str, dict[str, Any]], labelled: Sequen
             pairs.append(pair)
     for metric in ("auroc", "objective"):
         tested = [p for p in pairs if "p_value" in p[metric]]
-        for pair, adjusted in zip(tested, holm([p[metric]["p_value"] for p in tested]) if tested else []):
+        for pair, adjusted in zip(tested, holm([p[metric]["p_value"] for p in tested]) if tested else [], strict=True):
             pair[metric]["p_holm"] = adjusted
             difference = pair[metric]["difference"]
             low = difference["ci95"][0] if difference["ci95"] else difference["mean"]

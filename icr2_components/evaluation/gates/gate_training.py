@@ -160,7 +160,7 @@ def train_gate(labels_files: Sequence[str | os.PathLike], kind: str, out: str | 
             columns = [column for signal in signals for column in SIGNAL_COLUMNS[signal]]
             weights = fitted.coef_[0].tolist()
             training.update(c=c, folds=folds, features=len(mean),
-                            signal_weights=dict(zip(columns, weights[len(weights) - len(columns):])))
+                            signal_weights=dict(zip(columns, weights[len(weights) - len(columns):], strict=True)))
         else:
             vectors = features.embed(questions)
             scores = leave_one_out_knn(vectors, labels, knn_k).tolist()

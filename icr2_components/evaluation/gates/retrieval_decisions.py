@@ -33,7 +33,7 @@ def _safe_ratio(numerator: float, denominator: float) -> float:
 
 
 def _class_precision_recall(decisions: Sequence[bool], labels: Sequence[bool], positive: bool) -> tuple[float, float]:
-    true_positive = sum(1 for d, label in zip(decisions, labels) if d == positive and label == positive)
+    true_positive = sum(1 for d, label in zip(decisions, labels, strict=True) if d == positive and label == positive)
     predicted = sum(1 for d in decisions if d == positive)
     actual = sum(1 for label in labels if label == positive)
     return _safe_ratio(true_positive, predicted), _safe_ratio(true_positive, actual)
@@ -51,7 +51,7 @@ def score_retrieval_decisions(
     if labels is not None and len(labels) != count:
         raise ValueError(f"Got {count} decisions but {len(labels)} labels; pass one label (or None) per decision.")
     retrieval_rate = _safe_ratio(sum(1 for d in decisions if d), count)
-    pairs = [(d, label) for d, label in zip(decisions, labels or [None] * count) if label is not None]
+    pairs = [(d, label) for d, label in zip(decisions, labels or [None] * count, strict=True) if label is not None]
     if not pairs:
         return RetrievalDecisionScores(count, retrieval_rate, 0, None, None, None, None)
     labelled_decisions = [bool(d) for d, _ in pairs]
@@ -73,7 +73,8 @@ def retrieval_auroc(p_yes: Sequence[float | None], labels: Sequence[bool | None]
     class is missing; unlabelled questions and missing probabilities are left out."""
     from icr2_components.evaluation.statistics.auroc import auroc_rows
 
-    pairs = [(float(p), float(bool(label))) for p, label in zip(p_yes, labels) if p is not None and label is not None]
+    pairs = [(float(p), float(bool(label))) for p, label in zip(p_yes, labels, strict=True)
+             if p is not None and label is not None]
     if not pairs:
         return None
     value = float(auroc_rows([p for p, _ in pairs], [label for _, label in pairs]))

@@ -68,7 +68,7 @@ def _pairs(predictions: Sequence[str], gold_lists: Sequence[Sequence[str]]) -> t
 
 def _best_per_answer(scores: Sequence[float], owner: Sequence[int], count: int) -> list[float]:
     best = [0.0] * count
-    for score, index in zip(scores, owner):
+    for score, index in zip(scores, owner, strict=True):
         best[index] = max(best[index], float(score))
     return best
 
@@ -108,7 +108,7 @@ def stemmed_rouge_l(predictions: Sequence[str], gold_lists: Sequence[Sequence[st
     if not golds:
         return [0.0] * len(predictions)
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    scores = [scorer.score(g, p)["rougeL"].fmeasure for g, p in zip(golds, predicted)]
+    scores = [scorer.score(g, p)["rougeL"].fmeasure for g, p in zip(golds, predicted, strict=True)]
     return _best_per_answer(scores, owner, len(predictions))
 
 
@@ -127,7 +127,7 @@ def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], di
         implementations["exact_match"] += " (Haystack's evaluator could not be imported)"
     else:
         implementations["exact_match"] = HAYSTACK_EXACT_MATCH
-        for scores, value in zip(per_record, exact):
+        for scores, value in zip(per_record, exact, strict=True):
             scores["exact_match"] = value
     rouge = stemmed_rouge_l(predictions, gold_lists)
     if rouge is None:
@@ -135,7 +135,7 @@ def external_scores(records: Sequence[dict]) -> tuple[list[dict[str, float]], di
         implementations["rouge_l_ragas"] = f"not computed: rouge-score cannot be imported ({why})"
     else:
         implementations["rouge_l_ragas"] = RAGAS_ROUGE_L
-        for scores, value in zip(per_record, rouge):
+        for scores, value in zip(per_record, rouge, strict=True):
             scores["rouge_l_ragas"] = value
     return per_record, implementations
 

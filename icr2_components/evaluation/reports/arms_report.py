@@ -49,8 +49,8 @@ def _rate(values: Sequence[bool]) -> dict:
 
 
 def _paired(a: Sequence[bool], b: Sequence[bool]) -> dict:
-    only_a = sum(1 for x, y in zip(a, b) if x and not y)
-    only_b = sum(1 for x, y in zip(a, b) if y and not x)
+    only_a = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
     return {"difference": (sum(a) - sum(b)) / len(a) if a else None, "only_arm": only_a, "only_reference": only_b,
             "p": exact_mcnemar(only_a, only_b)}
 
@@ -91,7 +91,7 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
         names = [n for n in out["arms"] if reference in out["arms"][n]["vs"]]
         for metric in ("answer_match", "exact_match"):
             adjusted = holm([out["arms"][n]["vs"][reference][metric]["p"] for n in names])
-            for n, p in zip(names, adjusted):
+            for n, p in zip(names, adjusted, strict=True):
                 out["arms"][n]["vs"][reference][metric]["p_holm_family"] = p
     out["pairs"] = []
     for arm, baseline in pairs:
@@ -102,14 +102,14 @@ def arms_report(arms: Mapping[str, Mapping[str, dict]], references: Sequence[str
         out["pairs"].append(entry)
     run_pairs = [entry for entry in out["pairs"] if "answer_match" in entry]
     for metric in ("answer_match", "exact_match"):
-        for entry, p in zip(run_pairs, holm([entry[metric]["p"] for entry in run_pairs])):
+        for entry, p in zip(run_pairs, holm([entry[metric]["p"] for entry in run_pairs]), strict=True):
             entry[metric]["p_holm_family"] = p
     family = [(arm, ref) for arm in claim_arms for ref in references]
     raw = [out["arms"].get(arm, {}).get("vs", {}).get(ref, {}).get("answer_match", {}).get("p", 1.0)
            for arm, ref in family]
     adjusted = holm(raw) if family else []
     per_arm: dict = {}
-    for (arm, ref), p in zip(family, adjusted):
+    for (arm, ref), p in zip(family, adjusted, strict=True):
         test = out["arms"].get(arm, {}).get("vs", {}).get(ref, {}).get("answer_match")
         difference = test["difference"] if test else None
         holds = test is not None and difference is not None and difference >= min_difference and p < ALPHA

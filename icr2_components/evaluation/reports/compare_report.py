@@ -257,7 +257,7 @@ def paired_section(scores: dict[tuple[str, str], dict[str, dict[str, float]]], n
                 result = compare_paired(a, b, seed, mde_alpha=ALPHA / m)
                 results.append({"pipeline": name, "baseline": baseline, "context_type": kind, "metric": metric,
                                 "n": len(common), **result, "mde_alpha": ALPHA / m, "family_size": m})
-            for result, adjusted in zip(results, holm([r["p_value"] for r in results])):
+            for result, adjusted in zip(results, holm([r["p_value"] for r in results]), strict=True):
                 result["p_holm"] = adjusted
                 result["verdict"] = verdict(result["difference"]["mean"], adjusted, result["n"], result["mde"],
                                             higher_is_better=metric not in COST_METRICS,
@@ -346,7 +346,7 @@ def build_report(records: Sequence[dict], specs: Sequence[Any], context_types: S
     memory = memory_answers(records, no_context)
     answered = [r for r in records if not r.get("error") and has_gold_answers(r)]
     external, implementations = external_scores(answered)
-    external_by_record = {id(r): scores for r, scores in zip(answered, external)}
+    external_by_record = {id(r): scores for r, scores in zip(answered, external, strict=True)}
     scores = per_question_scores(records, memory, external_by_record)
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for spec in specs:

@@ -108,7 +108,7 @@ def curve_shapes(curves: dict[str, dict[str, dict[str, Any]]], seed: int = DEFAU
                        curve[label]["n"]) for label in positions]
             tests[name] = unpaired_position_test(counts, seed)
         tested = [name for name, test in tests.items() if test["first_vs_last"]]
-        adjusted = dict(zip(tested, holm([tests[name]["first_vs_last"]["p_value"] for name in tested])))
+        adjusted = dict(zip(tested, holm([tests[name]["first_vs_last"]["p_value"] for name in tested]), strict=True))
         for name, test in tests.items():
             if name in adjusted:
                 test["first_vs_last"]["p_holm"] = adjusted[name]

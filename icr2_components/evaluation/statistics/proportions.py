@@ -64,7 +64,7 @@ def paired_outcomes(a: Sequence[bool], b: Sequence[bool]) -> dict[str, float | i
     ``n``, ``both``, ``only_a``, ``only_b``, ``neither`` and the exact McNemar ``p_value``."""
     if len(a) != len(b):
         raise ValueError(f"Paired outcomes need one result per question from each system; got {len(a)} and {len(b)}.")
-    pairs = [(bool(x), bool(y)) for x, y in zip(a, b)]
+    pairs = [(bool(x), bool(y)) for x, y in zip(a, b, strict=True)]
     only_a = sum(1 for x, y in pairs if x and not y)
     only_b = sum(1 for x, y in pairs if y and not x)
     return {
