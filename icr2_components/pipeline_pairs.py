@@ -27,6 +27,7 @@ named component). It returns one line per stray difference, and one per named di
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,20 +145,49 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
     differs_in = list(meta.get("differs_in") or []) if differs_in is None else list(differs_in)
     renamed = dict(meta.get("renamed") or {}) if renamed is None else dict(renamed)
     technique = apply_renames(technique, renamed)
-    differs_in = [x if _component(x) in _SECTIONS else _rename_socket(x, renamed) if "." in x else renamed.get(x, x)
-                  for x in differs_in]
-    named = {x for x in differs_in if "." not in x}
-    parameters: dict[str, set[str]] = {}
-    io_named: dict[str, set[str]] = {key: set() for key in _SECTIONS}
-    for entry in differs_in:
-        if "." in entry:
-            head, rest = entry.split(".", 1)
-            if head in _SECTIONS:
-                io_named[head].add(rest)
-            else:
-                parameters.setdefault(head, set()).add(rest)
-    problems: list[str] = []
+    declared = _Declared.of(differs_in, renamed)
+    problems = _component_differences(technique, baseline, declared)
+    problems += _connection_differences(technique, baseline, declared.named)
+    input_problems, outside_inputs = _input_differences(technique, baseline, declared)
+    problems += input_problems
+    problems += _output_differences(technique, baseline, declared)
+    problems += _metadata_differences(technique, baseline, declared, outside_inputs)
+    for key in sorted((set(technique) | set(baseline)) - {"components", "connections", "metadata", *_IO}):
+        if technique.get(key) != baseline.get(key):
+            problems.append(f"{key}: baseline {baseline.get(key)!r}, technique {technique.get(key)!r}")
+    return problems
 
+
+@dataclass(frozen=True)
+class _Declared:
+    """What ``differs_in`` allows to differ (in the technique's names after its renames): whole components
+    (``named``), components' init parameters (``parameters``) and entries of inputs, outputs and metadata
+    (``io_named``)."""
+
+    named: set[str]
+    parameters: dict[str, set[str]]
+    io_named: dict[str, set[str]]
+
+    @classmethod
+    def of(cls, differs_in: list[str], renamed: dict[str, str]) -> _Declared:
+        entries = [x if _component(x) in _SECTIONS else _rename_socket(x, renamed) if "." in x else renamed.get(x, x)
+                   for x in differs_in]
+        parameters: dict[str, set[str]] = {}
+        io_named: dict[str, set[str]] = {key: set() for key in _SECTIONS}
+        for entry in entries:
+            if "." in entry:
+                head, rest = entry.split(".", 1)
+                if head in _SECTIONS:
+                    io_named[head].add(rest)
+                else:
+                    parameters.setdefault(head, set()).add(rest)
+        return cls({x for x in entries if "." not in x}, parameters, io_named)
+
+
+def _component_differences(technique: dict, baseline: dict, declared: _Declared) -> list[str]:
+    """Components and init parameters that differ without being named, and names that match no difference."""
+    named, parameters = declared.named, declared.parameters
+    problems: list[str] = []
     t_components, b_components = technique.get("components") or {}, baseline.get("components") or {}
     for name in sorted(named - set(t_components) - set(b_components)):
         problems.append(f"differs_in names component {name!r}, which neither pipeline has")
@@ -191,7 +221,13 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
             unknown = keys - set(t_components[name].get("init_parameters") or {}) - set(
                 b_components[name].get("init_parameters") or {})
             problems.extend(f"differs_in names {name}.{key}, which neither pipeline sets" for key in sorted(unknown))
+    return problems
 
+
+def _connection_differences(technique: dict, baseline: dict, named: set[str]) -> list[str]:
+    """Connections between unnamed components that only one pipeline has (and the other does not route through
+    named components)."""
+    problems: list[str] = []
     t_edges, b_edges = _edges(technique), _edges(baseline)
 
     def kept(edges: set[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -203,14 +239,26 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
     for edge in sorted(kept(t_edges) - kept(b_edges)):
         if not _routed_through(edge, b_edges, named):
             problems.append(f"connection {edge[0]} -> {edge[1]} is only in the technique")
+    return problems
+
+
+def _input_differences(technique: dict, baseline: dict, declared: _Declared) -> tuple[list[str], set[str]]:
+    """Pipeline inputs that feed different unnamed sockets.
+
+    :returns: the problems, and the inputs that feed what differs by declaration (named, or feeding a socket that
+        a named component feeds in the baseline).
+    """
+    named = declared.named
+    t_edges, b_edges = _edges(technique), _edges(baseline)
 
     def fed_by_named(socket: str, edges: set[tuple[str, str]]) -> bool:
         return any(r == socket and _component(s) in named for s, r in edges)
 
+    problems: list[str] = []
     t_inputs, b_inputs = technique.get("inputs") or {}, baseline.get("inputs") or {}
     outside_inputs: set[str] = set()
     for name in sorted(set(t_inputs) | set(b_inputs)):
-        if name in io_named["inputs"]:
+        if name in declared.io_named["inputs"]:
             outside_inputs.add(name)
             continue
         t_targets = {x for x in _targets(t_inputs.get(name)) if _component(x) not in named}
@@ -223,24 +271,36 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
         for target in sorted(b_targets - t_targets):
             if not fed_by_named(target, t_edges):
                 problems.append(f"input {name!r} feeds {target} only in the baseline")
+    return problems, outside_inputs
 
+
+def _output_differences(technique: dict, baseline: dict, declared: _Declared) -> list[str]:
+    """Outputs that differ without being named (or coming from named components), and named inputs or outputs
+    that neither pipeline declares."""
+    problems: list[str] = []
     t_outputs, b_outputs = technique.get("outputs") or {}, baseline.get("outputs") or {}
     for name in sorted(set(t_outputs) | set(b_outputs)):
         t_path, b_path = t_outputs.get(name), b_outputs.get(name)
-        if name in io_named["outputs"] or t_path == b_path:
+        if name in declared.io_named["outputs"] or t_path == b_path:
             continue
-        if any(isinstance(p, str) and _component(p) in named for p in (t_path, b_path)):
+        if any(isinstance(p, str) and _component(p) in declared.named for p in (t_path, b_path)):
             continue
         problems.append(f"output {name!r}: baseline {b_path or _MISSING}, technique {t_path or _MISSING}")
     for key in _IO:
         present = set(technique.get(key) or {}) | set(baseline.get(key) or {})
         problems.extend(f"differs_in names {key}.{name}, which neither pipeline declares"
-                        for name in sorted(io_named[key] - present))
+                        for name in sorted(declared.io_named[key] - present))
+    return problems
 
+
+def _metadata_differences(technique: dict, baseline: dict, declared: _Declared, outside_inputs: set[str]) -> list[str]:
+    """Metadata (besides the pair declaration) that differs without following from what is named."""
+    named, parameters = declared.named, declared.parameters
+    problems: list[str] = []
     t_meta, b_meta = technique.get("metadata") or {}, baseline.get("metadata") or {}
     for key in sorted((set(t_meta) | set(b_meta)) - PAIR_KEYS):
         t_value, b_value = t_meta.get(key), b_meta.get(key)
-        if key in io_named["metadata"]:
+        if key in declared.io_named["metadata"]:
             if t_value == b_value:
                 problems.append(f"differs_in names metadata.{key}, but it is {t_value!r} in both")
             continue
@@ -258,9 +318,6 @@ def pair_differences(technique: dict, baseline: dict, differs_in: list[str] | No
             if own(t_value) == own(b_value):
                 continue
         problems.append(f"metadata.{key}: baseline {b_value!r}, technique {t_value!r}")
-    for key in sorted((set(technique) | set(baseline)) - {"components", "connections", "metadata", *_IO}):
-        if technique.get(key) != baseline.get(key):
-            problems.append(f"{key}: baseline {baseline.get(key)!r}, technique {technique.get(key)!r}")
     return problems
 
 
