@@ -83,17 +83,17 @@ class GoldAtPositionReorderer(BudgetedReorderer):
     def run(
         self,
         documents: list[Document],
-        position: int | None = None,
-        gold_ids: list[str] | None = None,
         budget_tokens: int | None = None,
         budget_passages: int | None = None,
+        position: int | None = None,
+        gold_ids: list[str] | None = None,
     ) -> dict[str, Any]:
         """
         :param documents: the corpus.
-        :param position: overrides the init value (checked as it is).
-        :param gold_ids: ids (document id or meta passage_id) of the gold passages; default: meta origin "gold".
         :param budget_tokens: overrides the init value.
         :param budget_passages: overrides the init value.
+        :param position: overrides the init value (checked as it is).
+        :param gold_ids: ids (document id or meta passage_id) of the gold passages; default: meta origin "gold".
         :returns: `documents` with the gold block at the position, and `report`.
         """
         document_list(documents)

@@ -44,6 +44,7 @@ def by_relevance(documents: Sequence[Document], relevance: str) -> list[Document
             f"relevance='score' but {len(missing)} document(s) have no score (e.g. {missing[0]}); "
             "use relevance='input_order' or put a ranker upstream."
         )
+    scored: list[tuple[float, Document]] = []
     for document in documents:
         score = document.score
         if isinstance(score, bool) or not isinstance(score, Real) or not math.isfinite(float(score)):
@@ -51,7 +52,9 @@ def by_relevance(documents: Sequence[Document], relevance: str) -> list[Document
                 f"relevance='score' but Document {document.id} has score {score!r}, not a finite number; fix the "
                 "scorer upstream (or drop that document), or use relevance='input_order'."
             )
-    return sorted(documents, key=lambda d: -float(d.score))  # sorted() is stable: ties keep input order
+        scored.append((float(score), document))
+    # sorted() is stable: ties keep input order
+    return [document for _, document in sorted(scored, key=lambda pair: -pair[0])]
 
 
 def select_within_budget(
@@ -65,18 +68,24 @@ def select_within_budget(
 
     :returns: ``(kept, dropped, tokens_used)``; ``kept`` lists required documents first.
     """
+
+    def count(batch: list[Document]) -> list[int]:
+        if count_tokens is None:
+            raise ValueError(f"budget_tokens={budget_tokens} needs count_tokens (a tokenizer) to count with.")
+        return count_tokens(batch)
+
     kept = list(required)
     if budget_passages is not None and len(kept) > budget_passages:
         raise ValueError(f"{len(kept)} required passages do not fit budget_passages={budget_passages}.")
     used = 0
     if budget_tokens is not None:
-        used = sum(count_tokens(kept)) if kept else 0
+        used = sum(count(kept)) if kept else 0
         if used > budget_tokens:
             raise ValueError(f"The required passages need {used} tokens, more than budget_tokens={budget_tokens}.")
     candidates = list(documents)
-    costs = count_tokens(candidates) if budget_tokens is not None and candidates else [0] * len(candidates)
+    costs = count(candidates) if budget_tokens is not None and candidates else [0] * len(candidates)
     taken = 0
-    for document, cost in zip(candidates, costs):
+    for document, cost in zip(candidates, costs, strict=True):
         if budget_passages is not None and len(kept) >= budget_passages:
             break
         if budget_tokens is not None and used + cost > budget_tokens:
