@@ -148,11 +148,14 @@ def build_icr2_benchmark(
         raise ValueError(f"confounding_ratio={ratio} needs a random pool (random_pool=handle.random_documents).")
     counter = PassageTokenCounter.for_model(tokenizer) if tokenizer else None
     assembler = CorpusAssembler(count_tokens=counter.count_many if counter else None)
+    if budget_tokens is not None:
+        budget_unit, budget_value = "tokens", budget_tokens
+    else:
+        assert budget_passages is not None  # validate_budget refuses neither
+        budget_unit, budget_value = "passages", budget_passages
     if random_pool_size is None:
         # enough random passages for the whole budget even if every slot were random (passages cost >= ~64 tokens)
-        random_pool_size = budget_passages if budget_passages is not None else budget_tokens // 64 + 8
-    budget_unit = "tokens" if budget_tokens is not None else "passages"
-    budget_value = budget_tokens if budget_tokens is not None else budget_passages
+        random_pool_size = budget_passages if budget_passages is not None else budget_value // 64 + 8
 
     skips = SkipReport(source="build-benchmark")
     dropped: dict[str, int] = {}
@@ -177,7 +180,7 @@ def build_icr2_benchmark(
             lists = {name: fn(query, top_k) for name, fn in retrieve.items()}
             instance_seed = task_seed(seed, task.id)
             randoms: list[Document] = []
-            if ratio < 1.0:
+            if ratio < 1.0 and sampler is not None:  # a sampler is required below 1 (checked above)
                 randoms = sampler(random_pool_size, instance_seed, {d.id for d in gold})
             try:
                 result = assembler.assemble(

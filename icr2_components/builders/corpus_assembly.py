@@ -218,154 +218,108 @@ class CorpusAssembler:
         shuffle: bool = True,
         strict_ratio: bool = True,
     ) -> CorpusResult:
+        """One corpus for ``query``: every gold passage, then confounders from the retrievers' pooled lists and
+        the random pool at the confounding ratio, within the budget, shuffled (see the module's conventions).
+
+        :raises ValueError: a bad ratio or budget, a reserved retriever name, no candidates at all, or one id
+            for two different texts.
+        :raises BudgetTooSmallError: the gold passages alone exceed the budget.
+        """
         ratio = validate_ratio(confounding_ratio)
+        self._check_request(ranked_lists, budget_tokens, budget_passages)
+        gold_documents = list(gold_documents or [])
+        random_documents = list(random_documents or [])
+        report = CorpusReport(
+            mode="benchmark" if gold_documents else "production",
+            budget_unit="tokens" if budget_tokens is not None else "passages",
+            budget=budget_tokens if budget_tokens is not None else int(budget_passages or 0),
+            confounding_ratio=ratio,
+        )
+        _check_candidates(ratio, ranked_lists, gold_documents, random_documents)
+        checks = _CandidateChecks(self, report, answers, provenance)
+        self._take_gold(checks, gold_documents, budget_tokens, budget_passages)
+        report.candidates_offered = sum(len(docs) for docs in ranked_lists.values()) + len(random_documents)
+        streams = {
+            "retriever": checks.retriever_stream(ranked_lists),
+            "random": checks.random_stream(random_documents, random.Random(f"{seed}\x1fpool\x1f{query}")),
+        }
+        confounders = self._fill_confounders(checks, streams, ratio, budget_tokens, budget_passages, strict_ratio)
+        report.achieved_ratio = report.retriever_selected / confounders if confounders else None
+        report.used = checks.used_tokens if budget_tokens is not None else len(checks.taken)
+        order_seed = f"{seed}\x1fshuffle\x1f{query}" if shuffle else None
+        return CorpusResult(documents=_placed(checks.taken, order_seed), report=report)
+
+    def _check_request(
+        self, ranked_lists: Mapping[str, Sequence[Document]], budget_tokens: int | None, budget_passages: int | None
+    ) -> None:
+        """Refuse a budget that cannot be counted and a retriever named like a passage origin."""
         validate_budget(budget_tokens, budget_passages)
         if budget_tokens is not None and self.count_tokens is None:
             raise ValueError("budget_tokens needs a tokenizer to count with; name the reader's tokenizer.")
         for name in ranked_lists:
             if name in RESERVED_ORIGINS:
                 raise ValueError(f"A retriever may not be named {name!r}: it is reserved for passage origins.")
-        gold_documents = list(gold_documents or [])
-        random_documents = list(random_documents or [])
-        benchmark = bool(gold_documents)
-        report = CorpusReport(
-            mode="benchmark" if benchmark else "production",
-            budget_unit="tokens" if budget_tokens is not None else "passages",
-            budget=budget_tokens if budget_tokens is not None else int(budget_passages or 0),
-            confounding_ratio=ratio,
-        )
-        if ratio < 1.0 and not random_documents:
-            raise ValueError(
-                f"confounding_ratio={ratio} asks for randomly sampled passages but random_documents is empty; "
-                "pass a random pool (e.g. handle.random_documents(n, seed, exclude_ids)) or set confounding_ratio=1."
-            )
-        if not any(ranked_lists.values()) and not gold_documents and not random_documents:
-            raise ValueError(
-                "No candidates: every retriever list is empty and there are no gold or random passages. "
-                "Check the retrievers (an empty index?) before building a corpus."
-            )
 
-        answer_norms = normalized_answers(list(answers or []))
-        excluded_spans: dict[str, list[Span]] = {}
-        for item in provenance or []:
-            wid, span = provenance_span(item)
-            excluded_spans.setdefault(wid, []).append(span)
+    def _token_costs(self, documents: list[Document]) -> list[int]:
+        """The reader tokens of each of ``documents`` (a token budget needs the counter: checked per request)."""
+        if self.count_tokens is None:
+            raise ValueError("budget_tokens needs a tokenizer to count with; name the reader's tokenizer.")
+        return self.count_tokens(documents)
 
-        taken: list[tuple[Document, str, int]] = []  # (document, origin, rank)
-        seen: dict[str, str] = {}  # id -> text of every candidate looked at
-        accepted_texts: set[str] = set()
-        near_index = NearDuplicateIndex(self.near_duplicate_threshold)
-        used_tokens = 0
+    def _take_gold(
+        self,
+        checks: _CandidateChecks,
+        gold_documents: list[Document],
+        budget_tokens: int | None,
+        budget_passages: int | None,
+    ) -> None:
+        """Take every distinct gold passage first (all of them, always), their overlaps excluded from the rest.
 
-        # --- gold passages: all of them, always ---
-        gold_unique: list[Document] = []
-        for document in gold_documents:
-            if not document.content or not document.content.strip():
-                raise ValueError(f"Gold passage {document.id} has no text; a gold passage must carry its text.")
-            features = self.features(document.content)
-            if document.id in seen:
-                if self.features(seen[document.id]).normalized != features.normalized:
-                    raise ValueError(f"Two different gold passages share the id {document.id!r}; ids must be unique.")
-                report.drop("duplicate gold")
-                continue
-            seen[document.id] = document.content
-            gold_unique.append(document)
-        if gold_unique:
-            costs = self.count_tokens(gold_unique) if budget_tokens is not None else [1] * len(gold_unique)
+        :raises BudgetTooSmallError: the gold passages do not fit the budget.
+        """
+        gold = checks.unique_gold(gold_documents)
+        if gold:
+            costs = self._token_costs([d for d, _ in gold]) if budget_tokens is not None else [1] * len(gold)
             gold_cost = sum(costs)
             if budget_tokens is not None and gold_cost > budget_tokens:
                 raise BudgetTooSmallError(
-                    f"The {len(gold_unique)} gold passage(s) need {gold_cost} tokens but "
+                    f"The {len(gold)} gold passage(s) need {gold_cost} tokens but "
                     f"budget_tokens={budget_tokens}; "
                     "raise the budget (every gold passage is always included in benchmark mode)."
                 )
-            if budget_passages is not None and len(gold_unique) > budget_passages:
+            if budget_passages is not None and len(gold) > budget_passages:
                 raise BudgetTooSmallError(
-                    f"There are {len(gold_unique)} gold passages but budget_passages={budget_passages}; raise the "
+                    f"There are {len(gold)} gold passages but budget_passages={budget_passages}; raise the "
                     "budget."
                 )
-            used_tokens += gold_cost if budget_tokens is not None else 0
-            for rank, document in enumerate(gold_unique, start=1):
-                taken.append((document, ORIGIN_GOLD, rank))
-                features = self.features(document.content)
-                accepted_texts.add(features.normalized)
-                if self.drop_near_duplicates:
-                    near_index.add(document.id, features.shingles, features.prefix)
-                span = document_span(document)
-                if span is not None:
-                    excluded_spans.setdefault(span[0], []).append(span[1])
-        report.gold = len(gold_unique)
-        gold_ids = {document.id for document in gold_unique}
-        report.candidates_offered = sum(len(docs) for docs in ranked_lists.values()) + len(random_documents)
-
-        def eligible(document: Document) -> bool:
-            """Apply every check to one candidate; count the reason when it is dropped."""
-            report.candidates_seen += 1
-            content = document.content
-            if not content or content.isspace():
-                report.drop("no text")
-                return False
-            # the id check first: most visits are the same passage arriving from another retriever's list
-            previous = seen.get(document.id)
-            if previous is not None:
-                if document.id in gold_ids:
-                    report.drop("is a gold passage")
-                    return False
-                if previous is not content and self.features(previous).normalized != self.features(content).normalized:
-                    raise ValueError(
-                        f"Two different candidate passages share the id {document.id!r}; ids must identify one "
-                        "text (re-index, or give the retrievers' documents distinct ids)."
-                    )
-                report.drop("same passage from another list")
-                return False
-            seen[document.id] = content
-            features = self.features(content)
+            checks.used_tokens += gold_cost if budget_tokens is not None else 0
+        for rank, (document, features) in enumerate(gold, start=1):
+            checks.take(document, features, ORIGIN_GOLD, rank)
             span = document_span(document)
-            if span is None:
-                report.candidates_without_span += 1
-            else:
-                for gold_start, gold_end in excluded_spans.get(span[0], ()):
-                    if spans_overlap(span[1][0], span[1][1], gold_start, gold_end):
-                        report.drop("overlaps gold provenance")
-                        return False
-            if answer_norms and contains_any(features.normalized, answer_norms):
-                report.drop("contains an answer")
-                return False
-            if features.normalized in accepted_texts:
-                report.drop("duplicate text")
-                return False
-            if self.drop_near_duplicates and near_index.find(features.shingles, features.prefix) is not None:
-                report.drop("near-duplicate")
-                return False
-            return True
+            if span is not None:
+                checks.excluded_spans.setdefault(span[0], []).append(span[1])
+        checks.report.gold = len(gold)
+        checks.gold_ids = {document.id for document, _ in gold}
 
-        def accept(document: Document) -> None:
-            features = self.features(document.content)
-            accepted_texts.add(features.normalized)
-            if self.drop_near_duplicates:
-                near_index.add(document.id, features.shingles, features.prefix)
+    def _fill_confounders(
+        self,
+        checks: _CandidateChecks,
+        streams: dict[str, Iterator[_Candidate]],
+        ratio: float,
+        budget_tokens: int | None,
+        budget_passages: int | None,
+        strict_ratio: bool,
+    ) -> int:
+        """Take confounders from the two sources in the ratio's slot order until the budget or a source ends.
 
-        rng_pool = random.Random(f"{seed}\x1fpool\x1f{query}")
-        random_order = list(range(len(random_documents)))
-        rng_pool.shuffle(random_order)
-
-        def retriever_stream() -> Iterator[tuple[Document, str, int]]:
-            for name, rank, document in pool_round_robin(ranked_lists):
-                if eligible(document):
-                    yield document, name, rank
-
-        def random_stream() -> Iterator[tuple[Document, str, int]]:
-            for rank, index in enumerate(random_order, start=1):
-                document = random_documents[index]
-                if eligible(document):
-                    yield document, ORIGIN_RANDOM, rank
-
-        streams = {"retriever": retriever_stream(), "random": random_stream()}
+        :returns: the number of confounders taken (the report counts them by source and says why filling stopped).
+        """
+        report = checks.report
         exhausted: set[str] = set()
         confounders = 0
         stop_reason = ""
         while True:
-            if budget_passages is not None and len(taken) >= budget_passages:
+            if budget_passages is not None and len(checks.taken) >= budget_passages:
                 stop_reason = "passage budget reached"
                 break
             source = "retriever" if retriever_slot(ratio, confounders + 1) else "random"
@@ -375,21 +329,20 @@ class CorpusAssembler:
                     stop_reason = f"{source} pool exhausted"
                     break
                 source = other
-            item = next(streams[source], None)
-            if item is None:
+            candidate = next(streams[source], None)
+            if candidate is None:
                 exhausted.add(source)
                 continue
-            document, origin, rank = item
+            document, features, origin, rank = candidate
             if budget_tokens is not None:
-                cost = self.count_tokens([document])[0]
-                if used_tokens + cost > budget_tokens:
+                cost = self._token_costs([document])[0]
+                if checks.used_tokens + cost > budget_tokens:
                     stop_reason = "token budget reached"
                     report.next_candidate_cost = cost
                     report.drop("beyond the budget")
                     break
-                used_tokens += cost
-            accept(document)
-            taken.append((document, origin, rank))
+                checks.used_tokens += cost
+            checks.take(document, features, origin, rank)
             confounders += 1
             if origin == ORIGIN_RANDOM:
                 report.random_selected += 1
@@ -397,16 +350,157 @@ class CorpusAssembler:
                 report.retriever_selected += 1
                 report.per_retriever[origin] = report.per_retriever.get(origin, 0) + 1
         report.stop_reason = stop_reason
-        report.achieved_ratio = report.retriever_selected / confounders if confounders else None
-        report.used = used_tokens if budget_tokens is not None else len(taken)
+        return confounders
 
-        order = list(range(len(taken)))
-        if shuffle:
-            random.Random(f"{seed}\x1fshuffle\x1f{query}").shuffle(order)
-        documents = []
-        for position, index in enumerate(order, start=1):
-            document, origin, rank = taken[index]
-            meta = dict(document.meta or {})
-            meta.update(passage_id=format_passage_id(position), origin=origin, rank=rank)
-            documents.append(Document(id=document.id, content=document.content, meta=meta, score=document.score))
-        return CorpusResult(documents=documents, report=report)
+
+#: a candidate that passed the checks: ``(document, features, origin, rank)``
+_Candidate = tuple[Document, PassageFeatures, str, int]
+
+
+def _check_candidates(
+    ratio: float,
+    ranked_lists: Mapping[str, Sequence[Document]],
+    gold_documents: list[Document],
+    random_documents: list[Document],
+) -> None:
+    """Refuse a request with nothing to build from, or a ratio below 1 without a random pool."""
+    if ratio < 1.0 and not random_documents:
+        raise ValueError(
+            f"confounding_ratio={ratio} asks for randomly sampled passages but random_documents is empty; "
+            "pass a random pool (e.g. handle.random_documents(n, seed, exclude_ids)) or set confounding_ratio=1."
+        )
+    if not any(ranked_lists.values()) and not gold_documents and not random_documents:
+        raise ValueError(
+            "No candidates: every retriever list is empty and there are no gold or random passages. "
+            "Check the retrievers (an empty index?) before building a corpus."
+        )
+
+
+class _CandidateChecks:
+    """One assembly's state: what was taken and seen, and the checks every candidate passes (each drop counted)."""
+
+    def __init__(
+        self,
+        assembler: CorpusAssembler,
+        report: CorpusReport,
+        answers: Sequence[str] | None,
+        provenance: Sequence[Provenance | Mapping] | None,
+    ) -> None:
+        self.assembler = assembler
+        self.report = report
+        self.answer_norms = normalized_answers(list(answers or []))
+        self.excluded_spans: dict[str, list[Span]] = {}
+        for item in provenance or []:
+            wid, span = provenance_span(item)
+            self.excluded_spans.setdefault(wid, []).append(span)
+        self.taken: list[tuple[Document, str, int]] = []  # (document, origin, rank)
+        self.seen: dict[str, str] = {}  # id -> text of every candidate looked at
+        self.accepted_texts: set[str] = set()
+        self.near_index = NearDuplicateIndex(assembler.near_duplicate_threshold)
+        self.gold_ids: set[str] = set()
+        self.used_tokens = 0
+
+    def unique_gold(self, gold_documents: list[Document]) -> list[tuple[Document, PassageFeatures]]:
+        """The gold passages once each, with their features (the same id twice with the same text is counted).
+
+        :raises ValueError: a gold passage without text, or two different gold passages under one id.
+        """
+        unique: list[tuple[Document, PassageFeatures]] = []
+        for document in gold_documents:
+            content = document.content
+            if not content or not content.strip():
+                raise ValueError(f"Gold passage {document.id} has no text; a gold passage must carry its text.")
+            features = self.assembler.features(content)
+            if document.id in self.seen:
+                if self.assembler.features(self.seen[document.id]).normalized != features.normalized:
+                    raise ValueError(f"Two different gold passages share the id {document.id!r}; ids must be unique.")
+                self.report.drop("duplicate gold")
+                continue
+            self.seen[document.id] = content
+            unique.append((document, features))
+        return unique
+
+    def take(self, document: Document, features: PassageFeatures, origin: str, rank: int) -> None:
+        """Put ``document`` in the corpus; later candidates are checked against its text."""
+        self.taken.append((document, origin, rank))
+        self.accepted_texts.add(features.normalized)
+        if self.assembler.drop_near_duplicates:
+            self.near_index.add(document.id, features.shingles, features.prefix)
+
+    def eligible(self, document: Document) -> PassageFeatures | None:
+        """Apply every check to one candidate: its features when it passes, else None (the reason counted)."""
+        report = self.report
+        features_of = self.assembler.features
+        report.candidates_seen += 1
+        content = document.content
+        if not content or content.isspace():
+            report.drop("no text")
+            return None
+        # the id check first: most visits are the same passage arriving from another retriever's list
+        previous = self.seen.get(document.id)
+        if previous is not None:
+            if document.id in self.gold_ids:
+                report.drop("is a gold passage")
+                return None
+            if previous is not content and features_of(previous).normalized != features_of(content).normalized:
+                raise ValueError(
+                    f"Two different candidate passages share the id {document.id!r}; ids must identify one "
+                    "text (re-index, or give the retrievers' documents distinct ids)."
+                )
+            report.drop("same passage from another list")
+            return None
+        self.seen[document.id] = content
+        features = features_of(content)
+        span = document_span(document)
+        if span is None:
+            report.candidates_without_span += 1
+        else:
+            for gold_start, gold_end in self.excluded_spans.get(span[0], ()):
+                if spans_overlap(span[1][0], span[1][1], gold_start, gold_end):
+                    report.drop("overlaps gold provenance")
+                    return None
+        if self.answer_norms and contains_any(features.normalized, self.answer_norms):
+            report.drop("contains an answer")
+            return None
+        if features.normalized in self.accepted_texts:
+            report.drop("duplicate text")
+            return None
+        if self.assembler.drop_near_duplicates and self.near_index.find(features.shingles, features.prefix) is not None:
+            report.drop("near-duplicate")
+            return None
+        return features
+
+    def retriever_stream(self, ranked_lists: Mapping[str, Sequence[Document]]) -> Iterator[_Candidate]:
+        """The retrievers' eligible passages in pooled order, each under the retriever that ranked it first."""
+        for name, rank, document in pool_round_robin(ranked_lists):
+            features = self.eligible(document)
+            if features is not None:
+                yield document, features, name, rank
+
+    def random_stream(self, random_documents: list[Document], rng: random.Random) -> Iterator[_Candidate]:
+        """The random pool's eligible passages in an order drawn from ``rng`` (drawn now, not at the first use)."""
+        order = list(range(len(random_documents)))
+        rng.shuffle(order)
+        return self._eligible_randoms(random_documents, order)
+
+    def _eligible_randoms(self, random_documents: list[Document], order: list[int]) -> Iterator[_Candidate]:
+        for rank, index in enumerate(order, start=1):
+            document = random_documents[index]
+            features = self.eligible(document)
+            if features is not None:
+                yield document, features, ORIGIN_RANDOM, rank
+
+
+def _placed(taken: list[tuple[Document, str, int]], order_seed: str | None) -> list[Document]:
+    """The taken passages as new Documents in prompt order (shuffled by ``order_seed``, kept as taken without one),
+    each with meta ``passage_id`` (its position), ``origin`` and ``rank``."""
+    order = list(range(len(taken)))
+    if order_seed is not None:
+        random.Random(order_seed).shuffle(order)
+    documents = []
+    for position, index in enumerate(order, start=1):
+        document, origin, rank = taken[index]
+        meta = dict(document.meta or {})
+        meta.update(passage_id=format_passage_id(position), origin=origin, rank=rank)
+        documents.append(Document(id=document.id, content=document.content, meta=meta, score=document.score))
+    return documents

@@ -202,6 +202,7 @@ class ConfounderAwareCorpusBuilder:
         if token_budget is not None and not self.tokenizer:
             raise ValueError("budget_tokens needs the builder's tokenizer; set tokenizer in __init__.")
         self.warm_up()
+        assert self._assembler is not None  # warm_up builds it
         result = self._assembler.assemble(
             query,
             lists,
