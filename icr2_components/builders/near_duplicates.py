@@ -18,7 +18,7 @@ def word_shingles(normalized_text: str, size: int = 5) -> frozenset[int]:
     words = normalized_text.split()
     if len(words) <= size:
         return frozenset([hash(tuple(words))]) if words else frozenset()
-    return frozenset(map(hash, zip(*(words[i:] for i in range(size)))))
+    return frozenset(map(hash, zip(*(words[i:] for i in range(size)), strict=False)))
 
 
 def prefix_length(set_size: int, threshold: float) -> int:
