@@ -1,6 +1,7 @@
-"""``icr2 serve NAME|FILE.yaml [--host 127.0.0.1] [--port 1416]``: one pipeline over HTTP (a shipped pipeline's
-name, e.g. ``closed_book``, or a YAML path), at
-``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
+"""``icr2 serve NAME|FILE.yaml|FOLDER ... [--host 127.0.0.1] [--port 1416]``: pipelines over HTTP (shipped
+pipelines' names, e.g. ``vanilla_rag rap``, YAML paths or a folder of them), each at ``POST /<name>/run`` and as a
+model of an OpenAI-compatible API (``/v1/models``, ``/v1/chat/completions``); API keys, TLS, health routes and a
+graceful SIGTERM (``serving.auth``, ``serving.security``, ``serving.lifecycle``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def register(subparsers) -> None:
         DEFAULT_PORT,
         DEFAULT_REQUEST_TIMEOUT,
     )
+    from icr2_components.serving.lifecycle import DEFAULT_GRACE_SECONDS
     from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
 
     parser = subparsers.add_parser(
@@ -21,12 +23,32 @@ def register(subparsers) -> None:
         "chat model at /v1",
         description="Loads the pipeline with the icr2_components allowlist (never unsafe), validates requests "
         "from its declared inputs and answers errors as JSON with a reason. Binds to loopback by default.")
-    parser.add_argument("pipeline", help="a shipped pipeline's name (e.g. closed_book, vanilla_rag, adaptive_rag) or "
-                        "a pipeline YAML's path")
-    parser.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST}, loopback)")
+    parser.add_argument("pipeline", nargs="+", help="one or more pipelines: shipped names (e.g. vanilla_rag rap "
+                        "adaptive_rag), pipeline YAML paths or a folder of them; each is served at POST /<name>/run "
+                        "and as the model <name>, and what they share (models, indexes) is loaded once")
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"bind address (default {DEFAULT_HOST}, loopback); "
+                        "another address needs API keys or --no-auth")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--allow-remote", action="store_true",
-                        help="allow a non-loopback --host (the server has no authentication)")
+    keys = parser.add_argument_group("authentication and TLS")
+    keys.add_argument("--api-keys-file", metavar="FILE",
+                      help="file of accepted API keys' SHA-256 hashes, one a line: HASH [NAME] [N/min] (a per-key "
+                      "rate limit); read again when it changes, so deleting a line revokes that key at once. "
+                      "Clients send Authorization: Bearer KEY (the openai client's api_key)")
+    keys.add_argument("--api-keys-env", metavar="NAME",
+                      help="name of an environment variable holding accepted API keys, comma-separated (never give "
+                      "a key on the command line)")
+    keys.add_argument("--no-auth", action="store_true",
+                      help="serve a non-loopback --host without API keys: open to everyone who can reach it (behind "
+                      "a proxy that authenticates)")
+    keys.add_argument("--allow-remote", action="store_true", help="older name of --no-auth")
+    keys.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (with --tls-key)")
+    keys.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    keys.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                      help="a browser origin allowed to call the server (e.g. https://app.example.org; repeat for "
+                      "more); a request from any other Origin gets 403")
+    parser.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
+                        help="on SIGTERM, seconds the requests in flight (streams included) have to finish before "
+                        f"the server exits (default {DEFAULT_GRACE_SECONDS:g}); /health/ready answers 503 meanwhile")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                         help=f"larger request bodies get 413 (default {DEFAULT_MAX_BODY_BYTES})")
     parser.add_argument("--max-query-chars", type=int, default=DEFAULT_MAX_QUERY_CHARS,
@@ -63,25 +85,50 @@ def run(args) -> int:
 
 def _run(args) -> int:
     from icr2_components.backends.pipelines import resolve_backend
-    from icr2_components.serving.app import LOOPBACK_HOSTS, bind_server_socket, create_serving_app, run_server
+    from icr2_components.errors import UserInputError
+    from icr2_components.serving.app import (
+        LOOPBACK_HOSTS,
+        bind_server_socket,
+        check_tls_files,
+        create_serving_app,
+        run_server,
+    )
+    from icr2_components.serving.auth import KeyStore
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be 1-65535, got {args.port}.")
-    if args.host not in LOOPBACK_HOSTS and not args.allow_remote:
-        raise ValueError(f"--host {args.host} is not loopback and the server has no authentication; "
-                         "add --allow-remote to bind it anyway.")
-    # bound before the pipeline loads: a port in use is one line at once, never after the banner
+    with_keys = args.api_keys_file is not None or args.api_keys_env is not None
+    open_to_all = args.no_auth or args.allow_remote
+    if with_keys and args.no_auth:
+        raise UserInputError("--no-auth and API keys (--api-keys-file/--api-keys-env) contradict each other; give "
+                             "one.")
+    if args.host not in LOOPBACK_HOSTS and not (with_keys or open_to_all):
+        raise UserInputError(f"--host {args.host} is not loopback and the server has no API keys; give "
+                             "--api-keys-file FILE or --api-keys-env NAME, or --no-auth to serve it open to everyone "
+                             "who can reach it.")
+    if not 0 <= args.grace_seconds <= 86400:
+        raise UserInputError(f"--grace-seconds must be from 0 to 86400, got {args.grace_seconds:g}.")
+    check_tls_files(args.tls_cert, args.tls_key)
+    keys = KeyStore(args.api_keys_file, args.api_keys_env) if with_keys else None  # refused now when unreadable
+    # bound before the pipelines load: a port in use is one line at once, never after the banner
     sock = bind_server_socket(args.host, args.port)
     try:
         app = create_serving_app(args.pipeline, max_body_bytes=args.max_body_bytes,
                                  max_query_chars=args.max_query_chars, max_new_tokens=args.max_new_tokens,
                                  concurrency=args.concurrency, backend=resolve_backend(args.backend),
                                  max_queue=args.max_queue, body_timeout=args.body_timeout,
-                                 request_timeout=args.request_timeout)
-        base = f"http://{args.host}:{args.port}"
-        print(f"icr2 serve: POST {base}{app.state.icr2_run_path}  inputs {sorted(app.state.icr2_spec.inputs)}; "
-              f"OpenAI-compatible at {base}/v1 as model {app.state.icr2_spec.name!r}  (Ctrl-C stops)", flush=True)
-        run_server(app, host=args.host, port=args.port, allow_remote=args.allow_remote, sock=sock)
+                                 request_timeout=args.request_timeout, api_keys=keys,
+                                 cors_origins=tuple(args.cors_origin), load_in_background=True)
+        scheme = "https" if args.tls_cert else "http"
+        base = f"{scheme}://{args.host}:{args.port}"
+        served = app.state.icr2_pipelines
+        routes = ", ".join(f"POST {base}{pipeline.run_path}" for pipeline in served.values())
+        print(f"icr2 serve: {routes}  inputs {sorted(app.state.icr2_spec.inputs)}; OpenAI-compatible at {base}/v1 "
+              f"as model{'s' if len(served) > 1 else ''} {', '.join(repr(name) for name in served)}; "
+              f"{'API keys required' if keys else 'no API keys'}; ready at {base}/health/ready once loaded "
+              "(Ctrl-C stops)", flush=True)
+        run_server(app, host=args.host, port=args.port, allow_remote=open_to_all, sock=sock,
+                   grace_seconds=args.grace_seconds, tls_certfile=args.tls_cert, tls_keyfile=args.tls_key)
     finally:
         sock.close()
     return 0

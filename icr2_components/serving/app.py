@@ -47,6 +47,7 @@ plain FastAPI with exactly the routes below, built from public APIs only. Around
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import json
@@ -70,11 +71,21 @@ from icr2_components.backends.pipelines import request_concurrency
 from icr2_components.concurrency import check_concurrency
 from icr2_components.errors import UserInputError
 from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.auth import KeyStore
+from icr2_components.serving.lifecycle import (
+    DEFAULT_GRACE_SECONDS,
+    HEALTH_PATHS,
+    Lifecycle,
+    add_health_routes,
+    graceful_server_class,
+)
 from icr2_components.serving.openai_models import openai_error
 from icr2_components.serving.openai_routes import CHAT_PATHS, OPENAI_PATHS, add_openai_routes, is_openai_path
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
-from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS, build_request_model
+from icr2_components.serving.pipelines import ServedPipeline, load_served_pipelines
+from icr2_components.serving.request_model import DEFAULT_MAX_QUERY_CHARS
 from icr2_components.serving.response_model import error_model
+from icr2_components.serving.security import SECURITY_ERRORS, SecurityGuard
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1416
@@ -89,7 +100,7 @@ DEFAULT_REQUEST_TIMEOUT = 300.0
 MAX_TIMEOUT_S = 86400.0
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 OPENAPI_PATH = "/openapi.json"
-PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS  # besides the run route; every other path is a 404
+PUBLIC_PATHS = {"/status", OPENAPI_PATH} | OPENAI_PATHS | HEALTH_PATHS  # besides the run routes; others are 404
 
 # status -> {error kind: when it is answered}: the catalogue behind the documented error models.
 BAD_HTTP = ("the HTTP parser refused the request, e.g. a Content-Length that is not a number (the connection is "
@@ -373,11 +384,11 @@ def _validation_reason(errors: list[dict], content_type: str | None = None) -> t
 
 
 class StatusResponse(BaseModel):
-    """``GET /status``: the server is up, and the one pipeline it serves."""
+    """``GET /status``: the server is up, and the pipelines it serves."""
 
     model_config = ConfigDict(extra="forbid")
     status: Literal["Up!"] = Field(..., description="'Up!' while the server answers")
-    pipelines: list[str] = Field(..., description="the served pipeline's name (one)")
+    pipelines: list[str] = Field(..., description="the served pipelines' names")
 
 
 def run_endpoint(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_model: type[BaseModel],
@@ -401,7 +412,7 @@ def run_endpoint(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_m
 
 
 def create_serving_app(
-    pipeline_path: str,
+    pipeline_path: str | list[str] | tuple[str, ...],
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_query_chars: int = DEFAULT_MAX_QUERY_CHARS,
@@ -411,15 +422,24 @@ def create_serving_app(
     max_queue: int = DEFAULT_MAX_QUEUE,
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    api_keys: KeyStore | None = None,
+    cors_origins: tuple[str, ...] | frozenset[str] = (),
+    load_in_background: bool = False,
 ) -> FastAPI:
-    """Build the app serving ``pipeline_path`` (a shipped pipeline's name or a YAML path) at ``POST /<name>/run``;
-    models are loaded now.
-    ``concurrency``: pipeline runs at once (None: the backend's ``max_concurrency``, its kind's default without
-    one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many requests.
+    """Build the app serving ``pipeline_path`` (a shipped pipeline's name or a YAML path; or a list of them, or a
+    folder: several pipelines, ``serving.pipelines``) at ``POST /<name>/run`` each, and each as a model of the
+    OpenAI-compatible API; models and indexes the pipelines share are loaded once (the process-wide caches).
+    ``concurrency``: pipeline runs at once, per pipeline (None: the backend's ``max_concurrency``, its kind's
+    default without one, 1 without a served backend), so a batching LLM server behind the pipeline gets that many
+    requests.
 
     ``concurrency`` pipeline runs at once, ``max_queue`` more requests waiting (then 429 with Retry-After);
     ``body_timeout`` seconds for a declared body to arrive whole (then 408), ``request_timeout`` seconds for the
     whole request to be answered (then 504), both from the end of its headers.
+
+    ``api_keys``: the keys every route but ``/health/live`` needs (``serving.auth``; None: none needed);
+    ``cors_origins``: the browser origins allowed (``serving.security``). ``load_in_background``: load the models
+    once the server has started (``/health/ready`` says when; ``icr2 serve`` does this) rather than now.
 
     Usage example:
     ```python
@@ -447,13 +467,25 @@ def create_serving_app(
     concurrency = (
         check_concurrency(concurrency, "concurrency") if concurrency is not None else request_concurrency(backend)
     )
-    spec = PipelineSpec.from_file(str(pipeline_path), backend=backend)  # allowlisted load, declared IO checked
-    request_model = build_request_model(spec, max_query_chars=max_query_chars)
-    wrapper = DeclaredPipelineWrapper(spec, max_new_tokens=max_new_tokens, concurrency=concurrency)
-    wrapper.setup()
+    served = load_served_pipelines(pipeline_path, backend=backend, max_new_tokens=max_new_tokens,
+                                   concurrency=concurrency, max_query_chars=max_query_chars)
+    lifecycle = Lifecycle(list(served))
+    wrappers = {name: pipeline.wrapper for name, pipeline in served.items()}
+    if not load_in_background:
+        lifecycle.warm_up(wrappers)
+        if lifecycle.failure is not None:
+            raise lifecycle.failure
 
-    app = FastAPI(title=f"icr2 serve: {spec.name}", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH)
-    description = (spec.data.get("metadata") or {}).get("technique") or spec.name
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        if load_in_background:
+            lifecycle.warm_up_in_background(wrappers)
+        yield
+        lifecycle.mark_draining()
+
+    names = ", ".join(served)
+    app = FastAPI(title=f"icr2 serve: {names}", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH,
+                  lifespan=lifespan)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -482,14 +514,21 @@ def create_serving_app(
         logger.exception("unexpected server error")
         return error_response(request, 500, "server_error", f"{type(error).__name__}: {error}")
 
-    run_path = f"/{spec.name}/run"
-    _serve_only(app, spec, run_path, description, wrapper, request_model)
-    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | {run_path}, max_body_bytes=max_body_bytes,
-                       work_paths=frozenset({run_path, *CHAT_PATHS}), capacity=wrapper.concurrency + max_queue,
+    _serve_only(app, served, lifecycle)
+    run_paths = {pipeline.run_path for pipeline in served.values()}
+    # the request guard inside, the security guard outside it (Starlette: the last added is the outermost); other
+    # middleware (metrics, tracing) goes between them, so that it sees authenticated requests with their id
+    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | run_paths, max_body_bytes=max_body_bytes,
+                       work_paths=frozenset({*run_paths, *CHAT_PATHS}),
+                       capacity=concurrency * len(served) + max_queue,
                        body_timeout=float(body_timeout), request_timeout=float(request_timeout))
-    app.state.icr2_spec = spec
-    app.state.icr2_run_path = run_path
-    app.state.icr2_wrapper = wrapper
+    app.add_middleware(SecurityGuard, keys=api_keys, cors_origins=frozenset(cors_origins))
+    first = next(iter(served.values()))
+    app.state.icr2_pipelines = served
+    app.state.icr2_lifecycle = lifecycle
+    app.state.icr2_spec = first.spec  # the first pipeline (a server of one: the pipeline)
+    app.state.icr2_run_path = first.run_path
+    app.state.icr2_wrapper = first.wrapper
     return app
 
 
@@ -499,44 +538,55 @@ def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | 
             for status, kinds in catalogue.items()}
 
 
-def _serve_only(app: FastAPI, spec: PipelineSpec, run_path: str, description: str,
-                wrapper: DeclaredPipelineWrapper, request_model) -> None:
-    """Add the routes the server answers, with their real error responses, and describe exactly those: the run
-    route, ``GET /status``, ``GET /openapi.json`` (FastAPI's, added at construction; no docs pages) and the OpenAI
-    routes (``openai_routes``: one model, OpenAI-shaped errors, real streaming)."""
+def _serve_only(app: FastAPI, served: dict[str, ServedPipeline], lifecycle: Lifecycle) -> None:
+    """Add the routes the server answers, with their real error responses, and describe exactly those: a run
+    route per pipeline, ``GET /status``, the health routes (``lifecycle``), ``GET /openapi.json`` (FastAPI's,
+    added at construction; no docs pages) and the OpenAI routes (``openai_routes``: a model per pipeline,
+    OpenAI-shaped errors, real streaming)."""
     for route in app.router.routes:  # Starlette adds HEAD to a GET route: /openapi.json answers GET only
         route.methods = {"GET"}
+    names = list(served)
 
     async def status() -> StatusResponse:
-        return StatusResponse(status="Up!", pipelines=[spec.name])
+        return StatusResponse(status="Up!", pipelines=names)
 
     app.add_api_route("/status", status, methods=["GET"], response_model=StatusResponse, tags=["status"],
-                      operation_id="status_all", summary="Server status and the served pipeline",
+                      operation_id="status_all", summary="Server status and the served pipelines",
                       responses=_responses("Status", STATUS_ERRORS))
-    response_model = create_model(f"{spec.name}RunResponse", __config__=ConfigDict(extra="forbid"),
-                                  result=(wrapper.result_model, Field(..., description="the declared outputs")))
-    app.add_api_route(run_path, run_endpoint(spec, wrapper, request_model, response_model), methods=["POST"],
-                      response_model=response_model, name=f"{spec.name}_run", tags=["pipelines"],
-                      operation_id=f"{spec.name}_run", summary=f"Run {spec.name}",
-                      description=(wrapper.run_api.__doc__ or "").strip().splitlines()[0] or None,
-                      responses=_responses("Run", RUN_ERRORS))
-    extra_schemas = add_openai_routes(app, spec, wrapper, request_model)
+    add_health_routes(app, lifecycle)
+    for name, pipeline in served.items():
+        spec, wrapper = pipeline.spec, pipeline.wrapper
+        response_model = create_model(f"{name}RunResponse", __config__=ConfigDict(extra="forbid"),
+                                      result=(wrapper.result_model, Field(..., description="the declared outputs")))
+        app.add_api_route(pipeline.run_path, run_endpoint(spec, wrapper, pipeline.request_model, response_model),
+                          methods=["POST"], response_model=response_model, name=f"{name}_run", tags=["pipelines"],
+                          operation_id=f"{name}_run", summary=f"Run {name}",
+                          description=(wrapper.run_api.__doc__ or "").strip().splitlines()[0] or None,
+                          responses=_responses("Run", RUN_ERRORS))
+    extra_schemas = add_openai_routes(app, served)
     app.openapi_schema = None
-    app.openapi = functools.partial(_openapi, app, spec, description, extra_schemas)
+    app.openapi = functools.partial(_openapi, app, served, extra_schemas)
 
 
-def _openapi(app: FastAPI, spec: PipelineSpec, technique: str, extra_schemas: dict[str, Any]) -> dict[str, Any]:
+def _openapi(app: FastAPI, served: dict[str, ServedPipeline], extra_schemas: dict[str, Any]) -> dict[str, Any]:
     if app.openapi_schema is None:
+        techniques = ", ".join(f"{name} ({(p.spec.data.get('metadata') or {}).get('technique') or name}, "
+                               f"`{p.spec.path}`) at `POST /{name}/run`" for name, p in served.items())
+        models = ", ".join(f"`{name}`" for name in served)
         schema = get_openapi(
-            title=f"icr2 serve: {spec.name}", version=app.version, routes=app.routes,
-            description=(f"One pipeline ({technique}, `{spec.path}`) at `POST /{spec.name}/run`, and as the one "
-                         f"model (`{spec.name}`) of an OpenAI-compatible API at `/v1` (`GET /v1/models`, `POST "
+            title=f"icr2 serve: {', '.join(served)}", version=app.version, routes=app.routes,
+            description=(f"{'One pipeline' if len(served) == 1 else 'Pipelines'}: {techniques}; and as the "
+                         f"model{'s' if len(served) > 1 else ''} ({models}) of an OpenAI-compatible API at `/v1` "
+                         "(`GET /v1/models`, `POST "
                          "/v1/chat/completions`; the last user message is the query). Every error of the icr2 "
                          "routes is `{\"error\", \"reason\", \"status\"}` JSON, and of the OpenAI routes "
                          "OpenAI's `{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`; besides the "
                          "statuses listed per operation, a path not listed here is answered 404 (`not_found`) and a "
                          "method a path does not list 405 (`method_not_allowed`), in the shape of its route (OpenAI's "
-                         "under `/v1/`)."))
+                         "under `/v1/`). Every route may also answer the security guard's errors, in OpenAI's "
+                         "shape: " + "; ".join(f"{status} {' | '.join(codes)}" for status, codes in
+                                                SECURITY_ERRORS.items())
+                         + " (401 only when the server has API keys; never on `/health/live`)."))
         schemas = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, extra in extra_schemas.items():
             extra = dict(extra)
@@ -593,10 +643,32 @@ def json_error_http_protocol(implementation: str = "auto") -> type:
     return type(f"JsonError{base.__name__}", (_JsonBadRequest, base), {})
 
 
-def server_settings() -> dict[str, Any]:
-    """The uvicorn settings ``run_server`` uses (quiet, JSON parser errors); a test server built with
-    ``uvicorn.Config(app, host=..., port=..., **server_settings())`` answers as ``icr2 serve`` does."""
-    return {"log_level": "warning", "timeout_graceful_shutdown": 5, "http": json_error_http_protocol()}
+def server_settings(grace_seconds: float = 5.0) -> dict[str, Any]:
+    """The uvicorn settings ``run_server`` uses (quiet, JSON parser errors, ``grace_seconds`` for requests in
+    flight at shutdown); a test server built with ``uvicorn.Config(app, host=..., port=..., **server_settings())``
+    answers as ``icr2 serve`` does."""
+    return {"log_level": "warning", "timeout_graceful_shutdown": grace_seconds, "http": json_error_http_protocol()}
+
+
+def check_tls_files(certfile: str | None, keyfile: str | None) -> None:
+    """Both TLS files or neither, each readable.
+
+    :raises UserInputError: one line naming the option and the file.
+    """
+    if (certfile is None) != (keyfile is None):
+        raise UserInputError("--tls-cert and --tls-key go together: give the certificate (PEM) and its private key.")
+    for option, path in (("--tls-cert", certfile), ("--tls-key", keyfile)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(4096)
+        except OSError as error:
+            raise UserInputError(f"{option} {path}: cannot read it ({error.strerror or error}); give a PEM "
+                                 "file.") from error
+        if b"-----BEGIN" not in head:
+            raise UserInputError(f"{option} {path}: not a PEM file (no -----BEGIN line); give a PEM certificate "
+                                 "and key.")
 
 
 def bind_server_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
@@ -628,19 +700,48 @@ def bind_server_socket(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> so
 
 
 def run_server(app: FastAPI, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, allow_remote: bool = False,
-               sock: socket.socket | None = None) -> None:
-    """Run ``app`` with uvicorn (``server_settings``: its HTTP parser's 400s are JSON too); a non-loopback ``host``
-    needs ``allow_remote=True`` (the server has no auth). ``sock``: a socket already bound to ``host``:``port``
-    (``bind_server_socket``), served as it is; None binds here (a port in use is then uvicorn's own error)."""
-    if host not in LOOPBACK_HOSTS and not allow_remote:
-        raise ValueError(f"--host {host} is not a loopback address and the server has no authentication; "
-                         "pass --allow-remote to bind it anyway (behind a proxy that authenticates).")
+               sock: socket.socket | None = None, *, grace_seconds: float = DEFAULT_GRACE_SECONDS,
+               tls_certfile: str | None = None, tls_keyfile: str | None = None) -> None:
+    """Run ``app`` with uvicorn (``server_settings``: its HTTP parser's 400s are JSON too) until SIGTERM or Ctrl-C.
+
+    A non-loopback ``host`` needs API keys on the app (``create_serving_app(api_keys=...)``) or
+    ``allow_remote=True`` (``--no-auth``: open to everyone who can reach it). ``sock``: a socket already bound to
+    ``host``:``port`` (``bind_server_socket``), served as it is; None binds here (a port in use is then uvicorn's
+    own error). On SIGTERM the server drains: no new connections, requests in flight (streams included) finish
+    within ``grace_seconds``, then it returns (the process exits 0). ``tls_certfile``/``tls_keyfile``: serve HTTPS
+    with that certificate (PEM).
+
+    :raises ValueError: a non-loopback host without keys or ``allow_remote``.
+    :raises UserInputError: the TLS files are not both given, or not readable PEM.
+    :raises Exception: a pipeline loaded in the background failed (its own error), after the server stopped.
+    """
+    lifecycle: Lifecycle | None = getattr(app.state, "icr2_lifecycle", None)
+    has_keys = _has_keys(app)
+    if host not in LOOPBACK_HOSTS and not (allow_remote or has_keys):
+        raise ValueError(f"--host {host} is not a loopback address and the server has no API keys; give "
+                         "--api-keys-file FILE or --api-keys-env NAME, or --no-auth to serve it open to everyone "
+                         "who can reach it (behind a proxy that authenticates).")
+    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int | float) or not (
+            0 <= grace_seconds <= MAX_TIMEOUT_S):
+        raise ValueError(f"grace_seconds must be a number of seconds from 0 to {MAX_TIMEOUT_S:g}, got "
+                         f"{grace_seconds!r}.")
+    check_tls_files(tls_certfile, tls_keyfile)
     import uvicorn
 
-    if sock is None:
-        uvicorn.run(app, host=host, port=port, **server_settings())
-        return
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, **server_settings())).run(sockets=[sock])
+    settings = server_settings(grace_seconds)
+    if tls_certfile is not None:
+        settings.update(ssl_certfile=tls_certfile, ssl_keyfile=tls_keyfile)
+    server = graceful_server_class()(uvicorn.Config(app, host=host, port=port, **settings), lifecycle=lifecycle)
+    if lifecycle is not None:
+        lifecycle.stop_server = lambda: setattr(server, "should_exit", True)
+    server.run(sockets=[sock] if sock is not None else None)
+    if lifecycle is not None and lifecycle.failure is not None:
+        raise lifecycle.failure
+
+
+def _has_keys(app: FastAPI) -> bool:
+    return any(middleware.cls is SecurityGuard and middleware.kwargs.get("keys") is not None
+               for middleware in app.user_middleware)
 
 
 __all__ = [
@@ -654,6 +755,7 @@ __all__ = [
     "RUN_ERRORS",
     "RequestGuard",
     "bind_server_socket",
+    "check_tls_files",
     "create_serving_app",
     "json_error_http_protocol",
     "non_finite_json_number",

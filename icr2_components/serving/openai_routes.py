@@ -53,7 +53,7 @@ from typing import Any, Union
 from fastapi import FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.openai_models import (
@@ -71,6 +71,7 @@ from icr2_components.serving.openai_models import (
     query_from_messages,
 )
 from icr2_components.serving.pipeline_wrapper import ChatAnswer, DeclaredPipelineWrapper
+from icr2_components.serving.pipelines import ServedPipeline
 from icr2_components.serving.refusals import RequestRefused
 from icr2_components.serving.response_model import error_model
 
@@ -128,52 +129,103 @@ CHAT_DESCRIPTION = (
 )
 
 
-def add_openai_routes(app: FastAPI, spec: PipelineSpec, wrapper: DeclaredPipelineWrapper,
-                      request_model: type[BaseModel]) -> dict[str, Any]:
-    """Add the model list and chat completion routes for ``wrapper``'s pipeline; return the schemas to add to
-    ``/openapi.json``'s components (the streamed chunk, which no route returns as JSON)."""
-    chat_request = build_chat_request_model(spec, request_model)
-    completion_model, chunk_model = build_chat_response_models(spec, wrapper.result_model)
+def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[str, Any]:
+    """Add the model list and chat completion routes for the ``served`` pipelines (each a model, by its name);
+    return the schemas to add to ``/openapi.json``'s components (the streamed chunks, which no route returns as
+    JSON).
+
+    One pipeline: the chat body is that pipeline's request model, as before. Several: the body carries the other
+    declared inputs of every pipeline (each optional there), and a field the chosen model's pipeline does not
+    declare is refused 400 ``unknown_parameter``; the chosen pipeline's own request model then checks the rest.
+    """
+    chats: dict[str, tuple[ServedPipeline, type[BaseModel]]] = {}
+    chunk_schemas: dict[str, Any] = {}
+    completions: list[type[BaseModel]] = []
+    for name, pipeline in served.items():
+        completion_model, chunk_model = build_chat_response_models(pipeline.spec, pipeline.wrapper.result_model)
+        chats[name] = (pipeline, completion_model)
+        completions.append(completion_model)
+        chunk_schemas[chunk_model.__name__] = chunk_model.model_json_schema(
+            ref_template="#/components/schemas/{model}")
+    first = next(iter(served.values()))
+    if len(served) == 1:
+        chat_request = build_chat_request_model(first.spec, first.request_model)
+    else:
+        chat_request = combined_chat_request_model(served)
     created = int(time.time())
-    models = ModelList(object="list", data=[{"id": spec.name, "object": "model", "created": created,
-                                             "owned_by": OWNED_BY}])
+    models = ModelList(object="list", data=[{"id": name, "object": "model", "created": created,
+                                             "owned_by": OWNED_BY} for name in served])
+    names = ", ".join(served)
+    serving = repr(first.name) if len(served) == 1 else str(list(served))
 
     async def list_models() -> ModelList:
         return models
 
     async def chat_completions(body) -> Any:
-        return await _chat(spec, wrapper, request_model, completion_model, body)
+        chosen = chats.get(body.model)
+        if chosen is None:
+            raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this "
+                                     f"server; it serves {serving} (GET /v1/models).", param="model")
+        pipeline, completion_model = chosen
+        if len(served) > 1:
+            foreign = sorted(field for field in body.model_fields_set
+                             if field not in ChatCompletionRequest.model_fields and field not in pipeline.spec.inputs)
+            if foreign:
+                raise ChatRequestRefused(400, "unknown_parameter", f"{foreign[0]!r} is not an input of the model "
+                                         f"{body.model!r} (it declares {sorted(pipeline.spec.inputs)}).",
+                                         param=foreign[0])
+        return await _chat(pipeline.spec, pipeline.wrapper, pipeline.request_model, completion_model, body)
 
     chat_completions.__annotations__ = {"body": chat_request, "return": Any}  # a model built per pipeline
 
     for index, path in enumerate(MODELS_PATHS):
         app.add_api_route(path, list_models, methods=["GET"], response_model=ModelList, tags=["openai"],
                           operation_id="openai_models" + ("_alias" if index else ""),
-                          summary="List models: the served pipeline" + (" (alias of /v1/models)" if index else ""),
+                          summary="List models: the served pipelines" + (" (alias of /v1/models)" if index else ""),
                           responses=_responses("OpenAIModels", OPENAI_MODELS_ERRORS))
-    stream_schema = chunk_model.__name__
-    ok = {"description": "a `chat.completion`, or with `stream: true` server-sent events: `data: <"
-                         f"{stream_schema}>` per chunk, then `data: [DONE]`",
+    refs = " or ".join(f"<{name}>" for name in chunk_schemas)
+    ok = {"description": f"a `chat.completion`, or with `stream: true` server-sent events: `data: {refs}` per "
+                         "chunk, then `data: [DONE]`",
           "headers": {name: {"description": text, "schema": {"type": "string"}} for name, text in _HEADERS.items()},
           "content": {"text/event-stream": {
               "schema": {"type": "string", "description": "`data: <JSON chunk>\\n\\n` events, the last `data: "
                                                           "[DONE]`; an error after the stream started is one "
                                                           "`data: {\"error\": ...}` event and no [DONE]"},
-              SSE_DATA_KEY: {"$ref": f"#/components/schemas/{stream_schema}"}}}}
+              SSE_DATA_KEY: ({"$ref": f"#/components/schemas/{next(iter(chunk_schemas))}"} if len(chunk_schemas) == 1
+                             else {"anyOf": [{"$ref": f"#/components/schemas/{name}"} for name in chunk_schemas]})}}}
+    response_model: Any = completions[0] if len(completions) == 1 else Union[tuple(completions)]  # noqa: UP007
     for index, path in enumerate(CHAT_PATHS):
-        app.add_api_route(path, chat_completions, methods=["POST"], response_model=completion_model,
+        app.add_api_route(path, chat_completions, methods=["POST"], response_model=response_model,
                           tags=["openai"], operation_id="openai_chat_completions" + ("_alias" if index else ""),
-                          summary=f"Chat with {spec.name}" + (" (alias of /v1/chat/completions)" if index else ""),
+                          summary=f"Chat with {names}" + (" (alias of /v1/chat/completions)" if index else ""),
                           description=CHAT_DESCRIPTION,
                           responses={200: ok, **_responses("OpenAIChat", OPENAI_CHAT_ERRORS)})
-    return {stream_schema: chunk_model.model_json_schema(ref_template="#/components/schemas/{model}")}
+    return chunk_schemas
+
+
+def combined_chat_request_model(served: dict[str, ServedPipeline]) -> type[ChatCompletionRequest]:
+    """The chat body when several pipelines are served: OpenAI's fields plus every pipeline's other declared
+    inputs, each optional here (the chosen pipeline's request model requires its own).
+
+    :raises ValueError: two pipelines declare an input of one name with different types.
+    """
+    extra: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    for name, pipeline in served.items():
+        per_pipeline = build_chat_request_model(pipeline.spec, pipeline.request_model)
+        for field_name, field in per_pipeline.model_fields.items():
+            if field_name in ChatCompletionRequest.model_fields:
+                continue
+            if field_name in extra and extra[field_name][0] != (field.annotation | None):
+                raise ValueError(f"pipelines {owners[field_name]} and {name} both declare the input {field_name!r} "
+                                 "with different types; the one chat route cannot carry both: serve them apart.")
+            extra[field_name] = (field.annotation | None, Field(None, description=field.description))
+            owners[field_name] = name
+    return create_model("ServedChatCompletionRequest", __base__=ChatCompletionRequest, **extra)
 
 
 async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_model: type[BaseModel],
                 completion_model: type[BaseModel], body: ChatCompletionRequest) -> Response:
-    if body.model != spec.name:
-        raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this server; "
-                                 f"it serves {spec.name!r} (GET /v1/models).", param="model")
     ignored = check_request_fields(body)
     query_index, query = query_from_messages(body.messages)
     inputs = {name: getattr(body, name) for name in spec.inputs if name != "query"}
@@ -252,4 +304,5 @@ def _sse(first: str | ChatAnswer, events: Iterator[str | ChatAnswer], completion
         yield f"data: {json.dumps(openai_error(status, kind, message)[1])}\n\n"
 
 
-__all__ = ["CHAT_PATHS", "MODELS_PATHS", "OPENAI_PATHS", "add_openai_routes", "is_openai_path"]
+__all__ = ["CHAT_PATHS", "MODELS_PATHS", "OPENAI_PATHS", "add_openai_routes", "combined_chat_request_model",
+           "is_openai_path"]

@@ -126,6 +126,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self.max_new_tokens = max_new_tokens
         self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
+        self._setup_lock = threading.Lock()
         self.streaming_components: list[str] = []
         parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
                       for name in spec.inputs]
@@ -138,11 +139,16 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self.run_api = _with_signature(bound, parameters, self.result_model)
 
     def setup(self) -> None:
-        """Load every model now, so that the first request does not pay for it."""
-        if self.pipeline is None:
-            self.pipeline = self.spec.pipeline(controlled=False)
-            self.pipeline.warm_up()
-            self.streaming_components = reply_streamers(self.pipeline, self.spec.outputs["replies"])
+        """Load every model now, so that the first request does not pay for it. Thread-safe: a request that
+        arrives while the server loads the pipeline in the background waits for that load (never a second one)."""
+        if self.pipeline is not None:
+            return
+        with self._setup_lock:
+            if self.pipeline is None:
+                pipeline = self.spec.pipeline(controlled=False)
+                pipeline.warm_up()
+                self.streaming_components = reply_streamers(pipeline, self.spec.outputs["replies"])
+                self.pipeline = pipeline  # only once warmed up: no request runs a half-loaded pipeline
 
     def run_api(self, **inputs: Any) -> dict:
         """Answer one request: the declared inputs in, the declared outputs (JSON) out.
