@@ -154,9 +154,9 @@ def test_parquet_folder_into_both_stores_counting_null_text_and_a_corrupt_file(t
     folder = tmp_path / "parquet"
     folder.mkdir()
     first, second = rows[:10], rows[10:]
-    pq.write_table(pa.Table.from_pylist(first + [{**rows[0], "doc_id": "null-body", "body": None}]),
+    pq.write_table(pa.Table.from_pylist([*first, {**rows[0], "doc_id": "null-body", "body": None}]),
                    folder / "part-0.parquet")
-    pq.write_table(pa.Table.from_pylist(second + [{**rows[0], "doc_id": "empty", "body": ""}]),
+    pq.write_table(pa.Table.from_pylist([*second, {**rows[0], "doc_id": "empty", "body": ""}]),
                    folder / "part-1.parquet", row_group_size=5)
     whole = (folder / "part-1.parquet").read_bytes()
     (folder / "part-2.parquet").write_bytes(whole[: len(whole) // 2])  # a file cut in half: unreadable

@@ -120,9 +120,9 @@ def test_a_switch_naming_no_file_is_a_one_line_error(monkeypatch):
         "component 'retriever'" in message and f"{INDEX_CONFIG_ENV}=indexing/nope.yaml: no such index config" in message
     )
     assert "\n" not in message
-    with pytest.raises(IndexSwitchError, match=r"^--index indexing/nope.yaml: no such index config"):
-        with index_switch_set("indexing/nope.yaml"):
-            pass
+    with pytest.raises(IndexSwitchError, match=r"^--index indexing/nope.yaml: no such index config"), \
+            index_switch_set("indexing/nope.yaml"):
+        pass
 
 
 def test_index_switch_set_restores_the_variable(monkeypatch):

@@ -56,16 +56,16 @@ def test_the_cli_refuses_port_99999_at_once(tmp_path, capsys):
 
 
 def test_a_server_answering_garbage_is_named_as_not_an_llm_server():
-    with FixedAnswerServer(200, b"<html><body>Welcome to nginx!</body></html>") as server:
-        with pytest.raises(ServedModelError) as caught:
-            ServedTokenizer(server.url, "smollm2-135m-instruct", max_retries=0).count("What is the capital of France?")
+    with FixedAnswerServer(200, b"<html><body>Welcome to nginx!</body></html>") as server, \
+            pytest.raises(ServedModelError) as caught:
+        ServedTokenizer(server.url, "smollm2-135m-instruct", max_retries=0).count("What is the capital of France?")
     message = str(caught.value)
     assert "answered its tokenize endpoints with something that is not a token list" in message
     assert "/tokenize -> 200 no JSON" in message and "/extras/tokenize -> 200 no JSON" in message
     assert "Check that api_base_url points at the LLM server" in message
-    with FixedAnswerServer(200, b'{"status": "ok"}', "application/json") as server:
-        with pytest.raises(ServedModelError, match=r"/tokenize -> 200 \"{'status': 'ok'}\""):
-            ServedTokenizer(server.url, "smollm2-135m-instruct", max_retries=0).count("x")
+    with FixedAnswerServer(200, b'{"status": "ok"}', "application/json") as server, \
+            pytest.raises(ServedModelError, match=r"/tokenize -> 200 \"{'status': 'ok'}\""):
+        ServedTokenizer(server.url, "smollm2-135m-instruct", max_retries=0).count("x")
 
 
 def test_a_compare_whose_every_request_failed_exits_non_zero_with_the_reason(tmp_path, capsys):

@@ -8,6 +8,7 @@ without it), without a traceback and without hanging."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -448,10 +449,9 @@ def test_a_fifo_as_corpus_path_is_one_line_from_the_real_command_within_a_time_l
         result = subprocess.run([*command, "index", "--config", str(config), "--no-progress"], env=env,
                                 capture_output=True, text=True, timeout=300)
     finally:
-        try:  # a reader still waiting (the command hung and was killed) would leave nothing blocked
+        # a reader still waiting (the command hung and was killed) would leave nothing blocked
+        with contextlib.suppress(OSError):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError:
-            pass
     assert "Traceback" not in result.stderr and result.returncode == 1, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("icr2 index: error: corpus.path: ") and "is a FIFO (named pipe)" in line, line

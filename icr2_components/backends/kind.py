@@ -33,7 +33,6 @@ class EchoBackend(BackendKind):
 from __future__ import annotations
 
 import dataclasses
-from abc import ABC
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -57,7 +56,7 @@ class NoSettings:
     """A kind whose backend files carry nothing but ``kind``."""
 
 
-class BackendKind(ABC):
+class BackendKind:
     """One kind of place a language model runs. Subclasses set ``provides`` and ``Settings`` (a frozen dataclass
     of the backend file's other keys; validate in ``__post_init__``, raising ValueError) and override the role
     hooks they change; the defaults keep every component as it is."""

@@ -29,8 +29,8 @@ import csv
 import os
 import sys
 from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from icr2_components.records.reading import CorpusReadError
 from icr2_components.records.skips import SkipReport
