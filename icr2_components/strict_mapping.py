@@ -99,6 +99,9 @@ def describe_type(expected: Any) -> str:
         inner = describe_type(args[0]) if args else "values"
         return f"a list of {_plural(inner)}"
     if origin is dict:
+        args = typing.get_args(expected)
+        if len(args) == 2 and args[1] is not Any:
+            return f"a mapping of {_plural(describe_type(args[0]))} to {_plural(describe_type(args[1]))}"
         return "a mapping"
     if expected is type(None):
         return "null"
