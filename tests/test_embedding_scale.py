@@ -140,8 +140,8 @@ def test_a_pool_over_devices_is_what_the_config_asks_for():
     ("embedding", "message"),
     [
         ({"backend": "fp16"}, "embedding.backend must be one of fp32, onnx, onnx-int8, openvino"),
-        ({"processes": 0}, "embedding.processes must be >= 1"),
-        ({"threads": 0}, "embedding.threads must be >= 1"),
+        ({"processes": 0}, r"section 'embedding' of .*: key 'processes' is 0 \(an integer\); expected an integer >= 1"),
+        ({"threads": 0}, r"key 'threads' is 0 \(an integer\); expected an integer >= 1 or null\."),
         ({"devices": []}, "embedding.devices must list at least one device"),
         ({"device": "cpu", "devices": ["cpu"]}, "not both"),
         ({"devices": ["tpu:0"]}, "device must be cpu, cuda"),
