@@ -125,3 +125,4 @@ def test_sealing_a_gzip_cache_keeps_it_gzip_and_whole(tmp_path):
     assert counts["records"] == 150 and (tmp_path / "answers.jsonl.gz.unsealed").is_file()
     assert [m.lines for m in read_members(path).members] == [100, 50]
     assert [r["question_id"] for r in read_answer_records(path)] == [f"q{i}" for i in range(150)]
+
