@@ -196,5 +196,5 @@ def run_on_labels(args: argparse.Namespace) -> int:
             console.print(format_curve_table(name, curve))
     if args.out_dir:
         written = write_gate_report(report, args.out_dir, title=title, cost=args.cost)
-        console.print(f"wrote {written[0]}, {written[1]} and {written[2]}")
+        console.print(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
     return 0

@@ -430,7 +430,7 @@ def run_compare(
         "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
         "report_only": partial,
     }
-    write_report(report, out)
+    write_report(report, out, records=records)
     return report
 
 

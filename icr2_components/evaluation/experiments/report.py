@@ -198,15 +198,17 @@ def curve_tables(report: dict) -> list[tuple[str, str, list[str], list[list[str]
 
 
 def write_report(report: dict, out_dir: str | Path, experiment_object: Experiment) -> dict[str, str]:
-    """Write ``report.json``, ``report.md``, ``report.html`` and the plot (``experiment_object.plot``) into
+    """Write ``report.json``, ``report.md``, ``report.html``, the plot (``experiment_object.plot``) and the
+    interactive page (``explore.html``: ``reports.interactive_page``, from the run's answer caches) into
     ``out_dir``, with ``experiment_object.tables``; returns the paths (also recorded in ``report["files"]``)."""
+    from icr2_components.evaluation.reports.interactive_page import PAGE_FILE, write_reproduce_page
     from icr2_components.evaluation.reports.rendering import html_table, markdown_table
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     experiment = report["experiment"]
     files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",
-             "plot": out / f"{experiment['name']}.png"}
+             "explore": out / PAGE_FILE, "plot": out / f"{experiment['name']}.png"}
     experiment_object.plot(report, files["plot"])
     report["files"] = {k: str(v) for k, v in files.items()}
     files["json"].write_text(json.dumps(report, indent=2, ensure_ascii=False))
@@ -233,4 +235,5 @@ def write_report(report: dict, out_dir: str | Path, experiment_object: Experimen
                                          for k, v in report["statistics"].items()), "</ul></body></html>"]
     files["markdown"].write_text("\n".join(md))
     files["html"].write_text("\n".join(page))
+    write_reproduce_page(report, out, experiment_object)
     return {k: str(v) for k, v in files.items()}

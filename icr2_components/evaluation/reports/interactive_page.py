@@ -577,12 +577,11 @@ def write_gate_page(report: dict, out_dir: str | Path) -> Path:
 
 
 def _existing_cache(folder: Path, name: str, recorded: str | None, *more: Path) -> Path | None:
-    """The first answer cache that exists (plain or gzip) of: the path the report recorded, ``folder/name``, and
-    ``more``."""
+    """The first answer cache that exists (plain or gzip) of: ``folder/name``, the path the report recorded (relative
+    to where the run was started), and ``more``."""
     from icr2_components.evaluation.compare.cache import resolve_cache_path
 
-    candidates = [Path(recorded)] if recorded else []
-    candidates += [folder / name, *more]
+    candidates = [folder / name, *([Path(recorded)] if recorded else []), *more]
     for candidate in candidates:
         found = resolve_cache_path(candidate)
         if found.is_file():
