@@ -133,7 +133,8 @@ def test_compare_page_in_chromium(browser, tmp_path):
         c = paired.pop((row["a"], row["b"], row["cond"], row["metric"]))
         return c["only_pipeline"], c["only_baseline"]
 
-    assert opened.check_discordant(expected, "answer_match") > 0 and paired == {}  # every 0/1 comparison of report.json, once
+    # every comparison of 0/1 scores in report.json, each once
+    assert opened.check_discordant(expected, "answer_match") > 0 and paired == {}
     # the screenshot of the README: a comparison's discordant questions, one click from the summary
     opened.page.click("#comparison-table tr:has(td:text-is('answer_match')) button.discordant[data-side='b'] >> nth=0")
     opened.page.locator("#questions-section").scroll_into_view_if_needed()
