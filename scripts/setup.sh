@@ -78,3 +78,13 @@ if [ "$mode" = tests ] && ! command -v gs >/dev/null && [ "$(id -u)" = 0 ] && co
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ghostscript >/dev/null \
     || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ghostscript >/dev/null; }
 fi
+
+# --- the interactive report page's browser test (tests/test_interactive_report.py): Debian's Chromium, driven by
+# Playwright's Python package (the test extra) pointed at /usr/bin/chromium; Playwright downloads no browser. Root
+# only; a machine without it gets a test failure naming the package and this script, not a skip.
+if [ "$mode" = tests ] && [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing chromium (the interactive report page's browser test)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+    || echo "setup: chromium could not be installed: tests/test_interactive_report.py will fail (apt-get install chromium)"
+fi
