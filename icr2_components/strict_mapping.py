@@ -245,6 +245,18 @@ def _notes(expected: Any) -> list[str]:
     return []
 
 
+def _bad_item(refusal: ValidationError) -> str:
+    """``"item [0][1] is '18' (a string)"`` for the deepest list item pydantic refused, or "" for the value itself."""
+    best: tuple[tuple[int, ...], Any] | None = None
+    for problem in refusal.errors():
+        positions = tuple(part for part in problem["loc"] if isinstance(part, int))
+        if positions and (best is None or len(positions) > len(best[0])):
+            best = positions, problem.get("input")
+    if best is None:
+        return ""
+    return f"item {''.join(f'[{position}]' for position in best[0])} is {_show(best[1])}"
+
+
 def check_type(value: Any, expected: Any, where: str, error: type[Exception] = TypeCheckError) -> Any:
     """``value`` when it has the declared type ``expected`` (a typing annotation, ranges in ``Annotated``), else
     ``error`` naming ``where``, the value and what is expected. The value comes back unchanged, except a number
@@ -255,8 +267,11 @@ def check_type(value: Any, expected: Any, where: str, error: type[Exception] = T
     """
     try:
         checked = _adapter(expected).validate_python(value)
-    except ValidationError:
+    except ValidationError as refusal:
         notes = (["NaN and infinity are refused"] if _non_finite(value) else []) + _notes(expected)
+        item = _bad_item(refusal)
+        if item:
+            notes.insert(0, item)
         said = f" ({'; '.join(notes)})" if notes else ""
         raise error(f"{where} is {_show(value)}; expected {describe_type(expected)}{said}.") from None
     return _as_declared(checked, expected)

@@ -33,6 +33,8 @@ from pydantic import Field
 import icr2_components
 from icr2_components import parameters
 from icr2_components.artifacts.gate_artifact import GateArtifact
+from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
+from icr2_components.artifacts.retrieval_heads import RetrievalHeadArtifact
 from icr2_components.backends.kind import BackendError, backend_kind_class, backend_kind_names
 from icr2_components.backends.pipelines import backend_from_dict
 from icr2_components.corpora import corpus_settings_from_mapping
@@ -65,6 +67,13 @@ SERVED = {"api_base_url": "http://127.0.0.1:8089/v1", "model": "m"}
 RECIPE = {"method": "rta", "model": "smollm2-135m-instruct", "output_dir": "runs/generated",
           "data": {"train": "train.jsonl"}}
 ARTIFACT = {"kind": "threshold", "cut": 0.5, "objective": {}, "probed_ids": []}
+
+
+def _shipped_artifact(name: str) -> dict[str, Any]:
+    return json.loads((Path(icr2_components.__file__).parent / "resources" / "artifacts" / name).read_text())
+
+
+HEAD_ARTIFACTS = [(RetrievalHeadArtifact, "rap_heads_smollm2.json"), (PH3HeadArtifact, "ph3_heads_smollm2.json")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +112,7 @@ def mapping_types() -> dict[type, MappingType]:
         MappingType(GateModelSettings, ValueError, {}),
         MappingType(ServedModel, UserInputError, dict(SERVED)),
         MappingType(GateArtifact, ValueError, dict(ARTIFACT)),
+        *(MappingType(cls, ValueError, _shipped_artifact(name)) for cls, name in HEAD_ARTIFACTS),
     ]
     found: dict[type, MappingType] = {}
     queue = list(roots)
@@ -139,6 +149,7 @@ COVERED_CALLS = {
     ("gates/time_aware_retrieval_gate.py", "cls"): GateModelSettings,
     ("models/served_model.py", "cls"): ServedModel,
     ("artifacts/gate_artifact.py", "cls"): GateArtifact,
+    ("artifacts/base.py", "cls"): RetrievalHeadArtifact,  # and PH3HeadArtifact: HEAD_ARTIFACTS
     ("corpora/records.py", "FieldMapping"): "corpus registry",
     ("corpora/records.py", "ChunkingSettings"): "corpus registry",
 }

@@ -175,7 +175,10 @@ def test_an_artifact_head_that_is_not_a_pair_of_integers_is_refused(tmp_path, pa
     data["heads"][0] = pair
     path = tmp_path / "heads.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not a \\[layer, head\\] pair of integers"):
+    # a pair of the wrong types is refused by the declared type (naming the file, the key and the item), a pair of
+    # integers of the wrong length by the artifact's own check
+    with pytest.raises(ValueError, match=r"heads.json: key '(heads|ranking)' is .*; expected a list of lists of "
+                       r"integers \(item \[0\](\[0\])? is |not a \[layer, head\] pair of integers"):
         RetrievalHeadArtifact.load(path)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from icr2_components.resources.lookup import resolve_file
+from icr2_components.strict_mapping import dataclass_from_mapping
 
 
 class ArtifactMismatchError(ValueError):
@@ -102,7 +103,8 @@ class HeadArtifactIO:
                                                   or not isinstance(signature.get(k), int) for k in shape):
             raise ValueError(f"{path}: model_signature must hold the probed model's num_layers and num_heads as "
                              f"integers, got {signature!r:.120}. Make it again with {cls.MAKE_WITH}.")
-        return cls(**data)
+        # every key against its declared type (strict: "3" is not M=3, a NaN hit rate is not a rate)
+        return dataclass_from_mapping(cls, data, str(path), ValueError)
 
     def check_model(self, model_name: str, signature: dict[str, Any]) -> None:
         """Raise :class:`ArtifactMismatchError` unless ``model_name``/``signature`` are the probed model's."""
