@@ -27,6 +27,7 @@ from icr2_components.resources.lookup import resolve_file
 DOCS = [Document(id=f"d{i}", content=f"passage {i}") for i in range(4)]
 
 
+@pytest.mark.unit
 def test_the_shared_checks_name_the_parameter_the_item_and_what_it_got():
     with pytest.raises(UserInputError, match=r"^documents must be a list of Haystack Documents, got None\.$"):
         document_list(None)
@@ -44,6 +45,7 @@ def test_the_shared_checks_name_the_parameter_the_item_and_what_it_got():
 
 
 @pytest.mark.parametrize("reorderer", [PrimacyReorderer(), LostInTheMiddleReorderer()])
+@pytest.mark.unit
 def test_reorderers_refuse_documents_that_are_not_a_list_of_documents(reorderer):
     with pytest.raises(ValueError, match=r"documents must be a list of Haystack Documents, got None"):
         reorderer.run(documents=None)
@@ -51,6 +53,7 @@ def test_reorderers_refuse_documents_that_are_not_a_list_of_documents(reorderer)
         reorderer.run(documents=["a passage as a string"])
 
 
+@pytest.mark.unit
 def test_gold_ids_that_are_not_among_the_documents_are_named():
     with pytest.raises(ValueError, match=r"None of gold_ids \['nowhere'\] is among the 4 documents"):
         GoldAtPositionReorderer().run(documents=DOCS, gold_ids=["nowhere"], position=2)
@@ -58,6 +61,7 @@ def test_gold_ids_that_are_not_among_the_documents_are_named():
         1] == "d3"
 
 
+@pytest.mark.unit
 def test_prompt_builders_refuse_a_bad_query_documents_or_flag():
     with pytest.raises(ValueError, match=r"query_aware must be True or False, got 'yes'"):
         CorpusInContextPromptBuilder(query_aware="yes")
@@ -77,6 +81,7 @@ def test_prompt_builders_refuse_a_bad_query_documents_or_flag():
         builder.run(query=None, documents=DOCS, judge_replies=[ChatMessage.from_assistant("no")])
 
 
+@pytest.mark.unit
 def test_the_corpus_builder_refuses_bad_lists_seeds_and_flags():
     with pytest.raises(ValueError, match=r"seed must be an integer, got 'x'"):
         ConfounderAwareCorpusBuilder(budget_passages=4, seed="x")
@@ -139,6 +144,7 @@ def test_head_artifacts_that_are_folders_or_not_json_are_named(tmp_path):
         artifact.top_heads(100_000)
 
 
+@pytest.mark.unit
 def test_loading_refuses_a_folder_or_a_value_that_is_no_path(tmp_path):
     with pytest.raises(ValueError, match=rf"{tmp_path} is a folder; give a pipeline YAML"):
         load_pipeline(tmp_path)

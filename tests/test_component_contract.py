@@ -61,6 +61,7 @@ def test_the_walk_finds_the_components():
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.unit
 def test_docstring_has_usage_example_and_paper_link(cls):
     doc = inspect.getdoc(cls) or ""
     assert "Usage example" in doc, f"{cls.__name__}: add a 'Usage example:' block to the class docstring"
@@ -68,6 +69,7 @@ def test_docstring_has_usage_example_and_paper_link(cls):
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@pytest.mark.unit
 def test_default_serialisation_keeps_every_init_parameter(cls):
     own = "to_dict" in cls.__dict__ or "from_dict" in cls.__dict__
     if cls.__name__ in OWN_SERIALISATION:

@@ -188,6 +188,7 @@ def test_saved_datasets_dataset_into_both_stores_streamed(tmp_path, store):
         list(corpus_reader(corpus_settings_from_mapping({**corpus, "split": None})).documents())
 
 
+@pytest.mark.unit
 def test_datasets_data_files_are_read_streamed_in_the_same_order_each_time(tmp_path):
     """Local data files through `load_dataset(..., streaming=True)`: an IterableDataset, no Arrow cache written."""
     rows = dpr_rows(30)
@@ -213,6 +214,7 @@ def test_datasets_data_files_are_read_streamed_in_the_same_order_each_time(tmp_p
 # -- chunking is a setting, for KILT too ------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_kilt_chunking_is_a_setting_and_dpr_rule_stays_the_default(tmp_path):
     rows = dpr_rows(6)
     corpus = tmp_path / "kilt.jsonl"
@@ -233,6 +235,7 @@ def test_kilt_chunking_is_a_setting_and_dpr_rule_stays_the_default(tmp_path):
                                                         "chunking": {"split_by": "word"}}})
 
 
+@pytest.mark.unit
 def test_config_errors_name_the_key_and_what_is_allowed(tmp_path):
     assert set(corpus_format_names()) >= {"kilt", "jsonl", "csv", "parquet", "hf_dataset", "folder", "existing"}
     store = {"type": "in_memory"}

@@ -79,6 +79,7 @@ def test_a_technique_without_context_is_a_clear_error(nq_conflict):
         reader.run(messages=memory, memory_messages=memory)
 
 
+@pytest.mark.unit
 def test_bad_settings_are_refused_at_init_and_at_run():
     with pytest.raises(ValueError, match="choose one of"):
         ContextAwareDecodingReader(technique="dola")
@@ -91,6 +92,7 @@ def test_bad_settings_are_refused_at_init_and_at_run():
         reader.run(messages=[ChatMessage.from_user("q")], technique="typical")
 
 
+@pytest.mark.unit
 def test_round_trip():
     reader = ContextAwareDecodingReader(technique="coiecd", alpha=0.7, coiecd_alpha=0.5, coiecd_bound_ratio=8.0,
                                         passes="batched", max_new_tokens=5)
@@ -102,6 +104,7 @@ def test_round_trip():
     assert data["init_parameters"]["coiecd_alpha"] == 0.5 and data["init_parameters"]["coiecd_bound_ratio"] == 8.0
 
 
+@pytest.mark.unit
 def test_coiecd_settings_are_checked_and_the_old_threshold_is_refused_with_a_way_out():
     with pytest.raises(ValueError, match="lambda"):
         ContextAwareDecodingReader(technique="coiecd", coiecd_bound_ratio=0.5)

@@ -69,6 +69,7 @@ def test_a_rule_defined_in_a_test_decodes_in_the_reader_as_the_plain_reader(cont
     assert overridden.meta["context_only_scale"] == 3.0 and overridden.text == plain.text
 
 
+@pytest.mark.unit
 def test_the_rule_parameter_is_a_keyword_a_socket_and_a_yaml_key(context_only):
     reader = ContextAwareDecodingReader(technique=context_only, context_only_scale=2.0)
     assert reader.rule_parameters == {"context_only_scale": 2.0}
@@ -85,6 +86,7 @@ def test_the_rule_parameter_is_a_keyword_a_socket_and_a_yaml_key(context_only):
     assert ContextAwareDecodingReader(technique=context_only).rule_parameters == {"context_only_scale": 1.0}
 
 
+@pytest.mark.unit
 def test_the_rule_checks_its_own_parameters_and_unknown_names_list_the_registered_ones(context_only):
     with pytest.raises(ValueError, match=r"context_only: scale must be > 0, got -1"):
         ContextAwareDecodingReader(technique=context_only, context_only_scale=-1.0)
@@ -98,6 +100,7 @@ def test_the_rule_checks_its_own_parameters_and_unknown_names_list_the_registere
         decoding_rule("dola")
 
 
+@pytest.mark.unit
 def test_registration_refuses_a_taken_name_a_non_rule_and_a_name_unfit_for_keywords(context_only):
     register_decoding_rule(context_only)(ContextOnly)  # the same class again: a no-op
 
@@ -113,5 +116,6 @@ def test_registration_refuses_a_taken_name_a_non_rule_and_a_name_unfit_for_keywo
             register_decoding_rule(bad)
 
 
+@pytest.mark.unit
 def test_the_registry_is_restored_after_a_test_that_registers():
     assert "context_only" not in decoding_rule_names()

@@ -41,6 +41,7 @@ def package_rules() -> dict[str, tuple[str, str]]:
     return found
 
 
+@pytest.mark.unit
 def test_the_registry_holds_exactly_the_rules_the_package_defines():
     defined = package_rules()
     assert set(defined) == {"cad", "acd", "coiecd"}  # the three papers' rules, one module each
@@ -175,6 +176,7 @@ def test_coiecd_weight_interpolates_from_plain_decoding_to_the_method():
     assert zero is context
 
 
+@pytest.mark.unit
 def test_coiecd_refuses_settings_outside_the_method():
     context, memory = CONTESTED
     with pytest.raises(ValueError, match="lambda"):
@@ -187,6 +189,7 @@ def test_coiecd_refuses_settings_outside_the_method():
         coiecd_logits(context, memory, weight=-1.0)
 
 
+@pytest.mark.unit
 def test_rules_refuse_bad_input():
     z_c, z_m = _pair()
     with pytest.raises(ValueError, match="one shape"):

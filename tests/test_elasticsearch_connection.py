@@ -30,12 +30,14 @@ def write_config(tmp_path: Path, **store) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_a_missing_ca_file_is_refused_naming_the_key(tmp_path):
     path = write_config(tmp_path, hosts=["https://es1.internal:9200"], ca_certs=str(tmp_path / "missing.pem"))
     with pytest.raises(ConfigError, match=r"store\.ca_certs: no file at"):
         load_index_config(path)
 
 
+@pytest.mark.unit
 def test_a_ca_file_without_an_https_host_is_refused(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -51,6 +53,7 @@ def test_a_ca_file_without_an_https_host_is_refused(tmp_path):
     assert connection_options(config.store) == {"ca_certs": str(ca)}
 
 
+@pytest.mark.unit
 def test_a_host_that_is_not_a_url_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="http:// or https:// URLs"):
         load_index_config(write_config(tmp_path, hosts="es1.internal:9200"))

@@ -78,6 +78,7 @@ def test_each_filter_keeps_what_haystacks_in_memory_store_keeps(es_store, filter
     ({"field": "meta.title", "operator": ">", "value": "Paris"}, "numbers or ISO dates"),
     ("title == Paris", "must be a dictionary"),
 ])
+@pytest.mark.unit
 def test_a_malformed_filter_is_a_one_line_filter_error(filters, message):
     with pytest.raises(FilterError, match=message) as raised:
         filters_to_query(filters)

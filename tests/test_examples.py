@@ -57,6 +57,7 @@ def first_nq_record():
         return json.loads(handle.readline())
 
 
+@pytest.mark.unit
 def test_the_examples_are_the_five_tutorials():
     assert sorted(p.name for p in EXAMPLES_DIR.glob("*.py")) == sorted([*LOCAL, SERVED, "nq_open.py"])
     for name in [*LOCAL, SERVED]:

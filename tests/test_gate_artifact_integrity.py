@@ -47,6 +47,7 @@ def refusal(path) -> str:
     return message
 
 
+@pytest.mark.unit
 def test_the_shipped_artifact_records_its_vectors_and_reads_them_unchanged(shipped):
     json_path, arrays = shipped
     artifact = GateArtifact.load(json_path)
@@ -57,6 +58,7 @@ def test_the_shipped_artifact_records_its_vectors_and_reads_them_unchanged(shipp
     assert np.array_equal(labels, arrays["labels"].astype(np.float64))
 
 
+@pytest.mark.unit
 def test_ten_vector_rows_against_346_labels_are_refused(tmp_path, shipped):
     vectors = shipped[1]["vectors"]
     assert "holds 10 vector rows against 346 labels" in refusal(tampered(tmp_path, shipped, vectors=vectors[:10]))
@@ -64,6 +66,7 @@ def test_ten_vector_rows_against_346_labels_are_refused(tmp_path, shipped):
     assert "holds 10 vectors, the artifact was trained on 346 questions" in refusal(cut)
 
 
+@pytest.mark.unit
 def test_flipped_labels_are_refused_with_or_without_the_record(tmp_path, shipped):
     flipped = 1.0 - shipped[1]["labels"]
     expected = "261 of its labels say 'needs retrieval', the artifact's training counted 85"
@@ -73,6 +76,7 @@ def test_flipped_labels_are_refused_with_or_without_the_record(tmp_path, shipped
     assert "its labels are not all 0 or 1" in refusal(tampered(tmp_path, shipped, labels=halves))
 
 
+@pytest.mark.unit
 def test_random_vectors_of_the_same_shape_are_refused_by_the_recorded_sha256(tmp_path, shipped):
     noise = np.random.default_rng(0).standard_normal(shipped[1]["vectors"].shape).astype(np.float32)
     message = refusal(tampered(tmp_path, shipped, vectors=noise))

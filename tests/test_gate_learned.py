@@ -45,6 +45,7 @@ def _labelled(outcomes: list[str]) -> list[LabelledQuestion]:
             for i, o in enumerate(outcomes)]
 
 
+@pytest.mark.unit
 def test_plumbing_outcomes_and_labels_of_the_four_cases():
     assert outcome_of(False, True) == "context_only" and needs_retrieval("context_only") is True
     assert outcome_of(True, True) == "both_right" and needs_retrieval("both_right") is False
@@ -55,6 +56,7 @@ def test_plumbing_outcomes_and_labels_of_the_four_cases():
         needs_retrieval("both_wrong", "maybe")
 
 
+@pytest.mark.unit
 def test_plumbing_tradeoff_curve_and_cut_worked_by_hand():
     labelled = _labelled(["context_only", "context_only", "both_right", "closed_book_only", "both_wrong"])
     scores = [0.9, 0.7, 0.6, 0.3, 0.1]
@@ -74,6 +76,7 @@ def test_plumbing_tradeoff_curve_and_cut_worked_by_hand():
         tradeoff_curve(scores, labelled, cost=2)
 
 
+@pytest.mark.unit
 def test_plumbing_auroc_interval_and_paired_tests_against_always():
     labelled = _labelled(["context_only", "both_wrong", "context_only", "both_right", "closed_book_only",
                           "context_only", "both_wrong", "both_right"])
@@ -293,6 +296,7 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
     assert "were used to train or calibrate" in capsys.readouterr().err
 
 
+@pytest.mark.unit
 def test_plumbing_held_out_ids_are_left_out_of_a_labelling_range_and_counted(sample_files):
     from icr2_components.evaluation.compare.splits import read_question_ids
     from icr2_components.evaluation.gates.need_labels import nq_question_ids

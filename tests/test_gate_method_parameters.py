@@ -59,6 +59,7 @@ def digit_count_module(tmp_path_factory):
         sys.path.remove(str(folder))
 
 
+@pytest.mark.unit
 def test_a_new_method_with_its_own_parameter_is_one_module(digit_count_module):
     assert gate_decider_class("digit_count") is digit_count_module.DigitCountDecider
     assert gate_parameter_owners()["min_digits"] == ("digit_count",)
@@ -81,6 +82,7 @@ def test_a_new_method_with_its_own_parameter_is_one_module(digit_count_module):
     assert "digit_count" not in gate_source and "min_digits" not in gate_source
 
 
+@pytest.mark.unit
 def test_an_unknown_key_names_every_method_parameter():
     with pytest.raises(ValueError, match=r"\['n_yess'\].*n_yes \(ta_are\).*threshold \(threshold\)"):
         TimeAwareRetrievalGate(method="never", model=None, n_yess=3)
@@ -103,6 +105,7 @@ def test_the_built_in_methods_own_frozen_parameters_and_the_gate_keeps_only_shar
         assert "self.gate" not in source and ".gate." not in source, method
 
 
+@pytest.mark.unit
 def test_a_method_sees_its_parameters_with_the_runs_overrides_only():
     gate = TimeAwareRetrievalGate(method="never", model=None, n_yes=3, threshold=0.3)
     assert gate.parameters_of("ta_are").n_yes == 3 and gate.parameters_of("ta_are").n_no == 2

@@ -17,6 +17,7 @@ CPU = {"dtype": "float32", "device": "cpu"}
 QUESTION = "Who won the 2025 Eurovision Song Contest?"
 
 
+@pytest.mark.unit
 def test_the_gate_takes_at_most_twelve_init_parameters():
     parameters = [name for name, p in inspect.signature(TimeAwareRetrievalGate.__init__).parameters.items()
                   if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
@@ -24,6 +25,7 @@ def test_the_gate_takes_at_most_twelve_init_parameters():
     assert "model_settings" in parameters
 
 
+@pytest.mark.unit
 def test_model_settings_are_checked_and_round_trip_through_yaml():
     gate = TimeAwareRetrievalGate(method="vanilla", model_settings={**CPU, "local_scoring": "generate"})
     assert gate.model_settings == {**CPU, "attn_implementation": "sdpa", "local_scoring": "generate",
@@ -40,6 +42,7 @@ def test_model_settings_are_checked_and_round_trip_through_yaml():
         TimeAwareRetrievalGate(method="vanilla", dtype="float32", device="cpu")
 
 
+@pytest.mark.unit
 def test_run_time_overrides_are_checked_like_init_values():
     gate = TimeAwareRetrievalGate(method="never", model=None)
     assert "no_retrieval" in gate.run(query=QUESTION)

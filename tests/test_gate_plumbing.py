@@ -70,6 +70,7 @@ class ScriptedChatGenerator:
         return {"replies": [ChatMessage.from_assistant(self.reply)]}
 
 
+@pytest.mark.unit
 def test_plumbing_api_reply_that_says_neither_follows_on_unparsed_and_is_counted():
     generator = ScriptedChatGenerator("It depends on the context.")
     gate = TimeAwareRetrievalGate(method="vanilla", chat_generator=generator, on_unparsed="retrieve")
@@ -86,6 +87,7 @@ def test_plumbing_api_reply_that_says_neither_follows_on_unparsed_and_is_counted
         strict.run(query="Who won?")
 
 
+@pytest.mark.unit
 def test_plumbing_api_reply_yes_routes_in_a_pipeline_and_threshold_is_refused():
     gate = TimeAwareRetrievalGate(method="vanilla", chat_generator=ScriptedChatGenerator("[No]"))
     pipeline = Pipeline()
@@ -97,6 +99,7 @@ def test_plumbing_api_reply_yes_routes_in_a_pipeline_and_threshold_is_refused():
         TimeAwareRetrievalGate(method="threshold", chat_generator=ScriptedChatGenerator())
 
 
+@pytest.mark.unit
 def test_plumbing_a_nested_chat_generator_round_trips_through_yaml():
     """ScriptedChatGenerator has no to_dict of its own: the gate serialises it with component_to_dict, and
     Haystack's default_from_dict rebuilds it from its type."""
@@ -113,6 +116,7 @@ def test_plumbing_a_nested_chat_generator_round_trips_through_yaml():
     assert again.to_dict() == gate.to_dict()
 
 
+@pytest.mark.unit
 def test_plumbing_the_adaptive_rag_yaml_round_trips():
     from pathlib import Path
 

@@ -206,6 +206,7 @@ def test_a_real_reply_saying_neither_yes_nor_no_follows_on_unparsed_and_is_count
     assert strict.stats["unparsed_replies"] == 1
 
 
+@pytest.mark.unit
 def test_round_trip_through_to_dict_and_from_dict():
     gate = TimeAwareRetrievalGate(method="threshold", threshold=0.3, today="2025-06-01", n_yes=3, n_no=1, **GATE_CPU)
     data = component_to_dict(gate, "gate")

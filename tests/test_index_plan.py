@@ -96,6 +96,7 @@ def test_bm25_only_has_no_vector_memory_and_big_shards_are_flagged():
     ]
 
 
+@pytest.mark.unit
 def test_formatting():
     assert format_bytes(16_272_000_000) == "16.3 GB" and format_bytes(512) == "512 B"
     assert (

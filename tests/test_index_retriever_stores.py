@@ -46,6 +46,7 @@ def memory_store(passages):
     return store
 
 
+@pytest.mark.unit
 def test_bm25_over_the_users_in_memory_store_finds_the_passage_and_tags_it(memory_store):
     retriever = IndexRetriever(document_store=memory_store, method="bm25", top_k=5, name="my_bm25")
     documents = retriever.run(query=QUERY)["documents"]
@@ -57,6 +58,7 @@ def test_bm25_over_the_users_in_memory_store_finds_the_passage_and_tags_it(memor
     assert [d.id for d in documents] == haystack_ids
 
 
+@pytest.mark.unit
 def test_filters_at_run_time_keep_only_matching_documents(memory_store, passages):
     retriever = IndexRetriever(document_store=memory_store, method="bm25", top_k=10)
     other_titles = sorted({p.meta["title"] for p in passages} - {GOLD_TITLE})[:3]
@@ -87,6 +89,7 @@ def test_dense_and_hybrid_over_the_users_store_take_the_query_embedding(minilm, 
         hybrid.run(query=QUERY)
 
 
+@pytest.mark.unit
 def test_a_pipeline_with_the_users_store_round_trips_through_yaml(memory_store):
     pipeline = Pipeline()
     pipeline.add_component("retriever", IndexRetriever(document_store=memory_store, method="bm25", top_k=3))
@@ -98,6 +101,7 @@ def test_a_pipeline_with_the_users_store_round_trips_through_yaml(memory_store):
     assert "document_store" not in IndexRetriever().to_dict()["init_parameters"]
 
 
+@pytest.mark.unit
 def test_the_users_own_haystack_retriever_upstream_of_the_corpus_builder(memory_store):
     """The other way to bring a store: its own Haystack retriever feeds the corpus builder's ranked-list socket."""
     pipeline = Pipeline()

@@ -49,6 +49,7 @@ def yaml_indexes(path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.unit
 def test_every_library_pipeline_names_the_sample_index_and_loads_unchanged_without_the_switch():
     switched_somewhere = 0
     for path in PIPELINES:
@@ -69,6 +70,7 @@ def test_every_library_pipeline_names_the_sample_index_and_loads_unchanged_witho
 @pytest.mark.parametrize(
     "same", ["kilt-sample", "indexing/kilt-sample.yaml", str(shipped_file("indexing", "kilt-sample"))]
 )
+@pytest.mark.unit
 def test_a_switch_to_the_same_file_changes_nothing(monkeypatch, same):
     path = REPO_ROOT / "pipelines" / "corpus_in_context.yaml"
     before = PipelineSpec.from_file(str(path))
@@ -79,6 +81,7 @@ def test_a_switch_to_the_same_file_changes_nothing(monkeypatch, same):
 
 
 @pytest.mark.parametrize("name", ["vanilla_rag", "corpus_in_context", "adaptive_rag", "rap"])
+@pytest.mark.unit
 def test_the_switch_points_every_retriever_at_the_other_config_and_changes_the_hash(monkeypatch, name):
     path = REPO_ROOT / "pipelines" / f"{name}.yaml"
     before = PipelineSpec.from_file(str(path))
@@ -111,6 +114,7 @@ def test_apply_index_switch_reports_each_change_and_leaves_other_components_alon
     assert switched_index("kilt-sample", "kilt-sample-elasticsearch") == "kilt-sample-elasticsearch"
 
 
+@pytest.mark.unit
 def test_a_switch_naming_no_file_is_a_one_line_error(monkeypatch):
     monkeypatch.setenv(INDEX_CONFIG_ENV, "indexing/nope.yaml")
     with pytest.raises(PipelineLoadError) as raised:
@@ -125,6 +129,7 @@ def test_a_switch_naming_no_file_is_a_one_line_error(monkeypatch):
         pass
 
 
+@pytest.mark.unit
 def test_index_switch_set_restores_the_variable(monkeypatch):
     monkeypatch.setenv(INDEX_CONFIG_ENV, "indexing/kilt-sample.yaml")
     with index_switch_set(ES_CONFIG) as switch:
@@ -146,6 +151,7 @@ def test_compare_serve_and_quickstart_take_index_and_refuse_a_missing_config_in_
     assert INDEX_CONFIG_ENV not in os.environ
 
 
+@pytest.mark.unit
 def test_quickstart_writes_its_pipeline_copies_with_the_switched_index(monkeypatch, tmp_path):
     from icr2_components.commands.quickstart import write_variants
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from sklearn.metrics import cohen_kappa_score
 
@@ -21,6 +22,7 @@ COMPLETION = json.dumps({"id": "fixed", "object": "chat.completion", "created": 
                          "usage": {"prompt_tokens": 10, "completion_tokens": 6, "total_tokens": 16}}).encode()
 
 
+@pytest.mark.unit
 def test_kappa_is_scikit_learns_with_an_interval_around_it_and_undefined_said_as_such():
     judge = [1, 1, 0, 1, 0, 0, 1, 1, 0, 1, 0, 1]
     match = [1, 0, 0, 1, 0, 1, 1, 1, 0, 1, 0, 0]

@@ -182,6 +182,7 @@ def violations(path: Path, package: Path = PACKAGE) -> list[str]:
     return wrong
 
 
+@pytest.mark.unit
 def test_every_package_has_a_floor():
     """A new package must be placed on a floor here (and in the README), not slip past the check."""
     unplaced = unplaced_units()
@@ -189,17 +190,20 @@ def test_every_package_has_a_floor():
 
 
 @pytest.mark.parametrize("path", all_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.unit
 def test_imports_point_down_or_along_the_ground_floor(path: Path):
     wrong = violations(path)
     assert not wrong, f"{path.relative_to(PACKAGE)}:\n" + "\n".join(wrong)
 
 
+@pytest.mark.unit
 def test_loads_by_data_are_still_there():
     """An allowance for a load by name is removed with the load (no stale exception keeps a door open)."""
     for relative in LOADS_BY_DATA:
         assert "?" in {target for target, _ in imported_units(PACKAGE / relative)}, relative
 
 
+@pytest.mark.unit
 def test_the_walk_sees_lazy_relative_and_by_name_imports():
     """The checker itself: a lazy import, a relative import and each form of load by name are found."""
     source = ("import importlib\nfrom ..filters import passage_scoring\n\ndef f(name):\n"
@@ -294,6 +298,7 @@ def test_no_import_circles_inside_the_package():
     assert not cycles, "modules importing each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+@pytest.mark.unit
 def test_a_planted_import_circle_is_found(package_copy: Path):
     planted = package_copy / "kilt" / "planted_circle.py"
     planted.write_text("def f():\n    from icr2_components.kilt import planted_other\n")
@@ -366,6 +371,7 @@ def _all_violations(package: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTS))
+@pytest.mark.unit
 def test_a_planted_violation_fails_the_check(kind: str, package_copy: Path):
     relative, source, expected = PLANTS[kind]
     assert _all_violations(package_copy) == []  # the copy is clean before the plant
@@ -378,6 +384,7 @@ def test_a_planted_violation_fails_the_check(kind: str, package_copy: Path):
     assert len(found) == 1 and found[0].startswith(relative) and expected in found[0], found
 
 
+@pytest.mark.unit
 def test_a_package_of_its_own_for_probing_fails_the_check(package_copy: Path):
     """Head probing has no floor of its own (DESIGN: it belongs with the filters): a top-level probing/ is unplaced."""
     folder = package_copy / "probing"

@@ -124,6 +124,7 @@ def test_a_training_output_dir_that_is_a_file_fails_in_one_line_before_the_model
     assert (tmp_path / "out").read_text() == "a file"
 
 
+@pytest.mark.unit
 def test_an_append_after_a_cut_last_line_starts_on_a_fresh_line(tmp_path):
     path = tmp_path / "failures.jsonl"
     path.write_text('{"id": "a", "status": 400}\n{"id": "b", "sta')  # a kill mid-write

@@ -32,6 +32,7 @@ def _state(position=700, written=690, failed=10):
             "failed": failed, "last_id": "90000001-w100-00003", "failure_examples": [], "completed": False}
 
 
+@pytest.mark.unit
 def test_a_checkpoint_edited_cut_or_contradicting_itself_is_named_not_resumed(tmp_path):
     path = tmp_path / "checkpoints" / "load.json"  # its folder does not exist yet
     writer = _writer(path)
@@ -51,6 +52,7 @@ def test_a_checkpoint_edited_cut_or_contradicting_itself_is_named_not_resumed(tm
         writer.read_checkpoint()
 
 
+@pytest.mark.unit
 def test_training_ids_whose_lists_do_not_match_their_hashes_are_refused(tmp_path):
     path = write_training_ids(tmp_path, ["q1", "q2", "q3"], ["q4"], method="rta", model="m")
     assert read_training_ids(path).train_ids == ("q1", "q2", "q3")

@@ -33,6 +33,7 @@ def test_bundled_aliases_resolve_to_loadable_folders(smollm2, minilm):
     assert float(np.dot(vectors[0], vectors[1])) > float(np.dot(vectors[0], vectors[2])) + 0.3
 
 
+@pytest.mark.unit
 def test_paths_and_hub_ids_pass_through_and_bad_names_fail_clearly(tmp_path):
     assert resolve_model(str(tmp_path)) == str(tmp_path.resolve())
     assert resolve_model("mistralai/Mistral-7B-Instruct-v0.2") == "mistralai/Mistral-7B-Instruct-v0.2"
@@ -114,6 +115,7 @@ def test_reader_pipeline_round_trips_through_yaml_on_the_allowlist():
     assert "Rome" in reply.text
 
 
+@pytest.mark.unit
 def test_modules_outside_the_allowlist_are_refused():
     yaml_text = """
 components:

@@ -110,6 +110,7 @@ def process_words(text: str) -> list[tuple[int, str]]:
         "no GPU was lent to this task", "bench/issue15_evaluations.sh", "def test_issue_27_inputs():",
     ],
 )
+@pytest.mark.unit
 def test_process_words_are_found(line):
     assert process_words(line), line
 
@@ -127,6 +128,7 @@ def test_other_projects_links_and_technical_senses_are_allowed(line):
     assert not process_words(line), process_words(line)
 
 
+@pytest.mark.unit
 def test_no_issue_numbers_or_process_words_in_the_repository():
     problems = []
     for path in checked_files():

@@ -36,6 +36,7 @@ def in_root(monkeypatch):
     monkeypatch.chdir(ROOT)  # the library's index paths are relative to the repository root, as when run there
 
 
+@pytest.mark.unit
 def test_index_free_library_pipelines_keep_their_hash_and_index_readers_change(in_root):
     free, readers, fitted = [], [], []
     for path in LIBRARY:
@@ -68,6 +69,7 @@ def _adaptive_rag_with_artifact(tmp_path: Path, index: str | None = None) -> tup
     return data, artifact
 
 
+@pytest.mark.unit
 def test_a_retrained_gate_or_new_neighbours_change_the_hash(tmp_path, in_root):
     data, artifact = _adaptive_rag_with_artifact(tmp_path)
     assert artifact_paths(data) == [str(artifact)]
@@ -90,6 +92,7 @@ def test_a_retrained_gate_or_new_neighbours_change_the_hash(tmp_path, in_root):
     assert behaviour_hash(data) != missing
 
 
+@pytest.mark.unit
 def test_the_index_a_gate_artifact_reads_is_part_of_the_hash(tmp_path, in_root):
     config = tmp_path / "features.yaml"
     shutil.copy(ROOT / "indexing/kilt-sample.yaml", config)
@@ -99,6 +102,7 @@ def test_the_index_a_gate_artifact_reads_is_part_of_the_hash(tmp_path, in_root):
     assert behaviour_hash(data) != before
 
 
+@pytest.mark.unit
 def test_spec_from_file_of_closed_book_has_the_keys_only_hash(in_root):
     spec = PipelineSpec.from_file("pipelines/closed_book.yaml")
     assert spec.hash == keys_only_hash(yaml.safe_load((ROOT / "pipelines/closed_book.yaml").read_text()))
@@ -113,6 +117,7 @@ def _pipeline_reading(config: str) -> dict:
     return data
 
 
+@pytest.mark.unit
 def test_changing_the_index_config_contents_or_the_version_changes_the_hash(tmp_path, monkeypatch):
     config = tmp_path / "kilt-sample.yaml"
     shutil.copy(ROOT / "indexing/kilt-sample.yaml", config)
@@ -139,6 +144,7 @@ def test_changing_the_index_config_contents_or_the_version_changes_the_hash(tmp_
     assert behaviour_hash(data) != original
 
 
+@pytest.mark.unit
 def test_a_relative_config_path_is_read_from_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "indexing").mkdir()
@@ -150,6 +156,7 @@ def test_a_relative_config_path_is_read_from_the_working_directory(tmp_path, mon
     assert behaviour_hash(data) != before
 
 
+@pytest.mark.unit
 def test_a_missing_or_broken_index_config_is_hashed_by_path_or_text_without_crashing(tmp_path):
     missing_a = _pipeline_reading(str(tmp_path / "absent-a.yaml"))
     missing_b = _pipeline_reading(str(tmp_path / "absent-b.yaml"))
@@ -162,6 +169,7 @@ def test_a_missing_or_broken_index_config_is_hashed_by_path_or_text_without_cras
     assert behaviour_hash(data) != first
 
 
+@pytest.mark.unit
 def test_an_index_retriever_without_an_index_parameter_reads_the_default_config(in_root):
     data = _pipeline_reading("indexing/kilt-sample.yaml")
     for component in data["components"].values():

@@ -90,6 +90,7 @@ def test_the_cache_refuses_batches_and_a_cache_of_the_callers(smollm2):
 @pytest.mark.parametrize("kwargs", [{"min_reuse_tokens": 0}, {"min_reuse_tokens": True}, {"min_reuse_fraction": 1.5},
                                     {"min_reuse_fraction": "0.5"},
                                     {"max_cached_tokens": 4, "min_reuse_tokens": 16}, {"max_cached_tokens": "8"}])
+@pytest.mark.unit
 def test_cache_sizes_are_checked(kwargs):
     with pytest.raises(ValueError):
         GenerationPrefixCache(**kwargs)
@@ -105,6 +106,7 @@ def test_the_reader_parameter_round_trips_through_yaml_and_is_checked():
         LocalChatReader(reuse_prompt_prefix="yes")
 
 
+@pytest.mark.unit
 def test_compare_hash_leaves_prefix_reuse_out_and_the_spec_turns_it_on(tmp_path):
     data = yaml.safe_load((ROOT / "pipelines" / "oracle.yaml").read_text())
     with_reuse = yaml.safe_load((ROOT / "pipelines" / "oracle.yaml").read_text())

@@ -44,6 +44,7 @@ def write_jsonl(path: Path, records: list) -> Path:
 # -- reading ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_jsonl_field_mapping_dotted_paths_derived_ids_and_bad_rows_counted(tmp_path, nq):
     q0, q1, q2 = nq[:3]
     path = write_jsonl(tmp_path / "set.jsonl", [
@@ -68,6 +69,7 @@ def test_jsonl_field_mapping_dotted_paths_derived_ids_and_bad_rows_counted(tmp_p
     assert "line 4" in skips.examples["bad answers"][0]
 
 
+@pytest.mark.unit
 def test_csv_lists_in_cells_short_rows_and_a_missing_column_named(tmp_path, nq):
     path = tmp_path / "set.csv"
     with open(path, "w", newline="", encoding="utf-8") as handle:
@@ -90,6 +92,7 @@ def test_csv_lists_in_cells_short_rows_and_a_missing_column_named(tmp_path, nq):
         read_question_rows(QuestionSet.from_options(path))
 
 
+@pytest.mark.unit
 def test_parquet_columns_null_questions_counted(tmp_path, nq):
     parquet = pytest.importorskip("pyarrow.parquet")
     import pyarrow
@@ -106,6 +109,7 @@ def test_parquet_columns_null_questions_counted(tmp_path, nq):
     assert dict(skips.counts) == {"missing question": 1} and skips.examples["missing question"][0].startswith("line 2")
 
 
+@pytest.mark.unit
 def test_question_set_file_is_strict_and_relative_to_itself(tmp_path, nq):
     write_jsonl(tmp_path / "data.jsonl", [{"prompt": q.query, "gold": q.answers} for q in nq[:2]])
     config = tmp_path / "questions.yaml"
@@ -147,6 +151,7 @@ def test_the_command_offers_exactly_the_formats_the_reader_reads():
     assert offered == read
 
 
+@pytest.mark.unit
 def test_the_benchmark_formats_are_read_as_before(sample_files):
     """Auto-detection keeps a KILT task file a KILT file (a path, its own reader), and refuses mapping its fields."""
     assert question_source(str(sample_files.tasks)) == str(sample_files.tasks)

@@ -35,6 +35,7 @@ def rows():
     return found
 
 
+@pytest.mark.unit
 def test_the_set_has_at_least_40_questions_each_with_answers_and_its_page(rows):
     assert len(rows) >= 40
     assert len({r.id for r in rows}) == len(rows) and len({r.question for r in rows}) == len(rows)

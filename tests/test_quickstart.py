@@ -23,6 +23,7 @@ from icr2_components.pipeline_spec import PipelineSpec
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.unit
 def test_variants_cap_passages_and_ask_for_a_short_answer(tmp_path):
     reordered = yaml.safe_load((ROOT / "pipelines" / "reordered_lost_in_the_middle.yaml").read_text())
     variant, changes = quickstart_variant(reordered, 2, SHORT_ANSWER_PROMPT)
@@ -71,6 +72,7 @@ def hand_report(oracle_right, closed_right):
     return build_report(records, specs, ["open"])
 
 
+@pytest.mark.unit
 def test_paired_summary_states_both_intervals_and_the_exact_mcnemar_test():
     # 12 questions: both right on q0; oracle alone right on q1-q9; closed-book alone on none; q10, q11 neither
     oracle = [True] * 10 + [False, False]

@@ -96,6 +96,7 @@ def test_compare_warns_before_batching_a_half_precision_reader(tmp_path, smollm2
             assert len(warned) == 1 and "bfloat16" in warned[0] and "2 questions at a time" in warned[0], warned
 
 
+@pytest.mark.unit
 def test_white_box_decoding_readers_say_why_they_do_not_batch():
     for path in ("pipelines/cmt_cad.yaml", "pipelines/cmt_ph3_context.yaml"):
         reason = PipelineSpec.from_file(str(ROOT / path)).unbatched_because(controlled=True)

@@ -46,6 +46,7 @@ def ids(documents):
 
 
 @pytest.mark.parametrize("n", [5, 6])
+@pytest.mark.unit
 def test_lost_in_the_middle_puts_rank_one_first_and_rank_two_last_for_odd_and_even_n(passages, n):
     docs = passages[:n]
     out = LostInTheMiddleReorderer().run(documents=docs)["documents"]
@@ -54,6 +55,7 @@ def test_lost_in_the_middle_puts_rank_one_first_and_rank_two_last_for_odd_and_ev
     assert out[0].id == docs[0].id and out[-1].id == docs[1].id
 
 
+@pytest.mark.unit
 def test_primacy_recency_and_reverse_conventions(passages):
     docs = passages[:7]
     shuffled = [docs[i] for i in (3, 0, 6, 1, 5, 2, 4)]
@@ -66,6 +68,7 @@ def test_primacy_recency_and_reverse_conventions(passages):
     assert ids(ReverseReorderer(relevance="score").run(documents=shuffled)["documents"]) == ids(shuffled[::-1])
 
 
+@pytest.mark.unit
 def test_gold_at_each_position_keeps_the_others_in_relevance_order(passages):
     docs = passages[:10]
     gold = docs[6]
@@ -118,6 +121,7 @@ def test_budgets_are_never_exceeded_and_outputs_are_deterministic(passages, coun
         )
 
 
+@pytest.mark.unit
 def test_lost_in_the_middle_order_is_a_permutation_with_relevance_falling_to_the_middle():
     for n in range(0, 12):
         order = lost_in_the_middle_order(n)
@@ -130,6 +134,7 @@ def test_lost_in_the_middle_order_is_a_permutation_with_relevance_falling_to_the
 # --- bad input ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_bad_parameters_say_what_to_do(passages):
     with pytest.raises(ValueError, match="tokenizer"):
         LostInTheMiddleReorderer(budget_tokens=100)
@@ -151,6 +156,7 @@ def test_bad_parameters_say_what_to_do(passages):
         LostInTheMiddleReorderer().run(documents=[passages[0], passages[0]])
 
 
+@pytest.mark.unit
 def test_empty_input_gives_empty_output():
     for kind in (LostInTheMiddleReorderer, PrimacyReorderer, RecencyReorderer, ReverseReorderer):
         assert kind().run(documents=[])["documents"] == []

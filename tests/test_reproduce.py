@@ -83,6 +83,7 @@ def test_kv_retrieval_in_process_refuses_what_does_not_fit_and_resumes(tmp_path,
     assert _report(out)["run"]["counters"]["conditions"]["model_runs"] == 0
 
 
+@pytest.mark.unit
 def test_each_condition_is_tested_against_the_references_on_hand_made_scores(tmp_path):
     from icr2_components.evaluation.experiments.protocol import PreparedData
     from icr2_components.evaluation.experiments.report import build_report, curve_tables

@@ -119,6 +119,7 @@ def test_cub_through_the_llama_cpp_server_refuses_the_white_box_techniques(llama
     _check_files(report, out)
 
 
+@pytest.mark.unit
 def test_the_plot_zooms_to_the_techniques_of_the_committed_run(tmp_path):
     """The registered run's points lie within 0.2 x 0.07 near the axes of the whole square: the middle panel zooms
     to every technique's point and 95% interval, leaving closed-book (F 0.04, R 1.00) out, so the front is read."""

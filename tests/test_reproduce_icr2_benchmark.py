@@ -73,6 +73,7 @@ def _check_run(report: dict, out: Path, questions: int) -> None:
     assert "GPT-4-turbo (paper)" in html and "Table 7" in html
 
 
+@pytest.mark.unit
 def test_the_protocol_is_table_2_at_two_budgets_with_the_papers_figures():
     protocol = get_experiment("icr2-benchmark").describe()
     assert protocol["conditions"] == ["1000tok@p0", "4000tok@p0", "1000tok@p1", "4000tok@p1"]

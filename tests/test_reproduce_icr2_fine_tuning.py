@@ -43,6 +43,7 @@ def _check_files(report: dict, out: Path) -> None:
     assert "Mistral-7B (paper)" in html and "Table 3" in html
 
 
+@pytest.mark.unit
 def test_the_protocol_is_table_3s_arms_with_the_papers_figures():
     protocol = get_experiment("icr2-fine-tuning").describe()
     assert protocol["conditions"] == ["closed_book", "vanilla_rag", "untrained", "sft_da", "sft_rta", "sft_cci",

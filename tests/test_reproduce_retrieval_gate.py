@@ -66,6 +66,7 @@ def _check_accuracy_from_caches(report: dict, out: Path) -> None:
         assert low <= entry["accuracy"]["value"] <= high
 
 
+@pytest.mark.unit
 def test_the_protocol_prints_the_papers_figures_and_prompts():
     from haystack import Document
     from haystack.components.builders import ChatPromptBuilder

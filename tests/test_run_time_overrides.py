@@ -46,6 +46,7 @@ def instance(sample_files):
     return nq_sample_instances(1, passages=4)[0]
 
 
+@pytest.mark.unit
 def test_the_shared_checks_name_the_parameter_and_keep_zero_as_a_given_value():
     with pytest.raises(UserInputError, match=r"^budget_passages must be a positive integer or None \(no limit\), "
                                              r"got 0\.$"):
@@ -57,6 +58,7 @@ def test_the_shared_checks_name_the_parameter_and_keep_zero_as_a_given_value():
 @pytest.mark.parametrize("reorderer_class", REORDERERS, ids=lambda c: c.__name__)
 @pytest.mark.parametrize(("override_name", "value"), [("budget_passages", 0), ("budget_passages", -2),
                                                       ("budget_tokens", 0), ("budget_passages", 1.5)])
+@pytest.mark.unit
 def test_a_reorderer_refuses_a_run_time_budget_it_refuses_at_init(reorderer_class, override_name, value, instance):
     with pytest.raises(ValueError, match=f"{override_name} must be a positive integer or None"):
         reorderer_class(**{override_name: value})
@@ -68,6 +70,7 @@ def test_a_reorderer_refuses_a_run_time_budget_it_refuses_at_init(reorderer_clas
     assert [d.id for d in kept["documents"]] == [instance.documents[0].id] and kept["report"]["kept"] == 1
 
 
+@pytest.mark.unit
 def test_gold_at_position_refuses_position_zero_and_a_zero_budget_at_run_time(instance):
     reorderer = GoldAtPositionReorderer(position=1)
     with pytest.raises(ValueError, match="position is 1-based"):
@@ -118,6 +121,7 @@ def test_the_other_readers_refuse_their_bad_run_time_overrides(smollm2):
         served.run(messages=messages, max_new_tokens=0)
 
 
+@pytest.mark.unit
 def test_rankers_and_the_retriever_refuse_top_k_zero_at_run_time(instance):
     with pytest.raises(ValueError, match="top_k must be a positive integer or None"):
         BiEncoderRanker(top_k=3).run(query=instance.query, documents=instance.documents, top_k=0)
@@ -130,6 +134,7 @@ def test_rankers_and_the_retriever_refuse_top_k_zero_at_run_time(instance):
         retriever.run(query=instance.query, top_k=0)
 
 
+@pytest.mark.unit
 def test_builders_refuse_bad_run_time_overrides(instance):
     builder = ConfounderAwareCorpusBuilder(retrievers=["bm25"], budget_passages=4)
     with pytest.raises(ValueError, match="budget_passages must be a positive integer or None"):
@@ -143,6 +148,7 @@ def test_builders_refuse_bad_run_time_overrides(instance):
 # --- an empty passage list is flagged and logged, not answered in silence ------------------------------------
 
 
+@pytest.mark.unit
 def test_the_prompt_builder_flags_and_logs_a_prompt_over_no_passages(instance, caplog):
     builder = CorpusInContextPromptBuilder()
     with caplog.at_level(logging.WARNING, logger="icr2_components.builders.passage_count"):
@@ -155,6 +161,7 @@ def test_the_prompt_builder_flags_and_logs_a_prompt_over_no_passages(instance, c
     assert full["meta"] == {"passages": 4, "no_passages": False} and not caplog.records
 
 
+@pytest.mark.unit
 def test_the_sibling_builders_flag_no_passages_too(instance, caplog):
     with caplog.at_level(logging.WARNING, logger="icr2_components.builders.passage_count"):
         context_use = ContextUsePromptBuilder().run(query=instance.query, documents=[])

@@ -313,6 +313,7 @@ def test_over_long_prompt_is_413_naming_the_limit_and_an_internal_failure_stays_
         thread.join(timeout=30)
 
 
+@pytest.mark.unit
 def test_serving_refuses_undeclared_io_and_foreign_modules(tmp_path):
     from icr2_components.pipeline_loading import PipelineLoadError
     from icr2_components.pipeline_spec import PipelineSpecError
@@ -329,6 +330,7 @@ def test_serving_refuses_undeclared_io_and_foreign_modules(tmp_path):
         create_serving_app(str(foreign))
 
 
+@pytest.mark.unit
 def test_only_input_caused_errors_are_refused_with_4xx():
     """The mapping behind the 413: found through Haystack's wrapping, and nothing else is mapped."""
     from haystack.core.errors import PipelineRuntimeError

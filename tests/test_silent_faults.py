@@ -37,6 +37,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
 # -- 1. a corpus section without its path ---------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_corpus_section_without_path_is_refused_not_the_bundled_sample(tmp_path):
     with pytest.raises(ConfigError, match=r"section 'corpus' has no 'path'.*\{path: sample\}"):
         index_config_from_dict({"store": {"type": "in_memory"}, "corpus": {"passage_words": 50}})
@@ -115,6 +116,7 @@ def _label(i: int, closed: object, context: object, outcome: str) -> dict:
             "context_answer": "a", "closed_book_match": closed, "context_match": context, "outcome": outcome}
 
 
+@pytest.mark.unit
 def test_a_label_with_a_string_boolean_is_counted_not_read_as_true(tmp_path):
     from icr2_components.evaluation.gates.need_labels import read_labels
 
@@ -141,6 +143,7 @@ def test_a_label_with_a_string_boolean_is_counted_not_read_as_true(tmp_path):
         read_labels([nothing])
 
 
+@pytest.mark.unit
 def test_eval_gate_records_whose_context_holds_non_strings_are_counted(tmp_path):
     from icr2_components.evaluation.gates.gate_eval import read_retrievalqa_jsonl
 
@@ -192,6 +195,7 @@ def test_dense_search_with_embeddings_turned_off_says_so_not_built_without(tmp_p
         IndexHandle(config).retrieve("alpha", method="hybrid")
 
 
+@pytest.mark.unit
 def test_a_knn_vectors_file_of_random_bytes_is_named_not_a_pickle_question(tmp_path):
     import numpy as np
 

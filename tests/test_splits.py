@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IDS = [f"q{i:04d}" for i in range(2000)]
 
 
+@pytest.mark.unit
 def test_split_is_deterministic_disjoint_covering_and_keeps_the_given_order():
     a = split_question_ids(IDS, seed=3, dev_fraction=0.25)
     b = split_question_ids(list(IDS), seed=3, dev_fraction=0.25)
@@ -44,6 +45,7 @@ def test_split_is_deterministic_disjoint_covering_and_keeps_the_given_order():
     assert set(other.dev) != set(a.dev)  # the seed matters
 
 
+@pytest.mark.unit
 def test_fraction_split_is_stable_when_the_file_grows_or_is_reordered():
     before = split_question_ids(IDS[:1200], seed=0, dev_fraction=0.2)
     shuffled = list(IDS)
@@ -52,6 +54,7 @@ def test_fraction_split_is_stable_when_the_file_grows_or_is_reordered():
     assert set(before.dev) <= set(after.dev) and set(before.test) <= set(after.test)
 
 
+@pytest.mark.unit
 def test_count_split_and_bad_parameters():
     split = split_question_ids(IDS[:50], seed=0, dev_count=7)
     assert len(split.dev) == 7 and len(split.test) == 43
@@ -69,6 +72,7 @@ def test_count_split_and_bad_parameters():
         split_question_ids(IDS, seed="0")
 
 
+@pytest.mark.unit
 def test_question_id_file_round_trip_comments_and_errors(tmp_path):
     path = write_question_ids(
         tmp_path / "ids.txt", ["b", "a", "nq-sample-00003"], comments=["made by a test", "two lines"]
@@ -206,6 +210,7 @@ def test_bad_question_choices_are_refused(tmp_path, capsys):
         )
 
 
+@pytest.mark.unit
 def test_pipeline_seeds_are_read_from_the_yaml():
     rap = yaml.safe_load((ROOT / "pipelines/rap.yaml").read_text())
     assert pipeline_seeds(rap) == {"corpus.seed": 0}

@@ -105,6 +105,7 @@ def test_the_registry_lists_the_new_backend_beside_the_built_in_ones():
     assert isinstance(config.store, ScratchStoreSettings) and config.store.bm25_algorithm == "BM25L"
 
 
+@pytest.mark.unit
 def test_an_unknown_store_type_is_refused_listing_the_registered_ones():
     names = ", ".join(store_backend_names())
     with pytest.raises(
@@ -117,6 +118,7 @@ def test_an_unknown_store_type_is_refused_listing_the_registered_ones():
         store_backend("faiss")
 
 
+@pytest.mark.unit
 def test_the_new_backend_reads_only_its_own_keys():
     with pytest.raises(
         ConfigError,

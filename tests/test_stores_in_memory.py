@@ -25,6 +25,7 @@ def nq_tasks_with_gold(sample_index, sample_files):
     return [(task, set(span_index.gold_passage_ids(task.provenance))) for task in tasks]
 
 
+@pytest.mark.unit
 def test_unknown_config_keys_are_refused_with_the_allowed_keys(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['batchsize'\] in section 'writer'"):
         index_config_from_dict({"writer": {"batchsize": 10}})
@@ -72,6 +73,7 @@ def test_retrieval_finds_the_gold_passage_of_nq_questions(sample_index, nq_tasks
     assert recall >= minimum_recall
 
 
+@pytest.mark.unit
 def test_reciprocal_rank_fusion_rewards_agreement():
     from haystack import Document
 
@@ -85,6 +87,7 @@ def test_reciprocal_rank_fusion_rewards_agreement():
     assert [doc.id for doc in reciprocal_rank_fusion([[a, b], [c, d]], top_k=2)] == ["a", "c"]
 
 
+@pytest.mark.unit
 def test_retrieval_rejects_bad_requests(sample_index):
     with pytest.raises(ValueError, match="non-empty"):
         sample_index.retrieve("  ")

@@ -7,11 +7,13 @@ import pytest
 from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, StreamingWriterSettings
 
 
+@pytest.mark.unit
 def test_the_writer_takes_hosts_index_settings_and_a_client():
     parameters = list(inspect.signature(ElasticsearchStreamingWriter.__init__).parameters)
     assert parameters == ["self", "hosts", "index", "settings", "client"]
 
 
+@pytest.mark.unit
 def test_the_writer_keeps_its_settings_and_derives_checkpoint_and_fingerprint(tmp_path):
     settings = StreamingWriterSettings(batch_size=7, checkpoint_path=tmp_path / "c.json", fingerprint="corpus-a")
     writer = ElasticsearchStreamingWriter("http://127.0.0.1:9200", "some-index", settings)
@@ -38,12 +40,14 @@ def test_the_writer_keeps_its_settings_and_derives_checkpoint_and_fingerprint(tm
         ("force_merge_segments", 0, "force_merge_segments must be a positive integer or None (no merge), got 0."),
     ],
 )
+@pytest.mark.unit
 def test_a_bad_setting_is_refused_naming_it(field, value, message):
     with pytest.raises(ValueError) as raised:
         StreamingWriterSettings(**{field: value})
     assert str(raised.value).startswith(message)
 
 
+@pytest.mark.unit
 def test_settings_of_another_type_are_refused():
     with pytest.raises(TypeError, match=r"settings must be a StreamingWriterSettings, got dict\."):
         ElasticsearchStreamingWriter("http://127.0.0.1:9200", "some-index", {"batch_size": 10})

@@ -32,6 +32,7 @@ def _matching(bm25: FieldedBM25, query: str) -> set[str]:
     return {d.id for d in bm25.search(query, top_k=len(bm25))}
 
 
+@pytest.mark.unit
 def test_english_stemming_matches_inflected_forms_in_sample_passages(sample_documents, english, standard):
     # "prizes" reaches passages that only say "prize" (or "prized") under english, not under standard
     only_singular = [
@@ -48,6 +49,7 @@ def test_english_stemming_matches_inflected_forms_in_sample_passages(sample_docu
     print(f"\n'prizes': {len(english_hits)} sample passages match under english, {len(standard_hits)} under standard")
 
 
+@pytest.mark.unit
 def test_english_stop_words_neither_match_nor_change_the_ranking(sample_documents, english, standard):
     assert english.search("the of and is to", top_k=10) == []
     assert len(_matching(standard, "the of and is to")) > len(sample_documents) // 2
@@ -59,6 +61,7 @@ def test_english_stop_words_neither_match_nor_change_the_ranking(sample_document
     assert with_stop_words[0].meta["title"] == "List of Nobel laureates in Physics"
 
 
+@pytest.mark.unit
 def test_the_title_is_searched_as_its_own_field(sample_documents, english):
     analyze = TextAnalyzer("english")
     # a real passage whose text never names its article's subject: only the title can bring it up
@@ -77,6 +80,7 @@ def test_the_title_is_searched_as_its_own_field(sample_documents, english):
     assert set(top) == same_article, (passage.meta["title"], top)
 
 
+@pytest.mark.unit
 def test_filters_keep_only_matching_passages(sample_documents, english):
     passage = english.search("nobel prize physics", top_k=1)[0]
     filtered = english.search(
@@ -111,6 +115,7 @@ def test_a_saved_in_memory_store_is_searched_with_the_analyzer_of_the_config_tha
     assert reopened.count() == 300
 
 
+@pytest.mark.unit
 def test_the_english_analyzer_keeps_lucenes_stop_list():
     assert len(ENGLISH_STOP_WORDS) == 33 and {"the", "of", "and", "with"} <= ENGLISH_STOP_WORDS
     assert TextAnalyzer("english")("Einstein's prizes were awarded") == ["einstein", "prize", "were", "award"]

@@ -27,6 +27,7 @@ def header(name: str) -> str:
     return " ".join(lines)
 
 
+@pytest.mark.unit
 def test_the_recipe_set_is_what_the_project_ships():
     assert len(RECIPES) == 11 and len(ACCELERATE) == 3, (RECIPES, ACCELERATE)
     for name in RECIPES:

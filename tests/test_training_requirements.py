@@ -48,6 +48,7 @@ def test_stated_parameter_counts_are_the_real_models(smollm2):
     assert lora.per_process_bytes < full.per_process_bytes
 
 
+@pytest.mark.unit
 def test_the_gpu_recipe_states_its_needs_without_its_weights():
     """Mistral-7B is not downloaded here: its published config gives the count (7.24B) and the estimate."""
     needs = recipe_needs(load_recipe("training/mistral7b_gpu_rta.yaml"))

@@ -47,6 +47,7 @@ def test_targets_parse_back_into_gold_ids_and_answer(sample_benchmark, method):
     assert parsed.answer == instance.answers[0]
 
 
+@pytest.mark.unit
 def test_direct_answer_has_no_retrieval_and_cited_unknown_ids_are_reported():
     assert parse_generation(format_target("da", "Paris", [])).answer == "Paris"
     parsed = parse_generation(
@@ -66,12 +67,14 @@ def test_gumbel_topk_selects_exactly_k_and_passes_gradients():
     assert gumbel_topk(scores.detach(), k=2, tau=0.5, noise=False).tolist() == [1.0, 0.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.unit
 def test_temperature_schedule_goes_from_start_to_end():
     assert temperature(0, 10, 1.0, 0.1) == pytest.approx(1.0)
     assert temperature(9, 10, 1.0, 0.1) == pytest.approx(0.1)
     assert temperature(5, 11, 1.0, 0.0, "linear") == pytest.approx(0.5)
 
 
+@pytest.mark.unit
 def test_recipe_naming_an_unknown_method_is_refused():
     with pytest.raises(RecipeError, match="method is 'sft-magic'; choose one of"):
         recipe_from_dict({"method": "sft-magic", "model": "m", "output_dir": "o", "data": {"train": "t.jsonl"}})
@@ -81,6 +84,7 @@ def test_recipe_naming_an_unknown_method_is_refused():
         )
 
 
+@pytest.mark.unit
 def test_every_committed_recipe_loads():
     from pathlib import Path
 
