@@ -1,10 +1,10 @@
 """The unit tier's guard: a test marked ``unit`` fails if it loads model files, connects to the Elasticsearch node or a
 llama.cpp server, or starts a Python interpreter, the ``icr2`` command or one of the servers' scripts.
 
-It is a Python audit hook (PEP 578), so it sees what any library does, not only what goes through the model cache:
-every file opened from Python (``from_pretrained`` reads a model folder's ``config.json`` before its weights, which
-safetensors then maps outside Python; ``torch.load`` opens its file itself), every socket connection and every process
-started. While a unit test's set-up, call or teardown runs, the hook raises ``pytest.fail``'s exception (a
+It is a hook of Python's ``sys.addaudithook`` (PEP 578), so it sees what any library does, not only what goes
+through the model cache: every file opened from Python (``from_pretrained`` reads a model folder's ``config.json``
+before its weights, which safetensors then maps outside Python; ``torch.load`` opens its file itself), every socket
+connection and every process started. While a unit test's set-up, call or teardown runs, the hook raises ``pytest.fail``'s exception (a
 ``BaseException``: ``except Exception`` does not swallow it) and records what it saw; a recorded breach fails the
 phase even if the test caught that exception.
 
