@@ -4,9 +4,9 @@ llama.cpp server, or starts a Python interpreter, the ``icr2`` command or one of
 It is a hook of Python's ``sys.addaudithook`` (PEP 578), so it sees what any library does, not only what goes
 through the model cache: every file opened from Python (``from_pretrained`` reads a model folder's ``config.json``
 before its weights, which safetensors then maps outside Python; ``torch.load`` opens its file itself), every socket
-connection and every process started. While a unit test's set-up, call or teardown runs, the hook raises ``pytest.fail``'s exception (a
-``BaseException``: ``except Exception`` does not swallow it) and records what it saw; a recorded breach fails the
-phase even if the test caught that exception.
+connection and every process started. While a unit test's set-up, call or teardown runs, the hook raises
+``pytest.fail``'s exception (a ``BaseException``: ``except Exception`` does not swallow it) and records what it saw;
+a recorded breach fails the phase even if the test caught that exception.
 
 ``ICR2_UNIT_GUARD_ALL=1`` applies the guard to every collected test, marked or not: a run of some test files with it
 lists which of their tests could join the tier (those that pass; their durations say whether they are quick).
