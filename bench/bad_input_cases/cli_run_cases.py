@@ -137,11 +137,11 @@ def server_cases(tmp: Path) -> list[Case]:
     out: list[Case] = [_port_in_use()]
     out.append(Case("`icr2 serve --port 70000`", ["serve", "closed_book", "--port", "70000"], says=("70000",)))
     out.append(Case("`icr2 serve --body-timeout nan`", ["serve", "closed_book", "--body-timeout", "nan"],
-                    says=("body-timeout",)))
+                    says=("body_timeout", "nan")))
     out.append(Case("`icr2 serve --request-timeout inf`", ["serve", "closed_book", "--request-timeout", "inf"],
-                    says=("request-timeout",)))
+                    says=("request_timeout", "inf")))
     out.append(Case("`icr2 compare --dev-fraction nan`", _compare(tmp / "cmp_nan", "--dev-fraction", "nan",
-                                                                 "--split", "dev"), says=("dev-fraction",)))
+                                                                 "--split", "dev"), says=("dev fraction", "nan")))
     gate = _gate_file(tmp)
     out.append(Case("`icr2 eval-gate --threshold inf`", ["eval-gate", str(gate), "--method", "threshold",
                                                           "--threshold", "inf", "--decisions-only"],

@@ -265,8 +265,8 @@ class IndexHandle:
     ) -> list[Document]:
         """Ranked passages for ``query``; ``method`` is a registered retrieval method: bm25, dense or hybrid
         (reciprocal-rank fusion of the two)."""
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError("The query must be a non-empty string.")
+        if not isinstance(query, str) or is_blank(query):  # characters that print nothing are no query
+            raise ValueError(f"The query must be a non-empty string, got {query!r:.60}.")
         try:
             retrieval = retrieval_method(method)
         except UnknownRetrievalMethodError as error:
