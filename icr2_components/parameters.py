@@ -20,6 +20,7 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Annotated, Any, TypeVar
 
@@ -80,10 +81,16 @@ def non_negative_int(value: Any, name: str, *, optional: bool = False, hint: str
     return checked(value, NonNegativeInt, name, "a non-negative integer", optional=optional, hint=hint)
 
 
+@functools.lru_cache(maxsize=256)
+def _between(kind: type, low: float, high: float) -> Any:
+    """The declaration of a number in ``[low, high]``, made once per range (its checker is built once)."""
+    return Annotated[kind, Field(ge=low, le=high)]
+
+
 def int_between(value: Any, name: str, low: int, high: int, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is an integer in ``[low, high]`` (or None with ``optional``)."""
-    return checked(value, Annotated[int, Field(ge=low, le=high)], name, f"an integer from {low} to {high}",
-                   optional=optional, hint=hint)
+    return checked(value, _between(int, low, high), name, f"an integer from {low} to {high}", optional=optional,
+                   hint=hint)
 
 
 def positive_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:
@@ -93,8 +100,8 @@ def positive_number(value: Any, name: str, *, optional: bool = False, hint: str 
 
 def number_between(value: Any, name: str, low: float, high: float, *, optional: bool = False, hint: str = "") -> Any:
     """``value`` when it is a finite number in ``[low, high]`` (or None with ``optional``)."""
-    return checked(value, Annotated[float, Field(ge=low, le=high)], name, f"a number in [{low}, {high}]",
-                   optional=optional, hint=hint)
+    return checked(value, _between(float, low, high), name, f"a number in [{low}, {high}]", optional=optional,
+                   hint=hint)
 
 
 def finite_number(value: Any, name: str, *, optional: bool = False, hint: str = "") -> Any:

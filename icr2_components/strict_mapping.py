@@ -30,9 +30,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import math
 import re
-import threading
 import types
 import typing
 from typing import Annotated, Any, Union
@@ -205,22 +205,19 @@ def _as_declared(value: Any, expected: Any) -> Any:
     return value
 
 
-_ADAPTERS: dict[Any, TypeAdapter] = {}
-_ADAPTERS_LOCK = threading.Lock()
+@functools.lru_cache(maxsize=1024)
+def _cached_adapter(expected: Any) -> TypeAdapter:
+    return TypeAdapter(_pydantic_type(expected), config=STRICT)
 
 
 def _adapter(expected: Any) -> TypeAdapter:
-    """A strict ``TypeAdapter`` for ``expected`` (built once per declared type; types that cannot be hashed are
-    built each time)."""
+    """A strict ``TypeAdapter`` for ``expected``, built once per declared type (a declaration is a module-level
+    object: a type made anew at each call, ``Annotated[int, Field(ge=low)]``, is built anew, so declare it once);
+    a type that cannot be hashed is built each time."""
     try:
-        adapter = _ADAPTERS.get(expected)
+        return _cached_adapter(expected)
     except TypeError:
         return TypeAdapter(_pydantic_type(expected), config=STRICT)
-    if adapter is None:
-        adapter = TypeAdapter(_pydantic_type(expected), config=STRICT)
-        with _ADAPTERS_LOCK:
-            _ADAPTERS[expected] = adapter
-    return adapter
 
 
 def _non_finite(value: Any) -> bool:
@@ -279,8 +276,13 @@ def check_type(value: Any, expected: Any, where: str, error: type[Exception] = T
 
 def field_types(cls) -> dict[str, Any]:
     """The resolved annotations of a dataclass, ranges included (``from __future__ import annotations`` leaves
-    them strings)."""
-    return typing.get_type_hints(cls, include_extras=True)
+    them strings); resolved once per class, so that each declaration's checker is built once."""
+    return dict(_resolved_hints(cls))
+
+
+@functools.lru_cache(maxsize=512)
+def _resolved_hints(cls) -> typing.Mapping[str, Any]:
+    return types.MappingProxyType(typing.get_type_hints(cls, include_extras=True))
 
 
 def nearest_names(unknown: typing.Iterable[str], allowed: typing.Iterable[Any]) -> dict[str, str]:
