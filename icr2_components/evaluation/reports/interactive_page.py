@@ -251,7 +251,8 @@ def reproduce_page_data(report: dict, records: Iterable[dict], reference_records
                         experiment: Any) -> dict[str, Any]:
     """The page's data of an ``icr2 reproduce`` curve experiment: one row per question and condition, one cell per
     variant (scored with the experiment's ``score``, an error scored wrong, as the report does) and per reference
-    (closed-book, oracle: the question's one answer, in each of its condition rows); the paired comparisons of
+    (closed-book, oracle: the question's one answer, stored once in ``shared`` and shown in each of its condition
+    rows); the paired comparisons of
     ``variants_vs_first`` and ``conditions_vs_references``. Only questions of ``questions.ids`` (answered under
     every condition and variant) count in the statistics (``stats``)."""
     from icr2_components.evaluation.experiments.protocol import split_question_id
@@ -298,8 +299,6 @@ def reproduce_page_data(report: dict, records: Iterable[dict], reference_records
         if name is None or record.get("failed_request") or record.get("context_type") != "open":
             continue
         reference_cells.setdefault(record["question_id"], {})[name] = scored(record)
-    for (base, _), row in rows.items():
-        row["cells"].update(reference_cells.get(base, {}))
     comparisons = []
     for versus in report.get("variants_vs_first", []):
         for r in versus["rows"]:
@@ -316,10 +315,13 @@ def reproduce_page_data(report: dict, records: Iterable[dict], reference_records
                 difference=f"{r['difference']:+.3f}", test=family.get("test", ""), p=_p(r.get("p_value")),
                 holm=_p(r.get("p_holm")), verdict=""))
     experiment_info = report.get("experiment") or {}
+    bases = {base for base, _ in rows}
     return {"kind": "reproduce", "title": f"icr2 reproduce {experiment_info.get('name')}: "
                                           f"{experiment_info.get('title', '')}",
             "columns": variants + references, "condName": "condition", "conds": list(conditions),
             "headline": "correct", "metrics": ["correct"], "rows": list(rows.values()), "passages": passages.texts,
+            # a reference's answer is the question's, the same in each of its condition rows: stored once
+            "shared": {base: cells for base, cells in reference_cells.items() if base in bases},
             "comparisons": comparisons, "baseline": variants[0] if variants else None}
 
 

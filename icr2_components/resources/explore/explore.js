@@ -5,6 +5,13 @@
   "use strict";
   var DATA = JSON.parse(document.getElementById("page-data").textContent);
   var ROWS = DATA.rows;
+  // answers stored once for several rows (a reproduce reference's, the same under every condition)
+  if (DATA.shared) {
+    ROWS.forEach(function (r) {
+      var shared = DATA.shared[r.id];
+      if (shared) Object.keys(shared).forEach(function (c) { if (!r.cells[c]) r.cells[c] = shared[c]; });
+    });
+  }
   var COLS = DATA.columns;
   var state = {cond: "", search: "", outcome: {}, metric: {col: "", name: "", min: "", max: ""},
                pair: null, sort: {key: "", dir: 1}, page: 0};
