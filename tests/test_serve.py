@@ -170,14 +170,16 @@ def test_openapi_lists_exactly_the_paths_the_server_answers(closed_book_server, 
 
     operations = {(path, method) for path, item in openapi["paths"].items() for method in item}
     assert operations == {("/status", "get"), ("/openapi.json", "get"), (RUN, "post"), ("/v1/models", "get"),
-                          ("/models", "get"), ("/v1/chat/completions", "post"), ("/chat/completions", "post")}
+                          ("/models", "get"), ("/v1/chat/completions", "post"), ("/chat/completions", "post"),
+                          ("/health/live", "get"), ("/health/ready", "get")}
     assert set(openapi["paths"]) == PUBLIC_PATHS | {RUN}
     for path, method in sorted(operations):
         body = {"content": b"{}", "headers": {"content-type": "application/json"}} if method == "post" else {}
         response = httpx.request(method.upper(), f"{closed_book_server}{path}", timeout=30, **body)
         assert response.status_code != 404, (method, path, response.text)
         check(openapi, response)  # {} on a POST route: a documented 422 (400 on OpenAI's); the GETs: a 200
-    for path in ("/status", "/openapi.json", "/v1/models", "/models"):  # their documented 413: a GET's big body
+    # their documented 413: a GET's big body
+    for path in ("/status", "/openapi.json", "/v1/models", "/models", "/health/live", "/health/ready"):
         response = httpx.request("GET", f"{closed_book_server}{path}", content=b"x" * (MAX_BODY + 1), timeout=30)
         assert response.status_code == 413, (path, response.text)
         payload = check(openapi, response)

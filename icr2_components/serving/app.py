@@ -553,7 +553,7 @@ def _serve_only(app: FastAPI, served: dict[str, ServedPipeline], lifecycle: Life
     app.add_api_route("/status", status, methods=["GET"], response_model=StatusResponse, tags=["status"],
                       operation_id="status_all", summary="Server status and the served pipelines",
                       responses=_responses("Status", STATUS_ERRORS))
-    add_health_routes(app, lifecycle)
+    add_health_routes(app, lifecycle, _responses("Health", STATUS_ERRORS))
     for name, pipeline in served.items():
         spec, wrapper = pipeline.spec, pipeline.wrapper
         response_model = create_model(f"{name}RunResponse", __config__=ConfigDict(extra="forbid"),

@@ -110,8 +110,10 @@ class ReadyResponse(BaseModel):
     loaded: list[str] = Field(..., description="the pipelines loaded so far")
 
 
-def add_health_routes(app: FastAPI, lifecycle: Lifecycle) -> None:
-    """Add ``GET /health/live`` and ``GET /health/ready`` (see the module docstring)."""
+def add_health_routes(app: FastAPI, lifecycle: Lifecycle, error_responses: dict | None = None) -> None:
+    """Add ``GET /health/live`` and ``GET /health/ready`` (see the module docstring); ``error_responses``: the
+    errors the server's guards may answer on any GET (documented on both)."""
+    errors = dict(error_responses or {})
 
     async def live() -> LiveResponse:
         return LiveResponse(status="live")
@@ -123,11 +125,13 @@ def add_health_routes(app: FastAPI, lifecycle: Lifecycle) -> None:
         return JSONResponse(body.model_dump(), status_code=503, headers={"retry-after": "5"})
 
     app.add_api_route(LIVE_PATH, live, methods=["GET"], response_model=LiveResponse, tags=["health"],
-                      operation_id="health_live", summary="Liveness: the process answers (no key needed)")
+                      operation_id="health_live", summary="Liveness: the process answers (no key needed)",
+                      responses=errors)
     app.add_api_route(READY_PATH, ready, methods=["GET"], response_model=ReadyResponse, tags=["health"],
                       operation_id="health_ready", summary="Readiness: every pipeline loaded, not draining",
-                      responses={503: {"model": ReadyResponse, "description": "loading, draining or failed; "
-                                                                              "Retry-After says when to ask again"}})
+                      responses={**errors, 503: {"model": ReadyResponse,
+                                                 "description": "loading, draining or failed; Retry-After says when "
+                                                                "to ask again"}})
 
 
 def graceful_server_class():
