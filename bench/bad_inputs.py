@@ -4,6 +4,8 @@ library's components called directly; what each gets, and whether that is right.
 The cases live in ``bench/bad_input_cases/``, one module a surface: ``cli_cases`` (real bad files, dead ports,
 servers answering garbage or 503, the shipped Elasticsearch config on a fresh cache, run as subprocesses),
 ``http_cases`` (one real ``icr2 serve`` on a free loopback port, many bad requests, a trickling client),
+``security_cases`` (a real ``icr2 serve`` with API keys: missing, wrong and revoked keys, keys in the query,
+repeated and oversized headers, injected request ids, unserved pipelines, path tricks, foreign origins, rate limits),
 ``component_cases`` (run-time parameters out of range, of the wrong type or not finite, empty or None contents,
 oversized prompts, bad names and files, tampered artifacts, in this process) and ``library_cases`` (the library's
 readers called on bad files: tables read leniently, question sets, corpora of every format, configurations holding
@@ -139,6 +141,9 @@ def main() -> int:
 
             (tmp / "http").mkdir()
             results += http_cases.run(tmp / "http", only, lambda xs: tqdm(xs, desc="HTTP", unit=" request"))
+            from bad_input_cases import security_cases  # a server with API keys: keys, headers, paths, origins
+
+            results += security_cases.run(tmp / "http", only, lambda xs: tqdm(xs, desc="HTTP security", unit=" case"))
         if "component" in surfaces:
             from bad_input_cases import component_cases
 
