@@ -304,7 +304,8 @@
       html += "<div class='pipeline-block' data-pipeline='" + esc(c) + "'><h3>" + mark(x.r) + " " + esc(c) + "</h3>";
       html += "<p><b>answer</b> " + highlight(x.a, row.gold) + "</p>";
       if (x.e) html += "<p class='wrong'>error: " + esc(x.e) + "</p>";
-      var scores = Object.keys(x.s).map(function (k) { return esc(k) + " " + esc(x.s[k]); });
+      var scores = Object.keys(x.s).filter(function (k) { return k !== "latency_s" && k !== "prompt_tokens"; })
+        .map(function (k) { return esc(k) + " " + esc(x.s[k]); });
       if (x.lat != null) scores.push("latency " + esc(x.lat) + " s");
       if (x.tok != null) scores.push("prompt tokens " + esc(x.tok));
       if (scores.length) html += "<p><b>scores</b> " + scores.join(" &middot; ") + "</p>";
@@ -339,7 +340,7 @@
     box.hidden = false;
     document.getElementById("close-detail").onclick = function () { box.hidden = true; openRow = null; render(); };
     render();
-    box.scrollIntoView();
+    box.scrollTop = 0;
   }
 
   document.querySelector("#questions tbody").addEventListener("click", function (e) {
