@@ -71,7 +71,7 @@ def test_compare_10_questions_three_pipelines_report_matches_saved_answers(tmp_p
     oracle_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "oracle")
     closed_tokens = statistics.fmean(r["prompt_tokens"] for r in records if r["pipeline"] == "closed_book")
     assert oracle_tokens > closed_tokens + 50
-    for name in ("report.md", "report.html", "context_types.png", "position_curves.png"):
+    for name in ("report.md", "report.html", "context_types.png", "position_curves.png", "explore.html"):
         assert (out / name).stat().st_size > 0
     assert "vanilla_rag" in (out / "report.md").read_text()
     assert "faithfulness" in capsys.readouterr().out

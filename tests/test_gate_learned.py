@@ -265,6 +265,7 @@ def test_eval_gate_compares_methods_on_held_apart_labels_and_refuses_training_qu
     assert claim["method"] == "threshold:threshold" and len(claim["parts"]) == 4
     assert claim["holds"] == all(part["holds"] for part in claim["parts"])
     assert (out_dir / "tradeoff.png").stat().st_size > 0 and "## vanilla" in (out_dir / "curves.md").read_text()
+    assert (out_dir / "explore.html").is_file() and (out_dir / "plotly.min.js").is_file()  # the interactive page
     methods = report["all"]["methods"]
     assert set(methods) == {"always", "never", "vanilla", "ta_are", "threshold:threshold"}
     labelled, _ = read_labels([evaluation])

@@ -31,6 +31,7 @@ def _check_files(report: dict, out: Path) -> None:
     assert plot.is_file() and plot.stat().st_size > 10_000
     assert f"<img src='{plot.name}'" in html  # the HTML opens the plot
     assert f"![{report['experiment']['figure']}]({plot.name})" in (out / "report.md").read_text()
+    assert report["files"]["explore"] == str(out / "explore.html") and (out / "plotly.min.js").is_file()
 
 
 def test_the_list_names_every_experiment_with_its_protocol(capsys):

@@ -33,7 +33,8 @@ def register(subparsers) -> None:
     parser.add_argument("--cost", type=float, default=0.1, help="with --labels: lambda of the objective (default 0.1)")
     parser.add_argument("--both-wrong", default="no_need", choices=("no_need", "exclude"),
                         help="with --labels: label of questions wrong both ways (AUROC only)")
-    parser.add_argument("--out-dir", default=None, help="with --labels: write tradeoff.json, tradeoff.png, curves.md")
+    parser.add_argument("--out-dir", default=None, help="with --labels: write tradeoff.json, tradeoff.png, curves.md "
+                        "and explore.html (every question with each method's decision and answer)")
     parser.add_argument("--backend", default=None, help="with --labels: backend file whose model the asking gates "
                         "(vanilla, ta_are, threshold) use; a served one gives P(yes) from top log-probabilities")
     parser.add_argument("--concurrency", type=int, default=None,
@@ -195,6 +196,9 @@ def run_on_labels(args: argparse.Namespace) -> int:
         for name, curve in report_curves(report).items():
             console.print(format_curve_table(name, curve))
     if args.out_dir:
+        from icr2_components.evaluation.reports.interactive_page import write_gate_page
+
         written = write_gate_report(report, args.out_dir, title=title, cost=args.cost)
+        written.append(write_gate_page(report, args.out_dir))  # explore.html, from the label files
         console.print(f"wrote {', '.join(map(str, written[:-1]))} and {written[-1]}")
     return 0

@@ -353,6 +353,7 @@ def run_compare(
     ``records_out``: a list that receives the answer records the report scored (cached or new, each carrying the
     question set's labels now), for a caller that scores them further (``icr2 reproduce``'s experiments)."""
     from icr2_components.evaluation.reports.compare_report import build_report, resolve_baseline
+    from icr2_components.evaluation.reports.interactive_page import write_compare_page
     from icr2_components.evaluation.reports.rendering import write_report
 
     types, slots = _checked_settings(context_types, limit, max_new_tokens, backend, concurrency, batch_size)
@@ -430,7 +431,8 @@ def run_compare(
         "generation_seconds": round(sum(r.get("latency_s") or 0 for r in records if not r.get("reused_from")), 1),
         "report_only": partial,
     }
-    write_report(report, out, records=records)
+    write_report(report, out)
+    write_compare_page(report, out, records)  # explore.html: every question of the report, from these records
     return report
 
 

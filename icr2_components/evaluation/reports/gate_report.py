@@ -80,9 +80,7 @@ def curves_markdown(curves: dict[str, list[dict[str, float]]], title: str, cost:
 
 
 def write_gate_report(report: dict[str, Any], out_dir: str | os.PathLike, *, title: str, cost: float) -> list[Path]:
-    """``tradeoff.json``, ``tradeoff.png``, ``curves.md`` and the interactive page (``explore.html``, from the label
-    files: ``interactive_page``) in ``out_dir``; returns their paths."""
-    from icr2_components.evaluation.reports.interactive_page import write_gate_page
+    """``tradeoff.json``, ``tradeoff.png`` and ``curves.md`` in ``out_dir``; returns their paths."""
     from icr2_components.plotting import plot_gate_tradeoff
 
     out = Path(out_dir)
@@ -91,7 +89,6 @@ def write_gate_report(report: dict[str, Any], out_dir: str | os.PathLike, *, tit
     paths[0].write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     plot_gate_tradeoff(report["all"], paths[1], title=title)
     paths[2].write_text(curves_markdown(report_curves(report), title, cost))
-    paths.append(write_gate_page(report, out))
     return paths
 
 

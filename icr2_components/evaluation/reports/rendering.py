@@ -322,16 +322,13 @@ def dataset_fingerprint(run: dict) -> str:
             + (f", {changed} cached answer(s) written with other labels re-scored" if changed else "") + ")")
 
 
-def write_report(report: dict, out_dir: str | Path, records: Sequence[dict] | None = None) -> dict[str, str]:
-    """Write report.json, report.md, report.html, the PNGs (pareto, context types, position curves) and the
-    interactive page (``explore.html`` with ``plotly.min.js``: ``interactive_page``; ``records``: the answer records
-    the report scored, default read from its cache); returns paths."""
-    from icr2_components.evaluation.reports.interactive_page import PAGE_FILE, write_compare_page
-
+def write_report(report: dict, out_dir: str | Path) -> dict[str, str]:
+    """Write report.json, report.md, report.html and the PNGs (pareto, context types, position curves); returns
+    paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = {"json": out / "report.json", "markdown": out / "report.md", "html": out / "report.html",
-             "explore": out / PAGE_FILE, "context_types_png": out / "context_types.png"}
+             "context_types_png": out / "context_types.png"}
     has_pareto = plot_pareto(report, out / "pareto.png")
     if has_pareto:
         files["pareto_png"] = out / "pareto.png"
@@ -381,5 +378,4 @@ def write_report(report: dict, out_dir: str | Path, records: Sequence[dict] | No
              "</ul>", "<h2>Statistics</h2>", "<ul>",
              *(f"<li>{html.escape(line)}</li>" for line in statistics_lines(report)), "</ul></body></html>"]
     files["html"].write_text("\n".join(page))
-    write_compare_page(report, out, records)
     return {k: str(v) for k, v in files.items()}
