@@ -668,27 +668,14 @@ class ElasticsearchStreamingWriter:
         )
         failures_path = self._failures_path()
         report.failures_path = str(failures_path) if failures_path else None
-        if self.checkpoint_path is not None:
-            # before the node is touched or anything is embedded: a path that cannot be written fails now
-            problem = output_file_problem(self.checkpoint_path)
-            if problem:
-                raise ValueError(f"The checkpoint cannot be written: {problem}. Nothing was loaded; set "
-                                 "writer.checkpoint_path to a file path.")
+        self._check_checkpoint_writable()
 
         wait_until_reachable(self.client, self.url, policy=self._policy)
 
-        checkpoint = self._resume_state()
-        recorded_source = self._retrying(self._refuse_another_source, "reading the index's source")
-        if checkpoint is not None and not self._checkpoint_matches_index(checkpoint):
-            checkpoint = None
+        checkpoint, recorded_source = self._checkpoint_to_resume(report)
         position = int(checkpoint["position"]) if checkpoint else 0
-        failed_before = int(checkpoint.get("failed", 0)) if checkpoint else 0
-        report.failed = failed_before
-        if checkpoint:
-            report.failure_examples = list(checkpoint.get("failure_examples", []))[: self.settings.max_failure_examples]
-
         stream = iter(documents)
-        if position:
+        if checkpoint and position:
             self._skip_prefix(stream, position, checkpoint.get("last_id"), show_progress)
             report.resumed_from = position
         elif failures_path is not None and failures_path.exists():
@@ -699,6 +686,51 @@ class ElasticsearchStreamingWriter:
             # confirmed every few seconds even while it works on its next batch
             stream = _prefetched(prepare(stream), self.settings.checkpoint_seconds)
         first = next(_documents_only(stream), None)
+        embedding_dim = self._ensure_index_for(first, report, recorded_source)
+        state = self._load_state(checkpoint, position, report)
+        saved_settings = self._retrying(self._enter_load_settings, "switching to load settings")
+        bar = tqdm(
+            total=total,
+            initial=position,
+            unit=" passages",
+            desc=f"indexing into {self.index}",
+            disable=not show_progress,
+            smoothing=0.05,
+        )
+        self._stream_all(_prepend(first, stream), position, embedding_dim, state, report, bar, failures_path,
+                         saved_settings)
+        self._confirm_count(state, report, started)
+        if report.count_ok and self.settings.force_merge_segments is not None:
+            self._force_merge(report)
+        self._report_problems(report, failures_path)
+        return report
+
+    def _check_checkpoint_writable(self) -> None:
+        """Refuse a checkpoint path that cannot be written, before the node is touched or anything is embedded."""
+        if self.checkpoint_path is not None:
+            problem = output_file_problem(self.checkpoint_path)
+            if problem:
+                raise ValueError(f"The checkpoint cannot be written: {problem}. Nothing was loaded; set "
+                                 "writer.checkpoint_path to a file path.")
+
+    def _checkpoint_to_resume(self, report: WriteReport) -> tuple[dict | None, str | None]:
+        """The checkpoint to resume from (None: start over) and the source the index recorded (another one is
+        refused); the report starts from the checkpoint's rejected documents."""
+        checkpoint = self._resume_state()
+        recorded_source = self._retrying(self._refuse_another_source, "reading the index's source")
+        if checkpoint is not None and not self._checkpoint_matches_index(checkpoint):
+            checkpoint = None
+        report.failed = int(checkpoint.get("failed", 0)) if checkpoint else 0
+        if checkpoint:
+            report.failure_examples = list(checkpoint.get("failure_examples", []))[: self.settings.max_failure_examples]
+        return checkpoint, recorded_source
+
+    def _ensure_index_for(self, first: Document | None, report: WriteReport, recorded_source: str | None) -> int | None:
+        """Create the index if needed (vectors as wide as the first document's, else as the index has them) and
+        record the source on a new one.
+
+        :returns: the embedding dimension (None: the index holds no vectors).
+        """
         embedding_dim = len(first.embedding) if first is not None and first.embedding is not None else None
         report.index_created = self._retrying(
             lambda: ensure_index(
@@ -719,32 +751,40 @@ class ElasticsearchStreamingWriter:
         report.embedding_dim = embedding_dim
         if recorded_source is None:
             self._retrying(self._record_source, "recording the index's source")
+        return embedding_dim
 
-        state = {
+    def _load_state(self, checkpoint: dict | None, position: int, report: WriteReport) -> dict:
+        """The checkpoint's state this load starts from (what the resumed checkpoint confirmed, or nothing)."""
+        return {
             "version": CHECKPOINT_VERSION,
             "index": self.index,
             "url": self.url,
             "fingerprint": self.fingerprint,
             "position": position,
             "written": int(checkpoint.get("written", 0)) if checkpoint else 0,
-            "failed": failed_before,
+            "failed": report.failed,
             "last_id": checkpoint.get("last_id") if checkpoint else None,
             "failure_examples": report.failure_examples,
             "completed": False,
         }
-        saved_settings = self._retrying(self._enter_load_settings, "switching to load settings")
-        bar = tqdm(
-            total=total,
-            initial=position,
-            unit=" passages",
-            desc=f"indexing into {self.index}",
-            disable=not show_progress,
-            smoothing=0.05,
-        )
+
+    def _stream_all(
+        self,
+        documents: Iterator[Document],
+        position: int,
+        embedding_dim: int | None,
+        state: dict,
+        report: WriteReport,
+        bar,
+        failures_path: Path | None,
+        saved_settings: dict[str, Any],
+    ) -> None:
+        """Send ``documents`` in chunks, checkpointing as they are confirmed; however it ends, the checkpoint is
+        written and the index's own settings are restored."""
         # its folder made first (a fresh cache has no checkpoints/ folder); a line cut by a kill is ended first
         failures_file = open_for_append(failures_path) if failures_path is not None else None
         try:
-            chunks = self._chunks(_prepend(first, stream), position, embedding_dim)
+            chunks = self._chunks(documents, position, embedding_dim)
             stream_started = time.perf_counter()
             self._stream(chunks, state, report, bar, failures_file)
             report.stream_seconds = time.perf_counter() - stream_started
@@ -764,6 +804,9 @@ class ElasticsearchStreamingWriter:
                     "Could not restore the settings of index '%s' (%s); set them by hand.", self.index, saved_settings
                 )
 
+    def _confirm_count(self, state: dict, report: WriteReport, started: float) -> None:
+        """Count the index against what was streamed less what was rejected; the checkpoint records the load as
+        complete only when the count holds (else the next run starts over instead of trusting it)."""
         report.passages_streamed = state["position"]
         report.failed = state["failed"]
         report.failure_examples = state["failure_examples"]
@@ -778,21 +821,27 @@ class ElasticsearchStreamingWriter:
         if report.count_ok:
             state["completed"] = True
         else:
-            # never recorded as complete: the next run starts over instead of trusting this load
             state["count_check_failed"] = {"index_count": report.index_count, "expected_count": report.expected_count}
         self._write_checkpoint(state)
-        if report.count_ok and self.settings.force_merge_segments is not None:
-            merge_started = time.perf_counter()
-            # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
-            self._retrying(
-                lambda: self.client.options(request_timeout=None).indices.forcemerge(
-                    index=self.index, max_num_segments=self.settings.force_merge_segments, wait_for_completion=True
-                ),
-                "force-merging the index",
-            )
-            # kept apart from report.seconds, so that the load's passages/s stays the load's
-            report.force_merge_seconds = time.perf_counter() - merge_started
 
+    def _force_merge(self, report: WriteReport) -> None:
+        """Merge the index's segments after a load whose count held (timed apart from the load)."""
+        merge_started = time.perf_counter()
+        # a merge of a large index takes minutes to hours: wait for it without the client's request timeout
+        self._retrying(
+            lambda: self.client.options(request_timeout=None).indices.forcemerge(
+                index=self.index, max_num_segments=self.settings.force_merge_segments, wait_for_completion=True
+            ),
+            "force-merging the index",
+        )
+        # kept apart from report.seconds, so that the load's passages/s stays the load's
+        report.force_merge_seconds = time.perf_counter() - merge_started
+
+    def _report_problems(self, report: WriteReport, failures_path: Path | None) -> None:
+        """Log the rejected documents; a failed count check is an error (raised with ``verify_count``, else logged).
+
+        :raises DocumentCountMismatchError: the count check failed and ``verify_count`` is on.
+        """
         if report.failed:
             logger.warning(
                 "%d document(s) were rejected by Elasticsearch (examples: %s)%s",
@@ -816,7 +865,6 @@ class ElasticsearchStreamingWriter:
             if self.settings.verify_count:
                 raise DocumentCountMismatchError(message, report)
             logger.error(message)
-        return report
 
     def _checkpoint_matches_index(self, checkpoint: dict) -> bool:
         """A checkpoint is only trusted when the index still holds at least what it confirms."""
@@ -857,7 +905,7 @@ class ElasticsearchStreamingWriter:
             disable=not show_progress,
             leave=False,
         ) as bar:
-            for document in stream:
+            for document in stream:  # noqa: B007 - the last one read is checked against last_id below
                 skipped += 1
                 if skipped % 10_000 == 0:
                     bar.update(10_000)
@@ -951,7 +999,7 @@ class ElasticsearchStreamingWriter:
                     pending
                 )
             transient = []
-            for position, (status, error) in zip(pending, statuses):
+            for position, (status, error) in zip(pending, statuses, strict=True):
                 if status < 300:
                     ok += 1
                 elif status in RETRY_STATUSES:
