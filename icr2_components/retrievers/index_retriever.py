@@ -131,9 +131,19 @@ class IndexRetriever:
                 self._bm25 = getattr(module, bm25_name)(document_store=self.document_store)
                 self._dense = getattr(module, dense_name)(document_store=self.document_store)
             return
+        self._index_handle()
+
+    def _index_handle(self) -> IndexHandle:
+        """The index config's handle, opened on first use (with its store: built now, not at the first query).
+
+        :raises ValueError: when the retriever has neither an index config nor a document store.
+        """
         if self._handle is None:
+            if self.index is None:
+                raise ValueError("IndexRetriever needs index= (an index config) or document_store=, got neither.")
             self._handle = open_index(self.index)
             self._handle.document_store  # noqa: B018 - open (or build) the store now, not on the first query
+        return self._handle
 
     def _checked(self, query: Any, top_k: int | None, method: str | None, filters: Any,
                  query_embedding: Any) -> tuple[str, int, dict | None]:
@@ -169,12 +179,13 @@ class IndexRetriever:
         method, top_k, filters = self._checked(query, top_k, method, filters, query_embedding)
         self.warm_up()
         if self.document_store is None:
-            documents = self._handle.retrieve(query, method=method, top_k=top_k, filters=filters)
+            documents = self._index_handle().retrieve(query, method=method, top_k=top_k, filters=filters)
         else:
             lists = []
             if method in ("bm25", "hybrid"):
                 lists.append(self._bm25.run(query=query, top_k=_depth(method, top_k), filters=filters)["documents"])
             if method in ("dense", "hybrid"):
+                assert query_embedding is not None  # _checked refuses a dense method without it
                 lists.append(self._dense.run(query_embedding=list(query_embedding), top_k=_depth(method, top_k),
                                              filters=filters)["documents"])
             documents = _fused(lists, top_k)
@@ -196,6 +207,7 @@ class IndexRetriever:
         if method in ("bm25", "hybrid"):
             calls.append(self._bm25.run_async(query=query, top_k=_depth(method, top_k), filters=filters))
         if method in ("dense", "hybrid"):
+            assert query_embedding is not None  # _checked refuses a dense method without it
             calls.append(self._dense.run_async(query_embedding=list(query_embedding), top_k=_depth(method, top_k),
                                                filters=filters))
         lists = [result["documents"] for result in await asyncio.gather(*calls)]
