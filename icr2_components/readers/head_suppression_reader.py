@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from haystack import component
 from haystack.dataclasses import ChatMessage
@@ -10,6 +10,9 @@ from haystack.dataclasses import ChatMessage
 from icr2_components.models.introspection import model_signature
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 from icr2_components.parameters import message_list, non_negative_int, number_between, one_of, override
+
+if TYPE_CHECKING:
+    from icr2_components.artifacts.ph3_heads import PH3HeadArtifact
 
 DIRECTIONS = ("context", "memory")
 
@@ -106,7 +109,7 @@ class HeadSuppressionReader:
         self.num_heads = num_heads
         self.heads = [list(map(int, h)) for h in heads] if heads is not None else None
         self.scale = float(scale)
-        self._artifact = None
+        self._artifact: PH3HeadArtifact | None = None
 
     def warm_up(self) -> None:
         self.chat_model.load()
@@ -128,6 +131,9 @@ class HeadSuppressionReader:
             return check_heads(self.chat_model.model, self.heads[:count] if num_heads is not None else self.heads)
         if count == 0:
             return []
+        if self._artifact is None:
+            raise ValueError(f"num_heads={count} heads to suppress, but the reader has no PH3 artifact "
+                             "(artifact=...json) or explicit heads=[[layer, head], ...]; give one, or num_heads=0.")
         return check_heads(self.chat_model.model, self._artifact.heads_to_suppress(direction, count))
 
     @component.output_types(replies=list[ChatMessage])

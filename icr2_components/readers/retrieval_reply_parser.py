@@ -63,7 +63,7 @@ class RetrievalReplyParser:
         if not isinstance(replies, (list, tuple)):
             raise TypeError(f"replies must be a list of ChatMessages (the reader's replies), got {replies!r:.60}.")
         documents = list(document_list(documents, optional=True) or [])
-        by_id = dict(zip(passage_ids_for(documents), documents))
+        by_id = dict(zip(passage_ids_for(documents), documents, strict=True))
         context = {pid: d.content or "" for pid, d in by_id.items()}
         out, retrieved, unfinished = [], [], 0
         for position, reply in enumerate(replies):

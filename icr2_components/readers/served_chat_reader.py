@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from haystack import component
 from haystack.dataclasses import ChatMessage
@@ -23,6 +23,9 @@ from icr2_components.models.served_model import (
 from icr2_components.models.token_counting import PassageTokenCounter
 from icr2_components.parameters import checked, message_list
 from icr2_components.strict_mapping import NonNegativeNumber
+
+if TYPE_CHECKING:
+    from haystack.components.generators.chat import OpenAIChatGenerator
 
 PER_MESSAGE_TOKENS = 8
 """Tokens a chat template adds around each message (role markers, separators): counted before sending."""
@@ -141,7 +144,7 @@ class ServedChatReader:
         self.context_length = context_length
         self.tokenizer = tokenizer
         self.generation_kwargs = dict(generation_kwargs or {})
-        self._generator = None
+        self._generator: OpenAIChatGenerator | None = None
         self._model_checked = False
         self._counter: PassageTokenCounter | None = None
         self._async_generator = None
@@ -287,7 +290,7 @@ class ServedChatReader:
             self._async_generator, self._async_loop = self._new_generator(), loop
         return self._async_generator
 
-    def _new_generator(self):
+    def _new_generator(self) -> OpenAIChatGenerator:
         from haystack.components.generators.chat import OpenAIChatGenerator
         from haystack.utils import Secret
 
@@ -297,6 +300,8 @@ class ServedChatReader:
         )
 
     def _call(self, messages: list[ChatMessage], kwargs: dict[str, Any], streaming_callback: Callable | None) -> dict:
+        if self._generator is None:
+            self._generator = self._new_generator()
         with served_chat_errors(self.served):
             return self._generator.run(messages=messages, generation_kwargs=kwargs,
                                        streaming_callback=streaming_callback)

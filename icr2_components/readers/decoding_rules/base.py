@@ -69,7 +69,7 @@ class DecodingRule(ABC):
             raise TypeError(
                 f"{type(self).__name__} takes {self.parameters_class.__name__}, got {type(parameters).__name__}."
             )
-        self.parameters = parameters
+        self.parameters: Any = parameters  # an instance of parameters_class, whose fields the rule reads
 
     @abstractmethod
     def combine(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from icr2_components.readers.decoding_rules.base import DecodingRule
 from icr2_components.registry import Registry, qualified_name
@@ -38,7 +38,7 @@ def register_decoding_rule(name: str) -> Callable[[type[DecodingRule]], type[Dec
         if not (isinstance(rule_class, type) and issubclass(rule_class, DecodingRule)):
             raise TypeError(f"register_decoding_rule({name!r}) decorates DecodingRule subclasses, got {rule_class!r}.")
         parameters = rule_class.parameters_class
-        if not (dataclasses.is_dataclass(parameters) and parameters.__dataclass_params__.frozen):
+        if not (dataclasses.is_dataclass(parameters) and cast(Any, parameters).__dataclass_params__.frozen):
             raise TypeError(f"{rule_class.__name__}.parameters_class must be a frozen dataclass, got {parameters!r}.")
         _RULES.register(name, rule_class)
         rule_class.name = name
