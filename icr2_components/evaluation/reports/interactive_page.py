@@ -11,8 +11,9 @@ the browser finds are the pairs McNemar's test counted, so their number equals `
 of report.json (the browser test checks it).
 
 Layout of the page: ``explore.html`` with the data (``<script type="application/json" id="page-data">``), the
-script and the styles inline (``resources/explore``), and plotly's figures (hover: mean, 95% interval, n); plotly.js
-is written once beside it as ``plotly.min.js`` (4.6 MB, shared by the run's page rather than inlined in it).
+script and the styles inline (``resources/explore``), and plotly's figures as plotly writes them (its JSON; hover:
+mean, 95% interval, n), drawn by plotly.js once the question table is on screen; plotly.js is written beside the
+page as ``plotly.min.js`` (4.8 MB: a file of the run folder, not inlined in each page).
 Passages are stored once by id (a question's passages are shown to several pipelines).
 
 Usage:
@@ -567,14 +568,19 @@ def write_reproduce_page(report: dict, out_dir: str | Path, experiment: Any, run
 
 def write_gate_page(report: dict, out_dir: str | Path) -> Path:
     """The page of an ``eval-gate --labels`` report written into ``out_dir``, from its label files
-    (``report["labels"]["files"]``)."""
+    (``report["labels"]["files"]``).
+
+    :raises FileNotFoundError: a label file is not where the report says.
+    """
     from icr2_components.evaluation.gates.need_labels import read_label_file
     from icr2_components.records import SkipReport
 
     labels: list[dict] = []
     for path in (report.get("labels") or {}).get("files") or []:
-        if Path(path).is_file():
-            labels.extend(read_label_file(path, SkipReport(source=str(path))))
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{path}: a label file of this eval-gate report is not there (its path is as "
+                                    "given to eval-gate --labels): write the page from the folder eval-gate ran in.")
+        labels.extend(read_label_file(path, SkipReport(source=str(path))))
     return write_page(gate_page_data(report, labels), gate_tables(report), gate_figures(report), out_dir)
 
 
