@@ -106,3 +106,16 @@ def test_sigterm_lets_four_requests_in_flight_finish_and_exits_0(server):
     for name in ("chat 1", "chat 2"):
         assert json.loads(results[name][1])["choices"][0]["message"]["content"].strip()
     assert json.loads(results["run"][1])["result"]["replies"][0].strip()
+
+
+def test_a_pipeline_that_fails_to_load_in_the_background_stops_the_server_with_its_error_line(tmp_path):
+    """The server listens before it loads; a model that cannot load then ends it: exit 1, one error line."""
+    broken = tmp_path / "missing_model.yaml"
+    broken.write_text((ROOT / "pipelines" / "closed_book.yaml").read_text().replace(
+        "model: smollm2-135m-instruct", "model: no-such-org/no-such-model"))
+    result = subprocess.run([str(Path(sys.executable).parent / "icr2"), "serve", str(broken), "--port",
+                             str(free_port())], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("icr2 serve: error: "), result.stderr
+    assert "'no-such-org/no-such-model'" in lines[0]

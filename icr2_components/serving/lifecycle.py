@@ -86,8 +86,8 @@ class Lifecycle:
             for name, wrapper in wrappers.items():
                 wrapper.setup()
                 self.mark_loaded(name)
-        except Exception as error:  # the server cannot serve: say so once and stop it
-            logger.error("a served pipeline failed to load: %s: %s", type(error).__name__, error)
+        except Exception as error:  # the server cannot serve: readiness says so, and run_server raises it
+            logger.info("a served pipeline failed to load: %s: %s", type(error).__name__, error)
             self.mark_failed(error)
             return
         self.mark_ready()
@@ -108,6 +108,7 @@ class ReadyResponse(BaseModel):
     status: State = Field(..., description="ready: every pipeline is loaded and requests are taken")
     pipelines: list[str] = Field(..., description="the served pipelines")
     loaded: list[str] = Field(..., description="the pipelines loaded so far")
+    error: str | None = Field(None, description="why a pipeline could not load (status failed)")
 
 
 def add_health_routes(app: FastAPI, lifecycle: Lifecycle, error_responses: dict | None = None) -> None:
@@ -119,15 +120,18 @@ def add_health_routes(app: FastAPI, lifecycle: Lifecycle, error_responses: dict 
         return LiveResponse(status="live")
 
     async def ready() -> ReadyResponse:
-        body = ReadyResponse(status=lifecycle.state, pipelines=lifecycle.pipelines, loaded=list(lifecycle.loaded))
+        failure = lifecycle.failure
+        body = ReadyResponse(status=lifecycle.state, pipelines=lifecycle.pipelines, loaded=list(lifecycle.loaded),
+                             error=f"{type(failure).__name__}: {failure}" if failure is not None else None)
         if lifecycle.state == "ready":
             return body
-        return JSONResponse(body.model_dump(), status_code=503, headers={"retry-after": "5"})
+        return JSONResponse(body.model_dump(exclude_none=True), status_code=503, headers={"retry-after": "5"})
 
     app.add_api_route(LIVE_PATH, live, methods=["GET"], response_model=LiveResponse, tags=["health"],
                       operation_id="health_live", summary="Liveness: the process answers (no key needed)",
                       responses=errors)
     app.add_api_route(READY_PATH, ready, methods=["GET"], response_model=ReadyResponse, tags=["health"],
+                      response_model_exclude_none=True,
                       operation_id="health_ready", summary="Readiness: every pipeline loaded, not draining",
                       responses={**errors, 503: {"model": ReadyResponse,
                                                  "description": "loading, draining or failed; Retry-After says when "
