@@ -2,6 +2,8 @@
 in the real gate inside a Haystack pipeline and through a YAML round-trip; an unknown method names the registered
 ones; the CLI offers what the registry holds."""
 
+import datetime
+
 import pytest
 from haystack import Pipeline
 
@@ -152,3 +154,18 @@ def test_the_cli_offers_the_registered_methods():
     eval_gate = parser._subparsers._group_actions[0].choices["eval-gate"]
     method = next(action for action in eval_gate._actions if action.dest == "method")
     assert tuple(method.choices) == gate_decider_names() and method.default == "ta_are"
+
+
+def test_a_model_asking_decider_called_without_a_model_names_its_method():
+    @register_gate_decider("asks_without_model")
+    class AskingDecider(GateDecider):
+        def decide(self, question, model):
+            return GateDecision.at_cut(self.model_to_ask(model).ask(question.query))
+
+    try:
+        with pytest.raises(TypeError, match="'asks_without_model' gate method asks a model"):
+            AskingDecider().decide(GateQuestion(query="Who?", today=datetime.date(2025, 1, 1)), None)
+    finally:
+        from icr2_components.gates import gate_decider
+
+        gate_decider._DECIDERS.unregister("asks_without_model")

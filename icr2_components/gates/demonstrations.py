@@ -104,7 +104,9 @@ class DemonstrationSelector:
 
     def select(self, query: str, n_yes: int, n_no: int) -> tuple[list[Demonstration], list[Demonstration], int]:
         """Return ``(yes_examples, no_examples, excluded_count)``; the judged question is never chosen."""
-        query_embedding = self._embed([query])[0] if (n_yes or (n_no and self.no_selection == "similar")) else None
+        ranks = bool(n_yes) or (bool(n_no) and self.no_selection == "similar")
+        # embedded only when a pool is ranked by similarity to it; the empty vector is then never read
+        query_embedding = self._embed([query])[0] if ranks else np.empty(0, dtype=np.float32)
         yes_excluded = [is_same_question(d.question, query) for d in self.yes_pool]
         no_excluded = [is_same_question(d.question, query) for d in self.no_pool]
         yes_order = rank_by_similarity(query_embedding, self._yes_embeddings, yes_excluded) if n_yes else []

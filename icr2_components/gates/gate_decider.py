@@ -34,7 +34,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from icr2_components.gates.prompts import Demonstration
 from icr2_components.registry import Registry
@@ -202,15 +202,25 @@ class GateDecider(ABC):
         overrides = {k: v for k, v in question.overrides.items() if k in self.parameter_names()}
         return dataclasses.replace(self.parameters, **overrides) if overrides else self.parameters
 
-    def check(self) -> None:
+    # check and warm_up are optional hooks (a method with nothing to check or load keeps these), not abstract
+    def check(self) -> None:  # noqa: B027
         """Reject what the parameters alone cannot (e.g. that a file exists: a stat, reading no file)."""
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> None:  # noqa: B027
         """Load what the method needs besides the gate's model (files, embedders); called again, it does nothing."""
 
     @abstractmethod
     def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
         """Decide whether ``question`` needs retrieval; ``model`` is None when ``needs_model`` is False."""
+
+    def model_to_ask(self, model: YesNoModel | None) -> YesNoModel:
+        """``model``, which the gate hands to every decider whose ``needs_model`` is True.
+
+        :raises TypeError: when it is None (this decider asks a model but was called without one).
+        """
+        if model is None:
+            raise TypeError(f"The {self.name!r} gate method asks a model (needs_model is True) but was given none.")
+        return model
 
 
 _DECIDERS: Registry[type[GateDecider]] = Registry(
@@ -234,7 +244,7 @@ def register_gate_decider(name: str) -> Callable[[DeciderClass], DeciderClass]:
         if not (isinstance(cls, type) and issubclass(cls, GateDecider)):
             raise TypeError(f"@register_gate_decider({name!r}) decorates GateDecider subclasses, not {cls!r}.")
         parameters = cls.Parameters
-        if not (dataclasses.is_dataclass(parameters) and parameters.__dataclass_params__.frozen):
+        if not (dataclasses.is_dataclass(parameters) and cast(Any, parameters).__dataclass_params__.frozen):
             raise TypeError(f"{cls.__name__}.Parameters must be a frozen dataclass (@dataclass(frozen=True)).")
         # The same class imported again (a module reloaded) replaces itself; another class may not take the name.
         _DECIDERS.register(name, cls)

@@ -27,8 +27,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 SIGNALS = ("date_words", "top_score", "top_dense_score")
 SIGNAL_COLUMNS = {"date_words": ("date_words", "names_a_year"), "top_score": ("top_bm25_score",),
@@ -80,7 +84,7 @@ class NeedFeatures:
         self.signals = check_signals(signals, index)
         self.index = index
         self.device = device
-        self._embedder = None
+        self._embedder: SentenceTransformer | None = None
         self._index_handle = None  # opened once: parsing the index config per question would dominate the signal
 
     def embed(self, questions: Sequence[str]) -> np.ndarray:

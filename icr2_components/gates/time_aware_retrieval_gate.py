@@ -309,8 +309,8 @@ class TimeAwareRetrievalGate:
         self.model_settings = dataclasses.asdict(local)
         """The local model's settings, every key stated (defaults filled), so a saved YAML says what ran."""
         self._prefix_cache = PrefixKVCache() if local.reuse_prompt_prefix else None
-        self._model = None
-        self._tokenizer = None
+        self._model: Any | None = None  # the local model and its tokenizer, loaded by _local_model
+        self._tokenizer: Any | None = None
         self._served = served
         self._server_generator = None
         self.stats = {"decisions": 0, "retrieve": 0, "unparsed_replies": 0, "reply_fallbacks": 0,
@@ -353,7 +353,7 @@ class TimeAwareRetrievalGate:
             if hasattr(self.chat_generator, "warm_up"):
                 self.chat_generator.warm_up()
         elif decider.needs_model:
-            self._load_model()
+            self._local_model()
         decider.warm_up()
 
     def _server(self):
@@ -418,19 +418,27 @@ class TimeAwareRetrievalGate:
             self._deciders[method] = decider
         return decider
 
-    def _load_model(self) -> None:
-        if self._model is None:
+    def _local_model(self) -> tuple[Any, Any]:
+        """The local model and its tokenizer, loaded on first use.
+
+        :raises ValueError: when the gate names no local model (it asks a server or a chat generator).
+        """
+        if self._model is None or self._tokenizer is None:
+            if not self.model:
+                raise ValueError("The gate has no local model to load: set model=, or ask through server= or "
+                                 "chat_generator=.")
             self._model, self._tokenizer = MODEL_CACHE.causal_lm(
                 self.model, dtype=self._local.dtype, device=self._local.device,
                 attn_implementation=self._local.attn_implementation,
             )
+        return self._model, self._tokenizer
 
     # -- asking the model --------------------------------------------------------------------------------
 
     def render_for_model(self, prompt: str) -> str:
         """The chat-templated text the local model scores: the prompt as a user turn, then the answer prefix."""
-        self._load_model()
-        rendered = self._tokenizer.apply_chat_template(
+        _, tokenizer = self._local_model()
+        rendered = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
         )
         return rendered + self.answer_prefix
@@ -438,9 +446,10 @@ class TimeAwareRetrievalGate:
     def _check_fits(self, rendered: str) -> None:
         """Refuse a prompt past the local model's context: scored anyway, P(yes) would be read from positions the
         model was never trained on, and the decision would look like any other."""
-        tokens = len(self._tokenizer(rendered, add_special_tokens=False)["input_ids"])
+        model, tokenizer = self._local_model()
+        tokens = len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
         reserved = self.max_new_tokens if self._local.local_scoring == "generate" else 1
-        limit = context_limit(self._model)
+        limit = context_limit(model)
         if tokens + reserved > limit:
             raise ContextTooLongError(
                 f"The gate's prompt is {tokens} tokens, but {self.model} takes at most {limit}"
@@ -459,7 +468,8 @@ class TimeAwareRetrievalGate:
         self._check_fits(rendered)
         if self._local.local_scoring == "generate":
             return self._answer_from_reply(self._generated_reply(rendered), rendered_prompt=rendered)
-        score = score_yes_no(self._model, self._tokenizer, rendered, self.yes_answer, self.no_answer,
+        model, tokenizer = self._local_model()
+        score = score_yes_no(model, tokenizer, rendered, self.yes_answer, self.no_answer,
                              prefix_cache=self._prefix_cache)
         return YesNoAnswer(p_yes=score.p_yes, scoring=score.scoring, answer_mass=score.answer_mass,
                            rendered_prompt=rendered, reused_prefix_tokens=score.reused_prefix_tokens)
@@ -506,6 +516,7 @@ class TimeAwareRetrievalGate:
 
     def _first_served_reply(self, result: Any) -> ChatMessage:
         served = self._served
+        assert served is not None  # called on a served model's result only
         replies = result.get("replies") if isinstance(result, dict) else None
         if not replies:
             raise ServedModelError(f"The LLM server at {served.api_base_url} returned no choices for {served.model}; "
@@ -533,15 +544,14 @@ class TimeAwareRetrievalGate:
         """Greedy continuation of the rendered prompt (after the answer prefix), special tokens dropped."""
         import torch
 
-        ids = self._tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(
-            self._model.device
-        )
+        model, tokenizer = self._local_model()
+        ids = tokenizer(rendered, add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
         with torch.inference_mode():
-            output = self._model.generate(
+            output = model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.max_new_tokens,
-                pad_token_id=self._tokenizer.pad_token_id, **decoding_arguments(),
+                pad_token_id=tokenizer.pad_token_id, **decoding_arguments(),
             )
-        return self._tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
+        return tokenizer.decode(output[0, ids.shape[1]:], skip_special_tokens=True).strip()
 
     def _answer_from_reply(self, text: str, rendered_prompt: str | None = None) -> YesNoAnswer:
         parsed = parse_yes_no_reply(text)

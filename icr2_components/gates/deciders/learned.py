@@ -69,11 +69,13 @@ class LearnedGateModel:
     def __init__(self, path: str, device: str | None = None) -> None:
         self.path = path
         self.artifact = load_gate_artifact(path, LEARNED_KINDS, "learned")
+        # a learned artifact is refused at load without its embedding model
+        assert self.artifact.embedding_model is not None
         self.features = NeedFeatures(self.artifact.embedding_model, self.artifact.signals, self.artifact.index, device)
         self._knn = self.artifact.knn_vectors(path) if self.artifact.kind == "knn" else None
 
     def probabilities(self, questions: list[str]) -> np.ndarray:
-        if self.artifact.kind == "knn":
+        if self._knn is not None:  # loaded for a knn artifact only
             vectors, labels = self._knn
             embeddings = self.features.embed(questions)
             if embeddings.shape[1] != vectors.shape[1]:
@@ -115,11 +117,19 @@ class LearnedDecider(GateDecider):
         super().__init__(parameters, device=device)
         self.model: LearnedGateModel | None = None
 
-    def check(self) -> None:
+    def _artifact(self) -> str:
+        """The artifact parameter, which this method requires.
+
+        :raises ValueError: when it is unset.
+        """
         artifact = self.parameters.artifact
         if not artifact:
             raise ValueError("method='learned' needs artifact= (a gate artifact made by icr2 train-gate LABELS "
                              "--kind logistic --out ARTIFACT.json).")
+        return artifact
+
+    def check(self) -> None:
+        artifact = self._artifact()
         if not artifact_file(artifact).is_file():
             raise ValueError(
                 f"Gate artifact not found: {artifact}. Make it with icr2 train-gate LABELS --kind logistic "
@@ -128,10 +138,11 @@ class LearnedDecider(GateDecider):
 
     def warm_up(self) -> None:
         if self.model is None:
-            self.model = LearnedGateModel(self.parameters.artifact, device=self.device)
+            self.model = LearnedGateModel(self._artifact(), device=self.device)
 
     def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
         self.warm_up()
+        assert self.model is not None  # warm_up sets it
         p = float(self.model.probabilities([question.query])[0])
         cut = question.cut if question.cut is not None else float(self.model.artifact.cut)
         answer = YesNoAnswer(p_yes=p, scoring=LEARNED_SCORING)

@@ -106,10 +106,12 @@ class TimeAwareDecider(GateDecider):
 
     def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
         self.warm_up()
+        assert self._selector is not None  # warm_up sets it
         parameters = self.parameters_for(question)
         yes_examples, no_examples, excluded = self._selector.select(question.query, parameters.n_yes, parameters.n_no)
         demonstrations = interleave_demonstrations(yes_examples, no_examples, parameters.demonstration_order)
         today = question.today if parameters.time_aware else None
         prompt = render_ta_are_prompt(question.query, today, demonstrations)
-        return GateDecision.at_cut(model.ask(prompt), prompt=prompt, demonstrations=tuple(demonstrations),
+        answer = self.model_to_ask(model).ask(prompt)
+        return GateDecision.at_cut(answer, prompt=prompt, demonstrations=tuple(demonstrations),
                                    excluded_demonstrations=excluded, today=today)

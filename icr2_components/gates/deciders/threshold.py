@@ -80,4 +80,4 @@ class ThresholdDecider(GateDecider):
         elif self.calibrated is not None:
             cut = float(self.calibrated.cut)
         prompt = render_vanilla_prompt(question.query)
-        return GateDecision.at_cut(model.ask(prompt), cut, prompt=prompt)
+        return GateDecision.at_cut(self.model_to_ask(model).ask(prompt), cut, prompt=prompt)

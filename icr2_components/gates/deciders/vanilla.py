@@ -19,4 +19,4 @@ class VanillaPromptDecider(GateDecider):
 
     def decide(self, question: GateQuestion, model: YesNoModel | None) -> GateDecision:
         prompt = render_vanilla_prompt(question.query)
-        return GateDecision.at_cut(model.ask(prompt), prompt=prompt)
+        return GateDecision.at_cut(self.model_to_ask(model).ask(prompt), prompt=prompt)
