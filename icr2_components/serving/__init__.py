@@ -1,6 +1,7 @@
 """Serving library pipelines over HTTP (``icr2 serve``; FastAPI, and a hayhooks pipeline wrapper), loaded with our
-allowlisted loader: at
-``POST /<name>/run`` and as an OpenAI-compatible chat model (``/v1/models``, ``/v1/chat/completions``)."""
+allowlisted loader: one or several pipelines, each at ``POST /<name>/run`` and as a model of an OpenAI-compatible
+API (``/v1/models``, ``/v1/chat/completions``), with API keys (``auth``, ``security``), health routes and a
+graceful SIGTERM (``lifecycle``)."""
 
 from icr2_components.extras import require_extra
 

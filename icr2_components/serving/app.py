@@ -1,8 +1,14 @@
-"""``icr2 serve``: one library pipeline behind a FastAPI app, loopback by default, JSON errors.
+"""``icr2 serve``: library pipelines behind a FastAPI app, loopback by default, JSON errors.
 
-The pipeline is loaded by ``PipelineSpec`` (our allowlisted loader, a shipped name or a path) and wrapped in
-``DeclaredPipelineWrapper`` (a hayhooks ``BasePipelineWrapper``, so hayhooks itself can deploy it too); the app is
-plain FastAPI with exactly the routes below, built from public APIs only. Around ``POST /<name>/run``:
+Each pipeline is loaded by ``PipelineSpec`` (our allowlisted loader, a shipped name or a path) and wrapped in
+``DeclaredPipelineWrapper`` (a hayhooks ``BasePipelineWrapper``, so hayhooks itself can deploy it too); several
+pipelines in one app (``pipelines``) each have their own run route and model, and share the models and indexes
+they have in common (the process-wide caches). The app is plain FastAPI with exactly the routes below, built from
+public APIs only. The middleware, from the outside in: ``security.SecurityGuard`` (header limits, the request id,
+CORS, API keys and per-key rate limits: ``auth``), then ``RequestGuard`` below, then the routes; other middleware
+(metrics, tracing) belongs between the two, where requests are authenticated and carry their id
+(``scope["state"]["request_id"]``, ``scope["state"]["api_key_name"]``). ``lifecycle`` adds ``GET /health/live``
+and ``GET /health/ready`` and drains on SIGTERM (``run_server``). Around ``POST /<name>/run``:
 
 * requests are validated by a model built from the declared ``inputs`` (unknown fields refused, ``query`` a
   non-empty string of at most ``max_query_chars``): malformed JSON -> 400, missing/wrong fields -> 422;
@@ -33,7 +39,7 @@ plain FastAPI with exactly the routes below, built from public APIs only. Around
   OpenAI's ``{"error": {"message", "type", "param", "code"}}`` (a prompt over the context: 400
   ``context_length_exceeded``), so that the official ``openai`` client works against
   ``OpenAI(base_url="http://127.0.0.1:1416/v1", api_key="unused")``;
-* only the run route, the OpenAI routes, ``GET /status`` and ``GET /openapi.json`` are served
+* only the run routes, the OpenAI routes, ``GET /status``, the health routes and ``GET /openapi.json`` are served
   (``PUBLIC_PATHS``); any other path is a JSON 404 and a method a path does not list a JSON 405 (OpenAI-shaped
   under ``/v1/``). There are no deploy/undeploy, draw, Responses or Files routes, so nobody can deploy another
   (non-allowlisted) pipeline into a running server. There is no ``/docs`` or

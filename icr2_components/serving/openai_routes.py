@@ -1,13 +1,14 @@
-"""``icr2 serve`` as an OpenAI-compatible server: the served pipeline is the one model.
+"""``icr2 serve`` as an OpenAI-compatible server: each served pipeline is a model, by its name.
 
 Routes (with hayhooks' aliases without ``/v1``, as its OpenAI router has them):
 
 * ``GET /v1/models`` (``/models``): ``{"object": "list", "data": [{"id": "<pipeline name>", "object": "model",
-  "created", "owned_by": "icr2_components"}]}``;
-* ``POST /v1/chat/completions`` (``/chat/completions``): ``model`` must be the pipeline's name (else 404
-  ``model_not_found``); the text of the LAST user message is the pipeline's ``query`` and its other declared
-  inputs are top-level fields (``documents`` for the oracle: the openai client's ``extra_body``). The pipelines
-  declare no chat-history input, so earlier turns and system messages are not used: the
+  "created", "owned_by": "icr2_components"}, ...]}``, one entry per served pipeline;
+* ``POST /v1/chat/completions`` (``/chat/completions``): ``model`` must be a served pipeline's name (else 404
+  ``model_not_found``), and that pipeline answers; the text of the LAST user message is the pipeline's ``query``
+  and its other declared inputs are top-level fields (``documents`` for the oracle: the openai client's
+  ``extra_body``). The pipelines declare no chat-history input, so earlier turns and system messages are not used:
+  the
   ``x-icr2-ignored-messages`` header counts them, ``x-icr2-query-message`` is the index of the message used, and
   ``x-icr2-ignored-fields`` names the request fields accepted and not used (``user``, ``metadata``...: none that
   changes the answer). A field the pipeline cannot honour (``tools``, ``response_format``, ``logprobs``,
