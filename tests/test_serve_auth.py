@@ -33,6 +33,7 @@ LIMITED = "limited-key-0a1b2c3d4e5f6a7b"
 ENV_KEY = "env-key-9f8e7d6c5b4a39281706"
 KEYS = (ALICE, BOB, LIMITED, ENV_KEY)
 QUESTION = "What is the capital of France?"
+ORIGIN = "https://app.example.org"
 
 
 def free_port() -> int:
@@ -85,7 +86,7 @@ def keyed_server(tmp_path_factory):
     with open(log, "w") as output:
         process = subprocess.Popen(
             [ICR2, "serve", "closed_book", "vanilla_rag", "--port", str(port), "--max-new-tokens", "4",
-             "--api-keys-file", str(key_file), "--api-keys-env", "ICR2_TEST_KEYS"],
+             "--api-keys-file", str(key_file), "--api-keys-env", "ICR2_TEST_KEYS", "--cors-origin", ORIGIN],
             cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -183,6 +184,44 @@ def test_a_request_id_is_echoed_and_an_injected_one_refused(keyed_server):
     for bad in ("abc def", "x" * 129, "id\u00e9", "a;b=c"):
         response = httpx.get(f"{url}/status", headers={**headers, "X-Request-ID": bad.encode("utf-8")}, timeout=30)
         assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request_id", bad
+
+
+def test_browser_origins_not_listed_are_403_and_a_listed_one_is_allowed(keyed_server):
+    url = keyed_server["url"]
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    for origin in ("https://evil.example", "null", ORIGIN + ".evil.example", "http://app.example.org"):
+        response = httpx.get(f"{url}/v1/models", headers={**headers, "Origin": origin}, timeout=30)
+        assert response.status_code == 403 and response.json()["error"]["code"] == "origin_not_allowed", origin
+    preflight = httpx.options(f"{url}/v1/chat/completions", timeout=30, headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "POST"})
+    assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == ORIGIN
+    assert "authorization" in preflight.headers["access-control-allow-headers"]
+    listed = httpx.get(f"{url}/v1/models", headers={**headers, "Origin": ORIGIN}, timeout=30)
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == ORIGIN
+
+
+def raw_status(url: str, request: str) -> tuple[int, str]:
+    """The status and body of a request sent as it is on a socket (no client tidies its headers)."""
+    port = int(url.rsplit(":", 1)[1])
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(request.encode("latin-1"))
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body.decode(errors="replace")
+
+
+def test_repeated_and_oversized_headers_are_refused(keyed_server):
+    url = keyed_server["url"]
+    start = "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    twice = start + f"Authorization: Bearer {ALICE}\r\nAuthorization: Bearer wrong-key-0000000000\r\n\r\n"
+    status, body = raw_status(url, twice)
+    assert status == 400 and "more than one authorization" in body and ALICE not in body
+    padded = start + f"Authorization: Bearer {ALICE}\r\n" + "".join(f"X-Pad-{i}: {'p' * 90}\r\n"
+                                                                     for i in range(200)) + "\r\n"
+    status, body = raw_status(url, padded)
+    assert status == 431 and "request_header_fields_too_large" in body
 
 
 def test_a_broken_key_file_refuses_everyone_until_fixed(keyed_server):
