@@ -12,8 +12,9 @@ answering two workers at once would stretch their timeouts); the rest is grouped
 built once.
 
 The unit tier (``-m unit``, run first): ``tests/unit_guard.py`` fails a unit test that loads model files, reaches the
-Elasticsearch node or a llama.cpp server or starts an interpreter, and under ``-m unit`` a file that marks no test
-``unit`` is not imported at all (``pytest_ignore_collect`` below).
+Elasticsearch node or a llama.cpp server or starts an interpreter; under ``-m unit`` a file that marks no test
+``unit``, and under ``-m "not unit"`` a file marked ``unit`` as a whole, is not imported at all
+(``pytest_ignore_collect`` below).
 """
 
 import itertools
@@ -51,41 +52,44 @@ def pytest_unconfigure(config):
             print(f"stopped after the run: {line}")
 
 
-def _selects_only_unit(markexpr: str) -> bool:
-    """Whether ``-m markexpr`` can select only tests marked ``unit`` (``-m unit``, ``-m "unit and not slow"``...)."""
-    if not markexpr.strip():
-        return False
+def _can_select(markexpr: str, unit: bool) -> bool:
+    """Whether ``-m markexpr`` can select a test whose ``unit`` mark is ``unit`` (whatever its other marks)."""
     try:
         from _pytest.mark.expression import Expression
 
         expression = Expression.compile(markexpr)
     except Exception:  # pytest's parser moved, or a bad expression (which pytest itself then reports)
-        return markexpr.strip() == "unit"
+        return True
     names = sorted(set(re.findall(r"[\w.:+-]+", markexpr)) - {"and", "or", "not", "unit"})[:10]
     for bits in itertools.product((False, True), repeat=len(names)):
-        chosen = {name for name, bit in zip(names, bits, strict=True) if bit}
-        if expression.evaluate(_marked_with(chosen)):  # unit is not among them
-            return False
-    return True
+        chosen = {name for name, bit in zip(names, bits) if bit} | ({"unit"} if unit else set())
+        if expression.evaluate(lambda name, /, **kwargs: name in chosen):
+            return True
+    return False
 
 
-def _marked_with(chosen: set[str]):
-    """The matcher of a test marked with exactly the ``chosen`` markers, for pytest's ``Expression.evaluate``."""
-    return lambda name, /, **kwargs: name in chosen
+_WHOLE_FILE_UNIT = re.compile(r"^pytestmark = pytest\.mark\.unit$", re.MULTILINE)
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Under ``-m unit`` a test file that marks nothing ``unit`` is not even imported: collecting the whole suite
-    imports torch, transformers, scipy and more (about a minute of the unit tier's time on 2 loaded cores)."""
+    """A test file none of whose tests ``-m`` can select is not even imported: under ``-m unit`` a file that marks
+    nothing ``unit`` (collecting the whole suite imports torch, transformers, scipy and more), under
+    ``-m "not unit"`` a file marked ``unit`` as a whole."""
     if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    if not _selects_only_unit(config.getoption("markexpr") or ""):
+    markexpr = (config.getoption("markexpr") or "").strip()
+    if not markexpr:
         return None
     try:
         text = collection_path.read_text(encoding="utf-8")
     except OSError:
         return None
-    return None if "mark.unit" in text else True
+    if "mark.unit" not in text and not _can_select(markexpr, unit=False):
+        return True
+    whole_file_unit = _WHOLE_FILE_UNIT.search(text) and len(re.findall(r"^pytestmark\b", text, re.MULTILINE)) == 1
+    if whole_file_unit and not _can_select(markexpr, unit=True):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
