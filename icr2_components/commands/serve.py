@@ -73,6 +73,28 @@ def register(subparsers) -> None:
     parser.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
                         help="seconds the server has to answer a request, from its headers (waiting for a run "
                         f"included); then 504 and the connection is closed (default {DEFAULT_REQUEST_TIMEOUT:g})")
+    watch = parser.add_argument_group("metrics, traces, logs and online A/B (docs/serving.md)")
+    watch.add_argument("--no-metrics", action="store_true",
+                       help="do not serve Prometheus metrics at GET /metrics (served by default; it needs the API "
+                       "key like every route when the server has keys)")
+    watch.add_argument("--trace", action="store_true",
+                       help="trace every request with OpenTelemetry (a span per component), exported where the "
+                       "OTEL_* variables say; on without this flag when OTEL_EXPORTER_OTLP_ENDPOINT or "
+                       "OTEL_TRACES_EXPORTER is set")
+    watch.add_argument("--log-requests", metavar="PATH",
+                       help="write one JSON line per request (request id, pipeline, status, latency, tokens) to PATH, "
+                       "or - for standard error")
+    watch.add_argument("--log-content", action="store_true",
+                       help="also write each request's query and answer into --log-requests (off: they may be "
+                       "personal data)")
+    watch.add_argument("--ab", metavar="ARM=WEIGHT,...",
+                       help="an online A/B split of served pipelines under one model name, e.g. "
+                       "'vanilla_rag=0.9,rap=0.1' (sticky per user: OpenAI's user field or X-ICR2-User); needs "
+                       "--ab-model and --ab-log")
+    watch.add_argument("--ab-model", metavar="NAME", help="the model name of the A/B split (e.g. rag)")
+    watch.add_argument("--ab-log", metavar="PATH",
+                       help="append-only JSONL log of each A/B request's arm, answer, passages, latency and tokens "
+                       "(read by icr2 compare --ab-log)")
     parser.set_defaults(handler=run)
 
 
@@ -110,6 +132,7 @@ def _run(args) -> int:
         raise UserInputError(f"--grace-seconds must be from 0 to 86400, got {args.grace_seconds:g}.")
     check_tls_files(args.tls_cert, args.tls_key)
     keys = KeyStore(args.api_keys_file, args.api_keys_env) if with_keys else None  # refused now when unreadable
+    observability = _observability(args)
     # bound before the pipelines load: a port in use is one line at once, never after the banner
     sock = bind_server_socket(args.host, args.port)
     try:
@@ -118,7 +141,8 @@ def _run(args) -> int:
                                  concurrency=args.concurrency, backend=resolve_backend(args.backend),
                                  max_queue=args.max_queue, body_timeout=args.body_timeout,
                                  request_timeout=args.request_timeout, api_keys=keys,
-                                 cors_origins=tuple(args.cors_origin), load_in_background=True)
+                                 cors_origins=tuple(args.cors_origin), load_in_background=True,
+                                 observability=observability)
         scheme = "https" if args.tls_cert else "http"
         base = f"{scheme}://{args.host}:{args.port}"
         served = app.state.icr2_pipelines
@@ -132,3 +156,40 @@ def _run(args) -> int:
     finally:
         sock.close()
     return 0
+
+
+def _observability(args):
+    """The metrics, tracing, request log and A/B split the flags ask for.
+
+    :raises UserInputError: an A/B flag without the others, a malformed split or an unwritable log.
+    """
+    from icr2_components.errors import UserInputError
+    from icr2_components.serving.ab_split import ABLog, ABSplit
+    from icr2_components.serving.metrics import ServingMetrics
+    from icr2_components.serving.observability import Observability
+    from icr2_components.serving.pipelines import pipeline_sources
+    from icr2_components.serving.request_log import RequestLog
+    from icr2_components.serving.tracing import otel_exporter_configured, tracer_provider_from_env
+
+    ab_flags = {"--ab": args.ab, "--ab-model": args.ab_model, "--ab-log": args.ab_log}
+    if any(ab_flags.values()) and not all(ab_flags.values()):
+        missing = [flag for flag, value in ab_flags.items() if not value]
+        raise UserInputError(f"an online A/B split needs --ab, --ab-model and --ab-log; missing {', '.join(missing)}.")
+    if args.log_content and not args.log_requests:
+        raise UserInputError("--log-content needs --log-requests PATH (where the lines go).")
+    ab = ab_log = None
+    if args.ab:
+        from pathlib import Path
+
+        served = [Path(source).stem if source.endswith((".yaml", ".yml")) else source
+                  for source in pipeline_sources(args.pipeline)]
+        ab = ABSplit.parse(args.ab, args.ab_model, served)
+        ab_log = ABLog(args.ab_log)
+        if ab_log.torn_lines_cut:
+            print(f"icr2 serve: --ab-log {args.ab_log}: cut {ab_log.torn_lines_cut} torn last line (a record a "
+                  "kill interrupted; its client got no answer)", flush=True)
+    tracing = args.trace or otel_exporter_configured()
+    return Observability(metrics=None if args.no_metrics else ServingMetrics(),
+                         tracer_provider=tracer_provider_from_env() if tracing else None,
+                         request_log=RequestLog(args.log_requests, args.log_content) if args.log_requests else None,
+                         ab=ab, ab_log=ab_log)

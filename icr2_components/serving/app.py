@@ -85,6 +85,7 @@ from icr2_components.serving.lifecycle import (
     add_health_routes,
     graceful_server_class,
 )
+from icr2_components.serving.observability import Observability, add_observability, add_observing_middleware
 from icr2_components.serving.openai_models import openai_error
 from icr2_components.serving.openai_routes import CHAT_PATHS, OPENAI_PATHS, add_openai_routes, is_openai_path
 from icr2_components.serving.pipeline_wrapper import DeclaredPipelineWrapper
@@ -431,6 +432,7 @@ def create_serving_app(
     api_keys: KeyStore | None = None,
     cors_origins: tuple[str, ...] | frozenset[str] = (),
     load_in_background: bool = False,
+    observability: Observability | None = None,
 ) -> FastAPI:
     """Build the app serving ``pipeline_path`` (a shipped pipeline's name or a YAML path; or a list of them, or a
     folder: several pipelines, ``serving.pipelines``) at ``POST /<name>/run`` each, and each as a model of the
@@ -446,6 +448,8 @@ def create_serving_app(
     ``api_keys``: the keys every route but ``/health/live`` needs (``serving.auth``; None: none needed);
     ``cors_origins``: the browser origins allowed (``serving.security``). ``load_in_background``: load the models
     once the server has started (``/health/ready`` says when; ``icr2 serve`` does this) rather than now.
+    ``observability``: metrics at ``/metrics``, traces, JSON request logs and an online A/B split
+    (``serving.observability``; None: none of them).
 
     Usage example:
     ```python
@@ -488,6 +492,8 @@ def create_serving_app(
             lifecycle.warm_up_in_background(wrappers)
         yield
         lifecycle.mark_draining()
+        if observability is not None and observability.tracer_provider is not None:
+            observability.tracer_provider.force_flush()  # the last spans reach the collector before the exit
 
     names = ", ".join(served)
     app = FastAPI(title=f"icr2 serve: {names}", docs_url=None, redoc_url=None, openapi_url=OPENAPI_PATH,
@@ -520,21 +526,29 @@ def create_serving_app(
         logger.exception("unexpected server error")
         return error_response(request, 500, "server_error", f"{type(error).__name__}: {error}")
 
-    _serve_only(app, served, lifecycle)
+    ab = observability.ab if observability is not None else None
+    _serve_only(app, served, lifecycle, ab)
     run_paths = {pipeline.run_path for pipeline in served.values()}
-    # the request guard inside, the security guard outside it (Starlette: the last added is the outermost); other
-    # middleware (metrics, tracing) goes between them, so that it sees authenticated requests with their id
-    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | run_paths, max_body_bytes=max_body_bytes,
-                       work_paths=frozenset({*run_paths, *CHAT_PATHS}),
+    work_paths = frozenset({*run_paths, *CHAT_PATHS})
+    observed_paths = frozenset()
+    if observability is not None and observability.enabled:
+        observed_paths = add_observability(app, observability, PUBLIC_PATHS | run_paths, work_paths)
+    # the request guard inside, the security guard outside it (Starlette: the last added is the outermost); the
+    # observing middleware (metrics, traces, logs) outside both, so that it counts their refusals too
+    app.add_middleware(RequestGuard, allowed_paths=PUBLIC_PATHS | run_paths | observed_paths,
+                       max_body_bytes=max_body_bytes, work_paths=work_paths,
                        capacity=concurrency * len(served) + max_queue,
                        body_timeout=float(body_timeout), request_timeout=float(request_timeout))
     app.add_middleware(SecurityGuard, keys=api_keys, cors_origins=frozenset(cors_origins))
+    if observability is not None and observability.enabled:  # outermost: it sees the guards' refusals too
+        add_observing_middleware(app, observability, PUBLIC_PATHS | run_paths | observed_paths, work_paths)
     first = next(iter(served.values()))
     app.state.icr2_pipelines = served
     app.state.icr2_lifecycle = lifecycle
     app.state.icr2_spec = first.spec  # the first pipeline (a server of one: the pipeline)
     app.state.icr2_run_path = first.run_path
     app.state.icr2_wrapper = first.wrapper
+    app.state.icr2_observability = observability
     return app
 
 
@@ -544,7 +558,7 @@ def _responses(prefix: str, catalogue: dict[int, dict[str, str]]) -> dict[int | 
             for status, kinds in catalogue.items()}
 
 
-def _serve_only(app: FastAPI, served: dict[str, ServedPipeline], lifecycle: Lifecycle) -> None:
+def _serve_only(app: FastAPI, served: dict[str, ServedPipeline], lifecycle: Lifecycle, ab=None) -> None:
     """Add the routes the server answers, with their real error responses, and describe exactly those: a run
     route per pipeline, ``GET /status``, the health routes (``lifecycle``), ``GET /openapi.json`` (FastAPI's,
     added at construction; no docs pages) and the OpenAI routes (``openai_routes``: a model per pipeline,
@@ -569,7 +583,7 @@ def _serve_only(app: FastAPI, served: dict[str, ServedPipeline], lifecycle: Life
                           operation_id=f"{name}_run", summary=f"Run {name}",
                           description=(wrapper.run_api.__doc__ or "").strip().splitlines()[0] or None,
                           responses=_responses("Run", RUN_ERRORS))
-    extra_schemas = add_openai_routes(app, served)
+    extra_schemas = add_openai_routes(app, served, ab)
     app.openapi_schema = None
     app.openapi = functools.partial(_openapi, app, served, extra_schemas)
 

@@ -57,6 +57,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.ab_split import ABSplit
+from icr2_components.serving.observation import current as current_observation
 from icr2_components.serving.openai_models import (
     OPENAI_CHAT_ERRORS,
     OPENAI_MODELS_ERRORS,
@@ -130,7 +132,7 @@ CHAT_DESCRIPTION = (
 )
 
 
-def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[str, Any]:
+def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline], ab: ABSplit | None = None) -> dict[str, Any]:
     """Add the model list and chat completion routes for the ``served`` pipelines (each a model, by its name);
     return the schemas to add to ``/openapi.json``'s components (the streamed chunks, which no route returns as
     JSON).
@@ -138,7 +140,15 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[s
     One pipeline: the chat body is that pipeline's request model, as before. Several: the body carries the other
     declared inputs of every pipeline (each optional there), and a field the chosen model's pipeline does not
     declare is refused 400 ``unknown_parameter``; the chosen pipeline's own request model then checks the rest.
+
+    ``ab``: one more model, answered by one of its arms per request (``serving.ab_split``: sticky by the request's
+    ``user`` or ``X-ICR2-User``); the answer's ``model`` names the arm that answered.
+
+    :raises ValueError: an arm of ``ab`` is not served, or its model name is a served pipeline's.
     """
+    if ab is not None and (ab.model in served or any(arm not in served for arm, _ in ab.arms)):
+        raise ValueError(f"the A/B model {ab.model!r} must be a new name over served pipelines; arms "
+                         f"{[arm for arm, _ in ab.arms]}, served {list(served)}.")
     chats: dict[str, tuple[ServedPipeline, type[BaseModel]]] = {}
     chunk_schemas: dict[str, Any] = {}
     completions: list[type[BaseModel]] = []
@@ -155,7 +165,7 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[s
         chat_request = combined_chat_request_model(served)
     created = int(time.time())
     models = ModelList(object="list", data=[{"id": name, "object": "model", "created": created,
-                                             "owned_by": OWNED_BY} for name in served])
+                                             "owned_by": OWNED_BY} for name in [*served, *([ab.model] if ab else [])]])
     names = ", ".join(served)
     serving = repr(first.name) if len(served) == 1 else str(list(served))
 
@@ -164,6 +174,8 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[s
 
     async def chat_completions(body) -> Any:
         chosen = chats.get(body.model)
+        if chosen is None and ab is not None and body.model == ab.model:
+            chosen = chats[ab_arm(ab, body)]
         if chosen is None:
             raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this "
                                      f"server; it serves {serving} (GET /v1/models).", param="model")
@@ -202,6 +214,20 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline]) -> dict[s
                           description=CHAT_DESCRIPTION,
                           responses={200: ok, **_responses("OpenAIChat", OPENAI_CHAT_ERRORS)})
     return chunk_schemas
+
+
+def ab_arm(ab: ABSplit, body: ChatCompletionRequest) -> str:
+    """The arm answering a request to the A/B model: sticky by OpenAI's ``user`` field, else the ``X-ICR2-User``
+    header (``ab_split.USER_HEADER``), random without either; noted on the request's observation for its A/B
+    record."""
+    observation = current_observation()
+    user = (body.model_extra or {}).get("user")  # an accepted extra field (openai_models.ACCEPTED_UNUSED_FIELDS)
+    if not isinstance(user, str) or not user:
+        user = observation.user if observation is not None else None
+    arm = ab.arm_for(user)
+    if observation is not None:
+        observation.arm, observation.ab_model, observation.user = arm, ab.model, user
+    return arm
 
 
 def combined_chat_request_model(served: dict[str, ServedPipeline]) -> type[ChatCompletionRequest]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import queue
@@ -18,6 +19,7 @@ from haystack import Document
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
 from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.serving.observation import note_answer, note_pipeline
 from icr2_components.serving.openai_models import (
     ChatRequestRefused,
     answer_budget,
@@ -163,6 +165,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         """The run data for the declared ``inputs``, with the answer budgets: ``max_new_tokens`` (a request's)
         lowers each component's budget (the server's ``max_new_tokens``, else its own), never raises it."""
         self.setup()
+        note_pipeline(self.spec.name, inputs.get("query"))  # for the request's metrics, trace and logs
         unknown = set(inputs) - set(self.spec.inputs)
         if unknown:
             raise ValueError(f"unknown inputs {sorted(unknown)}; declared: {sorted(self.spec.inputs)}")
@@ -214,6 +217,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         finish = meta.get("finish_reason") if meta.get("finish_reason") in ("stop", "length") else "stop"
         outputs = {name: to_json(_output(result, path)) for name, path in self.spec.outputs.items()
                    if name != "replies"}
+        note_answer(text, outputs)
         return ChatAnswer(text=text, finish_reason=finish, usage=usage, outputs=outputs)
 
     def answer(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> ChatAnswer:
@@ -237,7 +241,9 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
             except BaseException as error:  # handed to the consumer, which raises it
                 events.put(_Finished(error=error))
 
-        threading.Thread(target=work, name=f"icr2-serve-{self.spec.name}", daemon=True).start()
+        # the request's context goes with the run (its observation and trace span: serving.observation)
+        threading.Thread(target=contextvars.copy_context().run, args=(work,), name=f"icr2-serve-{self.spec.name}",
+                         daemon=True).start()
 
         def pieces() -> Generator[str | ChatAnswer, None, None]:
             streamed = ""
