@@ -26,9 +26,16 @@ def register(subparsers) -> None:
         "every answer, cached or new, is scored with the dataset's labels now (an edited gold re-scores, it asks "
         "nothing), and the report names the dataset and its SHA-256.",
     )
-    parser.add_argument("--pipelines", nargs="+", required=True,
+    parser.add_argument("--pipelines", nargs="+",
                         help="shipped pipeline names (e.g. closed_book vanilla_rag) or pipeline YAMLs with declared "
-                        "inputs/outputs")
+                        "inputs/outputs (required unless --ab-log)")
+    parser.add_argument("--ab-log", metavar="PATH",
+                        help="instead of running pipelines, report the arms of an online A/B log (icr2 serve --ab-log):"
+                        " latency and tokens per arm with 95%% intervals, unpaired Welch and Mann-Whitney tests "
+                        "against --baseline (default: the largest arm); answer match with --labels")
+    parser.add_argument("--labels", metavar="FILE",
+                        help="with --ab-log: gold answers, JSONL of {\"request_id\" or \"query\": ..., "
+                        "\"answers\": [...]}")
     parser.add_argument("--dataset",
                         help="the questions: a KILT task file, an ICR2 benchmark JSONL, or a question set of your own "
                         "(JSONL, CSV/TSV, Parquet, a folder made by datasets' save_to_disk, a question-set YAML), or a "
@@ -197,7 +204,14 @@ def print_report(report: dict) -> None:
 
 
 def run(args) -> int:
+    from icr2_components.errors import UserInputError
     from icr2_components.preflight import check_input_if_present, check_output_folder, check_text_file
+
+    if args.ab_log:
+        return _run_ab(args)
+    if not args.pipelines:
+        raise UserInputError("icr2 compare needs --pipelines NAME ... (or --ab-log PATH to report an online A/B "
+                             "log).")
     from icr2_components.stores.index_switch import DEFAULT_INDEX_CONFIG, index_switch_set
 
     # paths first, before any model or index loads (a FIFO as --dataset would wait for ever)
@@ -336,3 +350,21 @@ def print_questions(run: dict) -> None:
                      f"reported, {run['report_only']['incomplete_questions']} not yet (run without --report-only to "
                      "continue)")
     print("; ".join(parts))
+
+
+def _run_ab(args) -> int:
+    """``icr2 compare --ab-log PATH``: the arms of an online A/B log, printed and written to ``--out``."""
+    import json
+    from pathlib import Path
+
+    from icr2_components.evaluation.compare.ab_log import compare_ab_log, format_ab_report
+    from icr2_components.preflight import check_output_folder
+
+    check_output_folder(args.out, "--out")
+    report = compare_ab_log(args.ab_log, labels=args.labels, baseline=args.baseline, seed=args.stats_seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ab_report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(format_ab_report(report))
+    print(f"report: {out / 'ab_report.json'}")
+    return 0
