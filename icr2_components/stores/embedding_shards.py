@@ -196,41 +196,14 @@ def embed_to_shards(
     """
     from tqdm.auto import tqdm
 
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
-    if max_shards is not None and max_shards < 0:
-        raise ValueError(f"max_shards must be >= 0 or None, got {max_shards}.")
-    if isinstance(shard_seconds, bool) or not isinstance(shard_seconds, (int, float)) or not shard_seconds > 0:
-        raise ValueError(f"shard_seconds must be a positive number of seconds, got {shard_seconds!r}.")
-    problem = output_folder_problem(out_dir)
-    if problem:
-        raise UserInputError(f"--out cannot hold the shards: {problem}.")
-    if not config.embedding.enabled:
-        raise UserInputError(
-            f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus."
-        )
-    if config.embedding.vectors_dir:
-        raise UserInputError(
-            "embedding.vectors_dir is set: that config reads vectors from shards; remove it to write them."
-        )
+    _check_embed_request(config, out_dir, shard_size, max_shards, shard_seconds)
     started = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     own_embedder = embedder is None
     embedder = embedder or passage_embedder(config.embedding)
-    identity = _identity(config, embedder.dimension, shard_size)
     manifest_path = out / MANIFEST
-    if manifest_path.exists():
-        manifest = read_manifest(out)
-        different = {key: (manifest.get(key), value) for key, value in identity.items() if manifest.get(key) != value}
-        if different:
-            detail = "; ".join(f"{key}: folder {old!r}, config {new!r}" for key, (old, new) in different.items())
-            raise ShardsMismatchError(
-                f"{out} holds shards of another pass ({detail}); use another --out folder or delete this one."
-            )
-    else:
-        manifest = {**identity, "shards": [], "complete": False, "passages": 0}
-        _write_json(manifest_path, manifest)
+    manifest = _opened_manifest(out, _identity(config, embedder.dimension, shard_size))
 
     source = corpus_source(config)
     stream = source.documents()
@@ -240,59 +213,18 @@ def embed_to_shards(
         check_shard_files(out, finished[-1])
     bar = tqdm(unit=" passages", desc=f"embedding into {out}", disable=not progress, smoothing=0.05)
     try:
-        # the finished shards: read past their passages, checking the ids the manifest recorded
-        for shard in finished:
-            ids = [document.id for document in islice(stream, shard["count"])]
-            if len(ids) != shard["count"] or ids[0] != shard["first_id"] or ids[-1] != shard["last_id"]:
-                raise ShardsMismatchError(
-                    f"{out}: shard {shard['index']} was written from another corpus stream (ids "
-                    f"{shard['first_id']}..{shard['last_id']}, "
-                    f"the corpus now gives {ids[0] if ids else None}..{ids[-1] if ids else None}); use another --out "
-                    "folder."
-                )
-            report.resumed_passages += len(ids)
-            bar.update(len(ids))
+        _read_past_finished_shards(stream, out, finished, report, bar)
         bar.set_postfix(resumed=report.resumed_passages, skipped=_skip_total(source))
         index = len(finished)
         exhausted = False
         while True:
             if max_shards is not None and report.shards_written >= max_shards:
                 break  # a partial run: the next one resumes here
-            batch: list[Document] = []
-            parts: list[np.ndarray] = []
-            begun = time.monotonic()
-            ended = False
-            # embedded a few batches at a time; the shard closes when full or after shard_seconds
-            while len(batch) < shard_size and time.monotonic() - begun < shard_seconds:
-                wanted = min(shard_size - len(batch), embedder.batch_size * 4)
-                step = list(islice(stream, wanted))
-                if step:
-                    texts = [text_to_embed(doc, embedder.meta_fields) for doc in step]
-                    parts.append(np.asarray(embedder.embed_array(texts), dtype=np.float32))
-                    batch.extend(step)
-                if len(step) < wanted:
-                    ended = True
-                    break
+            batch, parts, ended = _embed_next_shard(stream, embedder, shard_size, shard_seconds)
             if not batch:
                 exhausted = True
                 break
-            vectors = np.concatenate(parts)
-            vector_name, ids_name = shard_names(index)
-            ids_sha256 = _atomic_write(
-                out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode())
-            )
-            file_sha256 = _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
-            entry = {
-                "index": index,
-                "file": vector_name,
-                "ids": ids_name,
-                "count": len(batch),
-                "first_id": batch[0].id,
-                "last_id": batch[-1].id,
-                "file_sha256": file_sha256,
-                "ids_sha256": ids_sha256,
-            }
-            manifest["shards"].append(entry)
+            manifest["shards"].append(_write_shard(out, index, batch, np.concatenate(parts)))
             manifest["passages"] = sum(shard["count"] for shard in manifest["shards"])
             _write_json(manifest_path, manifest)
             index += 1
@@ -318,6 +250,109 @@ def embed_to_shards(
     report.seconds = time.perf_counter() - started
     report.passages_per_second = report.passages_embedded / report.seconds if report.seconds else 0.0
     return report
+
+
+def _check_embed_request(config, out_dir: str | os.PathLike, shard_size: int, max_shards: int | None,
+                         shard_seconds: float) -> None:
+    """Refuse shard settings out of range, an output folder that cannot hold shards, and a config that does not
+    embed (or reads its vectors from shards already)."""
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, got {shard_size}.")
+    if max_shards is not None and max_shards < 0:
+        raise ValueError(f"max_shards must be >= 0 or None, got {max_shards}.")
+    if isinstance(shard_seconds, bool) or not isinstance(shard_seconds, (int, float)) or not shard_seconds > 0:
+        raise ValueError(f"shard_seconds must be a positive number of seconds, got {shard_seconds!r}.")
+    problem = output_folder_problem(out_dir)
+    if problem:
+        raise UserInputError(f"--out cannot hold the shards: {problem}.")
+    if not config.embedding.enabled:
+        raise UserInputError(
+            f"index config '{config.name}' has embedding.enabled: false; turn it on to embed its corpus."
+        )
+    if config.embedding.vectors_dir:
+        raise UserInputError(
+            "embedding.vectors_dir is set: that config reads vectors from shards; remove it to write them."
+        )
+
+
+def _opened_manifest(out: Path, identity: dict) -> dict:
+    """The folder's manifest, checked against this pass's ``identity``; a new one (written) in a new folder.
+
+    :raises ShardsMismatchError: the folder holds shards of another pass.
+    """
+    manifest_path = out / MANIFEST
+    if manifest_path.exists():
+        manifest = read_manifest(out)
+        different = {key: (manifest.get(key), value) for key, value in identity.items() if manifest.get(key) != value}
+        if different:
+            detail = "; ".join(f"{key}: folder {old!r}, config {new!r}" for key, (old, new) in different.items())
+            raise ShardsMismatchError(
+                f"{out} holds shards of another pass ({detail}); use another --out folder or delete this one."
+            )
+        return manifest
+    manifest = {**identity, "shards": [], "complete": False, "passages": 0}
+    _write_json(manifest_path, manifest)
+    return manifest
+
+
+def _read_past_finished_shards(stream: Iterator[Document], out: Path, finished: list[dict], report: EmbedReport,
+                               bar) -> None:
+    """Advance ``stream`` past the passages of the finished shards, checking the ids the manifest recorded.
+
+    :raises ShardsMismatchError: the corpus no longer gives those passages there.
+    """
+    for shard in finished:
+        ids = [document.id for document in islice(stream, shard["count"])]
+        if len(ids) != shard["count"] or ids[0] != shard["first_id"] or ids[-1] != shard["last_id"]:
+            raise ShardsMismatchError(
+                f"{out}: shard {shard['index']} was written from another corpus stream (ids "
+                f"{shard['first_id']}..{shard['last_id']}, "
+                f"the corpus now gives {ids[0] if ids else None}..{ids[-1] if ids else None}); use another --out "
+                "folder."
+            )
+        report.resumed_passages += len(ids)
+        bar.update(len(ids))
+
+
+def _embed_next_shard(stream: Iterator[Document], embedder: PassageEmbedder, shard_size: int,
+                      shard_seconds: float) -> tuple[list[Document], list[np.ndarray], bool]:
+    """The next shard's passages and their vectors (in parts), embedded a few batches at a time until the shard is
+    full or ``shard_seconds`` passed.
+
+    :returns: ``(passages, vector parts, whether the stream ended)``; no passages once the stream is exhausted.
+    """
+    batch: list[Document] = []
+    parts: list[np.ndarray] = []
+    begun = time.monotonic()
+    ended = False
+    while len(batch) < shard_size and time.monotonic() - begun < shard_seconds:
+        wanted = min(shard_size - len(batch), embedder.batch_size * 4)
+        step = list(islice(stream, wanted))
+        if step:
+            texts = [text_to_embed(doc, embedder.meta_fields) for doc in step]
+            parts.append(np.asarray(embedder.embed_array(texts), dtype=np.float32))
+            batch.extend(step)
+        if len(step) < wanted:
+            ended = True
+            break
+    return batch, parts, ended
+
+
+def _write_shard(out: Path, index: int, batch: list[Document], vectors: np.ndarray) -> dict:
+    """Write shard ``index`` (its ids file, then its vectors, each atomically) and return its manifest entry."""
+    vector_name, ids_name = shard_names(index)
+    ids_sha256 = _atomic_write(out / ids_name, lambda s: s.write(("\n".join(doc.id for doc in batch) + "\n").encode()))
+    file_sha256 = _atomic_write(out / vector_name, lambda s: np.save(s, vectors))
+    return {
+        "index": index,
+        "file": vector_name,
+        "ids": ids_name,
+        "count": len(batch),
+        "first_id": batch[0].id,
+        "last_id": batch[-1].id,
+        "file_sha256": file_sha256,
+        "ids_sha256": ids_sha256,
+    }
 
 
 def corpus_source(config):
