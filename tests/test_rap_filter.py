@@ -95,7 +95,7 @@ def test_filter_round_trips_and_shares_the_readers_model(artifact_path, smollm2)
     reader = LocalChatReader(model="smollm2-135m-instruct", dtype="float32", device="cpu")
     again.warm_up()
     reader.warm_up()
-    assert again._reader == "smollm2-135m-instruct"
+    assert again._reader(again._artifact) == "smollm2-135m-instruct"
     assert again._model is reader.chat_model.model is smollm2[0]
     assert component_to_dict(again, "rap_filter") == data  # warming up changes no init parameter
 
@@ -180,7 +180,7 @@ def test_artifact_for_another_model_is_refused(tmp_path, smollm2):
     )
     path = foreign.save(tmp_path / "qwen.json")
     with pytest.raises(
-        ArtifactMismatchError, match="probed on Qwen/Qwen2-0.5B-Instruct .* reader is smollm2-135m-instruct"
+        ArtifactMismatchError, match=r"probed on Qwen/Qwen2-0.5B-Instruct .* reader is smollm2-135m-instruct"
     ):
         RetrievalAttentionFilter(
             artifact=str(path), model="smollm2-135m-instruct", dtype="float32", device="cpu"

@@ -118,9 +118,8 @@ class RetrievalAttentionFilter:
         self.max_context_tokens = max_context_tokens
         self.generation_tokens = generation_tokens
         self._artifact: RetrievalHeadArtifact | None = None
-        self._reader: str | None = None  # `model`, or the artifact's model when `model` is None
-        self._model = None
-        self._tokenizer = None
+        self._model: Any = None  # the reader and its tokenizer, taken from MODEL_CACHE by warm_up
+        self._tokenizer: Any = None
 
     def _load_artifact(self) -> RetrievalHeadArtifact:
         """Read and check the artifact once (the reader is not needed for this)."""
@@ -131,21 +130,25 @@ class RetrievalAttentionFilter:
             if loaded.query_position_mode not in QUERY_POSITION_MODES:
                 raise ValueError(f"{self.artifact} uses an unknown query-position mode {loaded.query_position_mode!r}.")
             self._artifact = loaded
-            self._reader = self.model or loaded.model
         return self._artifact
+
+    def _reader(self, artifact: RetrievalHeadArtifact) -> str:
+        """The reader: `model`, or the artifact's model when `model` is None."""
+        return self.model or artifact.model
 
     def warm_up(self) -> None:
         """Read the artifact and take the reader from `MODEL_CACHE`, refusing a reader the heads were not probed on."""
         artifact = self._load_artifact()
         if self._model is None:
+            reader = self._reader(artifact)
             model, tokenizer = MODEL_CACHE.causal_lm(
-                self._reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa"
+                reader, dtype=self.dtype, device=self.device, attn_implementation="sdpa"
             )
             signature = model_signature(model)
             # the heads' indices against the loaded model's shape first: a head past its last layer or head would
             # otherwise be a question of which other head gets used
-            artifact.check_heads(signature["num_layers"], signature["num_heads"], f"the reader {self._reader}")
-            artifact.check_model(self._reader, signature)
+            artifact.check_heads(signature["num_layers"], signature["num_heads"], f"the reader {reader}")
+            artifact.check_model(reader, signature)
             self._model, self._tokenizer = model, tokenizer
 
     @component.output_types(documents=list[Document], report=dict)
@@ -188,7 +191,7 @@ class RetrievalAttentionFilter:
         scored = score_passages(
             self._model, self._tokenizer, encoded, artifact.query_position_mode, artifact.aggregate,
             layers=layers, generation_tokens=self.generation_tokens or artifact.generation_tokens,
-            max_context_tokens=self.max_context_tokens, model_name=self._reader,
+            max_context_tokens=self.max_context_tokens, model_name=self._reader(artifact),
         )
         row_of_layer = {layer: row for row, layer in enumerate(layers)}
         head_scores = {head_name(layer, h): scored.scores[row_of_layer[layer], h].tolist() for layer, h in heads}
