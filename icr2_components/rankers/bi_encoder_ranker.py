@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from haystack import Document, component
 
 from icr2_components.models.cache import MODEL_CACHE
 from icr2_components.parameters import document_list, override, positive_int
 from icr2_components.text.blank import is_blank
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder, SentenceTransformer
 
 
 @component
@@ -58,8 +61,8 @@ class BiEncoderRanker:
         self.cross_encoder = cross_encoder
         self.device = device
         self.batch_size = batch_size
-        self._encoder = None
-        self._cross = None
+        self._encoder: SentenceTransformer | None = None
+        self._cross: CrossEncoder | None = None
 
     def warm_up(self) -> None:
         if self.cross_encoder is not None:
@@ -105,6 +108,7 @@ class BiEncoderRanker:
         if self._cross is not None:
             scores = [float(s) for s in self._cross.predict([(query, t) for t in texts], batch_size=self.batch_size)]
         else:
+            assert self._encoder is not None  # warm_up loads it when no cross-encoder is set
             embeddings = self._encoder.encode([query, *texts], batch_size=self.batch_size,
                                               normalize_embeddings=True, convert_to_numpy=True)
             scores = [float(s) for s in embeddings[1:] @ embeddings[0]]

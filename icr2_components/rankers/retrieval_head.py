@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icr2_components.extras import extra_import
 
@@ -66,7 +66,10 @@ def mean_pool(hidden: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.T
 
 # without torch (the core install) the class still exists, so that importing this module works; building it fails
 # with one line naming the extra
-_TorchModule = nn.Module if torch_import.is_successful() else object
+if TYPE_CHECKING:
+    _TorchModule = nn.Module
+else:
+    _TorchModule = nn.Module if torch_import.is_successful() else object
 
 
 class RetrievalHead(_TorchModule):

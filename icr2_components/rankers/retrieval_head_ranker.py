@@ -80,8 +80,8 @@ class RetrievalHeadRanker:
         self.device = device
         self.max_context_tokens = max_context_tokens
         self._head: RetrievalHead | None = None
-        self._model = None
-        self._tokenizer = None
+        self._model: Any = None  # the reader and its tokenizer, taken from MODEL_CACHE by warm_up
+        self._tokenizer: Any = None
 
     def warm_up(self) -> None:
         """Read the head and take its reader from `MODEL_CACHE`, refusing a reader the head was not trained on."""
@@ -117,7 +117,9 @@ class RetrievalHeadRanker:
 
         positive_int(top_k, "top_k (K)", optional=True, hint=" (the head's K)")
         self.warm_up()
-        k = override(top_k, override(self.top_k, self._head.config.top_k))
+        head = self._head
+        assert head is not None  # warm_up loads it
+        k = override(top_k, override(self.top_k, head.config.top_k))
         report: dict[str, Any] = {"passages_in": len(documents), "top_k": k, "k_clamped": False, "prompt_tokens": 0}
         if not documents:
             logger.warning("RetrievalHeadRanker got no documents; nothing to rank.")
@@ -126,7 +128,7 @@ class RetrievalHeadRanker:
         if k >= len(documents):
             logger.warning("K=%d is not smaller than the %d passages given; all are kept.", k, len(documents))
             report["k_clamped"] = True
-        config = self._head.config
+        config = head.config
         encoded = encode_for_head(self._tokenizer, config.task_type, query, documents, config.query_aware)
         prompt_tokens = int(encoded.input_ids.shape[1])
         check_fits(
@@ -134,7 +136,7 @@ class RetrievalHeadRanker:
         )
         with torch.inference_mode():
             hidden = final_hidden_states(self._model, encoded.input_ids)
-            scores = self._head(hidden, encoded.passage_spans, encoded.query_span).float().cpu().tolist()
+            scores = head(hidden, encoded.passage_spans, encoded.query_span).float().cpu().tolist()
         order = sorted(range(len(documents)), key=lambda i: (-scores[i], i))[: min(k, len(documents))]
         if self.keep_order:
             order.sort()
