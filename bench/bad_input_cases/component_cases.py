@@ -1071,7 +1071,7 @@ def tampered_artifact_cases(tmp: Path) -> list[Call]:
         ("its first two heads swapped (not the ranking's first Q)", swapped, ("ranking",)),
         ("head 9 of a 9-head layer", head_index_9, ("head 9",)),
         ("layer -1", negative, ("layer -1",)),
-        ("a head given as strings", string_pair, ("pair of integers",)),
+        ("a head given as strings", string_pair, ("heads", "'18'")),
         ("q: 5 with 4 heads listed", q_five, ("Q=5",)),
         ("m: 0", m_zero, ("M",)),
         ("another format version", other_format, ("format",)),
