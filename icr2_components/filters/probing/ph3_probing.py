@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from haystack import Document
@@ -59,14 +60,15 @@ def ph3_instances(dataset: str | None = None, limit: int | None = None, offset: 
         contexts = build_context_set(question.id, question.answers, question.gold_documents,
                                      question.irrelevant_candidates, pool)
         documents = contexts.documents("conflicting")
-        if documents is None:
+        conflicting_answer = contexts.conflicting_answer
+        if documents is None or conflicting_answer is None:
             skips.skip(
                 f"no conflicting context ({(contexts.reasons or {}).get('conflicting', 'not built')})",
                 None,
                 question.id,
             )
             continue
-        instances.append(PH3Instance(question.id, question.query, documents, contexts.conflicting_answer,
+        instances.append(PH3Instance(question.id, question.query, documents, conflicting_answer,
                                      question.answers[0]))
     return instances, skips
 
@@ -106,7 +108,8 @@ def head_direct_effects(model, input_ids: torch.Tensor, target: int, foil: int) 
     direction = norm.weight.detach().float().cpu() * (unembed[target] - unembed[foil]) / rms  # (hidden,)
     effects = []
     for layer, module in enumerate(modules):
-        weight = module.o_proj.weight.detach().float().cpu()  # (hidden, H * d)
+        o_proj = cast(torch.nn.Linear, module.o_proj)  # every module has one: checked above
+        weight = o_proj.weight.detach().float().cpu()  # (hidden, H * d)
         per_head = (direction @ weight).view(outputs.shape[3], outputs.shape[4])  # (H, d)
         effects.append((outputs[layer, 0, 0] * per_head).sum(-1))
     return torch.stack(effects)
@@ -120,7 +123,8 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
     from icr2_components.text.templates import render_cic_prompt
 
     skips = skips or SkipReport(source="ph3 probing")
-    total, used = None, []
+    total: torch.Tensor | None = None
+    used: list[str] = []
     for instance in instances:
         target = first_answer_token(tokenizer, instance.context_answer)
         foil = first_answer_token(tokenizer, instance.memory_answer)
@@ -133,7 +137,7 @@ def probe_ph3_heads(model, tokenizer, instances: Sequence[PH3Instance], model_na
         effects = head_direct_effects(model, ids, target, foil)
         total = effects if total is None else total + effects
         used.append(instance.id)
-    if not used:
+    if total is None:  # no instance used
         raise ValueError(
             f"No instance could be probed ({skips.summary()}); give conflicting instances whose two answers differ."
         )
