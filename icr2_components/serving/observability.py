@@ -179,8 +179,9 @@ def _end_request_span(span, observation: Observation) -> None:
         span.set_attribute("icr2.request_id", observation.request_id)
     if observation.arm:
         span.set_attribute("icr2.ab.arm", observation.arm)
-    span.set_attribute("icr2.prompt_tokens", observation.prompt_tokens)
-    span.set_attribute("icr2.completion_tokens", observation.completion_tokens)
+    for name, count in observation.tokens.items():
+        if count is not None:
+            span.set_attribute(f"icr2.{name}", count)
     if (observation.status or 0) >= 500:
         from opentelemetry.trace import Status, StatusCode
 

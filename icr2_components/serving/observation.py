@@ -32,8 +32,8 @@ class Observation:
     pipeline: str | None = None
     status: int | None = None
     latency_s: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: int | None = None  # None: no reader reported a count (e.g. a server's streamed reply)
+    completion_tokens: int | None = None
     components: dict[str, float] = field(default_factory=dict)
     signals: dict[str, dict[str, Any]] = field(default_factory=dict)
     query: str | None = None
@@ -46,7 +46,7 @@ class Observation:
     sinks: Any = None  # the app's Observability (metrics, tracer), for the Haystack tracer in worker threads
 
     @property
-    def tokens(self) -> dict[str, int]:
+    def tokens(self) -> dict[str, int | None]:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
 
 

@@ -181,8 +181,10 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline], ab: ABSpl
                                      f"server; it serves {serving} (GET /v1/models).", param="model")
         pipeline, completion_model = chosen
         if len(served) > 1:
+            # OpenAI's extra fields (`user`, `metadata`...) are checked by check_request_fields, not here
             foreign = sorted(field for field in body.model_fields_set
-                             if field not in ChatCompletionRequest.model_fields and field not in pipeline.spec.inputs)
+                             if field not in ChatCompletionRequest.model_fields and field not in pipeline.spec.inputs
+                             and field not in (body.model_extra or {}))
             if foreign:
                 raise ChatRequestRefused(400, "unknown_parameter", f"{foreign[0]!r} is not an input of the model "
                                          f"{body.model!r} (it declares {sorted(pipeline.spec.inputs)}).",

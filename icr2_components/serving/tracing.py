@@ -200,9 +200,9 @@ def _count_tokens(observation, outputs: Any) -> None:
             continue
         observation.counted_replies.add(id(reply))
         if isinstance(meta.get("prompt_tokens"), int):
-            observation.prompt_tokens += meta["prompt_tokens"]
+            observation.prompt_tokens = (observation.prompt_tokens or 0) + meta["prompt_tokens"]
         if isinstance(meta.get("completion_tokens"), int):
-            observation.completion_tokens += meta["completion_tokens"]
+            observation.completion_tokens = (observation.completion_tokens or 0) + meta["completion_tokens"]
 
 
 def install_serving_tracer() -> ServingTracer:
