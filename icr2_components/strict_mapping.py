@@ -171,7 +171,8 @@ def _pydantic_type(expected: Any) -> Any:
     if origin is Annotated:
         return Annotated[(_pydantic_type(args[0]), *args[1:])]  # type: ignore[misc]
     if origin in (Union, types.UnionType):
-        return Union[tuple(_pydantic_type(arg) for arg in args)]  # type: ignore[return-value]
+        # a Union of a tuple built at run time (UP007's X | Y needs the members written out)
+        return Union[tuple(_pydantic_type(arg) for arg in args)]  # type: ignore[return-value]  # noqa: UP007
     if origin in (list, tuple, set, frozenset):
         items = [arg for arg in args if arg is not Ellipsis]
         return list[_pydantic_type(items[0]) if items else Any]  # type: ignore[misc]
@@ -435,13 +436,13 @@ def _dataclass_in(expected: Any):
 
 
 __all__ = [
+    "STRICT",
     "Fraction",
     "NonNegativeInt",
     "NonNegativeNumber",
     "PathText",
     "PositiveInt",
     "PositiveNumber",
-    "STRICT",
     "TypeCheckError",
     "at_key",
     "check_fields",

@@ -62,10 +62,15 @@ def _can_select(markexpr: str, unit: bool) -> bool:
         return True
     names = sorted(set(re.findall(r"[\w.:+-]+", markexpr)) - {"and", "or", "not", "unit"})[:10]
     for bits in itertools.product((False, True), repeat=len(names)):
-        chosen = {name for name, bit in zip(names, bits) if bit} | ({"unit"} if unit else set())
-        if expression.evaluate(lambda name, /, **kwargs: name in chosen):
+        chosen = {name for name, bit in zip(names, bits, strict=True) if bit} | ({"unit"} if unit else set())
+        if expression.evaluate(_marked_with(chosen)):
             return True
     return False
+
+
+def _marked_with(chosen: set[str]):
+    """The matcher of a test marked with exactly the ``chosen`` markers, for pytest's ``Expression.evaluate``."""
+    return lambda name, /, **kwargs: name in chosen
 
 
 _WHOLE_FILE_UNIT = re.compile(r"^pytestmark = pytest\.mark\.unit$", re.MULTILINE)

@@ -89,12 +89,10 @@ def test_an_ab_run_killed_and_restarted_loses_no_answered_request(backend_file, 
     try:
         with ThreadPoolExecutor(4) as pool:
             futures = [pool.submit(ask, url, n) for n in range(8)]
-            done = 0
-            for future in futures:  # kill once three have their answer: the rest are in flight or waiting
-                request_id, user, status = future.result()
+            for done, future in enumerate(futures, start=1):  # kill once three have their answer: the rest are in
+                request_id, user, status = future.result()  # flight or waiting
                 if status == 200:
                     answered[request_id] = user
-                done += 1
                 if done == 3:
                     process.send_signal(signal.SIGKILL)
                     process.wait()

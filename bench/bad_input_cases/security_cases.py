@@ -278,8 +278,8 @@ def cases() -> list[Case]:
 
 
 def start_server(port: int, key_file: Path, log) -> subprocess.Popen:
-    argv = ICR2 + ["serve", "closed_book", "vanilla_rag", "--port", str(port), "--max-new-tokens", "4",
-                   "--api-keys-file", str(key_file), "--cors-origin", ORIGIN]
+    argv = [*ICR2, "serve", "closed_book", "vanilla_rag", "--port", str(port), "--max-new-tokens", "4",
+            "--api-keys-file", str(key_file), "--cors-origin", ORIGIN]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
 

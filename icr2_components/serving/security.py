@@ -131,7 +131,8 @@ class SecurityGuard:
                 return
             extra += [(b"access-control-allow-origin", origin_text.encode("latin-1")), (b"vary", b"Origin")]
             if scope.get("method") == "OPTIONS" and b"access-control-request-method" in headers:
-                await _send(send, 204, b"", extra + [
+                await _send(send, 204, b"", [
+                    *extra,
                     (b"access-control-allow-methods", b"GET, POST"),
                     (b"access-control-allow-headers", b"authorization, content-type, x-request-id"),
                     (b"access-control-max-age", b"600")])
@@ -177,7 +178,7 @@ class SecurityGuard:
             retry = retry_after_seconds(wait)
             await self._refuse(send, 429, "rate_limited", f"this key's rate limit ({key.requests} requests per "
                                f"{key.period:g} s) is used up; retry in {retry} s",
-                               extra + [(b"retry-after", str(retry).encode())])
+                               [*extra, (b"retry-after", str(retry).encode())])
             return True
         scope.setdefault("state", {})["api_key_name"] = key.name
         return False

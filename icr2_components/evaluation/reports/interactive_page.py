@@ -395,7 +395,7 @@ def gate_page_data(report: dict, labels: Iterable[dict]) -> dict[str, Any]:
                      "cells": cells})
     comparisons = []
     baseline = (report.get("all") or {}).get("baseline", "always")
-    scopes = [(None, report.get("all") or {})] + list((report.get("by_source") or {}).items())
+    scopes = [(None, report.get("all") or {}), *(report.get("by_source") or {}).items()]
     for source, comparison in scopes:
         for name, entry in (comparison.get("methods") or {}).items():
             c = (entry.get("vs_always") or {}).get("answer_match") or {}
@@ -645,6 +645,16 @@ def write_page_for_run(run_dir: str | Path, out_dir: str | Path | None = None) -
     return write_compare_page(report, out, records)
 
 
-__all__ = ["PAGE_FILE", "PLOTLY_FILE", "compare_page_data", "gate_page_data", "reproduce_page_data",
-           "merge_reproduce_reports", "write_compare_page", "write_gate_page", "write_page", "write_page_for_run",
-           "write_reproduce_page"]
+__all__ = [
+    "PAGE_FILE",
+    "PLOTLY_FILE",
+    "compare_page_data",
+    "gate_page_data",
+    "merge_reproduce_reports",
+    "reproduce_page_data",
+    "write_compare_page",
+    "write_gate_page",
+    "write_page",
+    "write_page_for_run",
+    "write_reproduce_page",
+]
