@@ -422,9 +422,10 @@ class PipelineSpec:
                     data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
         return data
 
-    def _record(self, result: dict, reply: ChatMessage | None, documents: list[Document] | None, controlled: bool,
-                latency: float) -> dict[str, Any]:
-        """What compare records of one answer: the reply's text, the passages shown, the prompt's tokens."""
+    def _record(self, pipeline: Pipeline, result: dict, reply: ChatMessage | None, documents: list[Document] | None,
+                controlled: bool, latency: float) -> dict[str, Any]:
+        """What compare records of one answer: the reply's text, the passages shown, the prompt's tokens, and
+        the prompt and what the techniques did (:func:`answer_trace`)."""
         shown = None
         declared = None  # what the pipeline says it showed (its `documents` output), when it produced it
         if "documents" in self.outputs:
@@ -447,6 +448,7 @@ class PipelineSpec:
             "latency_s": latency,
             # "length": the answer was cut at its token budget (counted in reports, not logged per answer)
             "finish_reason": (reply.meta or {}).get("finish_reason") if reply is not None else None,
+            **answer_trace(pipeline, result, shown, documents),
         }
 
     def run(self, query: str, documents: list[Document] | None, controlled: bool,
@@ -455,7 +457,7 @@ class PipelineSpec:
         pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
         start = time.perf_counter()
         result = pipeline.run(data, include_outputs_from=outputs_from)
-        return self._answered(result, documents, controlled, time.perf_counter() - start)
+        return self._answered(pipeline, result, documents, controlled, time.perf_counter() - start)
 
     async def run_async(self, query: str, documents: list[Document] | None, controlled: bool,
                         max_new_tokens: int | None = None) -> dict[str, Any]:
@@ -464,7 +466,7 @@ class PipelineSpec:
         pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
         start = time.perf_counter()
         result = await pipeline.run_async(data, include_outputs_from=outputs_from)
-        return self._answered(result, documents, controlled, time.perf_counter() - start)
+        return self._answered(pipeline, result, documents, controlled, time.perf_counter() - start)
 
     def _prepared(self, query: str, documents: list[Document] | None, controlled: bool,
                   max_new_tokens: int | None) -> tuple[Pipeline, dict, set[str]]:
@@ -473,14 +475,16 @@ class PipelineSpec:
         data = self._data(pipeline, query, documents, max_new_tokens)
         existing = {name for name, _ in pipeline.walk()}
         outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
+        # the prompt and the techniques' traces are read from these components' outputs too
+        outputs_from |= set(traced_components(pipeline)) | {sender for sender, _ in prompt_feeds(pipeline)}
         self.warm_up(pipeline)
         return pipeline, data, outputs_from
 
-    def _answered(self, result: dict, documents: list[Document] | None, controlled: bool,
+    def _answered(self, pipeline: Pipeline, result: dict, documents: list[Document] | None, controlled: bool,
                   latency: float) -> dict[str, Any]:
         reply_component, reply_socket = self.outputs["replies"].split(".", 1)
         replies = result.get(reply_component, {}).get(reply_socket) or []
-        return self._record(result, replies[0] if replies else None, documents, controlled, latency)
+        return self._record(pipeline, result, replies[0] if replies else None, documents, controlled, latency)
 
     # -- answering many questions in one generate call -------------------------------------------------------
 
@@ -551,6 +555,7 @@ class PipelineSpec:
         edges = full.graph.in_edges(reader_name, data="from_socket")
         feeds = [(sender, getattr(socket, "name", socket)) for sender, _, socket in edges]
         outputs_from = {p.split(".", 1)[0] for p in self.outputs.values()} | {sender for sender, _ in feeds}
+        outputs_from |= set(traced_components(prefix))
         outputs_from &= {name for name, _ in prefix.walk()}
         prepared = []
         for query, documents in items:
@@ -568,8 +573,89 @@ class PipelineSpec:
         start = time.perf_counter()
         replies = reader.run_batch([messages for _, messages, _ in prepared], max_new_tokens=max_new_tokens)
         share = (time.perf_counter() - start) / len(prepared)
-        return [self._record(result, reply, documents, controlled, seconds + share)
+        return [self._record(full, result, reply, documents, controlled, seconds + share)
                 for (result, _, seconds), reply, (_, documents) in zip(prepared, replies, items, strict=True)]
+
+
+TRACE_METHOD = "trace_record"
+"""A component whose class has this static method declares what it did for one answer: compare calls it with the
+component's outputs and records the dict it returns (None: nothing to say) in the answer's ``trace`` under the
+component's name (the gate's decision and score, the passages RAP kept and dropped, the corpus builder's budget
+and confounders). Lists under keys ending in ``_ids`` name passages: their texts, where the run has them and they
+were not shown, go to ``trace_passages``."""
+PROMPT_SOCKET = "messages"  # the readers' input of chat messages: what feeds it is the prompt
+MAX_PROMPT_CHARS = 20_000  # a longer prompt is recorded cut there, with its whole length (``prompt_chars``)
+MAX_TRACE_PASSAGE_CHARS = 50_000  # the texts of passages a trace names but the prompt did not show, in all
+
+
+def traced_components(pipeline: Pipeline) -> list[str]:
+    """The components of ``pipeline`` that declare a trace (``TRACE_METHOD``), in the pipeline's order."""
+    return [name for name, instance in pipeline.walk() if callable(getattr(type(instance), TRACE_METHOD, None))]
+
+
+def prompt_feeds(pipeline: Pipeline) -> list[tuple[str, str]]:
+    """``(component, socket)`` of every output connected to a reader's ``messages`` input (under a gate, one per
+    branch; only the branch that ran has an output)."""
+    return [(sender, getattr(data["from_socket"], "name", data["from_socket"]))
+            for sender, _, data in pipeline.graph.edges(data=True)
+            if getattr(data["to_socket"], "name", data["to_socket"]) == PROMPT_SOCKET]
+
+
+def prompt_text(messages: Any) -> str | None:
+    """The chat messages a reader was given as text: each ``role:`` and its text, a blank line between; None if
+    they are not chat messages."""
+    if not isinstance(messages, list) or not all(isinstance(m, ChatMessage) for m in messages):
+        return None
+    return "\n\n".join(f"{m.role.value}:\n{m.text or ''}" for m in messages)
+
+
+def answer_trace(pipeline: Pipeline, result: dict, shown: list[Document] | None,
+                 given: list[Document] | None) -> dict[str, Any]:
+    """The record fields that describe how one answer came about, read from the pipeline's outputs (``result``, run
+    with :func:`traced_components` and :func:`prompt_feeds` in ``include_outputs_from``): ``prompt`` (text,
+    cut at ``MAX_PROMPT_CHARS``; ``prompt_chars`` its whole length, ``prompt_truncated`` when cut), ``trace``
+    (component name -> what it did) and ``trace_passages`` (id -> text of the passages a trace names that were not
+    shown, up to ``MAX_TRACE_PASSAGE_CHARS`` in all; ``trace_passages_truncated`` when some were left out). Fields
+    with nothing to say are absent. They describe the answer; they are no part of its cache key."""
+    fields: dict[str, Any] = {}
+    for sender, socket in prompt_feeds(pipeline):
+        text = prompt_text((result.get(sender) or {}).get(socket))
+        if text is not None:
+            fields["prompt_chars"] = len(text)
+            if len(text) > MAX_PROMPT_CHARS:
+                text, fields["prompt_truncated"] = text[:MAX_PROMPT_CHARS], True
+            fields["prompt"] = text
+            break
+    components = dict(pipeline.walk())
+    trace: dict[str, Any] = {}
+    texts: dict[str, str] = {d.id: d.content or "" for d in given or []}
+    for name in traced_components(pipeline):
+        outputs = result.get(name)
+        if not isinstance(outputs, dict):
+            continue  # it did not run (a branch not taken)
+        for value in outputs.values():
+            if isinstance(value, list):
+                texts.update((d.id, d.content or "") for d in value if isinstance(d, Document))
+        entry = getattr(type(components[name]), TRACE_METHOD)(outputs)
+        if entry:
+            trace[name] = entry
+    if trace:
+        fields["trace"] = trace
+        shown_ids = {d.id for d in shown or []}
+        named = [i for entry in trace.values() for key, ids in entry.items() if key.endswith("_ids")
+                 and isinstance(ids, list) for i in ids if isinstance(i, str)]
+        passages, room = {}, MAX_TRACE_PASSAGE_CHARS
+        for passage_id in dict.fromkeys(named):
+            if passage_id in shown_ids or passage_id not in texts:
+                continue
+            if len(texts[passage_id]) > room:
+                fields["trace_passages_truncated"] = True
+                break
+            passages[passage_id] = texts[passage_id]
+            room -= len(texts[passage_id])
+        if passages:
+            fields["trace_passages"] = passages
+    return fields
 
 
 def controlled_variant(data: dict, context_input: str | None) -> dict:

@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from haystack import Document, component
 
 from icr2_components.builders.corpus_assembly import (
+    ORIGIN_GOLD,
     RESERVED_ORIGINS,
     CorpusAssembler,
     validate_budget,
@@ -143,6 +144,24 @@ class ConfounderAwareCorpusBuilder:
                 drop_near_duplicates=self.drop_near_duplicates,
                 near_duplicate_threshold=self.near_duplicate_threshold,
             )
+
+    @staticmethod
+    def trace_record(outputs: dict[str, Any]) -> dict[str, Any] | None:
+        """What the builder did for one question, read from its outputs (compare records it with the answer:
+        ``pipeline_spec``): the budget and what it used, the ids of its confounders and gold passages in prompt
+        order, why filling stopped.
+
+        :returns: the trace, or None when the outputs hold no report.
+        """
+        report = outputs.get("report")
+        if not isinstance(report, dict):
+            return None
+        documents = outputs.get("documents") or []
+        return {"technique": "corpus_builder", "budget": report.get("budget"), "used": report.get("used"),
+                "budget_unit": report.get("budget_unit"), "stop_reason": report.get("stop_reason"),
+                "achieved_ratio": report.get("achieved_ratio"),
+                "confounder_ids": [d.id for d in documents if (d.meta or {}).get("origin") != ORIGIN_GOLD],
+                "gold_ids": [d.id for d in documents if (d.meta or {}).get("origin") == ORIGIN_GOLD]}
 
     @component.output_types(documents=list[Document], report=dict)
     def run(

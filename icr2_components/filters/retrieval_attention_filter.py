@@ -151,6 +151,24 @@ class RetrievalAttentionFilter:
             artifact.check_model(reader, signature)
             self._model, self._tokenizer = model, tokenizer
 
+    @staticmethod
+    def trace_record(outputs: dict[str, Any]) -> dict[str, Any] | None:
+        """What the filter did to one question's passages, read from its outputs (compare records it with the
+        answer: ``pipeline_spec``): the ids kept and dropped in the order given, each passage's score, M and Q.
+
+        :returns: the trace, or None when the outputs hold no report.
+        """
+        report = outputs.get("report")
+        if not isinstance(report, dict):
+            return None
+        scored = report.get("scored") or []
+        kept = [s["id"] for s in scored if s.get("kept")] if scored else [
+            d.id for d in outputs.get("documents") or []]
+        return {"technique": "rap_filter", "kept_ids": kept,
+                "dropped_ids": [s["id"] for s in scored if not s.get("kept")],
+                "scores": {s["id"]: s.get("score") for s in scored}, "top_m": report.get("top_m"),
+                "heads": report.get("heads"), "m_clamped": report.get("m_clamped")}
+
     @component.output_types(documents=list[Document], report=dict)
     def run(
         self,
@@ -166,7 +184,8 @@ class RetrievalAttentionFilter:
         :param top_m: Overrides M for this call (checked as at init: a positive integer).
         :param num_heads: Overrides Q for this call (checked as at init: a positive integer).
         :returns: `documents`: the kept passages; `report`: counts in and out, M and Q used, the prompt length,
-            whether M was clamped to the number of passages.
+            whether M was clamped to the number of passages, and `scored`: every passage given, in order, as
+            `{"id", "score" (its heads' summed attention), "kept"}`.
         :raises ValueError: `top_m` or `num_heads` not a positive integer, or more heads than the artifact ranks.
         :raises ContextTooLongError: the corpus prompt does not fit the model's context.
         """
@@ -196,6 +215,10 @@ class RetrievalAttentionFilter:
         row_of_layer = {layer: row for row, layer in enumerate(layers)}
         head_scores = {head_name(layer, h): scored.scores[row_of_layer[layer], h].tolist() for layer, h in heads}
         kept, chosen_by = union_of_top_m(head_scores, m)
+        kept_set = set(kept)
+        # every passage given, in order, with its summed head score: which were dropped is part of what it did
+        report["scored"] = [{"id": document.id, "score": round(sum(scores[i] for scores in head_scores.values()), 6),
+                             "kept": i in kept_set} for i, document in enumerate(documents)]
         output = []
         for index in kept:
             document = documents[index]

@@ -566,6 +566,20 @@ class TimeAwareRetrievalGate:
 
     # -- run ---------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def trace_record(outputs: dict[str, Any]) -> dict[str, Any] | None:
+        """What the gate decided for one question, read from its outputs (compare records it with the answer:
+        ``pipeline_spec``): the route, P(yes) and the cut it was held to, the method and how it scored.
+
+        :returns: the trace, or None when the outputs hold no decision.
+        """
+        decision = outputs.get("decision")
+        if not isinstance(decision, dict) or "retrieve" not in decision:
+            return None
+        return {"technique": "gate", "decision": "retrieve" if decision["retrieve"] else "no_retrieval",
+                "score": decision.get("p_yes"), "threshold": decision.get("threshold"),
+                "method": decision.get("method"), "scoring": decision.get("scoring")}
+
     @component.output_types(retrieve=str, no_retrieval=str, decision=dict)
     def run(
         self,

@@ -10,7 +10,9 @@ Context types: ``open`` (the pipeline as deployed: its own retrieval; the oracle
 CUB's controlled ``gold``, ``conflicting`` and ``irrelevant`` (see ``context_types``), where the components
 feeding the pipeline's ``metadata.context_input`` are removed and the one passage is given instead. A pipeline
 that reads no passages (closed-book) is run once per question and its answer reused for every context type.
-Each answer record keeps the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
+Each answer record keeps the prompt the reader was given (``prompt``, text) and what the techniques did (``trace``:
+the gate's decision and score, the passages RAP kept and dropped, the corpus builder's budget and confounders;
+``pipeline_spec.answer_trace``), the passages shown (``shown_ids``, prompt order), the question's ``gold_ids`` and
 ``gold_position``, the 1-based position of the first gold passage shown (None: none shown, or no passages read),
 from which the report draws its position curves. Records of given passages (controlled types, the oracle's
 ``open``) carry ``context_sha``; a cached one whose passages differ from this run's is redone (or, with
@@ -98,6 +100,10 @@ ACCEPTED_CONTEXT_TYPES = (*CONTEXT_TYPES, "corpus")
 # (compare/cache.py: resolve_cache_path)
 CACHE_FILE = "answers.jsonl.gz"
 QUESTION_IDS_FILE = "question_ids.txt"
+#: the fields that describe how an answer came about (``pipeline_spec.answer_trace``): the page shows them; they
+#: are no part of the answer's key, and a cached record without them (written before them) is reused as it is
+ANSWER_TRACE_FIELDS = ("prompt", "prompt_chars", "prompt_truncated", "trace", "trace_passages",
+                       "trace_passages_truncated")
 
 
 def parse_context_types(text: str | Sequence[str]) -> list[str]:
@@ -276,6 +282,8 @@ def _commit_step(outcome: Outcome[_Step], cache: AnswerCache, counters: dict[str
         record.update(
             {k: source.get(k) for k in ("answer", "shown_ids", "prompt_tokens", "latency_s", "gold_position")}
         )
+        # the same prompt and trace (absent from records written before they were recorded)
+        record.update({k: source[k] for k in ANSWER_TRACE_FIELDS if k in source})
         record["reused_from"] = source["context_type"]
         counters["reused_no_context"] += 1
         cache.add(record)
