@@ -28,6 +28,7 @@ from pydantic import Field
 
 from icr2_components.errors import UserInputError
 from icr2_components.strict_mapping import NonNegativeInt, PositiveInt, PositiveNumber, TypeCheckError, check_type
+from icr2_components.text.blank import is_blank
 
 T = TypeVar("T")
 
@@ -123,7 +124,7 @@ def non_empty_text(value: Any, name: str, *, optional: bool = False) -> Any:
     """``value`` when it is a string with some non-space text (or None with ``optional``)."""
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or is_blank(value):
         raise _refuse(name, "a non-empty string", value, optional, "")
     return value
 
@@ -159,8 +160,9 @@ def message_list(value: Any, name: str = "messages") -> Any:
     for position, item in enumerate(value):
         if not isinstance(item, ChatMessage):
             raise UserInputError(f"{name}[{position}] must be a Haystack ChatMessage, got {_shown(item)}.")
-    if not any((message.text or "").strip() for message in value):
-        raise UserInputError(f"{name} hold no text: every one of the {len(value)} message(s) is empty.")
+    if all(is_blank(message.text or "") for message in value):
+        raise UserInputError(f"{name} hold no text: every one of the {len(value)} message(s) is empty or shows "
+                             "nothing (white space or invisible characters only).")
     return value
 
 

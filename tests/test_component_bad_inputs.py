@@ -38,7 +38,8 @@ def test_the_shared_checks_name_the_parameter_the_item_and_what_it_got():
         message_list([])
     with pytest.raises(UserInputError, match=r"^messages\[0\] must be a Haystack ChatMessage, got str 'hi'\.$"):
         message_list(["hi"])
-    with pytest.raises(UserInputError, match=r"^messages hold no text: every one of the 1 message\(s\) is empty\.$"):
+    with pytest.raises(UserInputError, match=r"^messages hold no text: every one of the 1 message\(s\) is empty or "
+                       r"shows nothing \(white space or invisible characters only\)\.$"):
         message_list([ChatMessage.from_user("  ")])
     with pytest.raises(UserInputError, match=r"^do_sample must be True or False, got 'yes'\.$"):
         boolean("yes", "do_sample")

@@ -12,6 +12,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from icr2_components.stores.handle import IndexHandle, open_index
 from icr2_components.stores.index_switch import switched_index
 from icr2_components.stores.retrieval_methods import reciprocal_rank_fusion, retrieval_method_names
+from icr2_components.text.blank import is_blank
 
 STORE_METHODS = ("bm25", "dense", "hybrid")
 """The methods over a user's own document store: its BM25 retriever, its embedding retriever, or both fused."""
@@ -147,8 +148,9 @@ class IndexRetriever:
 
     def _checked(self, query: Any, top_k: int | None, method: str | None, filters: Any,
                  query_embedding: Any) -> tuple[str, int, dict | None]:
-        if not isinstance(query, str) or not query.strip():
-            raise ValueError(f"IndexRetriever.run needs a non-empty query string, got {query!r:.60}.")
+        if not isinstance(query, str) or is_blank(query):
+            raise ValueError(f"IndexRetriever.run needs a non-empty query string (one that shows some text), got "
+                             f"{query!r:.60}.")
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be a whole number >= 1, got {top_k!r}.")
         method = method or self.method

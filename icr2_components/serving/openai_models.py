@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, create
 
 from icr2_components.pipeline_spec import PipelineSpec
 from icr2_components.serving.refusals import RequestRefused
+from icr2_components.text.blank import is_blank
 
 OWNED_BY = "icr2_components"
 FINISH_REASONS = ("stop", "length")
@@ -412,6 +413,10 @@ def query_from_messages(messages: list[ChatMessageIn | dict]) -> tuple[int, str]
             raise ChatRequestRefused(422, "invalid_request", f"messages[{index}] (the last user message, whose text "
                                      "is the query) has a content part that is not text; send its question as text",
                                      param=f"messages[{index}].content")
+        if is_blank(text):
+            raise ChatRequestRefused(422, "invalid_request", f"messages[{index}] (the last user message, whose text "
+                                     "is the query) shows no text: it is empty, white space or invisible characters "
+                                     "only (a zero-width space...)", param=f"messages[{index}].content")
         return index, text
     raise ChatRequestRefused(422, "invalid_request", "messages has no user message; the last user message is the "
                              "pipeline's query", param="messages")

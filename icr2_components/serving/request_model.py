@@ -5,9 +5,19 @@ from __future__ import annotations
 from typing import Annotated, Any, get_args, get_origin
 
 from haystack import Document, Pipeline
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, Strict, StringConstraints, create_model
+from pydantic import (
+    AfterValidator,
+    AllowInfNan,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    create_model,
+)
 
 from icr2_components.pipeline_spec import PipelineSpec, PipelineSpecError
+from icr2_components.text.blank import is_blank
 
 DEFAULT_MAX_QUERY_CHARS = 2000
 _JSON_SCALARS = (str, int, float, bool)
@@ -34,6 +44,14 @@ class DocumentIn(BaseModel):
             return Document(id=self.id, content=self.content, meta=dict(self.meta))
         return Document(content=self.content, meta=dict(self.meta))
 
+
+
+def _shows_text(query: str) -> str:
+    """A query of white space or invisible characters only (zero-width spaces...) asks nothing: refused (422)."""
+    if is_blank(query):
+        raise ValueError("the query shows no text: it is white space or invisible characters only (a zero-width "
+                         "space...)")
+    return query
 
 def _socket_type(pipeline: Pipeline, target: str) -> Any:
     component, socket = target.split(".", 1)
@@ -68,7 +86,7 @@ def build_request_model(spec: PipelineSpec, max_query_chars: int = DEFAULT_MAX_Q
         annotation = _socket_type(pipeline, targets[0])
         if name == "query":
             fields[name] = (Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                                             max_length=max_query_chars)],
+                                                             max_length=max_query_chars), AfterValidator(_shows_text)],
                             Field(..., description=f"the question, 1 to {max_query_chars} characters"))
         elif _is_document_list(annotation):
             fields[name] = (list[DocumentIn], Field(..., min_length=1, description="passages: content and meta"))
