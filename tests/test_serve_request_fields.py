@@ -112,6 +112,14 @@ def test_finite_or_non_json_bodies_are_left_to_the_route(body):
     assert non_finite_json_number(body) is None
 
 
+def test_a_body_nested_deeper_than_the_json_reader_follows_is_named_not_left_to_a_generic_error():
+    # within any body limit (60 kB), yet past Python's recursion limit: FastAPI's own reader would answer
+    # "There was an error parsing the body"
+    problem = non_finite_json_number(b'{"a": ' + b"[" * 30_000 + b"]" * 30_000 + b"}")
+    assert problem is not None and "nest deeper" in problem
+    assert non_finite_json_number(b'{"a": ' + b"[" * 50 + b"]" * 50 + b"}") is None
+
+
 def test_declared_inputs_take_their_json_type_strictly():
     model = create_model("Inputs", top_k=(STRICT_JSON_TYPES[int], ...), alpha=(STRICT_JSON_TYPES[float], ...),
                          exact=(STRICT_JSON_TYPES[bool], ...), tags=(list[STRICT_JSON_TYPES[str]], ...))

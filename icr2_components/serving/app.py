@@ -233,7 +233,7 @@ class RequestGuard:
         body = b"".join(chunks)
         if path in self.work_paths and _read_as_json(headers) and (problem := non_finite_json_number(body)):
             await _send_json(send, *error_for_path(path, 400, "malformed_json", f"the body is not valid JSON: "
-                                                   f"{problem}; send finite numbers"))
+                                                   f"{problem}"))
             return
         replayed = False
 
@@ -345,16 +345,19 @@ def _finite_float(text: str) -> float:
 
 def non_finite_json_number(body: bytes) -> str | None:
     """What makes a JSON body hold a number that is not finite (``NaN``, ``Infinity``, ``-Infinity``, ``1e999``),
-    which Python's JSON reader (FastAPI's) takes; None when there is none, or the body is not JSON at all (the
-    route's own parsing answers that).
+    which Python's JSON reader (FastAPI's) takes, or nest deeper than that reader can follow; None when there is
+    none, or the body is not JSON at all (the route's own parsing answers that).
 
     :returns: one line naming the value, or None.
     """
     try:
         json.loads(body, parse_constant=_refuse_constant, parse_float=_finite_float)
     except _NotFinite as error:
-        return str(error)
-    except (ValueError, RecursionError):  # not JSON (or not UTF-8): the route answers malformed_json itself
+        return f"{error}; send finite numbers"
+    except RecursionError:
+        # FastAPI's reader would fail the same way and answer "There was an error parsing the body", naming nothing
+        return "its arrays or objects nest deeper than the JSON reader takes (about 1,000 levels); nest less"
+    except ValueError:  # not JSON (or not UTF-8): the route answers malformed_json itself
         return None
     return None
 
