@@ -34,6 +34,15 @@ writes bench/results/serve_load-backend.json.
 
     bash scripts/llama_server.sh start native    # llama-server, ICR2_LLAMA_PARALLEL=4 slots
     .venv/bin/python bench/serve_load.py --backend backends/llama_cpp_server.yaml --requests 50 --concurrency 50
+
+With ``--overhead`` the cost of watching the server: the pipeline served twice at once, one ``icr2 serve`` with API
+keys, metrics (scraped every second), tracing (OTLP over HTTP to a local sink that takes the spans) and a JSON
+request log on, one with all of them off; --rounds rounds of --requests chat requests from --concurrency ``openai``
+clients against each, alternating which goes first. Passes when no request failed and the on/off throughput is at
+least --min-ratio (0.95); writes bench/results/serve_load-observability.json.
+
+    .venv/bin/python bench/serve_load.py --overhead --backend backends/llama_cpp_server.yaml --requests 24 \
+        --concurrency 4 --rounds 4
 """
 
 from __future__ import annotations
@@ -90,14 +99,16 @@ def server_rss_bytes(pid: int) -> int | None:
     return None
 
 
-def start_serve(pipeline: str, options: list[str]) -> tuple[subprocess.Popen, str, float]:
+def start_serve(pipeline: str, options: list[str], extra_env: dict[str, str] | None = None,
+                headers: dict[str, str] | None = None) -> tuple[subprocess.Popen, str, float]:
     """``icr2 serve pipeline *options`` on a free loopback port, once its /status answers: (process, url, seconds
-    to ready). The caller stops it (``stop_serve``)."""
+    to ready). ``extra_env``: variables for the server (API keys, OTEL_*); ``headers``: sent with the readiness
+    poll (the key). The caller stops it (``stop_serve``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(extra_env or {})}
     started = time.perf_counter()
     server = subprocess.Popen([str(Path(sys.executable).parent / "icr2"), "serve", pipeline, "--port", str(port),
                                *options], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -107,7 +118,7 @@ def start_serve(pipeline: str, options: list[str]) -> tuple[subprocess.Popen, st
             if server.poll() is not None:
                 raise RuntimeError(f"server exited with {server.returncode}: {server.stderr.read()[-2000:]}")
             try:
-                if httpx.get(f"{url}/status", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/status", timeout=2, headers=headers).status_code == 200:
                     return server, url, time.perf_counter() - started
             except httpx.TransportError:
                 pass
@@ -311,13 +322,14 @@ def ceiling(root: str, bodies: list[bytes], concurrency: int) -> dict:
     return {**summary(latencies, wall), "slots_busy": slots.figures()}
 
 
-def openai_load(url: str, model: str, questions: list[str], concurrency: int, stream: bool, timeout: float) -> dict:
+def openai_load(url: str, model: str, questions: list[str], concurrency: int, stream: bool, timeout: float,
+                api_key: str = "unused") -> dict:
     """``len(questions)`` chat requests through the official ``openai`` client (its defaults: 2 retries, honouring
     Retry-After), ``concurrency`` threads at once, all released together; per request the answer, latency and (when
     streaming) the time to the first text."""
     import openai
 
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=timeout)
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key, timeout=timeout)
     go = threading.Barrier(min(concurrency, len(questions)))
 
     def ask(i: int) -> dict:
@@ -465,6 +477,137 @@ def backend_mode(args, questions: list[str]) -> int:
     return 0 if all(not run["errors"] for run in runs.values()) else 1
 
 
+class OtlpSink:
+    """A local stand-in for an OpenTelemetry collector: an HTTP server that takes OTLP/HTTP posts (the server's
+    batch span exporter sends its spans here for real) and counts them."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        sink = self
+        self.posts = 0
+        self.bytes = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # http.server's name for it
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                sink.posts += 1
+                sink.bytes += len(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def overhead_mode(args, questions: list[str]) -> int:
+    """The --overhead run: the same pipeline served twice at once, one server with API keys, metrics (scraped
+    every second), tracing (exported over OTLP/HTTP to a local sink) and JSON request logs on, one with all of them
+    off; the same chat requests from --concurrency openai clients, rounds alternating which server goes first
+    (ABBA, so the shared machine's drift falls on both). Passes when no request failed and on/off throughput is at
+    least --min-ratio; writes bench/results/serve_load-observability.json."""
+    import tempfile
+
+    key = "sk-bench-" + os.urandom(12).hex()
+    common = ["--max-new-tokens", str(args.max_new_tokens), "--max-queue", str(args.serve_max_queue)]
+    if args.backend:
+        common += ["--backend", args.backend]
+    sink = OtlpSink()
+    folder = Path(tempfile.mkdtemp(prefix="icr2-serve-overhead-"))
+    request_log = folder / "requests.jsonl"
+    off_server, off_url, off_ready = start_serve(args.pipeline, [*common, "--no-metrics"])
+    on_server = None
+    scrapes = {"ok": 0, "failed": 0}
+    stop = threading.Event()
+    try:
+        on_server, on_url, on_ready = start_serve(
+            args.pipeline, [*common, "--api-keys-env", "ICR2_BENCH_KEYS", "--trace", "--log-requests",
+                            str(request_log)],
+            extra_env={"ICR2_BENCH_KEYS": key, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url},
+            headers={"Authorization": f"Bearer {key}"})
+        model = Path(args.pipeline).stem
+
+        def scrape() -> None:  # as Prometheus would, every second
+            with httpx.Client(timeout=5, headers={"Authorization": f"Bearer {key}"}) as client:
+                while not stop.wait(1.0):
+                    try:
+                        scrapes["ok" if client.get(f"{on_url}/metrics").status_code == 200 else "failed"] += 1
+                    except httpx.TransportError:
+                        scrapes["failed"] += 1
+
+        scraper = threading.Thread(target=scrape, daemon=True)
+        scraper.start()
+        batch = [questions[i % len(questions)] for i in range(args.requests)]
+        openai_load(off_url, model, batch[:2], 2, False, args.request_timeout)  # warm both before measuring
+        openai_load(on_url, model, batch[:2], 2, False, args.request_timeout, api_key=key)
+        runs: dict[str, list[dict]] = {"off": [], "on": []}
+        for round_number in range(args.rounds):
+            order = ("off", "on") if round_number % 2 == 0 else ("on", "off")
+            for mode in order:
+                url, api_key = (off_url, "unused") if mode == "off" else (on_url, key)
+                run = openai_load(url, model, batch, args.concurrency, False, args.request_timeout, api_key=api_key)
+                run.pop("answers")
+                runs[mode].append(run)
+                print(f"round {round_number + 1} {mode:>3}: {run['answered']}/{len(batch)} answered, "
+                      f"{run['answers_per_s']:.2f} answers/s", flush=True)
+        stop.set()
+        scraper.join(5)
+        metrics_text = httpx.get(f"{on_url}/metrics", headers={"Authorization": f"Bearer {key}"}).text
+    finally:
+        stop.set()
+        stop_serve(off_server)
+        if on_server is not None:
+            stop_serve(on_server)  # SIGTERM: the batch exporter flushes its last spans
+        sink.close()
+
+    def throughput(mode: str) -> float:
+        answered = sum(run["answered"] for run in runs[mode])
+        wall = sum(run["wall_s"] for run in runs[mode])
+        return answered / wall if wall else 0.0
+
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+                  if line.startswith("icr2_serve_requests_total{") and 'route="/v1/chat/completions"' in line
+                  and 'status="200"' in line)
+    logged = len(request_log.read_text().splitlines()) if request_log.exists() else 0
+    errors = sum(run["errors"] for mode in runs for run in runs[mode])
+    ratio = throughput("on") / throughput("off") if throughput("off") else None
+    figures = {
+        "pipeline": args.pipeline, "backend": args.backend, "requests_per_phase": args.requests,
+        "concurrency": args.concurrency, "rounds": args.rounds, "max_new_tokens": args.max_new_tokens,
+        "off": {"answers_per_s": throughput("off"), "runs": runs["off"], "ready_s": off_ready},
+        "on": {"answers_per_s": throughput("on"), "runs": runs["on"], "ready_s": on_ready,
+               "features": ["api keys (env)", "metrics (scraped every 1 s)", "tracing (OTLP/HTTP to a local sink)",
+                            "JSON request log"],
+               "metrics_scrapes": scrapes, "chat_requests_counted": counted, "request_log_lines": logged,
+               "otlp_posts": sink.posts, "otlp_bytes": sink.bytes},
+        "throughput_on_over_off": ratio,
+        "per_round_ratio": [on["answers_per_s"] / off["answers_per_s"] for on, off in
+                            zip(runs["on"], runs["off"], strict=True) if off["answers_per_s"]],
+        "errors": errors,
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "load_average_at_end": [round(x, 1) for x in os.getloadavg()]},
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
+    out = Path(args.out or ROOT / "bench" / "results" / "serve_load-observability.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"off: {throughput('off'):.3f} answers/s; on (keys, metrics, tracing, logs): {throughput('on'):.3f} "
+          f"answers/s; on/off {ratio:.3f} (per round {[round(r, 3) for r in figures['per_round_ratio']]}); "
+          f"errors {errors}; metrics counted {counted:g} chat answers, {logged} log lines, {sink.posts} OTLP posts; "
+          f"wrote {out}")
+    ok = errors == 0 and ratio is not None and ratio >= args.min_ratio and sink.posts > 0 and counted > 0
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", default="pipelines/closed_book.yaml")
@@ -485,6 +628,12 @@ def main() -> int:
                         "http://127.0.0.1:8095/v1")
     parser.add_argument("--serve-max-queue", type=int, default=64,
                         help="--backend: icr2 serve's --max-queue (default 64: every client admitted at once)")
+    parser.add_argument("--overhead", action="store_true",
+                        help="measure throughput with API keys, metrics, tracing and request logs on against all off, "
+                        "two servers in the same run (with --backend: over the served model)")
+    parser.add_argument("--rounds", type=int, default=4, help="--overhead: load rounds per server (default 4)")
+    parser.add_argument("--min-ratio", type=float, default=0.95,
+                        help="--overhead: the least on/off throughput that passes (default 0.95)")
     parser.add_argument("--out", help="results JSON (default bench/results/serve_load.json, serve_load-backend.json "
                         "with --backend)")
     args = parser.parse_args()
@@ -495,6 +644,8 @@ def main() -> int:
     from icr2_components.kilt.tasks import read_kilt_tasks
 
     questions = [t.input for t in read_kilt_tasks(build_sample().tasks) if t.input.strip()]
+    if args.overhead:
+        return overhead_mode(args, questions)
     if args.backend:
         return backend_mode(args, questions)
     args.out = args.out or str(ROOT / "bench" / "results" / "serve_load.json")

@@ -206,3 +206,22 @@ def test_the_ab_report_gives_each_arm_intervals_and_unpaired_tests(tmp_path):
     assert comparison["answer_match"]["ci95"][0] < comparison["answer_match"]["difference"]
     with pytest.raises(UserInputError, match="not an arm"):
         compare_ab_log(log, baseline="c")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("flags, message", [
+    (["--ab", "closed_book=1,oracle=1"], "missing --ab-model, --ab-log"),
+    (["--ab", "closed_book=1,oracle=1", "--ab-model", "rag"], "missing --ab-log"),
+    (["--ab", "closed_book=1,vanilla_rag=1", "--ab-model", "rag", "--ab-log", "{tmp}/ab.jsonl"],
+     "'vanilla_rag' is not a served pipeline"),
+    (["--log-content"], "--log-content needs --log-requests"),
+])
+def test_serve_refuses_incomplete_observability_flags_before_loading(flags, message, tmp_path):
+    from icr2_components.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "closed_book", "oracle", "--port", str(free_port()),
+                                      *[flag.replace("{tmp}", str(tmp_path)) for flag in flags]])
+    with pytest.raises(UserInputError, match=message) as caught:
+        args.handler(args)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "ab.jsonl").exists()
