@@ -166,3 +166,18 @@ def test_technique_signals_are_read_from_the_components_outputs():
     assert corpus == {"corpus.budget_used": 3100, "corpus.budget": 4000, "corpus.budget_unit": "tokens",
                       "corpus.passages": 9}
     assert technique_signals({"replies": ["x"]}) == {}
+
+
+@pytest.mark.unit
+def test_traces_are_exported_where_the_otel_variables_say():
+    from icr2_components.errors import UserInputError
+    from icr2_components.serving.tracing import otel_exporter_configured, tracer_provider_from_env
+
+    assert not otel_exporter_configured({}) and not otel_exporter_configured({"OTEL_TRACES_EXPORTER": "none"})
+    assert otel_exporter_configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert otel_exporter_configured({"OTEL_TRACES_EXPORTER": "console"})
+    with pytest.raises(UserInputError, match="OTEL_TRACES_EXPORTER='zipkin'"):
+        tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
+    provider = tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "none", "OTEL_SERVICE_NAME": "rag"})
+    assert provider.resource.attributes["service.name"] == "rag"
+    provider.shutdown()

@@ -79,8 +79,8 @@ def register(subparsers) -> None:
                        "key like every route when the server has keys)")
     watch.add_argument("--trace", action="store_true",
                        help="trace every request with OpenTelemetry (a span per component), exported where the "
-                       "OTEL_* variables say; on without this flag when OTEL_EXPORTER_OTLP_ENDPOINT or "
-                       "OTEL_TRACES_EXPORTER is set")
+                       "OTEL_* variables say (OTLP to OTEL_EXPORTER_OTLP_ENDPOINT, default http://localhost:4318); "
+                       "on without this flag when OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER is set")
     watch.add_argument("--log-requests", metavar="PATH",
                        help="write one JSON line per request (request id, pipeline, status, latency, tokens) to PATH, "
                        "or - for standard error")

@@ -201,7 +201,7 @@ def add_observability(app: FastAPI, observability: Observability, known_paths: s
 
         app.add_api_route(METRICS_PATH, scrape, methods=["GET"], include_in_schema=False)
         added.add(METRICS_PATH)
-    if observability.metrics is not None or observability.tracer_provider is not None or observability.ab:
+    if observability.enabled:
         install_serving_tracer()  # component times, tokens and technique signals come through Haystack's tracing
     return frozenset(added)
 

@@ -15,8 +15,9 @@ Content (the prompt, the documents, the answer) goes onto spans only when Haysta
 
 Export follows the standard OpenTelemetry variables (``tracer_provider_from_env``): ``OTEL_EXPORTER_OTLP_ENDPOINT``
 or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (or ``OTEL_TRACES_EXPORTER=otlp``) -> OTLP over HTTP to that collector;
-``OTEL_TRACES_EXPORTER=console`` -> spans printed to stdout; ``OTEL_SERVICE_NAME`` names the service (default
-``icr2-serve``).
+``OTEL_TRACES_EXPORTER=console`` -> spans printed to stdout; ``none`` -> none sent; ``OTEL_SERVICE_NAME`` names the
+service (default ``icr2-serve``). ``icr2 serve --trace`` with none of them set exports OTLP to the SDK's default,
+``http://localhost:4318`` (a collector on the same host).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def otel_exporter_configured(environ: dict[str, str] | None = None) -> bool:
 
 def tracer_provider_from_env(environ: dict[str, str] | None = None):
     """An OpenTelemetry SDK ``TracerProvider`` exporting where the ``OTEL_*`` variables say (a batch processor: the
-    request never waits for the collector); with none set, a provider that records and exports nothing.
+    request never waits for the collector). As in OpenTelemetry's own SDKs, the exporter is OTLP unless
+    ``OTEL_TRACES_EXPORTER`` names another (``console``, or ``none``: spans made, trace ids answered, nothing sent),
+    to ``OTEL_EXPORTER_OTLP_ENDPOINT`` (default ``http://localhost:4318``).
 
     :raises UserInputError: ``OTEL_TRACES_EXPORTER`` names an exporter other than otlp, console or none.
     """
@@ -68,11 +71,11 @@ def tracer_provider_from_env(environ: dict[str, str] | None = None):
 
     env = os.environ if environ is None else environ
     provider = TracerProvider(resource=Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or SERVICE_NAME}))
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp"
     if exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    elif otel_exporter_configured(env):
-        if exporter not in ("", "otlp"):
+    elif exporter != "none":
+        if exporter != "otlp":
             raise UserInputError(f"OTEL_TRACES_EXPORTER={exporter!r} is not supported by icr2 serve; use otlp (with "
                                  "OTEL_EXPORTER_OTLP_ENDPOINT), console or none.")
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
