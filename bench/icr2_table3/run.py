@@ -223,7 +223,8 @@ PAPER = {"closed_book": 0.49, "untrained": 0.53, "sft_da": 0.59, "sft_rta": 0.60
          "sft_da_rap": 0.64, "sft_rta_rap": 0.63, "oracle": 0.83}
 
 
-def cmd_report(_args) -> None:
+def cmd_report(_args, out: Path = RESULTS) -> None:
+    """The table from the committed answer caches, written to ``out`` (bench/rerender_committed.py: a temporary one)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -304,9 +305,9 @@ def cmd_report(_args) -> None:
                f"{'HOLDS for ' + ', '.join(claim['arms_for_which_it_holds']) if claim['holds'] else 'does not hold'} "
                f"(family of {claim['family_size']}, margin {claim['min_difference']}, n = {report['n']})")
     print(table + "\n\n" + verdict)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "report.json").write_text(json.dumps(report, indent=1))
-    (RESULTS / "report.md").write_text(f"{table}\n\n{verdict}\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(f"{table}\n\n{verdict}\n")
     names = list(report["arms"])
     rates = [report["arms"][n]["answer_match"] for n in names]
     figure, axis = plt.subplots(figsize=(9, 4))
@@ -316,7 +317,7 @@ def cmd_report(_args) -> None:
     axis.set_title("ICR2 Table 3 arms at SmolLM2-135M (6-passage corpus in context)")
     plt.setp(axis.get_xticklabels(), rotation=30, ha="right")
     figure.tight_layout()
-    figure.savefig(RESULTS / "report.png", dpi=120)
+    figure.savefig(out / "report.png", dpi=120)
 
 
 def main() -> None:
