@@ -47,9 +47,10 @@ import hashlib
 import json
 import math
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from icr2_components.errors import UserInputError
 from icr2_components.records import SkipReport
@@ -122,7 +123,7 @@ class QuestionSet:
     def from_options(cls, path: str | os.PathLike, format: str | None = None,
                      fields: Mapping[str, str | None] | None = None, split: str | None = None,
                      list_separator: str = "|", task_type: str = "qa", config_file: str | None = None,
-                     source_meta_field: str = "file_path") -> "QuestionSet":
+                     source_meta_field: str = "file_path") -> QuestionSet:
         """A question set from a path, a format (None: from the path) and a mapping ``{field: column}`` (a field
         mapped to None or "" is absent from the set)."""
         path = str(path)
@@ -149,7 +150,7 @@ class QuestionSet:
                    config_file, source_meta_field)
 
     @classmethod
-    def from_file(cls, config: str | os.PathLike) -> "QuestionSet":
+    def from_file(cls, config: str | os.PathLike) -> QuestionSet:
         """A question set from a question-set file (YAML; ``path`` relative to the file)."""
         import yaml
 
@@ -169,7 +170,7 @@ class QuestionSet:
         return cls.from_options(path, values.format, values.fields, values.split, values.list_separator,
                                 values.task_type, config_file=str(source), source_meta_field=values.source_meta_field)
 
-    def check_columns(self) -> "QuestionSet":
+    def check_columns(self) -> QuestionSet:
         """Refuse now, before any model loads, a table whose columns lack the question or a field the user mapped
         (reads a CSV's header, a Parquet schema, a saved dataset's columns; JSON lines are checked row by row)."""
         if self.format == "csv":
@@ -386,8 +387,7 @@ def load_saved_dataset(questions: QuestionSet):
 def _dataset_rows(questions: QuestionSet) -> Iterator[tuple[int, Mapping[str, Any]]]:
     dataset = load_saved_dataset(questions)
     _check_columns(questions, list(dataset.column_names))
-    for number, record in enumerate(dataset, start=1):  # a memory-mapped Arrow table, read row by row
-        yield number, record
+    yield from enumerate(dataset, start=1)  # a memory-mapped Arrow table, read row by row
 
 
 def read_question_rows(questions: QuestionSet, skips: SkipReport | None = None) -> tuple[list[QuestionRow],
