@@ -180,10 +180,14 @@ def test_every_reader_of_a_mapping_is_generated_for():
     for target in COVERED_CALLS.values():
         if isinstance(target, type):
             assert target in TYPES
-    # the registries' types are all there, and so is each one nested in a covered type
-    assert {store_backend(name).settings_class for name in store_backend_names()} <= set(TYPES)
-    assert {corpus_reader_class(name).settings_class for name in corpus_format_names()} <= set(TYPES)
-    assert {backend_kind_class(name).Settings for name in backend_kind_names()} <= set(TYPES)
+    # the package's registered types are all there, and so is each one nested in a covered type (a test that
+    # registers a scratch member of a registry in this worker adds a type that is not the package's)
+    def ours(types):
+        return {cls for cls in types if cls.__module__.startswith("icr2_components.")}
+
+    assert ours(store_backend(name).settings_class for name in store_backend_names()) <= set(TYPES)
+    assert ours(corpus_reader_class(name).settings_class for name in corpus_format_names()) <= set(TYPES)
+    assert ours(backend_kind_class(name).Settings for name in backend_kind_names()) <= set(TYPES)
     for cls in list(TYPES):
         assert set(_nested_dataclasses(cls)) <= set(TYPES)
     assert len(FIELDS) > 150
