@@ -38,7 +38,8 @@ PAGE_SIZE = 50  # rows of the question table per page: the DOM holds one page, w
 #: record fields the question panel shows in their own places; every other field is the technique's trace
 SHOWN_FIELDS = {"key", "pipeline", "pipeline_file", "pipeline_hash", "question_id", "query", "answers", "gold_ids",
                 "answer", "shown_ids", "shown_passages", "prompt_tokens", "latency_s", "record_sha", "context_sha",
-                "task_type", "context_type", "prompt"}
+                "task_type", "context_type", "prompt", "prompt_chars", "prompt_truncated", "trace", "trace_passages",
+                "trace_passages_truncated"}
 
 
 def _resource(name: str) -> str:
@@ -90,6 +91,14 @@ def _cell(record: dict, scores: dict[str, Any], passages: _Passages, right: Any)
                             "t": _trace(record)}
     if isinstance(record.get("prompt"), str):
         cell["prompt"] = record["prompt"]
+        if record.get("prompt_truncated"):  # the record kept the first part: the page says how long it was
+            cell["promptChars"] = record.get("prompt_chars")
+    if isinstance(record.get("trace"), dict) and record["trace"]:
+        # what each technique did (component name -> its trace_record); the passages it names but the prompt did
+        # not show are stored with the others, by id
+        cell["tr"] = record["trace"]
+        extra = record.get("trace_passages") or {}
+        passages.add(list(extra), list(extra.values()))
     return cell
 
 

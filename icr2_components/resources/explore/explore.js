@@ -287,6 +287,50 @@
     }).join("") + "</ol>";
   }
 
+  function idList(ids) {
+    return ids && ids.length ? ids.map(esc).join(", ") : "none";
+  }
+
+  // what each technique did for this answer (the record's trace: component name -> its own fields)
+  function techniqueBlock(x, row) {
+    var html = "<div class='technique'><h4>What the technique did</h4>";
+    Object.keys(x.tr).forEach(function (name) {
+      var t = x.tr[name] || {};
+      html += "<div class='trace' data-component='" + esc(name) + "' data-technique='" + esc(t.technique || "") + "'>";
+      if (t.technique === "gate") {
+        html += "<p><b>" + esc(name) + "</b> decision <span class='gate-decision'>" + esc(t.decision) + "</span>" +
+          (t.score != null ? " &middot; score " + esc(t.score) : "") + (t.threshold != null ? " &middot; threshold " + esc(t.threshold) : "") +
+          (t.method ? " &middot; method " + esc(t.method) : "") + (t.scoring ? " &middot; scoring " + esc(t.scoring) : "") + "</p>";
+      } else if (t.technique === "rap_filter") {
+        var kept = t.kept_ids || [], dropped = t.dropped_ids || [], scores = t.scores || {};
+        var order = Object.keys(scores).length ? Object.keys(scores) : kept.concat(dropped);
+        html += "<p><b>" + esc(name) + "</b> kept " + kept.length + " of " + order.length + " passages (M " + esc(t.top_m) +
+          (t.heads ? ", heads " + esc(t.heads.join(" ")) : "") + (t.m_clamped ? ", M not below the passages: all kept" : "") + ")</p>";
+        html += "<ol class='passages rap'>" + order.map(function (id) {
+          var isKept = kept.indexOf(id) >= 0, text = DATA.passages[id];
+          var gold = (row.goldIds || []).indexOf(id) >= 0 ? " <span class='gold-tag'>gold passage</span>" : "";
+          return "<li class='passage " + (isKept ? "kept" : "dropped") + "' data-id='" + esc(id) + "'><span class='" +
+            (isKept ? "kept-tag'>kept" : "dropped-tag'>dropped") + "</span>" + gold + " <small>" + esc(id) +
+            (scores[id] != null ? " &middot; score " + esc(scores[id]) : "") + "</small><br>" +
+            (text == null ? "<i>text not recorded</i>" : highlight(text, row.gold)) + "</li>";
+        }).join("") + "</ol>";
+      } else if (t.technique === "corpus_builder") {
+        html += "<p><b>" + esc(name) + "</b> budget <span class='budget'>" + esc(t.used) + " of " + esc(t.budget) + " " +
+          esc(t.budget_unit || "") + "</span> used" + (t.stop_reason ? " (stopped: " + esc(t.stop_reason) + ")" : "") +
+          (t.achieved_ratio != null ? " &middot; retriever share of confounders " + esc(t.achieved_ratio) : "") + "</p>" +
+          "<p class='confounders'><b>confounders</b> (" + (t.confounder_ids || []).length + ") " + idList(t.confounder_ids) +
+          " &middot; <b>gold</b> " + idList(t.gold_ids) + "</p>";
+      } else {
+        html += "<p><b>" + esc(name) + "</b> " + Object.keys(t).map(function (k) {
+          var v = t[k];
+          return esc(k) + ": " + esc(typeof v === "object" ? JSON.stringify(v) : v);
+        }).join(" &middot; ") + "</p>";
+      }
+      html += "</div>";
+    });
+    return html + "</div>";
+  }
+
   function showDetail(row) {
     openRow = row;
     var box = document.getElementById("detail");
@@ -321,7 +365,12 @@
           (j.error ? " (failed: " + esc(j.error) + ")" : "") + "</p>";
         if (j.replies != null) html += "<pre class='reply'>" + esc(typeof j.replies === "string" ? j.replies : JSON.stringify(j.replies, null, 1)) + "</pre>";
       });
-      if (x.prompt) html += "<details><summary>prompt</summary><pre class='prompt'>" + esc(x.prompt) + "</pre></details>";
+      if (x.tr) html += techniqueBlock(x, row);
+      if (x.prompt) {
+        html += "<details class='prompt-block'><summary>Prompt (" + esc(x.promptChars || x.prompt.length) + " characters" +
+          (x.promptChars ? ", the first " + esc(x.prompt.length) + " recorded" : "") + ")</summary><pre class='prompt'>" +
+          esc(x.prompt) + "</pre></details>";
+      }
       var same = previous && x.p && previous.p && x.p.join("\n") === previous.p.join("\n");
       if (same) {
         html += "<p class='note'>passages: the same, in the same order, as " + esc(previous.name) + "</p>";
