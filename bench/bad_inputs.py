@@ -76,6 +76,8 @@ def run_cli(tmp: Path, only: list[str] | None) -> list[dict]:
                                         timeout=case.timeout_s, env={**os.environ, **case.env})
         except subprocess.TimeoutExpired as error:  # a hang is an outcome: the process was killed at the limit
             result = timed_out(case.argv, error)
+        except Exception as error:  # the case's own preparation failed (after a failed setup step): counted, not fatal
+            result = subprocess.CompletedProcess(case.argv, -1, "", f"bench: the case could not run: {error!r}")
         seconds = round(time.perf_counter() - start, 1)
         kind, observed = classify(case, result)
         results.append({

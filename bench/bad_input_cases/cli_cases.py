@@ -28,6 +28,7 @@ from bad_input_cases.common import (
     es_index_of,
     holds,
     in_memory_contents,
+    llama_backend,
     no_file,
     output_says,
     words,
@@ -421,9 +422,9 @@ def artifact_cases(tmp: Path, labels: Path) -> list[Case]:
     return out
 
 
-def _compare_argv(out_dir: Path, backend: str = "llama_cpp_server", limit: int = 3) -> list[str]:
+def _compare_argv(out_dir: Path, backend: str | None = None, limit: int = 3) -> list[str]:
     return ["compare", "--pipelines", "closed_book", "--limit", str(limit), "--context-types", "open",
-            "--backend", backend, "--max-new-tokens", "8", "--out", str(out_dir), "--no-progress"]
+            "--backend", backend or llama_backend(), "--max-new-tokens", "8", "--out", str(out_dir), "--no-progress"]
 
 
 def prepared(prepare, argv: list[str], env: dict | None = None):

@@ -25,6 +25,7 @@ from bad_input_cases.common import (
     REPO,
     Case,
     es_contents_of_index,
+    llama_backend,
     output_says,
     timed_out,
 )
@@ -54,7 +55,7 @@ def _gate_file(tmp: Path) -> Path:
 
 def _compare(out: Path, *extra: str, dataset: Path | None = None, limit: int = 2) -> list[str]:
     argv = ["compare", "--pipelines", "closed_book", "--limit", str(limit), "--context-types", "open",
-            "--backend", "llama_cpp_server", "--max-new-tokens", "8", "--out", str(out), "--no-progress", *extra]
+            "--backend", llama_backend(), "--max-new-tokens", "8", "--out", str(out), "--no-progress", *extra]
     return argv + (["--dataset", str(dataset)] if dataset is not None else [])
 
 
@@ -120,7 +121,7 @@ def _port_in_use() -> Case:
             holder.bind(("127.0.0.1", 0))
             holder.listen(1)
             port = holder.getsockname()[1]
-            result = _run(["serve", "closed_book", "--backend", "llama_cpp_server", "--port", str(port)], 180)
+            result = _run(["serve", "closed_book", "--backend", llama_backend(), "--port", str(port)], 180)
         result.port = port  # type: ignore[attr-defined]
         return result
 

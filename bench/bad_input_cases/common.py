@@ -37,6 +37,22 @@ REPO = Path(__file__).resolve().parents[2]
 ICR2 = [sys.executable, "-m", "icr2_components.cli"]
 ES_URL = os.environ.get("ICR2_ES_URL", "http://127.0.0.1:9200")
 LLAMA_URL = os.environ.get("ICR2_LLAMA_URL", "http://127.0.0.1:8089/v1")
+_SHIPPED_LLAMA_URL = "http://127.0.0.1:8089/v1"
+
+
+def llama_backend() -> str:
+    """The ``--backend`` of the cases that answer over the llama.cpp server: the shipped ``llama_cpp_server`` when
+    the server is at its URL, else a copy of that backend file pointing at ``ICR2_LLAMA_URL`` (so the bench runs
+    beside servers on other ports, e.g. while CI holds the default ones)."""
+    if LLAMA_URL.rstrip("/") == _SHIPPED_LLAMA_URL:
+        return "llama_cpp_server"
+    import tempfile
+
+    shipped = yaml.safe_load((REPO / "backends" / "llama_cpp_server.yaml").read_text(encoding="utf-8"))
+    shipped["served_model"]["api_base_url"] = LLAMA_URL
+    path = Path(tempfile.gettempdir()) / f"icr2-bench-llama-{os.getpid()}.yaml"
+    path.write_text(yaml.safe_dump(shipped), encoding="utf-8")
+    return str(path)
 CLASSES = ("clear error", "right result", "traceback", "raw crash", "silent wrong result", "data loss",
            "unclear error", "hang")
 GOOD_CLASSES = ("clear error", "right result")

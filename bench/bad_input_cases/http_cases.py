@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bad_input_cases.common import ICR2, REPO
+from bad_input_cases.common import ICR2, REPO, llama_backend
 
 BODY_TIMEOUT_S = 3
 REQUEST_TIMEOUT_S = 120
@@ -279,7 +279,7 @@ def unhonoured_requests(chat: str, run: str, ok: dict, user: list) -> list[Reque
 
 
 def start_server(port: int, log) -> subprocess.Popen:
-    argv = [*ICR2, "serve", "closed_book", "--backend", "llama_cpp_server", "--port", str(port), "--body-timeout",
+    argv = [*ICR2, "serve", "closed_book", "--backend", llama_backend(), "--port", str(port), "--body-timeout",
             str(BODY_TIMEOUT_S), "--request-timeout", str(REQUEST_TIMEOUT_S), "--max-new-tokens", "8",
             "--max-query-chars", str(MAX_QUERY_CHARS)]
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
