@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -224,4 +225,65 @@ def test_eval_gate_page_in_chromium(browser, tmp_path):
     opened.page.click(f"#questions tbody td:text-is('{question_id}')")
     marked = opened.page.query_selector_all("#detail .passage.gold")
     assert marked and all(m.query_selector("mark") for m in marked)
+    opened.close()
+
+
+def test_compare_page_shows_the_prompt_and_what_rap_and_the_gate_did_on_a_real_smollm2_run(browser, tmp_path):
+    """A real compare run of the shipped rap (corpus builder and RAP filter) and adaptive_rag (the learned gate)
+    pipelines with SmolLM2 on two questions: each new record carries the prompt its reader was given, the passages
+    shown with their text, and its techniques' traces; the opened question shows the prompt, the passages RAP kept
+    and dropped marked apart, the corpus builder's budget and the gate's decision, as the records say."""
+    from icr2_components.evaluation.compare.cache import read_answer_records
+    from icr2_components.evaluation.compare.run import run_compare
+
+    pipelines = [str(ROOT / "pipelines" / "rap.yaml"), str(ROOT / "pipelines" / "adaptive_rag.yaml")]
+
+    def compare(**more):
+        # in a thread of its own: Playwright's sync API keeps an event loop running in this one, and compare's
+        # ordered_calls runs its own loop
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(run_compare, pipelines, context_types="open", limit=2, out_dir=tmp_path,
+                               max_new_tokens=4, progress=False, **more).result()
+
+    report = compare()
+    assert report["run"]["counters"]["model_runs"] == 4
+    records = {(r["pipeline"], r["question_id"]): r for r in read_answer_records(tmp_path / "answers.jsonl.gz")}
+    assert len(records) == 4
+    for (pipeline, _), record in records.items():
+        assert record["prompt"].startswith("user:\n") and record["query"] in record["prompt"]
+        assert record["prompt_chars"] == len(record["prompt"]) and "prompt_truncated" not in record
+        if pipeline == "rap":
+            assert len(record["shown_passages"]) == len(record["shown_ids"])  # the kept passages' text
+            rap, corpus = record["trace"]["rap_filter"], record["trace"]["corpus"]
+            assert rap["kept_ids"] == record["shown_ids"] and rap["dropped_ids"]
+            assert set(rap["kept_ids"]) | set(rap["dropped_ids"]) == set(corpus["confounder_ids"])
+            assert set(record["trace_passages"]) == set(rap["dropped_ids"])  # the dropped ones' text is kept
+            assert corpus["budget"] == 8 and corpus["budget_unit"] == "passages"
+            for text in record["shown_passages"]:  # the kept passages are what the reader read
+                assert text in record["prompt"]
+        else:
+            assert record["trace"]["gate"]["decision"] in ("retrieve", "no_retrieval")
+            assert isinstance(record["trace"]["gate"]["score"], float)
+    # the fields describe answers, not their keys: a second run reuses every one
+    again = compare(report_only=True)
+    assert again["run"]["counters"]["cached"] == 4 and again["run"]["counters"]["model_runs"] == 0
+
+    opened = Opened(browser, tmp_path / "explore.html")
+    assert opened.count() == 2
+    opened.page.click("#questions tbody tr >> nth=0 >> td >> nth=0")
+    question_id = opened.page.inner_text("#questions tbody tr.open td >> nth=0")
+    rap, gated = records[("rap", question_id)], records[("adaptive_rag", question_id)]
+    block = opened.page.query_selector("#detail .pipeline-block[data-pipeline='rap']")
+    assert block.query_selector(".prompt-block summary").inner_text().startswith("Prompt (")
+    assert block.query_selector("pre.prompt").text_content() == rap["prompt"]
+    trace = block.query_selector(".trace[data-technique='rap_filter']")
+    kept = [li.get_attribute("data-id") for li in trace.query_selector_all(".passage.kept")]
+    dropped = [li.get_attribute("data-id") for li in trace.query_selector_all(".passage.dropped")]
+    assert kept == rap["trace"]["rap_filter"]["kept_ids"]
+    assert sorted(dropped) == sorted(rap["trace"]["rap_filter"]["dropped_ids"])
+    assert "text not recorded" not in trace.inner_text()  # every passage RAP saw, kept or dropped, has its text
+    corpus = block.query_selector(".trace[data-technique='corpus_builder']")
+    assert corpus.query_selector(".budget").inner_text() == f"{rap['trace']['corpus']['used']} of 8 passages"
+    gate = opened.page.query_selector("#detail .pipeline-block[data-pipeline='adaptive_rag'] .gate-decision")
+    assert gate.inner_text() == gated["trace"]["gate"]["decision"]
     opened.close()
