@@ -176,10 +176,12 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
                 if job.call is None:
                     yield Outcome(job.key)
                 elif is_async_call(job.call):
+                    _refuse_inside_a_running_loop()
                     yield loop.run_until_complete(_attempt_async(job, retry_if, attempts, backoff_s, slots))
                 else:
                     yield _attempt(job, retry_if, attempts, backoff_s)
             return
+        _refuse_inside_a_running_loop()
         source = iter(jobs)
         exhausted = False
         while True:
@@ -201,10 +203,28 @@ def ordered_calls(jobs: Iterable[Job[K]], concurrency: int = 1,
         pending = [task for task in tasks if task is not None and not task.done()]
         for task in pending:
             task.cancel()
-        if pending:  # the cancelled tasks end; a blocking call already in a thread finishes first
-            _run_to_the_end(loop, asyncio.gather(*pending, return_exceptions=True))
-        _run_to_the_end(loop, loop.shutdown_default_executor())
+        if not _loop_runs_in_this_thread():  # else ours never ran (refused above): nothing to wait for
+            if pending:  # the cancelled tasks end; a blocking call already in a thread finishes first
+                _run_to_the_end(loop, asyncio.gather(*pending, return_exceptions=True))
+            _run_to_the_end(loop, loop.shutdown_default_executor())
         loop.close()
+
+
+def _loop_runs_in_this_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _refuse_inside_a_running_loop() -> None:
+    """Our own event loop cannot run where another one already does: ``run_until_complete`` refuses every time (and a
+    retry on it would spin forever), so say so once, before any call starts."""
+    if _loop_runs_in_this_thread():
+        raise RuntimeError("these calls run their own event loop and cannot start in a thread whose event loop is "
+                           "already running (async code, a notebook cell, Playwright's sync API); call them from a "
+                           "worker thread, or await the pipeline's run_async instead")
 
 
 def _run_to_the_end(loop: asyncio.AbstractEventLoop, awaitable) -> Any:

@@ -235,3 +235,31 @@ def test_the_flag_overrides_the_backend_and_more_than_one_needs_a_served_backend
         request_concurrency(None, 4)
     with pytest.raises(UserInputError, match="--concurrency must be"):
         request_concurrency(served, 0)
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_calls_started_inside_a_running_event_loop_are_refused_at_once_not_spun_on(concurrency):
+    """Started from a thread whose event loop runs (async code, Playwright's sync API), our loop cannot run: before,
+    the retry on run_until_complete's refusal spun at 100% CPU forever."""
+
+    async def answer():
+        return "Paris"
+
+    async def inside_a_loop():
+        return [outcome.value for outcome in ordered_calls([Job("q1", answer)], concurrency=concurrency)]
+
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = asyncio.run(inside_a_loop())
+        except RuntimeError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "ordered_calls spun inside a running event loop"
+    assert "cannot start in a thread whose event loop is already running" in str(outcome.get("error"))
+    # outside a running loop the same call answers
+    assert [o.value for o in ordered_calls([Job("q1", answer)], concurrency=concurrency)] == ["Paris"]
