@@ -39,15 +39,17 @@ def _fail(option: str, problem: str, what_to_do: str) -> None:
     raise InputPathError(f"{option}: {problem}; {what_to_do}.")
 
 
-def check_input(path: str | os.PathLike | None, option: str, *, folder: bool | None = None) -> None:
+def check_input(path: str | os.PathLike | None, option: str, *, folder: bool | None = None,
+                how_to_make: str | None = None) -> None:
     """Refuse an input that is missing, a FIFO, socket or device, on /proc or /sys, or unreadable (``folder``:
-    True a folder, False a file, None either). None passes (the option was not given)."""
+    True a folder, False a file, None either). None passes (the option was not given). ``how_to_make``: what makes
+    such an input (a command), said beside what to give."""
     if path is None:
         return
     problem = input_path_problem(path, folder=folder)
     if problem is not None:
         wanted = {True: "a folder", False: "a regular file"}.get(folder, "a regular file or folder")
-        _fail(option, problem, f"give {wanted} that can be read")
+        _fail(option, problem, f"give {wanted} that can be read" + (f" ({how_to_make})" if how_to_make else ""))
 
 
 def check_input_if_present(path: str | os.PathLike | None, option: str) -> None:

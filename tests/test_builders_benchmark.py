@@ -47,7 +47,8 @@ def test_build_write_read_and_table_7(sample_world, tmp_path):
     instances = list(read_icr2_benchmark(out, skips=skips))
     assert len(instances) == 6 and skips.total == 0
     tokenizer = MODEL_CACHE.tokenizer("smollm2-135m-instruct")
-    for instance, task in zip(instances, sample_world["tasks"], strict=True):
+    # the task skipped for having no gold passage in the corpus is the last one: the others pair up in order
+    for instance, task in zip(instances, sample_world["tasks"][: len(instances)], strict=True):
         record = instance.record
         assert set(record) >= {
             "id",

@@ -38,7 +38,7 @@ def run(args) -> int:
     from icr2_components.preflight import check_device, check_input, check_output_file
     from icr2_components.records import SkipReport
 
-    check_input(args.benchmark, "--benchmark", folder=False)
+    check_input(args.benchmark, "--benchmark", folder=False, how_to_make="write one with `icr2 build-benchmark`")
     check_output_file(args.output, "--output")
     check_output_file(args.heatmap, "--heatmap")
     check_device(args.device, "--device")
