@@ -56,7 +56,7 @@ def test_the_gpu_smoke_recipe_runs_on_cpu_in_bf16_plumbing(tmp_path):
     assert report["sft"]["global_steps"] == 8
     assert report["sft"]["first_examples_loss_after"] < report["sft"]["first_examples_loss_before"]
     with safe_open(str(out / "rta" / "model.safetensors"), "pt") as weights:
-        assert {str(weights.get_tensor(k).dtype) for k in weights} == {"torch.bfloat16"}
+        assert {str(weights.get_tensor(k).dtype) for k in weights.keys()} == {"torch.bfloat16"}  # noqa: SIM118 - safe_open is not iterable
     assert (out / "rta" / "training_ids.json").exists()
     train = [json.loads(line) for line in (out / "rta" / "data" / "train.jsonl").read_text().splitlines()]
     assert train and all(len(example["context"]) == 2 for example in train)  # the CPU run's shorter contexts
