@@ -170,7 +170,8 @@ def test_readme_opens_with_the_commands_then_the_install_line_then_a_python_pipe
     text = (ROOT / "README.md").read_text()
     head = text[: text.index("```python")]
     assert "bash scripts/setup.sh && .venv/bin/icr2 quickstart" in head
-    assert "bash scripts/setup.sh --tests && .venv/bin/python -m pytest -n 2 --dist loadgroup" in head
+    assert ("bash scripts/setup.sh --tests && .venv/bin/python -m pytest -m unit -n 2 && .venv/bin/python -m pytest "
+            '-m "not unit" -n 2 --dist loadgroup') in head
     assert re.search(r'pip install "icr2-components\[local\]', head)
     code = readme_first_python()
     for name in ("InMemoryDocumentStore", "InMemoryBM25Retriever", "ConfounderAwareCorpusBuilder",

@@ -30,8 +30,9 @@ def served(**changes):
     (served(api_base_url="http:///v1"), r"api_base_url must name a host"),
     (served(timeout_s=0), r"timeout_s must be a number of seconds above 0 and at most 3600"),
     (served(timeout_s=86400 * 7), r"timeout_s must be .* at most 3600"),
-    (served(timeout_s=float("nan")), r"timeout_s must be"),
-    (served(timeout_s=float("inf")), r"timeout_s must be"),
+    # refused by the strict layer before the range check, naming the key and the value
+    (served(timeout_s=float("nan")), r"key 'timeout_s' is nan .*NaN and infinity are refused"),
+    (served(timeout_s=float("inf")), r"key 'timeout_s' is inf .*NaN and infinity are refused"),
     (served(max_retries=-1), r"max_retries must be a whole number from 0 to 20"),
     (served(max_retries=1000), r"max_retries must be a whole number from 0 to 20"),
     (served(context_length=0), r"context_length must be a whole number of tokens from 1 to 10,000,000"),
