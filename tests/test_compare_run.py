@@ -2,6 +2,7 @@
 and a run killed with SIGKILL mid-run and resumed gives the same answers and report as one never interrupted."""
 
 import functools
+import gzip
 import json
 import os
 import signal
@@ -253,11 +254,12 @@ def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted
     c = statistics.fmean(bcu(r["answer"], [r["conflicting_answer"]]) for r in conflicting)
     assert report["cub"]["vanilla_rag"]["faithfulness"] == pytest.approx((g + c) / 2)
 
-    # an answer edited by hand afterwards is refused, naming the file and the line
-    lines = cache.read_text(encoding="utf-8").splitlines()
+    # an answer edited by hand afterwards (the gzip cache unpacked, edited and packed again) is refused, naming the
+    # file and the line
+    lines = gzip.decompress(cache.read_bytes()).decode("utf-8").splitlines()
     edited = json.loads(lines[0])
     lines[0] = json.dumps({**edited, "answer": edited["answers"][0]}, ensure_ascii=False)
-    cache.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cache.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
     refused = icr2(*KILL_RESUME_ARGS, out=resumed)
     printed = refused.communicate(timeout=900)[0]
     assert refused.returncode == 1
