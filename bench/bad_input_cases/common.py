@@ -208,27 +208,48 @@ def outcome(result: subprocess.CompletedProcess) -> str:
     return (rows[0].strip() if rows else result.stdout.strip()[-200:]).replace("│", "|")[:400]
 
 
+def wait_until_answering(server: subprocess.Popen, url: str, log_path: Path, headers: dict | None = None,
+                         timeout_s: float = 300) -> None:
+    """Wait until the ``icr2 serve`` at ``url`` answers 200 (``url`` is the route to poll); raise naming its log's
+    tail when the process exits first, or after ``timeout_s``."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError("icr2 serve exited: " + log_path.read_text()[-2000:])
+        try:
+            if httpx.get(url, headers=headers, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"icr2 serve not ready in {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def _holds(check: Check, result: subprocess.CompletedProcess) -> tuple[bool, str]:
+    """A state check run on the outcome: a state that cannot be read is a check that fails, saying why."""
+    try:
+        return check(result)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return False, f"state unreadable ({type(error).__name__}: {error})"
+
+
 def classify(case: Case, result: subprocess.CompletedProcess) -> tuple[str, str]:
     """(class, what was observed that decided it)."""
     if getattr(result, "hung_after_s", None) is not None:
         return "hang", f"no exit within {result.hung_after_s:.0f} s (killed)"
     seen = []
-    if case.kept is not None:
-        try:
-            ok, observed = case.kept(result)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            ok, observed = False, f"state unreadable ({type(error).__name__}: {error})"
+    for check, failed_class in ((case.kept, "data loss"), (case.after, "silent wrong result")):
+        if check is None:
+            continue
+        ok, observed = _holds(check, result)
         seen.append(observed)
         if not ok:
-            return "data loss", "; ".join(seen)
-    if case.after is not None:
-        try:
-            ok, observed = case.after(result)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            ok, observed = False, f"state unreadable ({type(error).__name__}: {error})"
-        seen.append(observed)
-        if not ok:
-            return "silent wrong result", "; ".join(seen)
+            return failed_class, "; ".join(seen)
     if "Traceback" in result.stderr:
         return "traceback", "; ".join(seen)
     if result.returncode == 0:

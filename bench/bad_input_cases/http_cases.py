@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bad_input_cases.common import ICR2, REPO, llama_backend
+from bad_input_cases.common import ICR2, REPO, llama_backend, wait_until_answering
 
 BODY_TIMEOUT_S = 3
 REQUEST_TIMEOUT_S = 120
@@ -327,8 +327,6 @@ def shown(status: int, body: Any) -> str:
 
 def run(tmp, only: list[str] | None = None, progress: Callable | None = None) -> list[dict[str, Any]]:
     """Start the server, send every request, stop the server; one record per request."""
-    import httpx
-
     chosen = [r for r in requests() if only is None or r.what.startswith("(")
               or any(o.lower() in r.what.lower() for o in only)]
     port = _free_port()
@@ -338,18 +336,7 @@ def run(tmp, only: list[str] | None = None, progress: Callable | None = None) ->
     with open(log_path, "w") as log:
         server = start_server(port, log)
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError("icr2 serve exited: " + log_path.read_text()[-2000:])
-                try:
-                    if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("icr2 serve not ready in 300 s")
-                time.sleep(0.5)
+            wait_until_answering(server, f"{url}/v1/models", log_path)
             for request in (progress(chosen) if progress else chosen):
                 before = log_path.stat().st_size
                 try:

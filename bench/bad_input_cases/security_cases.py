@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bad_input_cases.common import ICR2, REPO
+from bad_input_cases.common import ICR2, REPO, wait_until_answering
 
 GOOD = "good-key-3f9a1c7e5b2d4f6a8c0e"
 OTHER = "other-key-8e6c4a2f0d9b7c5a3e1f"
@@ -325,8 +325,6 @@ def shown(status: int, body: Any) -> str:
 
 def run(tmp: Path, only: list[str] | None = None, progress: Callable | None = None) -> list[dict[str, Any]]:
     """Start the keyed server, send every case, stop the server; one record per case (surface ``HTTP``)."""
-    import httpx
-
     chosen = [c for c in cases() if only is None or c.what.startswith("(")
               or any(o.lower() in c.what.lower() for o in only)]
     key_file = tmp / "keys.txt"
@@ -339,19 +337,7 @@ def run(tmp: Path, only: list[str] | None = None, progress: Callable | None = No
     with open(log_path, "w") as log:
         server = start_server(port, key_file, log)
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                if server.poll() is not None:
-                    raise RuntimeError("icr2 serve exited: " + log_path.read_text()[-2000:])
-                try:
-                    if httpx.get(f"{url}/health/ready", headers={"Authorization": f"Bearer {GOOD}"},
-                                 timeout=2).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("icr2 serve not ready in 300 s")
-                time.sleep(0.5)
+            wait_until_answering(server, f"{url}/health/ready", log_path, headers={"Authorization": f"Bearer {GOOD}"})
             for case in (progress(chosen) if progress else chosen):
                 before = log_path.stat().st_size
                 try:

@@ -202,6 +202,23 @@ def compare_tables(report: dict) -> list[tuple[str, str | None, tuple | None]]:
             if not (table and table[0][:2] == ["pipeline", "vs"])]
 
 
+def _answer_match_points(labels: list, summaries: dict) -> tuple[list, list, list, list, list]:
+    """x, mean, the interval's distances below and above it, and (low, high, n) for hovering: one point per label
+    whose summary holds an answer-match mean (as report.json gives it; nothing computed here)."""
+    xs, ys, low, high, custom = [], [], [], [], []
+    for label in labels:
+        value = ((summaries.get(label) or {}).get("intervals") or {}).get("answer_match") or {}
+        if value.get("mean") is None:
+            continue
+        ci = value.get("ci95") or [value["mean"], value["mean"]]
+        xs.append(label)
+        ys.append(value["mean"])
+        low.append(value["mean"] - ci[0])
+        high.append(ci[1] - value["mean"])
+        custom.append([ci[0], ci[1], value.get("n")])
+    return xs, ys, low, high, custom
+
+
 def compare_figures(report: dict) -> list[Any]:
     """Answer match per pipeline and context type with its interval; the position curves where the run has them."""
     import plotly.graph_objects as go
@@ -210,17 +227,7 @@ def compare_figures(report: dict) -> list[Any]:
     bar = go.Figure()
     kinds = list(dict.fromkeys(k for v in report["summary"].values() for k in v))
     for name, per_type in report["summary"].items():
-        xs, ys, low, high, custom = [], [], [], [], []
-        for kind in kinds:
-            value = ((per_type.get(kind) or {}).get("intervals") or {}).get("answer_match") or {}
-            if value.get("mean") is None:
-                continue
-            ci = value.get("ci95") or [value["mean"], value["mean"]]
-            xs.append(kind)
-            ys.append(value["mean"])
-            low.append(value["mean"] - ci[0])
-            high.append(ci[1] - value["mean"])
-            custom.append([ci[0], ci[1], value.get("n")])
+        xs, ys, low, high, custom = _answer_match_points(kinds, per_type)
         bar.add_bar(name=name, x=xs, y=ys, customdata=custom,
                     error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low},
                     hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}} [%{{customdata[0]:.2f}}, "
@@ -232,17 +239,7 @@ def compare_figures(report: dict) -> list[Any]:
     if curves.get("curves"):
         line = go.Figure()
         for name, buckets in curves["curves"].items():
-            xs, ys, low, high, custom = [], [], [], [], []
-            for bucket in curves.get("buckets", []):
-                value = ((buckets.get(bucket) or {}).get("intervals") or {}).get("answer_match") or {}
-                if value.get("mean") is None:
-                    continue
-                ci = value.get("ci95") or [value["mean"], value["mean"]]
-                xs.append(bucket)
-                ys.append(value["mean"])
-                low.append(value["mean"] - ci[0])
-                high.append(ci[1] - value["mean"])
-                custom.append([ci[0], ci[1], value.get("n")])
+            xs, ys, low, high, custom = _answer_match_points(curves.get("buckets", []), buckets)
             line.add_scatter(name=name, x=xs, y=ys, mode="lines+markers", customdata=custom,
                              error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low},
                              hovertemplate=f"{name}<br>gold at %{{x}}: %{{y:.3f}} [%{{customdata[0]:.2f}}, "
