@@ -7,7 +7,13 @@ load, then run again.
 - what the index held a few seconds before the kill is in the checkpoint, so the re-run skips it: it is neither
   embedded nor sent again (the report's ``resumed_from`` and ``written``); the checkpoint the kill left is seconds
   old (before time-based checkpoints, nothing was recorded before 10 bulks, so a kill started the load over);
-- the re-run ends with exactly the passages of the corpus, each once, each with its embedding.
+- the kill leaves the index as a load in progress (refresh off, the settings to restore kept in its ``_meta``), and a
+  load of another configuration (another fingerprint) refuses to resume that checkpoint and writes nothing;
+- the re-run ends with exactly the passages of the corpus, each once, each with its embedding, the count check
+  agreeing, the index's own settings back and the load's ``_meta`` gone, the checkpoint marked completed.
+
+This is also the writer's kill-and-resume test (``ElasticsearchStreamingWriter`` under ``icr2 index``; its other
+behaviours are in tests/test_elasticsearch_writer.py): one killed load checks both.
 
 Only ``store.index`` (a fresh index per test) and ``corpus.max_articles`` (700 of the sample's 2,938 articles:
 enough that an idle machine is still loading when the kill comes, few enough that two loads fit a test) are overridden.
@@ -28,6 +34,12 @@ import pytest
 from icr2_components.kilt import KiltKnowledgeSource
 from icr2_components.kilt.sample import build_sample
 from icr2_components.stores import load_index_config
+from icr2_components.stores.elasticsearch.writer import (
+    LOAD_META_KEY,
+    CheckpointMismatchError,
+    ElasticsearchStreamingWriter,
+    StreamingWriterSettings,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTICLES = 700
@@ -53,14 +65,24 @@ def _count(es_client, index: str) -> int:
     return int(es_client.count(index=index)["count"])
 
 
+def _load_settings(es_client, index: str) -> dict:
+    settings = es_client.indices.get_settings(index=index, flat_settings=True).body[index]["settings"]
+    return {key: settings.get(key) for key in ("index.refresh_interval", "index.number_of_replicas")}
+
+
+def _load_meta(es_client, index: str) -> dict:
+    return es_client.indices.get_mapping(index=index).body[index]["mappings"].get("_meta") or {}
+
+
 @pytest.mark.elasticsearch
 @pytest.mark.slow
 def test_shipped_config_on_a_fresh_cache_killed_with_sigkill_resumes_without_redoing_what_the_index_confirmed(
-    es_client, es_index_name, tmp_path, cache_after_setup
+    elasticsearch_url, es_client, es_index_name, tmp_path, cache_after_setup
 ):
     cache = cache_after_setup  # the fresh machine's cache: the bundled model set up, no checkpoints/ folder
     expected_ids = [d.id for d in KiltKnowledgeSource(build_sample().corpus, max_articles=ARTICLES).documents()]
     total = len(expected_ids)
+    assert len(set(expected_ids)) == total
     log = (tmp_path / "killed.log").open("w")
     child = subprocess.Popen(_command(es_index_name, tmp_path / "killed.json"), cwd=ROOT, env=_environment(cache),
                              stdout=log, stderr=subprocess.STDOUT)
@@ -95,6 +117,16 @@ def test_shipped_config_on_a_fresh_cache_killed_with_sigkill_resumes_without_red
     seconds = load_index_config(ROOT / "indexing" / "kilt-sample-elasticsearch.yaml").writer.checkpoint_seconds
     age = killed_at - checkpoint_path.stat().st_mtime
     assert age < seconds + 20, f"the last checkpoint was {age:.1f} s old when the load was killed"
+    # killed in the middle of the load: refresh is still off and the settings to restore are kept in _meta
+    assert _load_settings(es_client, es_index_name)["index.refresh_interval"] == "-1"
+    assert LOAD_META_KEY in _load_meta(es_client, es_index_name)
+
+    # a load of another configuration (its fingerprint differs) refuses to resume this checkpoint, and writes nothing
+    other = ElasticsearchStreamingWriter(elasticsearch_url, es_index_name, StreamingWriterSettings(
+        checkpoint_path=checkpoint_path, fingerprint="another-configuration", progress=False))
+    with pytest.raises(CheckpointMismatchError, match="fingerprint"):
+        other.write(KiltKnowledgeSource(build_sample().corpus, max_articles=ARTICLES).documents())
+    assert _count(es_client, es_index_name) == held_at_kill
 
     rerun = subprocess.run(_command(es_index_name, tmp_path / "rerun.json"), cwd=ROOT, env=_environment(cache),
                            capture_output=True, text=True, timeout=LIMIT_S)
@@ -106,12 +138,17 @@ def test_shipped_config_on_a_fresh_cache_killed_with_sigkill_resumes_without_red
     assert report["details"]["written"] == total - checkpoint["position"]  # ...not embedded and sent again
     assert report["passages_streamed"] == report["documents_in_store"] == total and report["count_ok"] is True
     assert report["rejected"] == 0 and report["skips"]["total"] == 0
+    assert report["details"]["index_count"] == report["details"]["expected_count"] == total
 
     ids, embedded = [], 0
     for hit in _scan(es_client, es_index_name):
         ids.append(hit["_id"])
         embedded += len(hit["_source"].get("embedding") or []) == 384
-    assert sorted(ids) == sorted(expected_ids) and embedded == total  # each passage once, each with its vector
+    assert len(ids) == total and sorted(ids) == sorted(expected_ids)  # exactly the passages, each once...
+    assert embedded == total  # ...each with its vector
+    # settings back to what the index was created with (the shipped layout: 0 replicas), the load's _meta gone
+    assert _load_settings(es_client, es_index_name) == {"index.refresh_interval": None, "index.number_of_replicas": "0"}
+    assert LOAD_META_KEY not in _load_meta(es_client, es_index_name)
     final = json.loads(checkpoint_path.read_text())
     assert final["completed"] is True and final["position"] == total
 

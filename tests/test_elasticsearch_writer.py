@@ -1,7 +1,10 @@
 """ElasticsearchStreamingWriter against the real node (scripts/elasticsearch.sh), never a mock.
 
-- a load killed part-way (SIGKILL) and re-run ends with exactly the passages of the stream, each id once, and
-  the re-run skips the prefix the checkpoint confirmed;
+- a load killed part-way (SIGKILL) and re-run is in tests/test_elasticsearch_shipped_config.py, which kills this
+  writer under ``icr2 index`` (the confirmed prefix skipped, exactly the passages each id once, the load settings
+  kept at the kill and restored after, a checkpoint of another fingerprint refused);
+- a load that fails part-way (the corpus reader fails, the connection or the node's answers fail for good) keeps
+  the checkpoint of what was confirmed; after a reader failure or a lost connection the re-run resumes from it;
 - an unreachable node: retries, then an error naming the URL;
 - an embedding dimension that does not match the index: a clear error naming both dimensions;
 - refresh/replica settings switched for the load and restored afterwards, on failure too;
@@ -14,12 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import signal
 import socket
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from dataclasses import replace
@@ -43,13 +41,10 @@ from icr2_components.stores.elasticsearch.store import (
 from icr2_components.stores.elasticsearch.writer import (
     LOAD_META_KEY,
     BulkWriteError,
-    CheckpointMismatchError,
     ElasticsearchStreamingWriter,
     StreamingWriterSettings,
     document_to_source,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def sample_documents(corpus, limit: int | None = None, dim: int | None = None):
@@ -68,14 +63,6 @@ def load_settings(client, index: str) -> dict:
 
 def load_meta(client, index: str) -> dict:
     return client.indices.get_mapping(index=index).body[index]["mappings"].get("_meta") or {}
-
-
-def all_ids(client, index: str) -> list[str]:
-    from elasticsearch.helpers import scan
-
-    return [
-        hit["_id"] for hit in scan(client, index=index, query={"query": {"match_all": {}}}, _source=False, size=2000)
-    ]
 
 
 def closed_port() -> int:
@@ -176,116 +163,6 @@ def test_document_to_source_is_what_elasticsearch_document_store_writes():
 
 
 # ---------------------------------------------------------------------------------------- against the node
-
-KILLED_CHILD = textwrap.dedent(
-    """
-    import sys, time
-    from icr2_components.kilt import KiltKnowledgeSource
-    from icr2_components.stores.elasticsearch.writer import ElasticsearchStreamingWriter, StreamingWriterSettings
-
-    url, index, checkpoint, corpus = sys.argv[1:5]
-
-    def slowed(documents):
-        # a little slower than the node, so that the parent can kill the load part-way
-        for i, document in enumerate(documents):
-            if i and i % 100 == 0:
-                time.sleep(0.05)
-            yield document
-
-    writer = ElasticsearchStreamingWriter(url, index, StreamingWriterSettings(batch_size=100, thread_count=2,
-        checkpoint_path=checkpoint, checkpoint_every=1, fingerprint="sample-v1", progress=False))
-    writer.write(slowed(KiltKnowledgeSource(corpus).documents()))
-    print("FINISHED")
-    """
-)
-
-
-@pytest.mark.elasticsearch
-def test_killed_load_resumes_to_exactly_the_passage_count(
-    elasticsearch_url, es_client, es_index_name, sample_files, tmp_path
-):
-    checkpoint = tmp_path / "load.checkpoint.json"
-    expected_ids = [d.id for d in KiltKnowledgeSource(sample_files.corpus).documents()]
-    total = len(expected_ids)
-    assert total > 3000 and len(set(expected_ids)) == total
-
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            KILLED_CHILD,
-            elasticsearch_url,
-            es_index_name,
-            str(checkpoint),
-            str(sample_files.corpus),
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, "HAYSTACK_TELEMETRY_ENABLED": "False", "RAGAS_DO_NOT_TRACK": "true", "HF_HUB_OFFLINE": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    confirmed = 0
-    deadline = time.monotonic() + 600  # about 20 s on an idle machine; much longer on shared cores
-    try:
-        while time.monotonic() < deadline and child.poll() is None:
-            if checkpoint.exists():
-                try:
-                    confirmed = json.loads(checkpoint.read_text())["position"]
-                except (ValueError, KeyError):  # replaced while reading
-                    confirmed = 0
-                if confirmed >= 1000:
-                    break
-            time.sleep(0.02)
-        assert child.poll() is None, (
-            f"the load ended before it could be killed:\n{child.stdout.read().decode()[-2000:]}"
-        )
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
-
-    state = json.loads(checkpoint.read_text())
-    assert not state["completed"] and 1000 <= state["position"] < total
-    # killed in the middle of the load: refresh is still off and the settings to restore are kept in _meta
-    assert load_settings(es_client, es_index_name)["index.refresh_interval"] == "-1"
-    assert LOAD_META_KEY in load_meta(es_client, es_index_name)
-
-    # a run with another configuration refuses to resume, and writes nothing
-    es_client.indices.refresh(index=es_index_name)
-    count_before = es_client.count(index=es_index_name)["count"]
-    other = ElasticsearchStreamingWriter(
-        elasticsearch_url,
-        es_index_name,
-        StreamingWriterSettings(checkpoint_path=checkpoint, fingerprint="sample-v2", progress=False),
-    )
-    with pytest.raises(CheckpointMismatchError, match="fingerprint"):
-        other.write(KiltKnowledgeSource(sample_files.corpus).documents())
-    es_client.indices.refresh(index=es_index_name)
-    assert es_client.count(index=es_index_name)["count"] == count_before
-
-    # the re-run: same stream, same fingerprint
-    writer = ElasticsearchStreamingWriter(
-        elasticsearch_url,
-        es_index_name,
-        StreamingWriterSettings(batch_size=100, checkpoint_path=checkpoint, fingerprint="sample-v1", progress=False),
-    )
-    report = writer.write(KiltKnowledgeSource(sample_files.corpus).documents())
-    print("\n" + report.summary())
-
-    assert report.resumed_from == state["position"] > 0  # the confirmed prefix was skipped...
-    assert report.written == total - state["position"]  # ...and only the rest was sent
-    assert report.passages_streamed == total
-    assert report.failed == 0
-    assert report.count_ok and report.index_count == report.expected_count == total
-    ids = all_ids(es_client, es_index_name)
-    assert len(ids) == total and sorted(ids) == sorted(expected_ids)  # exactly the passages, each once
-    # settings back to what the index had before the killed run (it was created with 0 replicas)
-    assert load_settings(es_client, es_index_name) == {"index.refresh_interval": None, "index.number_of_replicas": "0"}
-    assert LOAD_META_KEY not in load_meta(es_client, es_index_name)
-    assert json.loads(checkpoint.read_text())["completed"] is True
-
 
 @pytest.mark.elasticsearch
 def test_unreachable_node_is_retried_then_named(tmp_path):
