@@ -6,6 +6,11 @@ names the socket that receives the passages; under a controlled context type (go
 compare removes the components that feed it (the retriever, or retrievers and corpus builder) and passes the
 given passages there, so that only the context-utilisation stage differs (as CUB does).
 
+The declared ``inputs``/``outputs`` are Haystack ``SuperComponent`` mappings and are run as one: compare and serve
+call the SuperComponent of :meth:`PipelineSpec.component` (the declared mappings, the context entry, a setting input
+per reader budget and token stream, and the outputs a record reads), and ``technique_component`` wraps the same
+declared mappings for a user's pipeline, so an input or output means one thing everywhere.
+
 Internal to compare and serve (and the experiments run through compare), not part of the package's API: a user
 loads a pipeline as a Haystack ``Pipeline`` with :func:`~icr2_components.pipeline_loading.load_pipeline` and as a
 component with :func:`~icr2_components.technique_component.technique_component`.
@@ -22,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from haystack import Document, Pipeline
+from haystack import Document, Pipeline, SuperComponent
+from haystack.core.super_component.super_component import InvalidMappingTypeError, InvalidMappingValueError
 from haystack.dataclasses import ChatMessage
 
 from icr2_components.backends import Backend
@@ -74,24 +80,38 @@ def parse_declared_io(data: dict, source: str) -> tuple[dict[str, list[str]], di
     return parsed_inputs, parsed_outputs
 
 
-def check_targets(pipeline: Pipeline, inputs: dict[str, list[str]], outputs: dict[str, str], source: str) -> None:
-    """Every declared input must be a pipeline input socket and every output a component's output socket."""
-    open_inputs = pipeline.inputs()
-    for name, targets in inputs.items():
-        for target in targets:
-            component, socket = target.split(".", 1)
-            if socket not in open_inputs.get(component, {}):
-                raise PipelineSpecError(
-                    f"{source}: input {name!r} targets {target}, which is not an open input socket."
-                )
-    output_sockets = pipeline.outputs(include_components_with_connected_outputs=True)
-    components = {name for name, _ in pipeline.walk()}
-    for name, path in outputs.items():
-        component, socket = path.split(".", 1)
-        if component not in components:
-            raise PipelineSpecError(f"{source}: output {name!r} names unknown component {component!r}.")
-        if socket not in output_sockets.get(component, {}):
-            raise PipelineSpecError(f"{source}: output {name!r} names unknown socket {path}.")
+# Run-time settings a caller gives one component (compare's answer budget, serve's per-reader budget and token
+# stream): each open socket of these names is a SuperComponent input of its own, ``<component>_<socket>``.
+SETTING_SOCKETS = ("max_new_tokens", "streaming_callback")
+# The input that feeds the context entry its passages where no declared input does (a controlled context type).
+CONTEXT_INPUT = "context_documents"
+
+
+def setting_input(component: str, socket: str) -> str:
+    """The SuperComponent input through which a caller sets ``component``'s run-time ``socket``."""
+    return f"{component}_{socket}"
+
+
+def setting_inputs(wrapped: SuperComponent, socket: str) -> dict[str, str]:
+    """``{component: input name}`` of the setting inputs (``SETTING_SOCKETS``) for ``socket`` of ``wrapped``."""
+    found = {}
+    for name, targets in wrapped.input_mapping.items():
+        if len(targets) == 1 and targets[0].endswith(f".{socket}"):
+            component = targets[0].split(".", 1)[0]
+            if name == setting_input(component, socket):
+                found[component] = name
+    return found
+
+
+def nested_outputs(wrapped: SuperComponent, outputs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A SuperComponent's outputs as the wrapped pipeline's ``{component: {socket: value}}`` (through its output
+    mapping); the sockets of components that did not run (a branch not taken) are absent."""
+    nested: dict[str, dict[str, Any]] = {}
+    for path, name in wrapped.output_mapping.items():
+        if name in outputs:
+            component, socket = path.split(".", 1)
+            nested.setdefault(component, {})[socket] = outputs[name]
+    return nested
 
 
 def file_hash(text: str) -> str:
@@ -327,7 +347,7 @@ class PipelineSpec:
     context_input: str | None
     hash: str
     backend: Backend | None = None
-    _pipelines: dict[str, Pipeline] = field(default_factory=dict, repr=False)
+    _components: dict[str, SuperComponent] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_file(cls, path: str, backend: Backend | None = None,
@@ -361,14 +381,13 @@ class PipelineSpec:
             text = yaml.safe_dump(data, sort_keys=False)
             pipeline = loads_pipeline(text, source=f"{source} reusing prompt prefixes")
         inputs, outputs = parse_declared_io(data, str(path))
-        check_targets(pipeline, inputs, outputs, str(path))
         context_input = (data.get("metadata") or {}).get("context_input")
         if context_input is not None and (not isinstance(context_input, str) or "." not in context_input):
             raise PipelineSpecError(
                 f"{path}: metadata.context_input must be `component.socket`, got {context_input!r}."
             )
         spec = cls(str(path), file.stem, text, data, inputs, outputs, context_input, behaviour_hash(data), backend)
-        spec._pipelines["open"] = pipeline
+        spec._components["open"] = spec._wrap(pipeline, str(path))  # the declared IO is checked here
         return spec
 
     @property
@@ -381,13 +400,79 @@ class PipelineSpec:
                 return name
         return None
 
-    def pipeline(self, controlled: bool) -> Pipeline:
-        key = "controlled" if controlled and self.context_input and not self.documents_input else "open"
+    def declared_mappings(self) -> tuple[dict[str, list[str]], dict[str, str]]:
+        """The declared ``inputs``/``outputs`` as Haystack ``SuperComponent`` mappings (``input_mapping``,
+        ``output_mapping``): what ``technique_component`` wraps and what compare and serve run through.
+
+        :raises PipelineSpecError: two declared outputs read the same socket (a SuperComponent maps a socket once).
+        """
+        output_mapping: dict[str, str] = {}
+        for name, path in self.outputs.items():
+            if path in output_mapping:
+                raise PipelineSpecError(f"{self.path}: outputs {output_mapping[path]!r} and {name!r} both read {path}; "
+                                        "a SuperComponent maps each socket to one output, so declare it once.")
+            output_mapping[path] = name
+        return {name: list(targets) for name, targets in self.inputs.items()}, output_mapping
+
+    def _wrap(self, pipeline: Pipeline, source: str, extra_outputs: tuple[str, ...] = ()) -> SuperComponent:
+        """``pipeline`` (the whole one or a variant) as a ``SuperComponent`` over the declared mappings: the declared
+        inputs and outputs its components still have, ``CONTEXT_INPUT`` where the context entry is open and no
+        declared input feeds it, a setting input per open ``SETTING_SOCKETS`` socket, and as further outputs, named
+        by their paths, every output socket of the traced components, of the reader's prompt feeds and of the
+        components in ``extra_outputs`` (what a record reads beside the declared outputs).
+
+        :raises PipelineSpecError: the mappings do not fit the pipeline (SuperComponent's check, with its reason).
+        """
+        declared_inputs, declared_outputs = self.declared_mappings()
+        existing = {name for name, _ in pipeline.walk()}
+        open_inputs = pipeline.inputs()
+        input_mapping = {}
+        for name, targets in declared_inputs.items():
+            kept = [target for target in targets if target.split(".", 1)[0] in existing]
+            if kept:
+                input_mapping[name] = kept
+        if self.context_input and not self.documents_input:
+            component, socket = self.context_input.split(".", 1)
+            if socket in open_inputs.get(component, {}):
+                input_mapping[CONTEXT_INPUT] = [self.context_input]
+        for component, sockets in open_inputs.items():
+            for socket in SETTING_SOCKETS:
+                if socket in sockets:
+                    input_mapping.setdefault(setting_input(component, socket), [f"{component}.{socket}"])
+        output_mapping = {path: name for path, name in declared_outputs.items() if path.split(".", 1)[0] in existing}
+        all_outputs = pipeline.outputs(include_components_with_connected_outputs=True)
+        read = {*traced_components(pipeline), *(sender for sender, _ in prompt_feeds(pipeline)), *extra_outputs}
+        for component in sorted(read & existing):
+            for socket in all_outputs.get(component, {}):
+                output_mapping.setdefault(f"{component}.{socket}", f"{component}.{socket}")
+        try:
+            return SuperComponent(pipeline=pipeline, input_mapping=input_mapping, output_mapping=output_mapping)
+        except (InvalidMappingTypeError, InvalidMappingValueError) as error:
+            raise PipelineSpecError(
+                f"{source}: its declared `inputs`/`outputs` do not map onto the pipeline ({error}). An input names "
+                "an open input socket (one no connection feeds), an output a component's output socket."
+            ) from error
+
+    def _variant(self, controlled: bool) -> str:
+        """``controlled`` where a controlled context type changes the pipeline (it has a context entry that no
+        declared input feeds), else ``open``."""
+        return "controlled" if controlled and self.context_input and not self.documents_input else "open"
+
+    def component(self, controlled: bool) -> SuperComponent:
+        """The pipeline (``controlled``: the variant without what feeds the context entry) as the SuperComponent
+        compare and serve run (``_wrap``)."""
+        key = self._variant(controlled)
         with _LOADING:  # compare asks from several threads at once: one pipeline per variant
-            if key not in self._pipelines:
-                self._pipelines[key] = loads_pipeline(yaml.safe_dump(controlled_variant(self.data, self.context_input)),
-                                                      source=f"{self.path} (controlled context)")
-            return self._pipelines[key]
+            if key not in self._components:
+                source = f"{self.path} (controlled context)"
+                pipeline = loads_pipeline(yaml.safe_dump(controlled_variant(self.data, self.context_input)),
+                                          source=source)
+                self._components[key] = self._wrap(pipeline, source)
+            return self._components[key]
+
+    def pipeline(self, controlled: bool) -> Pipeline:
+        """The Haystack pipeline :meth:`component` wraps."""
+        return self.component(controlled).pipeline
 
     def warm_up(self, pipeline: Pipeline) -> None:
         """Load every component (models, indexes, artifacts; a no-op once loaded). A component that cannot load
@@ -401,26 +486,21 @@ class PipelineSpec:
                                     f"{message}. Fix the component's settings in {self.path}; nothing was answered "
                                     "with it.") from error
 
-    def _data(self, pipeline: Pipeline, query: str, documents: list[Document] | None,
-              max_new_tokens: int | None) -> dict[str, dict[str, Any]]:
-        """The pipeline's run inputs for one question (components absent from ``pipeline`` get none)."""
-        existing = {name for name, _ in pipeline.walk()}
-        data: dict[str, dict[str, Any]] = {}
-        for target in self.inputs["query"]:
-            component, socket = target.split(".", 1)
-            if component in existing:
-                data.setdefault(component, {})[socket] = query
+    def _inputs(self, wrapped: SuperComponent, query: str, documents: list[Document] | None,
+                max_new_tokens: int | None) -> dict[str, Any]:
+        """The SuperComponent inputs for one question: the query, the passages for the context entry, and the answer
+        budget for every component with a ``max_new_tokens`` input (whatever its class: an open socket of that name
+        is the contract, so a new reader needs no edit here)."""
+        given: dict[str, Any] = {}
+        if "query" in wrapped.input_mapping:
+            given["query"] = query
         if documents is not None and self.context_input:
-            component, socket = self.context_input.split(".", 1)
-            if component in existing:
-                data.setdefault(component, {})[socket] = documents
+            name = self.documents_input or CONTEXT_INPUT
+            if name in wrapped.input_mapping:
+                given[name] = documents
         if max_new_tokens:
-            # Any component that takes a max_new_tokens input gets the cap (whatever its class): an unconnected
-            # input socket of that name is the contract, so a new reader needs no edit here.
-            for name, sockets in pipeline.inputs(include_components_with_connected_inputs=True).items():
-                if "max_new_tokens" in sockets:
-                    data.setdefault(name, {})["max_new_tokens"] = max_new_tokens
-        return data
+            given.update(dict.fromkeys(setting_inputs(wrapped, "max_new_tokens").values(), max_new_tokens))
+        return given
 
     def _record(self, pipeline: Pipeline, result: dict, reply: ChatMessage | None, documents: list[Document] | None,
                 controlled: bool, latency: float) -> dict[str, Any]:
@@ -454,37 +534,34 @@ class PipelineSpec:
     def run(self, query: str, documents: list[Document] | None, controlled: bool,
             max_new_tokens: int | None = None) -> dict[str, Any]:
         """Answer one question; ``documents`` go to the context entry. Returns answer, shown ids, tokens, latency."""
-        pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
+        wrapped, given = self._prepared(query, documents, controlled, max_new_tokens)
         start = time.perf_counter()
-        result = pipeline.run(data, include_outputs_from=outputs_from)
-        return self._answered(pipeline, result, documents, controlled, time.perf_counter() - start)
+        outputs = wrapped.run(**given)
+        return self._answered(wrapped, outputs, documents, controlled, time.perf_counter() - start)
 
     async def run_async(self, query: str, documents: list[Document] | None, controlled: bool,
                         max_new_tokens: int | None = None) -> dict[str, Any]:
-        """:meth:`run` through Haystack's ``Pipeline.run_async``: components with ``run_async`` (the served reader,
+        """:meth:`run` through the SuperComponent's ``run_async``: components with ``run_async`` (the served reader,
         the served gate) are awaited, so several questions' requests overlap; the same record as :meth:`run`."""
-        pipeline, data, outputs_from = self._prepared(query, documents, controlled, max_new_tokens)
+        wrapped, given = self._prepared(query, documents, controlled, max_new_tokens)
         start = time.perf_counter()
-        result = await pipeline.run_async(data, include_outputs_from=outputs_from)
-        return self._answered(pipeline, result, documents, controlled, time.perf_counter() - start)
+        outputs = await wrapped.run_async(**given)
+        return self._answered(wrapped, outputs, documents, controlled, time.perf_counter() - start)
 
     def _prepared(self, query: str, documents: list[Document] | None, controlled: bool,
-                  max_new_tokens: int | None) -> tuple[Pipeline, dict, set[str]]:
-        """The warmed-up pipeline, its run data and the components whose outputs the record reads."""
-        pipeline = self.pipeline(controlled)
-        data = self._data(pipeline, query, documents, max_new_tokens)
-        existing = {name for name, _ in pipeline.walk()}
-        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values() if p.split(".", 1)[0] in existing}
-        # the prompt and the techniques' traces are read from these components' outputs too
-        outputs_from |= set(traced_components(pipeline)) | {sender for sender, _ in prompt_feeds(pipeline)}
-        self.warm_up(pipeline)
-        return pipeline, data, outputs_from
+                  max_new_tokens: int | None) -> tuple[SuperComponent, dict[str, Any]]:
+        """The warmed-up SuperComponent and its inputs for one question."""
+        wrapped = self.component(controlled)
+        given = self._inputs(wrapped, query, documents, max_new_tokens)
+        self.warm_up(wrapped.pipeline)
+        return wrapped, given
 
-    def _answered(self, pipeline: Pipeline, result: dict, documents: list[Document] | None, controlled: bool,
-                  latency: float) -> dict[str, Any]:
+    def _answered(self, wrapped: SuperComponent, outputs: dict[str, Any], documents: list[Document] | None,
+                  controlled: bool, latency: float) -> dict[str, Any]:
+        result = nested_outputs(wrapped, outputs)
         reply_component, reply_socket = self.outputs["replies"].split(".", 1)
         replies = result.get(reply_component, {}).get(reply_socket) or []
-        return self._record(pipeline, result, replies[0] if replies else None, documents, controlled, latency)
+        return self._record(wrapped.pipeline, result, replies[0] if replies else None, documents, controlled, latency)
 
     # -- answering many questions in one generate call -------------------------------------------------------
 
@@ -519,25 +596,30 @@ class PipelineSpec:
         """The component whose replies the pipeline answers with (None if the pipeline lacks it)."""
         return dict(self.pipeline(controlled).walk()).get(self.outputs["replies"].split(".", 1)[0])
 
-    def _prefix(self, controlled: bool) -> Pipeline:
-        """The pipeline without its reader: everything that builds the reader's messages."""
-        key = f"prefix:{'controlled' if controlled and self.context_input and not self.documents_input else 'open'}"
-        if key not in self._pipelines:
-            if key == "prefix:controlled":
-                base = controlled_variant(self.data, self.context_input)
-            else:
-                base = copy.deepcopy(self.data)
-            base.pop("inputs", None)
-            base.pop("outputs", None)
-            reader = self.outputs["replies"].split(".", 1)[0]
-            base["components"] = {k: v for k, v in base["components"].items() if k != reader}
-            base["connections"] = [
-                c
-                for c in base.get("connections") or []
-                if c["receiver"].split(".", 1)[0] != reader and c["sender"].split(".", 1)[0] != reader
-            ]
-            self._pipelines[key] = loads_pipeline(yaml.safe_dump(base), source=f"{self.path} (up to its reader)")
-        return self._pipelines[key]
+    def _prefix(self, controlled: bool) -> SuperComponent:
+        """The pipeline without its reader (everything that builds the reader's messages), wrapped so that it also
+        gives what feeds the reader."""
+        key = f"prefix:{self._variant(controlled)}"
+        with _LOADING:
+            if key not in self._components:
+                base = controlled_variant(self.data, self.context_input if key == "prefix:controlled" else None)
+                reader = self.outputs["replies"].split(".", 1)[0]
+                base["components"] = {k: v for k, v in base["components"].items() if k != reader}
+                base["connections"] = [
+                    c
+                    for c in base.get("connections") or []
+                    if c["receiver"].split(".", 1)[0] != reader and c["sender"].split(".", 1)[0] != reader
+                ]
+                source = f"{self.path} (up to its reader)"
+                feeds = tuple(sender for sender, _ in self._reader_feeds(controlled))
+                self._components[key] = self._wrap(loads_pipeline(yaml.safe_dump(base), source=source), source, feeds)
+            return self._components[key]
+
+    def _reader_feeds(self, controlled: bool) -> list[tuple[str, str]]:
+        """``(component, socket)`` of every output connected to the reader."""
+        reader_name = self.outputs["replies"].split(".", 1)[0]
+        edges = self.pipeline(controlled).graph.in_edges(reader_name, data="from_socket")
+        return [(sender, getattr(socket, "name", socket)) for sender, _, socket in edges]
 
     def run_batch(self, items: list[tuple[str, list[Document] | None]], controlled: bool,
                   max_new_tokens: int | None = None) -> list[dict[str, Any]]:
@@ -552,15 +634,11 @@ class PipelineSpec:
         prefix = self._prefix(controlled)
         reader_name = self.outputs["replies"].split(".", 1)[0]
         reader = full.get_component(reader_name)
-        edges = full.graph.in_edges(reader_name, data="from_socket")
-        feeds = [(sender, getattr(socket, "name", socket)) for sender, _, socket in edges]
-        outputs_from = {p.split(".", 1)[0] for p in self.outputs.values()} | {sender for sender, _ in feeds}
-        outputs_from |= set(traced_components(prefix))
-        outputs_from &= {name for name, _ in prefix.walk()}
+        feeds = self._reader_feeds(controlled)
         prepared = []
         for query, documents in items:
             start = time.perf_counter()
-            result = prefix.run(self._data(prefix, query, documents, max_new_tokens), include_outputs_from=outputs_from)
+            result = nested_outputs(prefix, prefix.run(**self._inputs(prefix, query, documents, max_new_tokens)))
             messages = next((result[sender][socket] for sender, socket in feeds
                              if socket in result.get(sender, {})), None)
             if messages is None:
@@ -568,7 +646,7 @@ class PipelineSpec:
                     f"{self.path}: no component produced the messages of its reader {reader_name!r}."
                 )
             prepared.append((result, messages, time.perf_counter() - start))
-        self.warm_up(prefix)
+        self.warm_up(prefix.pipeline)
         self.warm_up(full)  # the reader (the rest is shared with the prefix through the model and index caches)
         start = time.perf_counter()
         replies = reader.run_batch([messages for _, messages, _ in prepared], max_new_tokens=max_new_tokens)

@@ -69,14 +69,6 @@ def technique_component(name_or_path: str | os.PathLike, backend: Any = None) ->
             for component, sockets in leaves.items() for socket in sockets
         })
     spec = PipelineSpec.from_file(os.fspath(path), backend=backend)
-    output_mapping: dict[str, str] = {}
-    for name, path in spec.outputs.items():
-        if path in output_mapping:
-            raise ValueError(f"{spec.path}: outputs {output_mapping[path]!r} and {name!r} both read {path}; a "
-                             "SuperComponent maps each socket to one output, so declare it once.")
-        output_mapping[path] = name
-    return SuperComponent(
-        pipeline=spec.pipeline(controlled=False),
-        input_mapping={name: list(targets) for name, targets in spec.inputs.items()},
-        output_mapping=output_mapping,
-    )
+    input_mapping, output_mapping = spec.declared_mappings()
+    return SuperComponent(pipeline=spec.pipeline(controlled=False), input_mapping=input_mapping,
+                          output_mapping=output_mapping)

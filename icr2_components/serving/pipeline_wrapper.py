@@ -15,10 +15,10 @@ from typing import Any
 import networkx
 import numpy
 from hayhooks import BasePipelineWrapper
-from haystack import Document
+from haystack import Document, SuperComponent
 from haystack.dataclasses import ChatMessage, StreamingChunk
 
-from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components.pipeline_spec import PipelineSpec, nested_outputs, setting_inputs
 from icr2_components.serving.observation import note_answer, note_pipeline
 from icr2_components.serving.openai_models import (
     ChatRequestRefused,
@@ -93,7 +93,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     Usage example:
     ```python
-    from icr2_components.pipeline_spec import PipelineSpec
+    from icr2_components.pipeline_spec import PipelineSpec, nested_outputs, setting_inputs
     from icr2_components.serving import DeclaredPipelineWrapper
 
     wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("closed_book"), max_new_tokens=8)
@@ -130,6 +130,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         self._slots = threading.BoundedSemaphore(concurrency)
         self._setup_lock = threading.Lock()
         self.streaming_components: list[str] = []
+        self._wrapped: SuperComponent  # set by setup: the spec's SuperComponent, warmed up
         parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Any)
                       for name in spec.inputs]
         # the declared outputs, typed from their sockets: the server makes it the `result` of the 200 schema and
@@ -147,10 +148,11 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
             return
         with self._setup_lock:
             if self.pipeline is None:
-                pipeline = self.spec.pipeline(controlled=False)
-                pipeline.warm_up()
-                self.streaming_components = reply_streamers(pipeline, self.spec.outputs["replies"])
-                self.pipeline = pipeline  # only once warmed up: no request runs a half-loaded pipeline
+                wrapped = self.spec.component(controlled=False)
+                wrapped.warm_up()
+                self.streaming_components = reply_streamers(wrapped.pipeline, self.spec.outputs["replies"])
+                self._wrapped = wrapped
+                self.pipeline = wrapped.pipeline  # only once warmed up: no request runs a half-loaded pipeline
 
     def run_api(self, **inputs: Any) -> dict:
         """Answer one request: the declared inputs in, the declared outputs (JSON) out.
@@ -161,40 +163,38 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         result = self._run(self._pipeline_data(inputs))
         return {name: to_json(_output(result, path)) for name, path in self.spec.outputs.items()}
 
-    def _pipeline_data(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> dict[str, dict]:
-        """The run data for the declared ``inputs``, with the answer budgets: ``max_new_tokens`` (a request's)
-        lowers each component's budget (the server's ``max_new_tokens``, else its own), never raises it."""
+    def _pipeline_data(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> dict[str, Any]:
+        """The SuperComponent inputs (``PipelineSpec.component``) for the declared ``inputs``, with the answer
+        budgets: ``max_new_tokens`` (a request's) lowers each component's budget (the server's ``max_new_tokens``,
+        else its own), never raises it."""
         self.setup()
         note_pipeline(self.spec.name, inputs.get("query"))  # for the request's metrics, trace and logs
         unknown = set(inputs) - set(self.spec.inputs)
         if unknown:
             raise ValueError(f"unknown inputs {sorted(unknown)}; declared: {sorted(self.spec.inputs)}")
-        data: dict[str, dict[str, Any]] = {}
+        given: dict[str, Any] = {}
         for name, value in inputs.items():
             if value is None:
                 continue
             if isinstance(value, list) and value and isinstance(value[0], dict | DocumentIn):
                 value = [(v if isinstance(v, DocumentIn) else DocumentIn(**v)).to_document() for v in value]
-            for target in self.spec.inputs[name]:
-                component, socket = target.split(".", 1)
-                data.setdefault(component, {})[socket] = value
+            given[name] = value
         if self.max_new_tokens or max_new_tokens:
             # every component with a max_new_tokens input gets the server's cap, whatever its class (as in compare)
-            for component_name, sockets in self.pipeline.inputs(include_components_with_connected_inputs=True).items():
-                if "max_new_tokens" in sockets:
-                    cap = self.max_new_tokens or getattr(self.pipeline.get_component(component_name),
-                                                         "max_new_tokens", None)
-                    budget = min(max_new_tokens, cap) if max_new_tokens and isinstance(cap, int) else (
-                        max_new_tokens or cap)
-                    data.setdefault(component_name, {})["max_new_tokens"] = budget
-        return data
+            for component_name, input_name in setting_inputs(self._wrapped, "max_new_tokens").items():
+                cap = self.max_new_tokens or getattr(self.pipeline.get_component(component_name),
+                                                     "max_new_tokens", None)
+                budget = min(max_new_tokens, cap) if max_new_tokens and isinstance(cap, int) else (
+                    max_new_tokens or cap)
+                given[input_name] = budget
+        return given
 
-    def _run(self, data: dict[str, dict]) -> dict:
-        """Run the pipeline in one of the ``concurrency`` slots; an input-caused failure is a ``RequestRefused``."""
-        outputs_from = {path.split(".", 1)[0] for path in self.spec.outputs.values()}
+    def _run(self, given: dict[str, Any]) -> dict:
+        """Run the pipeline in one of the ``concurrency`` slots; the outputs as ``{component: {socket: value}}``.
+        An input-caused failure is a ``RequestRefused``."""
         with self._slots:
             try:
-                return self.pipeline.run(data, include_outputs_from=outputs_from)
+                return nested_outputs(self._wrapped, self._wrapped.run(**given))
             except Exception as error:
                 refusal = refusal_for(error)
                 if refusal is None:
@@ -231,8 +231,10 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         text as one piece."""
         data = self._pipeline_data(inputs, max_new_tokens)
         events: queue.Queue = queue.Queue()
+        streaming_inputs = setting_inputs(self._wrapped, "streaming_callback")
         for name in self.streaming_components:
-            data.setdefault(name, {})["streaming_callback"] = stream_to_request
+            if name in streaming_inputs:
+                data[streaming_inputs[name]] = stream_to_request
 
         def work() -> None:
             _STREAM_EVENTS.set(events)  # this thread's: the pipeline runs its components here
