@@ -1,5 +1,8 @@
-"""``icr2 compare`` end to end with the real SmolLM2: the report's numbers recomputed from the saved answers,
-and a run killed with SIGKILL mid-run and resumed gives the same answers and report as one never interrupted."""
+"""``icr2 compare`` end to end: with the real SmolLM2, the report's numbers recomputed from the saved answers (and
+a re-run answered wholly from the cache); a run killed with SIGKILL mid-run and resumed gives the same answers and
+report as one never interrupted, a plumbing test of the answer cache and the report on ``tiny-random-mistral`` (the
+shipped pipelines with only their reader's model swapped: random weights, answers that mean nothing, seconds a run).
+"""
 
 import functools
 import gzip
@@ -186,9 +189,11 @@ def check_external_metrics(report, records):
 
 
 # the pipelines' own answer budgets, one request at a time, as a user runs it; the two controlled context types
-# that BCU's faithfulness reads (the others go through the same cache code: half the answers, CI time)
-KILL_RESUME_ARGS = ["compare", "--pipelines", "pipelines/closed_book.yaml", "pipelines/vanilla_rag.yaml",
-                    "--limit", "2", "--context-types", "gold,conflicting", "--no-progress"]
+# that BCU's faithfulness reads (the others go through the same cache code: half the answers, CI time); three
+# questions, so that the tiny model (about 0.25 s an answer) is still answering a second or two after the third
+KILL_RESUME_PIPELINES = ["closed_book", "vanilla_rag"]
+KILL_RESUME_OPTIONS = ["--limit", "3", "--context-types", "gold,conflicting", "--no-progress"]
+TINY_MODEL = "tiny-random-mistral"
 TIMING = ("latency", "seconds", "per_second")  # what times a run (differs between any two runs)
 
 
@@ -214,14 +219,33 @@ def answers(out: Path) -> dict[str, dict]:
             for r in read_answer_records(out / "answers.jsonl")}
 
 
-def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted_report(tmp_path):
+def tiny_model_pipelines(folder: Path) -> list[str]:
+    """The shipped kill-and-resume pipelines with the reader's model swapped for :data:`TINY_MODEL` (same file
+    names, so the same pipeline names in the report).
+
+    :returns: the ``compare`` arguments naming them."""
+    folder.mkdir()
+    paths = []
+    for name in KILL_RESUME_PIPELINES:
+        data = yaml.safe_load((ROOT / "pipelines" / f"{name}.yaml").read_text())
+        data["components"]["reader"]["init_parameters"]["model"] = TINY_MODEL
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        paths.append(str(path))
+    return ["compare", "--pipelines", *paths, *KILL_RESUME_OPTIONS]
+
+
+def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted_report_plumbing_tiny_random_mistral(
+    tmp_path,
+):
+    args = tiny_model_pipelines(tmp_path / "pipelines")
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    run = icr2(*KILL_RESUME_ARGS, out=reference)
+    run = icr2(*args, out=reference)
     assert run.wait(timeout=900) == 0, run.stdout.read()
     total = len(answers(reference))
-    assert total == 2 * 2 * 2  # 2 questions x 2 context types x 2 pipelines
+    assert total == 3 * 2 * 2  # 3 questions x 2 context types x 2 pipelines
 
-    victim = icr2(*KILL_RESUME_ARGS, out=resumed)
+    victim = icr2(*args, out=resumed)
     cache = resumed / "answers.jsonl.gz"
     deadline = time.monotonic() + 900
     while victim.poll() is None and time.monotonic() < deadline:
@@ -233,7 +257,7 @@ def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted
     before = AnswerCache(cache, writable=False)
     assert 3 <= len(before.records) < total
 
-    again = icr2(*KILL_RESUME_ARGS, out=resumed)
+    again = icr2(*args, out=resumed)
     printed = again.communicate(timeout=900)[0]
     assert again.returncode == 0, printed
     report = json.loads((resumed / "report.json").read_text())
@@ -245,7 +269,7 @@ def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted
     assert answers(resumed) == answers(reference)
     for section in set(expected) - {"run", "files"}:
         assert untimed(report[section]) == untimed(expected[section]), section
-    assert report["summary"]["vanilla_rag"]["gold"]["n"] == expected["summary"]["vanilla_rag"]["gold"]["n"] == 2
+    assert report["summary"]["vanilla_rag"]["gold"]["n"] == expected["summary"]["vanilla_rag"]["gold"]["n"] == 3
     # BCU recomputed from the resumed answers: gold -> gold answer, conflicting -> the substitute
     records = read_answer_records(cache)
     gold = [r for r in records if r["pipeline"] == "vanilla_rag" and r["context_type"] == "gold"]
@@ -260,7 +284,7 @@ def test_compare_killed_with_sigkill_mid_run_and_resumed_gives_the_uninterrupted
     edited = json.loads(lines[0])
     lines[0] = json.dumps({**edited, "answer": edited["answers"][0]}, ensure_ascii=False)
     cache.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
-    refused = icr2(*KILL_RESUME_ARGS, out=resumed)
+    refused = icr2(*args, out=resumed)
     printed = refused.communicate(timeout=900)[0]
     assert refused.returncode == 1
     assert f"{cache} line 1 ({edited['key']}) does not match its record_sha" in printed
