@@ -28,19 +28,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from icr2_components.models.cache_names import generate_cache_keyword
 from icr2_components.models.prefix_cache import LastPromptCache, common_prefix_length
 
 logger = logging.getLogger(__name__)
-
-
-def _cache_keyword() -> str:
-    """``generate``'s keyword for a cache it starts from: ``cache`` from transformers 5.2x on, before it
-    ``past_key_values`` (still accepted there, with a deprecation warning)."""
-    try:
-        from transformers.generation.utils import ALL_CACHE_NAMES
-    except ImportError:
-        return "past_key_values"
-    return "cache" if "cache" in ALL_CACHE_NAMES else "past_key_values"
 
 
 class GenerationPrefixCache(LastPromptCache):
@@ -100,7 +91,7 @@ class GenerationPrefixCache(LastPromptCache):
                 if self._disabled_reason is None and len(ids) <= self.max_cached_tokens:
                     cache = DynamicCache(config=model.config)
             output = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                    **({_cache_keyword(): cache} if cache is not None else {}), **arguments)
+                                    **({generate_cache_keyword(): cache} if cache is not None else {}), **arguments)
             self.stats["computed_tokens"] += len(ids) - shared
             if shared:
                 self.stats["reused_calls"] += 1

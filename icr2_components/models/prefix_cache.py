@@ -21,6 +21,8 @@ import logging
 import threading
 from collections.abc import Sequence
 
+from icr2_components.models.cache_names import forward_cache_keyword, output_cache
+
 logger = logging.getLogger(__name__)
 
 
@@ -114,13 +116,13 @@ class PrefixKVCache(LastPromptCache):
         import torch
 
         input_ids = torch.tensor([ids], device=model.device)
-        kwargs = {"past_key_values": cache} if cache is not None else {}
+        kwargs = {forward_cache_keyword(model): cache} if cache is not None else {}
         try:
             output = model(input_ids=input_ids, use_cache=keep or cache is not None, logits_to_keep=1, **kwargs)
         except TypeError:  # models without logits_to_keep
             output = model(input_ids=input_ids, use_cache=keep or cache is not None, **kwargs)
         if cache is None and keep:
-            self._model_id, self._ids, self._cache = id(model), ids, output.past_key_values
+            self._model_id, self._ids, self._cache = id(model), ids, output_cache(output)
         elif cache is None:
             self._model_id, self._ids, self._cache = None, [], None
         return output.logits[0, -1].float()

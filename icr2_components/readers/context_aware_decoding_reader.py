@@ -15,6 +15,7 @@ from haystack.dataclasses import ChatMessage
 
 from icr2_components.errors import MissingContextError
 from icr2_components.extras import extra_import
+from icr2_components.models.cache_names import forward_cache_keyword, output_cache
 from icr2_components.models.chat_messages import messages_to_dicts
 from icr2_components.models.local_chat_model import LocalChatModel, check_max_new_tokens
 from icr2_components.parameters import message_list, override
@@ -202,9 +203,10 @@ class ContextAwareDecodingReader:
     # ---- decoding -------------------------------------------------------------------------------------------
 
     def _forward(self, input_ids, cache, **kwargs):
-        output = self.chat_model.model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
-                                       **kwargs)
-        return output.logits[:, -1, :].float(), output.past_key_values
+        model = self.chat_model.model
+        output = model(input_ids=input_ids, use_cache=True, logits_to_keep=1,
+                       **{forward_cache_keyword(model): cache}, **kwargs)
+        return output.logits[:, -1, :].float(), output_cache(output)
 
     def _decode_separate(self, context_ids, memory_ids, rule, alpha, budget):
         from transformers import DynamicCache
