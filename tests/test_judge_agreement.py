@@ -9,6 +9,7 @@ import pytest
 import yaml
 from sklearn.metrics import cohen_kappa_score
 
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.judging import RagasJudge, judge_answers
 from icr2_components.evaluation.judging.agreement import judge_agreement, kappa_interval
 from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
@@ -56,7 +57,7 @@ def test_a_redone_answer_is_judged_again_and_agreement_counts_its_answers(tmp_pa
         redone = [record("Röntgen won it in 1901, they say."), record("It was Röntgen.", "q2")]
         again = judge_answers(redone, judge, tmp_path, metrics="groundedness,answer_relevance", progress=False)
     assert again["counters"] == {"judged": 2, "cached": 2, "stale": 2, "unparsable": 0, "failed_requests": 0}
-    lines = [json.loads(line) for line in (tmp_path / JUDGEMENTS_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(tmp_path / JUDGEMENTS_FILE)]
     assert len(lines) == 6 and sum("replaces" in line for line in lines) == 2  # the redone pair replaces the old
     agreement = judge_agreement(redone, again)
     # groundedness: ragas reads this judge's "0" as a rating of 0 for both; answer match is 1 for both

@@ -11,6 +11,7 @@ import json
 
 import yaml
 
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.judging import RagasJudge, judge_answers
 from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
 from icr2_components.testing import FixedAnswerServer
@@ -61,5 +62,5 @@ def test_fixed_reply_judge_cache_is_keyed_by_judge_question_answer_and_passages_
         assert other.hash != judge.hash
         fourth = judge_answers(reworded, other, tmp_path, metrics=METRICS, progress=False)
         assert fourth["counters"]["judged"] == 4 and fourth["counters"]["cached"] == 0
-    lines = [json.loads(line) for line in cache.read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(cache)]
     assert len(lines) == 4 + 2 + 4 and sum("replaces" in line for line in lines) == 2

@@ -7,6 +7,7 @@ so a second run can be seen to ask it nothing.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from icr2_components.backends import load_backend
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.compare.run import CACHE_FILE, run_compare
 from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE
 from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS
@@ -73,7 +75,7 @@ def test_every_judge_metric_is_in_the_report_with_its_n_interval_and_paired_test
             assert cell["n"] + cell["unparsable"] == 2 and cell["failed"] == 0, (name, metric, cell)
             if cell["n"]:
                 assert 0.0 <= cell["mean"] <= 1.0 and cell["method"] != "none"
-    lines = [json.loads(line) for line in (folder / "run" / JUDGEMENTS_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(folder / "run" / JUDGEMENTS_FILE)]
     assert len(lines) == 2 * 2 * len(JUDGE_METRICS)
     for line in lines:
         assert (line["value"] is None) == line["unparsable"]
@@ -109,14 +111,15 @@ def test_a_judgement_cut_by_a_kill_is_asked_again_and_only_it(judged, tmp_path):
     out.mkdir()
     for name in (CACHE_FILE, JUDGEMENTS_FILE):
         (out / name).write_bytes((folder / "run" / name).read_bytes())
-    raw = (out / JUDGEMENTS_FILE).read_bytes()
-    body, last = raw.rstrip(b"\n").rsplit(b"\n", 1)
-    (out / JUDGEMENTS_FILE).write_bytes(body + b"\n" + last[: len(last) // 2])  # killed while writing the last line
+    lines = cache_lines(out / JUDGEMENTS_FILE)
+    body, last = "".join(line + "\n" for line in lines[:-1]).encode(), (lines[-1] + "\n").encode()
+    member = gzip.compress(last)  # the gzip cache grows by one member per judgement: killed while writing the last
+    (out / JUDGEMENTS_FILE).write_bytes(gzip.compress(body) + member[: len(member) // 2])
     cut = json.loads(last)
     before = proxy.chats
     again = run_compare(PIPELINES, out_dir=out, backend=reader, judge=str(judge), **SETTINGS)
     assert again["judge"]["counters"]["judged"] == 1 and again["run"]["counters"]["model_runs"] == 0
     assert proxy.chats - before == len(cut["replies"])  # the one judgement's requests, nothing else
-    redone = json.loads((out / JUDGEMENTS_FILE).read_text().splitlines()[-1])
+    redone = json.loads(cache_lines(out / JUDGEMENTS_FILE)[-1])
     assert redone["key"] == cut["key"] and redone["value"] == cut["value"]  # a greedy judge says it again
     assert again["judge"]["summary"] == report["judge"]["summary"]

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from icr2_components.backends import load_backend
+from icr2_components.evaluation.compare.cache import cache_lines
 from icr2_components.evaluation.compare.run import run_compare
 from icr2_components.evaluation.judging.judgements import JUDGEMENTS_FILE, NO_PASSAGES
 from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS, JudgeRequestError
@@ -53,7 +54,7 @@ def test_unparsable_judge_replies_are_counted_per_metric_and_never_scored(tmp_pa
             assert cell["n"] == 0 and cell["mean"] is None  # no default 0: nothing scored
     assert section["summary"]["oracle"]["open"]["groundedness"]["unparsable"] == 2
     assert not section["paired"]["comparisons"]
-    lines = [json.loads(line) for line in (tmp_path / "run" / JUDGEMENTS_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(tmp_path / "run" / JUDGEMENTS_FILE)]
     assert len(lines) == 8 and all(line["value"] is None and line["unparsable"] for line in lines)
     assert all(line["replies"] and set(line["replies"]) == {REPLY} for line in lines)
     markdown = (tmp_path / "run" / "report.md").read_text()
@@ -71,6 +72,6 @@ def test_a_judge_failing_every_request_stops_the_run_and_records_failures_not_sc
         judge = backend_file(tmp_path, judge_server.url, "judge")
         with pytest.raises(JudgeRequestError, match="judge request failed"):
             run_compare(PIPELINES, out_dir=tmp_path / "run", backend=reader, judge=str(judge), **SETTINGS)
-    lines = [json.loads(line) for line in (tmp_path / "run" / JUDGEMENTS_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in cache_lines(tmp_path / "run" / JUDGEMENTS_FILE)]
     assert lines and all(line["failed_request"] and line["value"] is None and "503" in line["error"]
                          for line in lines)

@@ -101,8 +101,9 @@ def register(subparsers) -> None:
     parser.add_argument("--judge", metavar="BACKEND",
                         help="also judge every answer without gold labels, with ragas' judge metrics asked of this "
                         "backend's model (a shipped name such as llama_cpp_server, or a backend file): groundedness "
-                        "to the passages shown, answer relevance, context relevance; cached in --out/judgements.jsonl, "
-                        "reported with intervals, n, unparsable replies and paired tests (docs/evaluation.md)")
+                        "to the passages shown, answer relevance, context relevance; cached in "
+                        "--out/judgements.jsonl.gz, reported with intervals, n, unparsable replies and paired tests "
+                        "(docs/evaluation.md)")
     parser.add_argument("--judge-metrics", metavar="M1,M2",
                         help="comma-separated subset of groundedness,answer_relevance,context_relevance (default all)")
     parser.add_argument("--judge-concurrency", type=int,

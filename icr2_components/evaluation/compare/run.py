@@ -354,7 +354,7 @@ def run_compare(
     of a sequential run (``icr2_components.concurrency``). ``batch_size``: answers generated together by a
     pipeline whose reader batches (``compare.batching``); the cache and report are again those of 1. ``judge``: a
     judge backend (name, file, ``Backend`` or ``judging.RagasJudge``) that scores every answer with ragas' judge
-    metrics (``judge_metrics``, default all; ``evaluation.judging``), cached in ``judgements.jsonl``, at
+    metrics (``judge_metrics``, default all; ``evaluation.judging``), cached in ``judgements.jsonl.gz``, at
     ``judge_concurrency`` (default the judge backend's); the report's ``judge`` section. ``reuse_prompt_prefix``:
     readers that can (``LocalChatReader``) start each reply from the last prompt's key/value cache, cropped to
     the prefix both prompts share (in float32 the same greedy replies: the cache and report are those without).

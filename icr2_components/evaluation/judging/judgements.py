@@ -2,7 +2,7 @@
 
 ``judge_answers`` asks the judge (``ragas_judge.RagasJudge``) about each answer record of a compare run and each
 judge metric whose inputs the record has, at the judge backend's concurrency, and appends each judgement to
-``judgements.jsonl`` beside ``answers.jsonl`` as it arrives, in the order of a sequential run
+``judgements.jsonl.gz`` beside ``answers.jsonl.gz`` as it arrives, in the order of a sequential run
 (``concurrency.ordered_calls``). The file is the answer cache's format (``compare.cache.AnswerCache``: sealed lines,
 a cut last line cut off, an edited line refused), keyed by ``judgement_key`` (answer record key, judge hash,
 metric). A judgement's identity is what decides it: the judge (``judge_hash``: its model and where it runs, ragas'
@@ -39,7 +39,7 @@ from icr2_components.concurrency import FailureStreak, Job, Outcome, check_concu
 from icr2_components.evaluation.compare.cache import AnswerCache
 from icr2_components.evaluation.judging.ragas_judge import JUDGE_METRICS, JudgeRequestError, RagasJudge, parse_metrics
 
-JUDGEMENTS_FILE = "judgements.jsonl"
+JUDGEMENTS_FILE = "judgements.jsonl.gz"  # gzip, as the answers; an older plain judgements.jsonl resumes in place
 REQUEST_ATTEMPTS = 3
 """Tries of one judgement whose request failed (after the client's own retries); then recorded as failed."""
 NO_PASSAGES = "no passages shown"
@@ -142,7 +142,7 @@ def judge_answers(records: Sequence[dict], judge: RagasJudge, out_dir: str | Pat
                   metrics: Sequence[str] | str | None = None, concurrency: int | None = None, progress: bool = True,
                   given: GivenPassages | None = None) -> dict[str, Any]:
     """Judge every answer record (without error) on every metric whose inputs it has; cached in
-    ``out_dir/judgements.jsonl``. Returns ``scores`` (``(pipeline, context type) -> metric -> {question id:
+    ``out_dir/judgements.jsonl.gz``. Returns ``scores`` (``(pipeline, context type) -> metric -> {question id:
     value}``), ``unparsable`` (``(pipeline, context type) -> metric -> count``), ``failed`` (likewise, failed
     requests), ``not_judged`` (metric -> reason -> records), ``counters`` and the file. ``concurrency``: judgements
     asked at once (default: the judge backend's ``max_concurrency``)."""
@@ -159,13 +159,16 @@ def judge_answers(records: Sequence[dict], judge: RagasJudge, out_dir: str | Pat
     streak = FailureStreak(streak_limit(slots))
     started = time.perf_counter()
     jobs = _plan(records, metrics, judge, cache, given, not_judged, counters)
-    with tqdm(total=len(records) * len(metrics), desc="judge", unit=" judgements", disable=not progress) as bar:
-        for outcome in ordered_calls(jobs, slots, retry_if=_retryable, attempts=REQUEST_ATTEMPTS):
-            bar.update(1)
-            if outcome.key is None:
-                continue
-            _commit(outcome, judge, cache, counters)
-            streak.observe(outcome)
+    try:
+        with tqdm(total=len(records) * len(metrics), desc="judge", unit=" judgements", disable=not progress) as bar:
+            for outcome in ordered_calls(jobs, slots, retry_if=_retryable, attempts=REQUEST_ATTEMPTS):
+                bar.update(1)
+                if outcome.key is None:
+                    continue
+                _commit(outcome, judge, cache, counters)
+                streak.observe(outcome)
+    finally:
+        cache.compact()  # the last one-judgement gzip members merged into one (atomically), however the run ends
     wall = time.perf_counter() - started
     summary = collect_judgements(records, cache.records.values(), judge.hash, metrics, given)
     summary.update(not_judged=not_judged, counters=counters, concurrency=slots, wall_seconds=round(wall, 3),
