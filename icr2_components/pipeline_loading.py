@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError, PipelineError
 from haystack.core.serialization import DeserializationCallbacks
 
-from icr2_components.backends.pipelines import check_model_access
+from icr2_components.backends.pipelines import apply_backend, check_model_access, given_backend
 from icr2_components.errors import UserInputError
 from icr2_components.models.resolver import BUNDLED_GGUF_FILES, resolve_gguf
 
@@ -54,7 +55,8 @@ class PipelineLoadError(UserInputError):
     """A pipeline YAML could not be loaded; the message says which file and why."""
 
 
-def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | None = None) -> Pipeline:
+def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | None = None,
+                  backend: Any = None) -> Pipeline:
     """Load a technique pipeline, by shipped name or by path, allowing only Haystack's defaults, ``icr2_components``
     and any extras.
 
@@ -62,13 +64,18 @@ def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | No
         >>> from icr2_components import load_pipeline
         >>> pipeline = load_pipeline("closed_book")                  # a shipped pipeline, from any folder
         >>> pipeline = load_pipeline("my_pipelines/closed_book.yaml")  # a file of your own
+        >>> pipeline = load_pipeline("vanilla_rag", backend="llama_cpp_server")  # its reader on a served model
 
     :param path: A shipped pipeline's name (``icr2_components.resources.shipped_names("pipelines")``) or the path
         of a pipeline YAML; a path that exists wins over a name.
     :param extra_allowed_modules: Further module patterns Haystack may import components from.
+    :param backend: None (the pipeline's own models), a ``Backend``, or a backend file's path or shipped name
+        (``llama_cpp_server``): the model-using components then follow it, as in ``technique_component``.
     :returns: The Haystack pipeline, not yet warmed up.
     :raises FileNotFoundError: Neither a file nor a shipped name (the message lists the shipped names).
     :raises PipelineLoadError: The YAML or a component's parameters are wrong; the message names the file and why.
+    :raises BackendError: ``backend`` is none of the above, or its file is wrong, or a component needs what the
+        backend does not provide (model weights on a served model).
     """
     from icr2_components.resources.lookup import resolve_file
 
@@ -79,7 +86,17 @@ def load_pipeline(path: str | os.PathLike, extra_allowed_modules: list[str] | No
         raise FileNotFoundError(f"Pipeline file not found: {path}")
     if path.is_dir():
         raise PipelineLoadError(f"{path} is a folder; give a pipeline YAML in it or a shipped pipeline's name.")
-    return loads_pipeline(path.read_text(), source=str(path), extra_allowed_modules=extra_allowed_modules)
+    text, source = path.read_text(), str(path)
+    chosen = given_backend(backend)
+    if chosen is not None:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None  # loads_pipeline names the syntax error, with its line and column
+        if isinstance(data, dict):
+            text = yaml.safe_dump(apply_backend(data, chosen, source), sort_keys=False)
+            source = f"{path} on backend {chosen.describe()}"
+    return loads_pipeline(text, source=source, extra_allowed_modules=extra_allowed_modules)
 
 
 def describe_yaml_error(error: yaml.YAMLError) -> str:

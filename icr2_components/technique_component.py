@@ -14,7 +14,6 @@ from typing import Any
 import yaml
 from haystack import SuperComponent
 
-from icr2_components.errors import UserInputError
 from icr2_components.pipeline_loading import loads_pipeline
 
 
@@ -44,16 +43,11 @@ def technique_component(name_or_path: str | os.PathLike, backend: Any = None) ->
     :raises PipelineLoadError: The YAML or a component's parameters are wrong.
     :raises ValueError: Malformed ``inputs``/``outputs``, or two outputs read the same socket.
     """
-    from icr2_components.backends import Backend, load_backend
-    from icr2_components.backends.pipelines import apply_backend
+    from icr2_components.backends.pipelines import apply_backend, given_backend
     from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.resources.lookup import resolve_file
 
-    if backend is not None and not isinstance(backend, (Backend, str, os.PathLike)):
-        raise UserInputError(f"backend must be a Backend, a backend file's path or a shipped backend's name, got "
-                             f"{type(backend).__name__} {backend!r:.60}.")
-    if backend is not None and not isinstance(backend, Backend):
-        backend = load_backend(backend)
+    backend = given_backend(backend)
     path = resolve_file("pipelines", name_or_path)
     if not path.exists():
         raise FileNotFoundError(f"Pipeline file not found: {path}")

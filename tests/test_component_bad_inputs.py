@@ -156,3 +156,17 @@ def test_loading_refuses_a_folder_or_a_value_that_is_no_path(tmp_path):
         technique_component("closed_book", backend=42)
     with pytest.raises(ValueError, match=r"A shipped backends name or a file path is needed, got int 7"):
         resolve_file("backends", 7)
+
+
+@pytest.mark.unit
+def test_load_pipeline_follows_a_backend_as_technique_component_does():
+    from icr2_components.readers.served_chat_reader import ServedChatReader
+
+    served = load_pipeline("closed_book", backend="llama_cpp_server")  # built, not warmed up: no server asked
+    assert isinstance(served.get_component("reader"), ServedChatReader)
+    assert not isinstance(load_pipeline("closed_book").get_component("reader"), ServedChatReader)
+    with pytest.raises(ValueError, match=r"backend must be a Backend, a backend file's path or a shipped backend's "
+                                         r"name, got int 42"):
+        load_pipeline("closed_book", backend=42)
+    with pytest.raises(ValueError, match=r"neither a file .* nor a shipped backends name; shipped: llama_cpp_server"):
+        load_pipeline("closed_book", backend="no_such_backend")

@@ -26,12 +26,12 @@ black-box reader (one marked ``black_box``, or Haystack's API chat generators) b
 
 Usage example:
 ```python
-from icr2_components.backends import load_backend
-from icr2_components.pipeline_spec import PipelineSpec
+from icr2_components import load_pipeline, technique_component
 
-backend = load_backend("backends/llama_cpp_server.yaml")
-spec = PipelineSpec.from_file("pipelines/vanilla_rag.yaml", backend=backend)
-print(spec.run("Who wrote Hamlet?", None, controlled=False)["answer"])
+pipeline = load_pipeline("vanilla_rag", backend="llama_cpp_server")  # its reader asks the served model
+question = "Who wrote Hamlet?"
+print(pipeline.run({"retriever": {"query": question}, "prompt": {"query": question}})["reader"]["replies"][0].text)
+rag = technique_component("vanilla_rag", backend="llama_cpp_server")  # the same, as one component
 ```
 """
 
@@ -121,6 +121,20 @@ def load_backend(path: str | os.PathLike) -> Backend:
         if located is error:
             raise
         raise located from None
+
+
+def given_backend(backend: Any) -> Backend | None:
+    """``backend`` as a ``Backend``: None stays None, a ``Backend`` is itself, a path or shipped name is read
+    (``load_backend``); what a loader of pipelines takes as its ``backend`` argument.
+
+    :raises BackendError: anything else (named, with its type), or a file ``load_backend`` refuses.
+    """
+    if backend is None or isinstance(backend, Backend):
+        return backend
+    if not isinstance(backend, (str, os.PathLike)):
+        raise BackendError(f"backend must be a Backend, a backend file's path or a shipped backend's name, got "
+                           f"{type(backend).__name__} {backend!r:.60}.")
+    return load_backend(backend)
 
 
 def backend_from_environment() -> Backend | None:
