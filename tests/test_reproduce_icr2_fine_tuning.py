@@ -18,6 +18,7 @@ from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (
     ARMS,
     CLAIM_ARMS,
     PAIRS,
+    arm_by_name,
     find_weights,
     recipe_file,
     registered_ids,
@@ -156,3 +157,25 @@ def test_through_the_llama_cpp_server_the_arms_needing_weights_are_refused(llama
     assert "needs sft_da and rap_heads_sft_da.json" in refused["sft_da_rap"]
     _check_files(report, out)
     assert "arms not run" in (out / "report.md").read_text()
+
+
+@pytest.mark.unit
+def test_seeding_leaves_an_answer_given_to_another_wording_of_the_question(tmp_path):
+    import gzip
+    from types import SimpleNamespace
+
+    from icr2_components.evaluation.compare.cache import AnswerCache
+
+    experiment, arm = get_experiment("icr2-fine-tuning"), arm_by_name("closed_book")
+    records = list(read_answer_records(COMMITTED / "arms" / "closed_book" / "answers.jsonl.gz"))
+    ids = [record["question_id"] for record in records]
+    reworded = {**records[0], "query": records[0]["query"] + " (asked another way)"}
+    (tmp_path / "from" / "closed_book").mkdir(parents=True)
+    (tmp_path / "from" / "closed_book" / "answers.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r) + "\n" for r in [reworded, *records[1:]]).encode()))
+    spec = SimpleNamespace(hash="h", name="closed_book", path="closed_book.yaml")
+    counts = experiment.seed_answers(arm, spec, tmp_path / "from", ids, tmp_path / "run")
+    assert counts["other_question"] == 1 and counts["seeded"] == len(records) - 1, counts
+    cache = AnswerCache(tmp_path / "run" / "arms" / "closed_book" / "answers.jsonl.gz", writable=False)
+    seeded = {record["question_id"] for record in cache.records.values()}
+    assert records[0]["question_id"] not in seeded and len(seeded) == len(records) - 1

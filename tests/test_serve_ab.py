@@ -107,6 +107,11 @@ def test_an_ab_run_killed_and_restarted_loses_no_answered_request(backend_file, 
             request_id, user, status = ask(url, n, stream=n % 3 == 0)
             assert status == 200, (request_id, status)
             answered[request_id] = user
+        # the A/B model uses `user` (it picks the arm), a plain model does not: only there is it named as ignored
+        for model, ignored in (("rag", ""), ("closed_book", "user")):
+            reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+                "model": model, "user": "u1", "max_tokens": 4, "messages": [{"role": "user", "content": QUESTIONS[0]}]})
+            assert reply.status_code == 200 and reply.headers["x-icr2-ignored-fields"] == ignored, (model, reply.text)
     finally:
         if process.poll() is None:
             process.terminate()

@@ -173,9 +173,11 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline], ab: ABSpl
         return models
 
     async def chat_completions(body) -> Any:
-        chosen = chats.get(body.model)
+        chosen, used = chats.get(body.model), ()
         if chosen is None and ab is not None and body.model == ab.model:
             chosen = chats[ab_arm(ab, body)]
+            user = (body.model_extra or {}).get("user")
+            used = ("user",) if isinstance(user, str) and user else ()  # it picked the arm: not an ignored field
         if chosen is None:
             raise ChatRequestRefused(404, "model_not_found", f"The model {body.model!r} does not exist on this "
                                      f"server; it serves {serving} (GET /v1/models).", param="model")
@@ -189,7 +191,7 @@ def add_openai_routes(app: FastAPI, served: dict[str, ServedPipeline], ab: ABSpl
                 raise ChatRequestRefused(400, "unknown_parameter", f"{foreign[0]!r} is not an input of the model "
                                          f"{body.model!r} (it declares {sorted(pipeline.spec.inputs)}).",
                                          param=foreign[0])
-        return await _chat(pipeline.spec, pipeline.wrapper, pipeline.request_model, completion_model, body)
+        return await _chat(pipeline.spec, pipeline.wrapper, pipeline.request_model, completion_model, body, used)
 
     chat_completions.__annotations__ = {"body": chat_request, "return": Any}  # a model built per pipeline
 
@@ -254,8 +256,11 @@ def combined_chat_request_model(served: dict[str, ServedPipeline]) -> type[ChatC
 
 
 async def _chat(spec: PipelineSpec, wrapper: DeclaredPipelineWrapper, request_model: type[BaseModel],
-                completion_model: type[BaseModel], body: ChatCompletionRequest) -> Response:
-    ignored = check_request_fields(body)
+                completion_model: type[BaseModel], body: ChatCompletionRequest, used: tuple[str, ...] = ()
+                ) -> Response:
+    """Answer one chat request; ``used``: accepted extra fields the server did use (the A/B split's ``user``),
+    left out of ``x-icr2-ignored-fields``."""
+    ignored = [field for field in check_request_fields(body) if field not in used]
     query_index, query = query_from_messages(body.messages)
     inputs = {name: getattr(body, name) for name in spec.inputs if name != "query"}
     try:

@@ -73,8 +73,8 @@ from icr2_components.evaluation.experiments.icr2_fine_tuning_arms import (
     arm_pipeline,
     build_corpora,
     find_weights,
-    gold_answers,
     registered_ids,
+    sample_questions,
 )
 from icr2_components.evaluation.experiments.protocol import (
     Condition,
@@ -243,12 +243,13 @@ class Icr2FineTuning(Experiment):
 
         source = resolve_cache_path(folder / arm.name / ANSWER_FILE)  # answers.jsonl.gz or an older answers.jsonl
         counts = {"file": str(source), "seeded": 0, "already_answered": 0, "not_in_this_run": 0,
-                  "other_arm": 0, "other_answers": 0, "failed": 0}
+                  "other_arm": 0, "other_answers": 0, "other_question": 0, "failed": 0}
         if not source.is_file():
             counts["missing"] = True
             return counts
         wanted = set(ids)
-        gold = gold_answers(wanted)
+        questions = sample_questions(wanted)
+        gold = {question: answers for question, (_, answers) in questions.items()}
         cache = AnswerCache(out / "arms" / arm.name / ANSWER_FILE)
         for record in read_answer_records(source):
             question = record.get("question_id")
@@ -258,6 +259,8 @@ class Icr2FineTuning(Experiment):
                 counts["other_arm"] += 1
             elif sorted(record.get("answers") or []) != sorted(gold.get(question, [])):
                 counts["other_answers"] += 1
+            elif isinstance(record.get("query"), str) and record["query"] != questions[question][0]:
+                counts["other_question"] += 1  # answered to another wording: asked again, as compare would
             elif record.get("failed_request") or record.get("error"):
                 counts["failed"] += 1
             else:

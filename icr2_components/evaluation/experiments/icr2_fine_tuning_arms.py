@@ -182,12 +182,12 @@ def find_weights(folder: Path, name: str) -> Path | None:
 
 
 
-def gold_answers(ids: set[str]) -> dict[str, list[str]]:
-    """The bundled NQ sample's accepted answers of ``ids``."""
+def sample_questions(ids: set[str]) -> dict[str, tuple[str, list[str]]]:
+    """The bundled NQ sample's question text and accepted answers of ``ids``."""
     from icr2_components.kilt import build_sample
     from icr2_components.kilt.tasks import read_kilt_tasks
 
-    return {t.id: list(t.answers) for t in read_kilt_tasks(build_sample().tasks) if t.id in ids}
+    return {t.id: (t.input, list(t.answers)) for t in read_kilt_tasks(build_sample().tasks) if t.id in ids}
 
 
 def build_corpora(path: Path, ids: list[str], progress: bool = True) -> dict[str, Any]:
@@ -232,8 +232,8 @@ __all__ = [
     "arm_pipeline",
     "build_corpora",
     "find_weights",
-    "gold_answers",
     "recipe_file",
     "registered_ids",
+    "sample_questions",
     "scaled_steps",
 ]
