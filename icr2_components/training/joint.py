@@ -33,6 +33,7 @@ import torch
 from icr2_components.rankers.head_inputs import HeadInput, encode_for_head, final_hidden_states
 from icr2_components.rankers.retrieval_head import HEAD_FOLDER, HeadConfig, RetrievalHead
 from icr2_components.records.integrity import atomic_write_bytes
+from icr2_components.training import activation_checkpointing
 from icr2_components.training.gumbel_topk import gumbel_topk, temperature
 from icr2_components.training.model_loading import effective_max_length, load_trainable
 from icr2_components.training.recipe import TrainingRecipe
@@ -182,7 +183,7 @@ def train_retrieval_head(recipe: TrainingRecipe, progress: bool = True) -> dict[
     # Training needs its own trainable copy, not the shared inference one in MODEL_CACHE (model_loading.py).
     model, tokenizer = load_trainable(recipe.model, t.dtype, t.attn_implementation, t.rope_theta)
     if t.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        activation_checkpointing.enable_on(model)
     model.requires_grad_(options.train_lm)
     max_length = effective_max_length(model.config, recipe.max_seq_length)
     loaded, validation, skips = load_split(recipe, tokenizer, max_length, "da")

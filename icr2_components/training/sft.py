@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from icr2_components.models.adapters import save_adapter_tokenizer
+from icr2_components.training import activation_checkpointing
 from icr2_components.training.dataset import LoadedExamples, load_sft_examples
 from icr2_components.training.examples import EncodedExample, pad_batch
 from icr2_components.training.model_loading import effective_max_length, load_trainable
@@ -211,9 +212,7 @@ def training_arguments(recipe: TrainingRecipe, has_validation: bool):
     evaluate = has_validation and (t.eval_steps or t.early_stopping_patience)
     eval_steps = t.eval_steps or max(1, t.max_steps // 10)
     save_steps = t.save_steps or (eval_steps if evaluate else None)
-    kwargs: dict[str, Any] = {}
-    if t.gradient_checkpointing:
-        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    kwargs: dict[str, Any] = activation_checkpointing.training_arguments_for(t.gradient_checkpointing)
     return TrainingArguments(
         output_dir=recipe.output_dir,
         learning_rate=t.learning_rate,
@@ -223,7 +222,6 @@ def training_arguments(recipe: TrainingRecipe, has_validation: bool):
         per_device_eval_batch_size=1,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         bf16=t.bf16,
-        gradient_checkpointing=t.gradient_checkpointing,
         warmup_steps=t.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of the total steps
         weight_decay=t.weight_decay,
         lr_scheduler_type=t.lr_scheduler_type,
