@@ -81,7 +81,8 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     Hayhooks' own ``YAMLPipelineWrapper`` loads YAML with a plain ``Pipeline.loads``, which refuses our modules;
     this wrapper takes the pipeline from ``PipelineSpec`` (our ``load_pipeline``: the ``icr2_components.*``
-    allowlist, never unsafe), maps each declared input to its sockets and returns the declared outputs as JSON,
+    allowlist, never unsafe), runs it as the spec's SuperComponent over the declared inputs and outputs
+    (``PipelineSpec.component``) and returns the declared outputs as JSON,
     shaped as ``result_model`` (``build_result_model``: typed from the output sockets), which the server makes the
     ``result`` of the route's 200 schema and checks every answer against.
 
@@ -93,7 +94,7 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     Usage example:
     ```python
-    from icr2_components.pipeline_spec import PipelineSpec, nested_outputs, setting_inputs
+    from icr2_components.pipeline_spec import PipelineSpec
     from icr2_components.serving import DeclaredPipelineWrapper
 
     wrapper = DeclaredPipelineWrapper(PipelineSpec.from_file("closed_book"), max_new_tokens=8)
@@ -160,10 +161,10 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
         A failure the request caused (a prompt over the reader's context) is raised as ``RequestRefused`` (4xx);
         any other exception propagates and is answered 500.
         """
-        result = self._run(self._pipeline_data(inputs))
+        result = self._run(self._component_inputs(inputs))
         return {name: to_json(_output(result, path)) for name, path in self.spec.outputs.items()}
 
-    def _pipeline_data(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> dict[str, Any]:
+    def _component_inputs(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> dict[str, Any]:
         """The SuperComponent inputs (``PipelineSpec.component``) for the declared ``inputs``, with the answer
         budgets: ``max_new_tokens`` (a request's) lowers each component's budget (the server's ``max_new_tokens``,
         else its own), never raises it."""
@@ -222,14 +223,14 @@ class DeclaredPipelineWrapper(BasePipelineWrapper):
 
     def answer(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> ChatAnswer:
         """The chat answer to the declared ``inputs`` (``query``: the last user message's text)."""
-        return self._chat_answer(self._run(self._pipeline_data(inputs, max_new_tokens)))
+        return self._chat_answer(self._run(self._component_inputs(inputs, max_new_tokens)))
 
     def stream_answer(self, inputs: dict[str, Any], max_new_tokens: int | None = None) -> Iterator[str | ChatAnswer]:
         """The answer as it is generated: text pieces (the streaming readers' tokens), then the ``ChatAnswer``,
         whose text the pieces concatenate to. The pipeline runs in its own thread (and slot); a failure is raised
         from the iterator, a refusal as ``RequestRefused``. A pipeline with no streaming reader yields the whole
         text as one piece."""
-        data = self._pipeline_data(inputs, max_new_tokens)
+        data = self._component_inputs(inputs, max_new_tokens)
         events: queue.Queue = queue.Queue()
         streaming_inputs = setting_inputs(self._wrapped, "streaming_callback")
         for name in self.streaming_components:
