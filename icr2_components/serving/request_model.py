@@ -45,13 +45,13 @@ class DocumentIn(BaseModel):
         return Document(content=self.content, meta=dict(self.meta))
 
 
-
 def _shows_text(query: str) -> str:
     """A query of white space or invisible characters only (zero-width spaces...) asks nothing: refused (422)."""
     if is_blank(query):
         raise ValueError("the query shows no text: it is white space or invisible characters only (a zero-width "
                          "space...)")
     return query
+
 
 def _socket_type(pipeline: Pipeline, target: str) -> Any:
     component, socket = target.split(".", 1)
